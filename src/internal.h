@@ -1,0 +1,87 @@
+/* internal.h: helpers shared by the modules of src/ (not part of the public API). */
+#ifndef AL_INTERNAL_H
+#define AL_INTERNAL_H
+
+#include "attnlim.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#if defined(__GNUC__)
+#define AL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define AL_PRINTF(a, b)
+#endif
+
+/* Sets err (if not NULL) and returns code. Usage: return al__err(err, AL_E_FORMAT, "%s: ...", path); */
+int al__err(al_error *err, al_code code, const char *fmt, ...) AL_PRINTF(3, 4);
+/* Prefixes err->msg with "prefix: " (keeps the code). Returns err->code (or code if err NULL). */
+int al__err_prefix(al_error *err, al_code code, const char *fmt, ...) AL_PRINTF(3, 4);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+static inline bool al__mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool al__add_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Checked allocation: NULL with err set ("out of memory allocating N bytes for WHAT"). */
+void *al__malloc(size_t n, const char *what, al_error *err);
+void *al__calloc(size_t count, size_t size, const char *what, al_error *err);
+void *al__malloc_aligned(size_t n, const char *what, al_error *err); /* 64-byte aligned; free() */
+
+/* Reads a whole file into a NUL-terminated malloc'ed buffer (max_size caps it). */
+int al__read_file(const char *path, size_t max_size, char **out, size_t *len, al_error *err);
+
+/* A read-only mapping of a whole file. */
+typedef struct al__map {
+    const unsigned char *data;
+    size_t size;
+} al__map;
+int al__map_file(const char *path, al__map *m, al_error *err);
+void al__unmap(al__map *m);
+
+/* Atomic output: open writes to "<path>.tmp.<pid>", commit fsyncs and renames onto path,
+ * abort removes the temp file. Writes are checked; a failed write (full disk) is an error
+ * naming the file. */
+typedef struct al__afile {
+    FILE *f;
+    char path[4096];
+    char tmp[4096 + 32];
+    bool failed;
+} al__afile;
+int al__afile_open(al__afile *a, const char *path, al_error *err);
+int al__afile_write(al__afile *a, const void *buf, size_t n, al_error *err);
+int al__afile_printf(al__afile *a, al_error *err, const char *fmt, ...) AL_PRINTF(3, 4);
+int al__afile_commit(al__afile *a, al_error *err);
+void al__afile_abort(al__afile *a);
+/* Writes a whole buffer to path atomically. */
+int al__write_file_atomic(const char *path, const void *buf, size_t n, al_error *err);
+/* mkdir -p */
+int al__mkdirs(const char *path, al_error *err);
+
+/* Little-endian loads from untrusted bytes. */
+static inline uint16_t al__le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t al__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t al__le64(const unsigned char *p) {
+    return (uint64_t)al__le32(p) | ((uint64_t)al__le32(p + 4) << 32);
+}
+
+/* Monotonic seconds. */
+double al__now(void);
+
+/* SplitMix64 / xoshiro256** seeded generator (deterministic across platforms). */
+typedef struct al__rng {
+    uint64_t s[4];
+} al__rng;
+void al__rng_seed(al__rng *r, uint64_t seed);
+uint64_t al__rng_next(al__rng *r);
+double al__rng_uniform(al__rng *r);  /* [0, 1) with 53 bits */
+double al__rng_normal(al__rng *r);   /* standard normal (Box-Muller, no cached state) */
+uint64_t al__hash64(uint64_t x);     /* SplitMix64 finaliser: mixes seeds with indices */
+
+#endif

@@ -1,0 +1,264 @@
+/* cli.c: argument and input parsing, errors and JSON output shared by the subcommands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *cmd, const al_error *err) {
+    fprintf(stderr, "attnlim %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "attnlim %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'attnlim %s --help')\n", cmd);
+    return 2;
+}
+
+static int set_err(al_error *err, al_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_err(al_error *err, al_code code, const char *fmt, ...) {
+    if (err) {
+        err->code = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return (int)code;
+}
+
+int cli_parse_double(const char *s, const char *what, double *out, al_error *err) {
+    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty value", what);
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != 0 || end == s) return set_err(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
+    if (errno == ERANGE || !isfinite(v)) return set_err(err, AL_E_RANGE, "%s: '%s' is out of range", what, s);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err) {
+    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty value", what);
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end != 0 || end == s) return set_err(err, AL_E_INVALID, "%s: '%s' is not an integer", what, s);
+    if (errno == ERANGE || v < lo || v > hi)
+        return set_err(err, AL_E_RANGE, "%s: %s is outside %ld..%ld", what, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err) {
+    *out = NULL;
+    *n = 0;
+    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty list", what);
+    size_t cap = 16, cnt = 0;
+    int *v = malloc(cap * sizeof *v);
+    if (!v) return set_err(err, AL_E_NOMEM, "out of memory");
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long a = strtol(p, &end, 10), b;
+        if (end == p || errno) goto bad;
+        b = a;
+        if (*end == '-') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || errno || b < a) goto bad;
+        }
+        if (a < -2147483647L || b > 2147483647L || b - a > 10000000L) goto bad;
+        for (long x = a; x <= b; x++) {
+            if (cnt == cap) {
+                cap *= 2;
+                int *nv = realloc(v, cap * sizeof *v);
+                if (!nv) {
+                    free(v);
+                    return set_err(err, AL_E_NOMEM, "out of memory");
+                }
+                v = nv;
+            }
+            v[cnt++] = (int)x;
+        }
+        if (*end == ',') end++;
+        else if (*end != 0) goto bad;
+        p = end;
+    }
+    *out = v;
+    *n = (int)cnt;
+    return 0;
+bad:
+    free(v);
+    return set_err(err, AL_E_INVALID, "%s: '%s' is not a list of integers like 1,5,10 or 1-16,18", what, s);
+}
+
+int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err) {
+    *out = NULL;
+    *n = 0;
+    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty list", what);
+    al_array a;
+    int rc = cli_parse_numbers(s, strlen(s), what, &a, err);
+    if (rc) return rc;
+    if (a.ndim != 1) {
+        al_array_free(&a);
+        return set_err(err, AL_E_INVALID, "%s: expected one list of numbers", what);
+    }
+    *out = a.data; /* f64, malloc'ed (posix_memalign: free() is fine) */
+    *n = (int)a.shape[0];
+    return 0;
+}
+
+int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err) {
+    memset(out, 0, sizeof *out);
+    size_t cap = 1024, cnt = 0;
+    double *v = malloc(cap * sizeof *v);
+    if (!v) return set_err(err, AL_E_NOMEM, "out of memory");
+    int64_t rows = 0, cols = -1, cur = 0;
+    size_t line = 1;
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        char c = *p;
+        if (c == '\n') {
+            if (cur > 0) {
+                if (cols >= 0 && cur != cols) {
+                    free(v);
+                    return set_err(err, AL_E_FORMAT, "%s: line %zu has %lld numbers, earlier lines %lld", name,
+                                   line, (long long)cur, (long long)cols);
+                }
+                cols = cur;
+                rows++;
+                cur = 0;
+            }
+            line++;
+            p++;
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\r' || c == ',') {
+            p++;
+            continue;
+        }
+        char buf[64];
+        size_t k = 0;
+        while (p < end && !(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == ',')) {
+            if (k + 1 < sizeof buf) buf[k++] = *p;
+            p++;
+        }
+        buf[k] = 0;
+        char *e;
+        errno = 0;
+        double x = strtod(buf, &e);
+        if (e == buf || *e != 0) {
+            free(v);
+            return set_err(err, AL_E_FORMAT, "%s: line %zu: '%s' is not a number", name, line, buf);
+        }
+        if (!isfinite(x)) {
+            free(v);
+            return set_err(err, AL_E_RANGE, "%s: line %zu, value %lld: %s is not finite", name, line,
+                           (long long)cur + 1, buf);
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            double *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                free(v);
+                return set_err(err, AL_E_NOMEM, "out of memory");
+            }
+            v = nv;
+        }
+        v[cnt++] = x;
+        cur++;
+    }
+    if (cur > 0) {
+        if (cols >= 0 && cur != cols) {
+            free(v);
+            return set_err(err, AL_E_FORMAT, "%s: line %zu has %lld numbers, earlier lines %lld", name, line,
+                           (long long)cur, (long long)cols);
+        }
+        cols = cur;
+        rows++;
+    }
+    if (cnt == 0) {
+        free(v);
+        return set_err(err, AL_E_INVALID, "%s: no numbers in the input", name);
+    }
+    int64_t shape[2] = {rows, cols};
+    int rc = rows == 1 ? al_array_alloc(out, AL_F64, 1, &shape[1], err) : al_array_alloc(out, AL_F64, 2, shape, err);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    memcpy(out->data, v, cnt * sizeof *v);
+    free(v);
+    return 0;
+}
+
+int cli_read_array(const char *path, al_array *out, al_error *err) {
+    const char *name = (!path || strcmp(path, "-") == 0) ? "<stdin>" : path;
+    FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
+    if (!f) return set_err(err, AL_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (n + 1 >= cap) {
+            char *nb = (cap >= ((size_t)1 << 36)) ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int ferr = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf) return set_err(err, AL_E_NOMEM, "%s: out of memory reading", name);
+    if (ferr) {
+        free(buf);
+        return set_err(err, AL_E_IO, "%s: read error", name);
+    }
+    buf[n] = 0;
+    int rc;
+    if (n >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
+        al_array raw;
+        rc = al_npy_parse(buf, n, name, &raw, err);
+        if (rc == 0) {
+            rc = al_array_to_f64(&raw, out, err);
+            al_array_free(&raw);
+        }
+    } else
+        rc = cli_parse_numbers(buf, n, name, out, err);
+    free(buf);
+    return rc;
+}
+
+void cli_print_json(cJSON *obj, int pretty) {
+    char *s = pretty ? cJSON_Print(obj) : cJSON_PrintUnformatted(obj);
+    if (s) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        free(s);
+    }
+    cJSON_Delete(obj);
+}
+
+cJSON *cli_json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+cJSON *cli_json_array_d(const double *v, int64_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int64_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cli_json_num(v[i]));
+    return a;
+}

@@ -1,0 +1,56 @@
+/* cli.h: what every subcommand of the attnlim tool shares. A subcommand is a function
+ * int cmd_NAME(int argc, char **argv) in tools/cmd_NAME.c (argv[0] is the subcommand),
+ * returning the process exit status: 0 ok, 1 error (message printed), 2 usage error. */
+#ifndef AL_CLI_H
+#define AL_CLI_H
+
+#include "attnlim.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+/* Every subcommand; defined weak so that a command whose file is absent is "not built". */
+#define AL_CMD(name) int name(int argc, char **argv) __attribute__((weak))
+AL_CMD(cmd_demo);
+AL_CMD(cmd_normalize);
+AL_CMD(cmd_jacobian);
+AL_CMD(cmd_metrics);
+AL_CMD(cmd_ks);
+AL_CMD(cmd_tokenize);
+AL_CMD(cmd_verify);
+AL_CMD(cmd_make_model);
+AL_CMD(cmd_info);
+AL_CMD(cmd_capture);
+AL_CMD(cmd_perplexity);
+AL_CMD(cmd_embed);
+AL_CMD(cmd_fetch);
+AL_CMD(cmd_reproduce);
+AL_CMD(cmd_diagnose);
+#undef AL_CMD
+
+/* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */
+int cli_fail(const char *cmd, const al_error *err);
+/* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Strict number parsing of a command-line value; what names the option in the message. */
+int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
+int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);
+/* "1,5,10" or "1-16" ranges mixed: "1-16,18,20"; *out malloc'ed. */
+int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err);
+int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err);
+
+/* Numbers from a text buffer: whitespace- or comma-separated; one row per non-empty line.
+ * One line -> a 1-D array; several lines of equal length -> 2-D. NaN/Inf are rejected with
+ * the position. name is used in messages. */
+int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err);
+/* An array from path: .npy (by its magic) or text numbers; NULL or "-" reads stdin. */
+int cli_read_array(const char *path, al_array *out, al_error *err);
+
+/* Prints a JSON object on stdout (formatted when pretty), frees it. */
+void cli_print_json(cJSON *obj, int pretty);
+/* A JSON number or null for non-finite values. */
+cJSON *cli_json_num(double v);
+cJSON *cli_json_array_d(const double *v, int64_t n);
+
+#endif
