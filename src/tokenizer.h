@@ -1,0 +1,32 @@
+/* tokenizer.h: the internal side of al_tokenizer (owner: tokenizer module, src/bpe.c and
+ * src/tokenizer.c; WordPiece in src/wordpiece.c by the BERT module). */
+#ifndef AL_TOKENIZER_H
+#define AL_TOKENIZER_H
+
+#include "internal.h"
+
+/* Byte-level BPE engine, built from in-memory vocabulary and merges so that GPT-2 files
+ * (encoder.json + vocab.bpe, or vocab.json + merges.txt) and GGUF metadata
+ * (tokenizer.ggml.tokens, tokenizer.ggml.merges) share one implementation. */
+typedef struct al__bpe al__bpe;
+typedef enum { AL_PRE_GPT2 = 0, AL_PRE_LLAMA3 = 1, AL_PRE_SMOLLM = 2 } al__pretok;
+/* tokens[n_tokens]: token strings in GPT-2's byte-to-unicode alphabet, id = index.
+ * merges[n_merges]: "left right" strings, rank = index. specials: ids of special tokens
+ * (e.g. <|endoftext|>) matched literally in text when allowed. */
+int al__bpe_create(const char *const *tokens, int n_tokens, const char *const *merges, int n_merges,
+                   al__pretok pre, al__bpe **out, al_error *err);
+int al__bpe_add_special(al__bpe *b, const char *text, int id, al_error *err);
+void al__bpe_free(al__bpe *b);
+
+/* WordPiece (BERT): vocab.txt lines; lower-casing and accent stripping per the config. */
+typedef struct al__wordpiece al__wordpiece;
+int al__wordpiece_open(const char *vocab_txt, int lowercase, int strip_accents, al__wordpiece **out,
+                       al_error *err);
+void al__wordpiece_free(al__wordpiece *w);
+/* Encodes text into ids with [CLS] ... [SEP] around it; *ids malloc'ed. */
+int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, int32_t **ids, size_t *n,
+                         al_error *err);
+int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text, size_t *len,
+                         al_error *err);
+
+#endif
