@@ -106,6 +106,23 @@ void al_sha256_buf(const void *buf, size_t len, char hex[65]);
 
 typedef struct al_tokenizer al_tokenizer;
 
+/* GPT-2 byte-level BPE. vocab: NULL (find gpt2/encoder.json and gpt2/vocab.bpe with
+ * al_data_find), or a directory holding encoder.json + vocab.bpe (or HF vocab.json +
+ * merges.txt). */
+int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err);
+void al_tokenizer_free(al_tokenizer *tk);
+int al_tokenizer_vocab_size(const al_tokenizer *tk);
+/* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
+ * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text. */
+int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special, int32_t **ids,
+                size_t *n, al_error *err);
+/* Decodes ids into bytes (*text malloc'ed, NUL-terminated, len excludes the NUL). */
+int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text, size_t *len,
+                  al_error *err);
+/* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
+ * as al_data_find's explicit path) or a path to a text file (read as bytes). */
+int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len, al_error *err);
+
 /* ==== Section: models and capture ========================================================= */
 /* owner: model modules (src/model.c dispatches; src/gpt2.c, src/llama.c, src/bert.c) */
 
@@ -136,6 +153,8 @@ typedef struct al_model_info {
 int al_model_open(const char *path_or_name, al_model **out, al_error *err);
 void al_model_free(al_model *m);
 const al_model_info *al_model_get_info(const al_model *m);
+/* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, BERT vocab.txt). */
+int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err);
 /* Computes (once) and returns the SHA-256 of the model file into info->sha256. */
 int al_model_hash(al_model *m, al_error *err);
 

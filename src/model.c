@@ -98,6 +98,13 @@ int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture
     return m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
 }
 
+int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    if (!m->vt->tokenizer)
+        return al__err(err, AL_E_UNSUPPORTED, "%s: this model family has no tokenizer", m->info.path);
+    return m->vt->tokenizer(m, out, err);
+}
+
 #include <cjson/cJSON.h>
 
 static int hf_model_type(const char *path, char *type, size_t cap, al_error *err) {

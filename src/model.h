@@ -11,6 +11,8 @@ typedef struct al_model_vtable {
     int (*forward)(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                    float *logits, float *final_hidden, al_error *err);
     void (*destroy)(al_model *m); /* frees impl (not m) */
+    /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, vocab.txt). */
+    int (*tokenizer)(al_model *m, al_tokenizer **out, al_error *err);
 } al_model_vtable;
 
 struct al_model {

@@ -29,4 +29,8 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
 int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text, size_t *len,
                          al_error *err);
 
+/* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
+int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);
+int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err);
+
 #endif
