@@ -72,6 +72,11 @@ int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, a
 /* Writes v1 (v2 if the header needs it), atomically (temp file, fsync, rename). */
 int al_npy_write(const char *path, const al_array *a, al_error *err);
 
+/* Numbers from text (untrusted): whitespace- or comma-separated, one row per non-empty line.
+ * One line gives a 1-D float64 array, several lines of equal length a 2-D one. NaN/Inf and
+ * non-numbers are errors naming the line and the value; name is used in messages. */
+int al_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err);
+
 /* ==== Data files (tokenizer, corpus) ====================================================== */
 
 /* Finds a shared data file by its relative path ("gpt2/encoder.json",
