@@ -1,0 +1,108 @@
+"""attnlim: Python bindings (ctypes) to libattnlim, the C toolkit that measures the limits
+of normalization in attention (arXiv 2508.17821).
+
+The shared library is found through $ATTNLIM_LIB, then ../../build/libattnlim.so next to
+this package (a source checkout), then the system loader (an installed libattnlim.so).
+"""
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+__all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_numbers"]
+
+
+class AttnlimError(RuntimeError):
+    """An error reported by libattnlim (code and message)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class _Error(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
+
+
+class _Array(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", ctypes.c_int64 * 8), ("data", ctypes.c_void_p)]
+
+
+def _load():
+    cands = []
+    if os.environ.get("ATTNLIM_LIB"):
+        cands.append(os.environ["ATTNLIM_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands.append(os.path.join(here, "..", "..", "build", "libattnlim.so"))
+    found = ctypes.util.find_library("attnlim")
+    if found:
+        cands.append(found)
+    for c in cands:
+        if c and (os.path.exists(c) or not os.path.isabs(c)):
+            try:
+                return ctypes.CDLL(c)
+            except OSError:
+                continue
+    raise ImportError("libattnlim.so not found: build it (scripts/setup.sh) or set ATTNLIM_LIB")
+
+
+lib = _load()
+lib.al_version.restype = ctypes.c_char_p
+lib.al_npy_read.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Array), ctypes.POINTER(_Error)]
+lib.al_npy_write.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Array), ctypes.POINTER(_Error)]
+lib.al_parse_numbers.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                 ctypes.POINTER(_Array), ctypes.POINTER(_Error)]
+lib.al_array_free.argtypes = [ctypes.POINTER(_Array)]
+
+
+def version():
+    return lib.al_version().decode()
+
+
+def _check(rc, err):
+    if rc != 0:
+        raise AttnlimError(rc, err.msg.decode(errors="replace"))
+
+
+def _to_numpy(a):
+    shape = tuple(a.shape[i] for i in range(a.ndim))
+    dt = np.float64 if a.dtype == 1 else np.float32
+    n = int(np.prod(shape)) if shape else 1
+    if n == 0:
+        out = np.zeros(shape, dtype=dt)
+    else:
+        buf = (ctypes.c_char * (n * np.dtype(dt).itemsize)).from_address(a.data)
+        out = np.frombuffer(buf, dtype=dt).reshape(shape).copy()
+    lib.al_array_free(ctypes.byref(a))
+    return out
+
+
+def npy_read(path):
+    """Reads a .npy file with attnlim's validating reader; returns a numpy array."""
+    a, err = _Array(), _Error()
+    _check(lib.al_npy_read(os.fsencode(path), ctypes.byref(a), ctypes.byref(err)), err)
+    return _to_numpy(a)
+
+
+def npy_write(path, array):
+    """Writes a float32/float64 array as .npy, atomically."""
+    arr = np.require(np.asarray(array), requirements="C")
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError("npy_write takes float32 or float64 arrays")
+    a, err = _Array(), _Error()
+    a.dtype = 1 if arr.dtype == np.float64 else 0
+    a.ndim = arr.ndim
+    for i, s in enumerate(arr.shape):
+        a.shape[i] = s
+    a.data = arr.ctypes.data
+    _check(lib.al_npy_write(os.fsencode(path), ctypes.byref(a), ctypes.byref(err)), err)
+
+
+def parse_numbers(text, name="<text>"):
+    """Numbers from text (whitespace/comma separated, a row per line) as float64."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    a, err = _Array(), _Error()
+    _check(lib.al_parse_numbers(data, len(data), name.encode(), ctypes.byref(a), ctypes.byref(err)), err)
+    return _to_numpy(a)
