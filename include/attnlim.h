@@ -84,7 +84,8 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
  *   1. explicit (a directory holding relpath, or the file itself), when not NULL;
  *   2. $ATTNLIM_DATA (a directory holding relpath);
  *   3. the cache: $ATTNLIM_CACHE, else $XDG_CACHE_HOME/attnlim, else ~/.cache/attnlim;
- *   4. ../shared/data (from the working directory, then from the source tree);
+ *   4. ../shared/data (from the working directory, then from the source tree; or
+ *      $ATTNLIM_SHARED_DIR when set);
  *   5. a download into the cache (curl or wget), checked against the pinned SHA-256.
  * Every file found is checked against its pinned SHA-256 (a mismatch is an error naming
  * the file, unless $ATTNLIM_NO_VERIFY=1). out receives the path. */

@@ -158,14 +158,21 @@ int al_data_find(const char *relpath, const char *explicit_path, char *out, size
         if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
         if (found) return 0;
     }
-    snprintf(cand, sizeof cand, "../shared/data/%s", relpath);
-    if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
-    if (found) return 0;
+    const char *shared = getenv("ATTNLIM_SHARED_DIR"); /* overrides ../shared/data (tests) */
+    if (shared && *shared) {
+        snprintf(cand, sizeof cand, "%s/%s", shared, relpath);
+        if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
+        if (found) return 0;
+    } else {
+        snprintf(cand, sizeof cand, "../shared/data/%s", relpath);
+        if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
+        if (found) return 0;
 #ifdef AL_SOURCE_DIR
-    snprintf(cand, sizeof cand, "%s/../shared/data/%s", AL_SOURCE_DIR, relpath);
-    if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
-    if (found) return 0;
+        snprintf(cand, sizeof cand, "%s/../shared/data/%s", AL_SOURCE_DIR, relpath);
+        if ((rc = try_path(cand, pin, out, out_size, err, &found))) return rc;
+        if (found) return 0;
 #endif
+    }
     const char *nodl = getenv("ATTNLIM_NO_DOWNLOAD");
     if (pin && pin->url && have_cache && !(nodl && strcmp(nodl, "1") == 0)) {
         snprintf(cand, sizeof cand, "%s/data/%s", cache, relpath);

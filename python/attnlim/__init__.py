@@ -106,3 +106,15 @@ def parse_numbers(text, name="<text>"):
     a, err = _Array(), _Error()
     _check(lib.al_parse_numbers(data, len(data), name.encode(), ctypes.byref(a), ctypes.byref(err)), err)
     return _to_numpy(a)
+
+lib.al_data_find.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                             ctypes.POINTER(_Error)]
+
+
+def data_find(relpath, explicit=None):
+    """Finds a shared data file ("gpt2/encoder.json", "war_and_peace/pg2600.txt", ...):
+    explicit path, $ATTNLIM_DATA, the cache, ../shared/data, then a pinned download."""
+    out, err = ctypes.create_string_buffer(4096), _Error()
+    _check(lib.al_data_find(relpath.encode(), None if explicit is None else os.fsencode(explicit),
+                            out, 4096, ctypes.byref(err)), err)
+    return out.value.decode()
