@@ -39,13 +39,15 @@ def _load():
     found = ctypes.util.find_library("attnlim")
     if found:
         cands.append(found)
+    errors = []
     for c in cands:
         if c and (os.path.exists(c) or not os.path.isabs(c)):
             try:
                 return ctypes.CDLL(c)
-            except OSError:
-                continue
-    raise ImportError("libattnlim.so not found: build it (scripts/setup.sh) or set ATTNLIM_LIB")
+            except OSError as e:
+                errors.append(str(e))
+    raise ImportError("libattnlim.so not loadable (%s): build it (scripts/setup.sh) or set ATTNLIM_LIB"
+                      % ("; ".join(errors) or "not found"))
 
 
 lib = _load()
