@@ -212,6 +212,65 @@ typedef struct al_capture_request {
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                      float *logits, float *final_hidden, al_error *err);
 
+/* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
+ * src/makemodel.c) ---- */
+
+/* A GPT-2 parameter of an open model, copied as float32 in the HF layout (Conv1D [in, out];
+ * wte [vocab_size, d_model] without llm.c's padding rows), whatever the file's format and
+ * dtype. name: an HF parameter name, with or without "transformer." ("h.0.attn.c_attn.weight"). */
+int al_gpt2_tensor(const al_model *m, const char *name, al_array *out, al_error *err);
+
+typedef enum al_verify_status {
+    AL_VERIFY_MATCH = 0,      /* present, same bytes as the pinned hash */
+    AL_VERIFY_MISMATCH = 1,   /* present, different bytes (or size) */
+    AL_VERIFY_MISSING = 2,    /* a parameter of the table absent from the file */
+    AL_VERIFY_UNEXPECTED = 3, /* in the file, not in the table */
+    AL_VERIFY_OPTIONAL = 4,   /* an HF buffer or the tied lm_head, absent: not needed */
+} al_verify_status;
+
+typedef struct al_verify_entry {
+    char name[160];         /* the table's name (HF, "transformer." prefix), or the file's */
+    al_verify_status status;
+    int64_t bytes;          /* float32 bytes hashed, -1 if absent */
+    int64_t expected_bytes; /* from the table, -1 if not in it */
+    char sha256[65];        /* of the tensor as HF float32 little-endian, "" if absent */
+    char expected[65];      /* "" if not in the table */
+    char note[128];         /* e.g. "stored as bf16: cannot match the float32 hash" */
+} al_verify_entry;
+
+typedef struct al_verify_report {
+    int n;
+    al_verify_entry *entries; /* [n], table order, then the unexpected ones */
+    int matched, mismatched, missing, unexpected, optional_absent;
+    int complete;             /* 1: every parameter of the table present and matched */
+    char format[32];          /* "safetensors", "llm.c v3 (fp32)", "llm.c v5 (bf16)" */
+    char table[1024];         /* the table used */
+} al_verify_report;
+
+/* Hashes every tensor of a GPT-2 checkpoint (a bare .safetensors, an HF directory or index,
+ * or an llm.c .bin; no config needed) in the HF float32 layout and compares them with a
+ * table of "name<TAB>bytes<TAB>sha256" lines. table NULL: the pinned GPT-2 124M table
+ * (data/gpt2_124M_tensor_sha256.tsv in the source tree or share/attnlim when installed). */
+int al_gpt2_verify(const char *model_path, const char *table, al_verify_report *out, al_error *err);
+void al_verify_report_free(al_verify_report *r);
+
+typedef enum al_ckpt_format { AL_CKPT_SAFETENSORS = 0, AL_CKPT_LLMC = 1 } al_ckpt_format;
+
+typedef struct al_gpt2_make_opts {
+    int n_layer, n_head, n_embd, n_ctx, vocab_size;
+    uint64_t seed;
+    al_ckpt_format format;
+    int llmc_version; /* 3 (fp32) or 5 (bf16) */
+} al_gpt2_make_opts;
+
+/* Writes a deterministic random GPT-2 checkpoint of the real layout, atomically: safetensors
+ * (out = a directory receiving model.safetensors + config.json, HF names without prefix) or
+ * llm.c (out = the .bin, vocabulary padded to a multiple of 128). The same seed gives the
+ * same weights in both formats. Scales: embeddings and matrices N(0, 0.02) except c_attn
+ * N(0, 1/sqrt(C)) (so that attention logits have unit scale), residual projections
+ * N(0, 0.02/sqrt(2L)), biases N(0, 0.02), LayerNorm weights 1 + N(0, 0.1). */
+int al_gpt2_make_model(const al_gpt2_make_opts *o, const char *out, al_error *err);
+
 /* ==== Section: experiments (the paper's Algorithms 1-5, reports) ======================== */
 /* owner: reproduce module (src/reproduce.c, src/plot.c, src/report.c) */
 
