@@ -32,4 +32,28 @@ typedef struct al__attn {
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);
 
+/* ---- additions by the GPT-2 engine (src/ops.c, src/attention.c) ---- */
+
+/* Buffers of the attention kept across layers and forwards (grown on demand, never shrunk):
+ * use one per model, zero-initialised, with al__attention_ws; al__attention allocates a
+ * temporary one per call (simple, but it page-faults its buffers at every layer). */
+typedef struct al__attn_ws {
+    float *cap;     size_t cap_n;     /* capture arrays q, k, v, logits, weights (floats) */
+    float *scratch; size_t scratch_n; /* [threads, 2, AL__ATTN_BLOCK, T] per-thread rows */
+    int *idx;       size_t idx_n;     /* heads [n_sel] + kv_head [n_head] */
+} al__attn_ws;
+#define AL__ATTN_BLOCK 64             /* query rows per task */
+int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);
+void al__attn_ws_free(al__attn_ws *ws);
+
+/* Threads of every kernel (OpenMP's; OpenBLAS is kept single-threaded inside them so that
+ * the two pools never compete). n <= 0: all cores. */
+void al__set_threads(int n);
+int al__get_threads(void);
+void al__blas_single(void); /* sets OpenBLAS to one thread (called by the matmuls) */
+/* w[n] = softmax(z[n]) (max-shifted, float exp, double sum). w may equal z. */
+void al__softmax_row(float *w, const float *z, int n);
+float al__expf(float x);                  /* float exp to ~2 ulp, vectorisable */
+void al__exp_inplace(float *x, size_t n); /* x = exp(x) */
+
 #endif

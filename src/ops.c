@@ -1,0 +1,236 @@
+/* ops.c: the dense float32 kernels shared by every model family (see ops.h).
+ *
+ * Threads: one pool only. OpenBLAS is kept single-threaded and the kernels split their work
+ * over OpenMP threads themselves (rows or columns of a matmul, heads and row blocks of the
+ * attention), so OpenBLAS's pthreads never spin against OpenMP's. The thread count is
+ * OpenMP's (OMP_NUM_THREADS, al__set_threads; default: all cores). */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+void al__set_threads(int n) {
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+}
+
+int al__get_threads(void) {
+    return omp_get_max_threads();
+}
+
+void al__blas_single(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+/* C[M, N] = A[M, K] @ op(B) (+ bias[N] broadcast over rows), op(B) = B [K, N] or B[N, K]^T,
+ * split over the OpenMP threads: by rows when there are enough of them, else by columns. */
+static void gemm_bias(float *y, const float *x, const float *W, const float *bias, int M, int K,
+                      int N, int transW) {
+    al__blas_single();
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    double work = (double)M * K * N;
+    if (work < 4e6) nt = 1;
+    int by_rows = M >= 32 * nt;
+    int parts = nt;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int p = 0; p < parts; p++) {
+        int total = by_rows ? M : N;
+        int quantum = by_rows ? 1 : 16; /* columns in multiples of 16 floats (cache lines) */
+        int units = (total + quantum - 1) / quantum;
+        int u0 = (int)((int64_t)units * p / parts), u1 = (int)((int64_t)units * (p + 1) / parts);
+        int s0 = u0 * quantum, s1 = u1 * quantum < total ? u1 * quantum : total;
+        if (s1 <= s0) continue;
+        int m0 = by_rows ? s0 : 0, m = by_rows ? s1 - s0 : M;
+        int n0 = by_rows ? 0 : s0, n = by_rows ? N : s1 - s0;
+        float *yc = y + (size_t)m0 * N + n0;
+        float beta = 0.0f;
+        if (bias) {
+            for (int i = 0; i < m; i++)
+                memcpy(yc + (size_t)i * N, bias + n0, (size_t)n * sizeof *y);
+            beta = 1.0f;
+        }
+        const float *xa = x + (size_t)m0 * K;
+        if (transW) /* W [N, K]: columns n0.. of the product are rows n0.. of W */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, K, 1.0f, xa, K,
+                        W + (size_t)n0 * K, K, beta, yc, N);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, xa, K, W + n0, N,
+                        beta, yc, N);
+    }
+}
+
+void al__matmul(float *y, const float *x, const float *W, const float *bias, int M, int K, int N) {
+    gemm_bias(y, x, W, bias, M, K, N, 0);
+}
+
+void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, int M, int K,
+                   int N) {
+    gemm_bias(y, x, W, bias, M, K, N, 1);
+}
+
+void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
+                   float eps) {
+#pragma omp parallel for schedule(static) if (M >= 64 && !omp_in_parallel())
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C; /* [C] */
+        float *yi = y + (size_t)i * C;       /* [C] */
+        double s = 0.0;
+        for (int c = 0; c < C; c++) s += xi[c];
+        double mean = s / C, v = 0.0;
+        for (int c = 0; c < C; c++) {
+            double d = xi[c] - mean;
+            v += d * d;
+        }
+        float rstd = (float)(1.0 / sqrt(v / C + eps)), mu = (float)mean;
+        for (int c = 0; c < C; c++) yi[c] = (xi[c] - mu) * rstd * g[c] + (b ? b[c] : 0.0f);
+    }
+}
+
+void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float eps) {
+#pragma omp parallel for schedule(static) if (M >= 64 && !omp_in_parallel())
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C; /* [C] */
+        float *yi = y + (size_t)i * C;       /* [C] */
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)xi[c] * xi[c];
+        float r = (float)(1.0 / sqrt(ss / C + eps));
+        for (int c = 0; c < C; c++) yi[c] = xi[c] * r * g[c];
+    }
+}
+
+/* exp(x) in float to about 2 ulp, written so that the compiler vectorises the loops calling it
+ * (Cody-Waite range reduction, degree-6 polynomial, 2^n built in the exponent bits). */
+static inline float vexpf(float x) {
+    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693359375f; /* ln 2 split in a short high part ... */
+    r = r - n * -2.12194440e-4f;    /* ... and the rest */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t ti, pi;
+    memcpy(&ti, &t, 4);
+    memcpy(&pi, &p, 4);
+    pi += (ti - 0x4B400000) << 23; /* 0x4B400000 = bits of the shift: ti - it = n */
+    memcpy(&p, &pi, 4);
+    return p;
+}
+
+#ifdef __AVX2__
+#include <immintrin.h>
+/* vexpf on 8 lanes (the same steps, AVX2 + FMA) */
+static inline __m256 vexp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 shift = _mm256_set1_ps(12582912.0f);
+    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shift);
+    __m256 n = _mm256_sub_ps(t, shift);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+#endif
+
+float al__expf(float x) {
+    return vexpf(x);
+}
+
+void al__exp_inplace(float *x, size_t n) {
+    size_t i = 0;
+#ifdef __AVX2__
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, vexp8(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] = vexpf(x[i]);
+}
+
+/* 0.5 v (1 + tanh u) = v / (1 + exp(-2u)), u = sqrt(2/pi) (v + 0.044715 v^3): no cancellation */
+static inline float gelu_tanh1(float v) {
+    float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    return v / (1.0f + vexpf(-2.0f * u));
+}
+
+static void gelu_tanh_span(float *x, size_t n) {
+    size_t i = 0;
+#ifdef __AVX2__
+    const __m256 s = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c = _mm256_set1_ps(0.044715f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 u = _mm256_mul_ps(s, _mm256_fmadd_ps(_mm256_mul_ps(c, v), _mm256_mul_ps(v, v), v));
+        __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), vexp8(u));
+        _mm256_storeu_ps(x + i, _mm256_div_ps(v, d));
+    }
+#endif
+    for (; i < n; i++) x[i] = gelu_tanh1(x[i]);
+}
+
+void al__gelu_tanh(float *x, size_t n) {
+    const size_t chunk = 16384;
+    size_t n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n_chunks > 1 && !omp_in_parallel())
+    for (size_t c = 0; c < n_chunks; c++) {
+        size_t i0 = c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
+        gelu_tanh_span(x + i0, m);
+    }
+}
+
+void al__gelu_erf(float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= 65536 && !omp_in_parallel())
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void al__silu_mul(float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= 65536 && !omp_in_parallel())
+    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + vexpf(-gate[i])) * up[i];
+}
+
+void al__add(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void al__softmax_row(float *w, const float *z, int n) {
+    /* max and sum in 8 independent lanes (vectorisable, still exact order per lane) */
+    float mx8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int n8 = n & ~7;
+#ifdef __AVX2__
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < n8; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(z + j));
+    _mm256_storeu_ps(mx8, mv);
+#else
+    for (int j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) mx8[l] = z[j + l] > mx8[l] ? z[j + l] : mx8[l];
+#endif
+    float mx = -INFINITY;
+    for (int l = 0; l < 8; l++) mx = mx8[l] > mx ? mx8[l] : mx;
+    for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
+    int j0 = 0;
+#ifdef __AVX2__
+    for (__m256 m8 = _mm256_set1_ps(mx); j0 + 8 <= n; j0 += 8)
+        _mm256_storeu_ps(w + j0, vexp8(_mm256_sub_ps(_mm256_loadu_ps(z + j0), m8)));
+#endif
+    for (int j = j0; j < n; j++) w[j] = vexpf(z[j] - mx);
+    double s8[8] = {0};
+    for (int j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) s8[l] += w[j + l];
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += s8[l];
+    for (int j = n8; j < n; j++) s += w[j];
+    float inv = (float)(1.0 / s);
+    for (int j = 0; j < n; j++) w[j] *= inv;
+}

@@ -1,0 +1,378 @@
+/* test_ops.c: every kernel of src/ops.h against a naive double-precision loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static float *randv(al__rng *r, size_t n, double scale) {
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * al__rng_normal(r));
+    return x;
+}
+
+/* max |a - b| / (atol + rtol |b|) <= 1 for every element */
+static void assert_close(const float *a, const double *b, size_t n, double atol, double rtol,
+                         const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= atol + rtol * fabs(b[i]))) {
+            fail_msg("%s: element %zu: got %.9g, want %.9g (diff %.3g)", what, i, a[i], b[i], d);
+        }
+    }
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+
+static void check_matmul(int M, int K, int N, int with_bias, int nt) {
+    al__rng r;
+    al__rng_seed(&r, (uint64_t)(M * 131 + K * 7 + N + nt));
+    float *x = randv(&r, (size_t)M * K, 1.0);          /* [M, K] */
+    float *W = randv(&r, (size_t)K * N, 1.0);          /* [K, N] */
+    float *Wt = malloc((size_t)K * N * sizeof(float)); /* [N, K] */
+    float *b = with_bias ? randv(&r, (size_t)N, 1.0) : NULL;
+    float *y = malloc((size_t)M * N * sizeof(float)), *y2 = malloc((size_t)M * N * sizeof(float));
+    double *ref = malloc((size_t)M * N * sizeof(double));
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) Wt[(size_t)n * K + k] = W[(size_t)k * N + n];
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int k = 0; k < K; k++) s += (double)x[(size_t)m * K + k] * W[(size_t)k * N + n];
+            ref[(size_t)m * N + n] = s;
+        }
+    al__set_threads(nt);
+    al__matmul(y, x, W, b, M, K, N);
+    al__matmul_nt(y2, x, Wt, b, M, K, N);
+    double tol = 1e-5 * sqrt((double)K);
+    assert_close(y, ref, (size_t)M * N, tol, 1e-5, "al__matmul");
+    assert_close(y2, ref, (size_t)M * N, tol, 1e-5, "al__matmul_nt");
+    free(x), free(W), free(Wt), free(b), free(y), free(y2), free(ref);
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    check_matmul(1, 1, 1, 0, 1);
+    check_matmul(3, 5, 7, 1, 2);
+    check_matmul(1, 64, 300, 1, 2);    /* one row: split by columns */
+    check_matmul(200, 96, 77, 1, 2);   /* many rows: split by rows */
+    check_matmul(130, 257, 129, 0, 3); /* odd sizes, more threads than cores */
+    check_matmul(200, 96, 77, 1, 1);
+    al__set_threads(0);
+}
+
+/* ---- norms and pointwise ----------------------------------------------------------------- */
+
+static void test_layernorm_rmsnorm(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 7);
+    const int M = 70, C = 96;
+    float *x = randv(&r, (size_t)M * C, 3.0), *g = randv(&r, C, 1.0), *b = randv(&r, C, 1.0);
+    for (int i = 0; i < C; i++) x[i] += 100.0f; /* a row with a large mean */
+    float *y = malloc((size_t)M * C * sizeof(float));
+    double *ref = malloc((size_t)M * C * sizeof(double));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < M; i++) {
+            double mu = 0, v = 0, ss = 0;
+            for (int c = 0; c < C; c++)
+                mu += x[i * C + c], ss += (double)x[i * C + c] * x[i * C + c];
+            mu /= C;
+            for (int c = 0; c < C; c++) v += (x[i * C + c] - mu) * (x[i * C + c] - mu);
+            v /= C;
+            for (int c = 0; c < C; c++)
+                ref[i * C + c] = pass == 0 ? (x[i * C + c] - mu) / sqrt(v + 1e-5) * g[c] + b[c]
+                                           : x[i * C + c] / sqrt(ss / C + 1e-6) * g[c];
+        }
+        if (pass == 0)
+            al__layernorm(y, x, g, b, M, C, 1e-5f);
+        else
+            al__rmsnorm(y, x, g, M, C, 1e-6f);
+        assert_close(y, ref, (size_t)M * C, 1e-5, 1e-5, pass ? "rmsnorm" : "layernorm");
+    }
+    /* in place */
+    memcpy(y, x, (size_t)M * C * sizeof(float));
+    al__rmsnorm(y, y, g, M, C, 1e-6f);
+    assert_close(y, ref, (size_t)M * C, 1e-5, 1e-5, "rmsnorm in place");
+    free(x), free(g), free(b), free(y), free(ref);
+}
+
+static void test_pointwise(void **state) {
+    (void)state;
+    const size_t n = 200001; /* large enough for the threaded path */
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)),
+          *u = malloc(n * sizeof(float));
+    double *ref = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(-20.0 + 40.0 * i / (n - 1)), u[i] = (float)(0.5 + i % 7);
+
+    memcpy(y, x, n * sizeof(float));
+    al__gelu_tanh(y, n);
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        ref[i] = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+    assert_close(y, ref, n, 2e-7, 2e-6, "gelu_tanh");
+
+    memcpy(y, x, n * sizeof(float));
+    al__gelu_erf(y, n);
+    for (size_t i = 0; i < n; i++) ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+    assert_close(y, ref, n, 2e-7, 2e-6, "gelu_erf");
+
+    memcpy(y, x, n * sizeof(float));
+    al__silu_mul(y, u, n);
+    for (size_t i = 0; i < n; i++) ref[i] = x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+    assert_close(y, ref, n, 1e-7, 2e-6, "silu_mul");
+
+    memcpy(y, x, n * sizeof(float));
+    al__add(y, u, n);
+    for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + u[i];
+    assert_close(y, ref, n, 0, 1e-7, "add");
+
+    /* exp over the whole float range that does not overflow or flush */
+    for (size_t i = 0; i < n; i++) x[i] = (float)(-87.0 + 175.0 * i / (n - 1));
+    memcpy(y, x, n * sizeof(float));
+    al__exp_inplace(y, n);
+    for (size_t i = 0; i < n; i++) ref[i] = exp((double)x[i]);
+    assert_close(y, ref, n, 0, 5e-7, "exp");
+    assert_true(fabsf(al__expf(0.0f) - 1.0f) == 0.0f);
+    free(x), free(y), free(u), free(ref);
+}
+
+static void test_softmax(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 3);
+    for (int n = 1; n <= 1100; n += 137) {
+        float *z = randv(&r, (size_t)n, 10.0), *w = malloc((size_t)n * sizeof(float));
+        double *ref = malloc((size_t)n * sizeof(double)), mx = -INFINITY, s = 0;
+        z[0] += 1000.0f; /* a large shift */
+        for (int j = 0; j < n; j++) mx = fmax(mx, z[j]);
+        for (int j = 0; j < n; j++) s += exp(z[j] - mx);
+        for (int j = 0; j < n; j++) ref[j] = exp(z[j] - mx) / s;
+        al__softmax_row(w, z, n);
+        assert_close(w, ref, (size_t)n, 1e-8, 2e-6, "softmax");
+        al__softmax_row(z, z, n); /* in place */
+        assert_close(z, ref, (size_t)n, 1e-8, 2e-6, "softmax in place");
+        free(z), free(w), free(ref);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+typedef struct seen {
+    int calls, last_layer, stop_at;
+    int T, H, G, D, C, causal;
+    const uint8_t *heads;
+    const float *qkv; /* [T, (H + 2G) * D] */
+    double *ref_z;    /* [H, T, T] naive logits */
+    double *ref_w;    /* [H, T, T] naive weights */
+    const float *hidden, *embed;
+    unsigned what;
+} seen;
+
+static int observer(void *user, const al_capture *cap, al_error *err) {
+    seen *s = user;
+    s->calls++;
+    s->last_layer = cap->layer;
+    assert_int_equal(cap->T, s->T);
+    assert_int_equal(cap->n_head, s->H);
+    assert_int_equal(cap->n_kv_head, s->G);
+    assert_int_equal(cap->d_head, s->D);
+    int n_sel = 0;
+    for (int h = 0; h < s->H; h++) n_sel += !s->heads || s->heads[h];
+    assert_int_equal(cap->n_sel, n_sel);
+    int T = s->T, D = s->D, W = (s->H + 2 * s->G) * D;
+    for (int h = 0; h < s->H; h++) assert_int_equal(cap->kv_head[h], h / (s->H / s->G));
+    for (int i = 0; i < cap->n_sel; i++) {
+        int h = cap->heads[i], g = h / (s->H / s->G);
+        if (i) assert_true(cap->heads[i] > cap->heads[i - 1]);
+        assert_true(!s->heads || s->heads[h]);
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < D; d++) {
+                size_t o = ((size_t)i * T + t) * D + d;
+                const float *row = s->qkv + (size_t)t * W;
+                if (s->what & AL_CAP_Q) assert_true(cap->q[o] == row[h * D + d]);
+                if (s->what & AL_CAP_K) assert_true(cap->k[o] == row[(s->H + g) * D + d]);
+                if (s->what & AL_CAP_V) assert_true(cap->v[o] == row[(s->H + s->G + g) * D + d]);
+            }
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < T; j++) {
+                size_t o = ((size_t)i * T + t) * T + j, ro = ((size_t)h * T + t) * T + j;
+                int masked = s->causal && j > t;
+                if (s->what & AL_CAP_LOGITS) {
+                    if (masked)
+                        assert_true(isinf(cap->logits[o]) && cap->logits[o] < 0);
+                    else
+                        assert_true(fabs(cap->logits[o] - s->ref_z[ro]) <=
+                                    1e-5 * (1 + fabs(s->ref_z[ro])));
+                }
+                if (s->what & AL_CAP_WEIGHTS) {
+                    if (masked)
+                        assert_true(cap->weights[o] == 0.0f);
+                    else
+                        assert_true(fabs(cap->weights[o] - s->ref_w[ro]) <= 2e-6);
+                }
+            }
+    }
+    if (!(s->what & AL_CAP_Q)) assert_null(cap->q);
+    if (!(s->what & AL_CAP_LOGITS)) assert_null(cap->logits);
+    if (!(s->what & AL_CAP_WEIGHTS)) assert_null(cap->weights);
+    assert_ptr_equal(cap->hidden, (s->what & AL_CAP_HIDDEN) ? s->hidden : NULL);
+    assert_ptr_equal(cap->embed, (s->what & AL_CAP_EMBED) ? s->embed : NULL);
+    if (s->stop_at == cap->layer)
+        return al__err(err, AL_E_CANCELLED, "stop requested at layer %d", cap->layer);
+    return 0;
+}
+
+/* q, k, v interleaved in one [T, (H + 2G) D] buffer, as a fused qkv projection writes them */
+static void check_attention(int T, int H, int G, int D, int causal, unsigned what,
+                            const uint8_t *heads, al__attn_ws *ws) {
+    al__rng r;
+    al__rng_seed(&r, (uint64_t)(T * 1000 + H * 10 + G + causal));
+    int W = (H + 2 * G) * D, C = H * D;
+    float *qkv = randv(&r, (size_t)T * W, 1.5);
+    float *hidden = randv(&r, (size_t)T * C, 1.0), *embed = randv(&r, (size_t)T * C, 1.0);
+    float *out = malloc((size_t)T * C * sizeof(float));
+    double *z = malloc((size_t)H * T * T * sizeof(double)),
+           *w = malloc((size_t)H * T * T * sizeof(double));
+    double *ref = malloc((size_t)T * C * sizeof(double));
+    for (int h = 0; h < H; h++) {
+        int g = h / (H / G);
+        for (int t = 0; t < T; t++) {
+            int n = causal ? t + 1 : T;
+            double mx = -INFINITY, s = 0;
+            for (int j = 0; j < T; j++) {
+                double dot = 0;
+                for (int d = 0; d < D; d++)
+                    dot += (double)qkv[(size_t)t * W + h * D + d] *
+                           qkv[(size_t)j * W + (H + g) * D + d];
+                z[((size_t)h * T + t) * T + j] = j < n ? dot / sqrt((double)D) : -INFINITY;
+                if (j < n) mx = fmax(mx, dot / sqrt((double)D));
+            }
+            for (int j = 0; j < n; j++) s += exp(z[((size_t)h * T + t) * T + j] - mx);
+            for (int j = 0; j < T; j++)
+                w[((size_t)h * T + t) * T + j] =
+                    j < n ? exp(z[((size_t)h * T + t) * T + j] - mx) / s : 0.0;
+            for (int d = 0; d < D; d++) {
+                double o = 0;
+                for (int j = 0; j < n; j++)
+                    o += w[((size_t)h * T + t) * T + j] * qkv[(size_t)j * W + (H + G + g) * D + d];
+                ref[(size_t)t * C + h * D + d] = o;
+            }
+        }
+    }
+    seen s = {.stop_at = -1,
+              .T = T,
+              .H = H,
+              .G = G,
+              .D = D,
+              .C = C,
+              .causal = causal,
+              .heads = heads,
+              .qkv = qkv,
+              .ref_z = z,
+              .ref_w = w,
+              .hidden = hidden,
+              .embed = embed,
+              .what = what};
+    al_capture_request req = {.what = what, .heads = heads, .fn = observer, .user = &s};
+    al__attn a = {.layer = 2,
+                  .T = T,
+                  .n_head = H,
+                  .n_kv_head = G,
+                  .d_head = D,
+                  .d_model = C,
+                  .causal = causal,
+                  .q = qkv,
+                  .q_stride = (size_t)W,
+                  .k = qkv + H * D,
+                  .k_stride = (size_t)W,
+                  .v = qkv + (H + G) * D,
+                  .v_stride = (size_t)W,
+                  .out = out,
+                  .hidden = hidden,
+                  .embed = embed,
+                  .req = &req};
+    al_error err = {0};
+    int rc = ws ? al__attention_ws(&a, ws, &err) : al__attention(&a, &err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(s.calls, what ? 1 : 0);
+    assert_close(out, ref, (size_t)T * C, 2e-6, 2e-5, "attention output");
+
+    /* a layer not selected: no call; an observer that stops: its error comes back */
+    uint8_t layers[3] = {1, 1, 0};
+    req.layers = layers;
+    s.calls = 0;
+    assert_int_equal(al__attention(&a, &err), 0);
+    assert_int_equal(s.calls, 0);
+    if (what) {
+        layers[2] = 1;
+        s.stop_at = 2;
+        rc = al__attention(&a, &err);
+        assert_int_equal(rc, AL_E_CANCELLED);
+        assert_non_null(strstr(err.msg, "stop requested at layer 2"));
+    }
+    free(qkv), free(hidden), free(embed), free(out), free(z), free(w), free(ref);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    const unsigned all = AL_CAP_Q | AL_CAP_K | AL_CAP_V | AL_CAP_LOGITS | AL_CAP_WEIGHTS |
+                         AL_CAP_HIDDEN | AL_CAP_EMBED;
+    const uint8_t some[4] = {0, 1, 0, 1};
+    al__attn_ws ws = {0};
+    al__set_threads(2);
+    check_attention(1, 1, 1, 8, 1, all, NULL, NULL);
+    check_attention(70, 4, 4, 16, 1, all, NULL, &ws);           /* T past one block */
+    check_attention(130, 4, 2, 8, 1, all, some, &ws);           /* grouped-query, some heads */
+    check_attention(130, 4, 1, 8, 0, all, NULL, &ws);           /* encoder, one kv head */
+    check_attention(64, 4, 4, 16, 1, 0, NULL, &ws);             /* no capture */
+    check_attention(97, 4, 2, 8, 1, AL_CAP_WEIGHTS, some, &ws); /* weights only */
+    check_attention(97, 4, 4, 8, 1, AL_CAP_LOGITS | AL_CAP_K, NULL, &ws); /* logits only */
+    check_attention(97, 4, 4, 8, 0, AL_CAP_HIDDEN, NULL, &ws);            /* per-layer only */
+    al__set_threads(1);
+    check_attention(129, 2, 2, 8, 1, all, NULL, &ws); /* one thread */
+    al__set_threads(0);
+    al__attn_ws_free(&ws);
+}
+
+static void test_attention_bad_shape(void **state) {
+    (void)state;
+    float x[16] = {0};
+    al__attn a = {.T = 2,
+                  .n_head = 3,
+                  .n_kv_head = 2,
+                  .d_head = 1,
+                  .d_model = 3,
+                  .causal = 1,
+                  .q = x,
+                  .q_stride = 3,
+                  .k = x,
+                  .k_stride = 2,
+                  .v = x,
+                  .v_stride = 2,
+                  .out = x};
+    al_error err = {0};
+    assert_int_equal(al__attention(&a, &err), AL_E_INVALID);
+    assert_non_null(strstr(err.msg, "kv heads 2"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_layernorm_rmsnorm),
+        cmocka_unit_test(test_pointwise), cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_bad_shape),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
