@@ -101,11 +101,132 @@ void al_sha256_buf(const void *buf, size_t len, char hex[65]);
 /* ==== Section: normalizers (METHOD section 7) ============================================ */
 /* owner: normalizers module (src/normalize.c) */
 
+typedef enum al_norm_kind {
+    AL_NORM_SOFTMAX,
+    AL_NORM_SPARSEMAX,
+    AL_NORM_ENTMAX15,
+    AL_NORM_ENTMAX,
+    AL_NORM_SSMAX,
+    AL_NORM_SA_SOFTMAX,      /* z * softmax(z) */
+    AL_NORM_SA_SOFTMAX_NORM, /* ((z - min(z_min,0)) / (max(0,z_max) - min(z_min,0))) * softmax(z) */
+} al_norm_kind;
+
+typedef struct al_norm {
+    al_norm_kind kind;
+    double temperature; /* T > 0 (default 1): every normalizer is applied to z/T */
+    double alpha;       /* entmax alpha > 1 (default 1.5) */
+    double ssmax_s;     /* ssmax scalar s (default 0.43) */
+} al_norm;
+
+al_norm al_norm_default(al_norm_kind kind);
+/* names: "softmax","sparsemax","entmax15","entmax","ssmax","sa-softmax","sa-softmax-norm" */
+int al_norm_parse(const char *name, al_norm *out, al_error *err);
+const char *al_norm_name(al_norm_kind kind);
+int al_norm_sums_to_one(const al_norm *nm); /* 0 for the sa-softmax forms */
+/* Checks temperature, alpha and s (an error names the bad field). */
+int al_norm_check(const al_norm *nm, al_error *err);
+
+/* p[n] = normalizer(z[n]); n >= 1; NaN/Inf in z is an error naming the position.
+ * Scratch memory: none on the heap for n <= 1024 (stack), heap beyond. */
+int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err);
+/* out[n] = J v and out[n] = J^T u, J = dp/dz [n, n] at z. out must not alias z, v, u. */
+int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
+                al_error *err);
+int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
+                al_error *err);
+/* J[n, n], J[i*n+j] = dp_i/dz_j. */
+int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err);
+/* Largest singular value of J: exact (secular equation, ~1e-15 relative) for softmax, sparsemax,
+ * entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms. */
+int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                          al_error *err);
+int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                           al_error *err);
+/* Forward and spectral norm in one call (one forward pass instead of two): p[n], *spectral. */
+int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
+                             double *spectral, al_error *err);
+/* lambda_max of diag(g) - g g^T / sum(g) for g[n] >= 0 (the rank-one form of the softmax,
+ * sparsemax and entmax Jacobians). For softmax weights p (summing to 1) and temperature T the
+ * softmax Jacobian's spectral norm is al_norm_rank1_spectral(p, n) / T. Never fails. */
+double al_norm_rank1_spectral(const double *g, int64_t n);
+/* bounds for the softmax family (softmax; ssmax via its effective temperature): sup = 1/(2T),
+ * paper = min(1/(4T), sqrt 2); NaN where no bound is known. */
+void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper);
+
 /* ==== Section: metrics (METHOD sections 2-6) ============================================== */
 /* owner: metrics module (src/metrics.c, src/sensitivity.c) */
 
+/* What al_row_metrics / al_head_metrics compute. */
+typedef struct al_metrics_opts {
+    const int *top_n;     /* [n_top] the N grid, any order, each >= 1 */
+    int n_top;
+    int distance;         /* compute dtilde, dmax, E (METHOD section 3) */
+    int separability;     /* compute N_s/N and its bounds (METHOD section 5) */
+    int mc_samples;       /* Monte-Carlo E: random N-subsets per row (0 = off); cost
+                           * mc_samples * (n + N) * d per row and N */
+    uint64_t mc_seed;     /* its seed (mixed with the row index and N) */
+    int causal;           /* 1: row t sees keys 0..t (n = t+1); 0: every row sees all L keys */
+} al_metrics_opts;
+
+/* Per-N results: means over the rows with n > N (rows == 0: every mean is NaN).
+ * Weights need not be non-negative nor sum to 1 (sparsemax zeros, sa-softmax): b is the
+ * sum of the non-selected weights as given; dmax is then reported but is a bound only for
+ * non-negative weights. Separability for N = 1: delta is undefined, every xi_i = 0, so the
+ * bounds are both 1 when r > 0 (and N_s/N is 1 then too); r == 0 gives N_s = 0 and bounds 0. */
+typedef struct al_topn_stats {
+    int N;
+    int64_t rows;     /* rows with n > N that entered the means */
+    double dtilde;    /* sum_{i not in I_N} ||alpha_i x_i - s||                 [reading] */
+    double dmax;      /* b d1 + ((n-N) abar - b) m                              [reading] */
+    double E;         /* ((n-N)/n) sum_i ||alpha_i x_i - N/(n-1) sum_{j!=i} alpha_j x_j|| */
+    double E_mc;      /* Monte-Carlo mean of dtilde over uniform random N-subsets (NaN if off) */
+    double E_mc_se;   /* standard error of E_mc (over samples, combined over rows) */
+    double ns_ratio;  /* N_s / N on unit vectors                                          */
+    double ns_lower;  /* max(0, 1 - sum_i xi_i / (r N))                         [reading] */
+    double ns_upper;  /* min(1, (1/N) sum_i exp(-max(xi_i - r, 0)^2 / 2))       [reading] */
+} al_topn_stats;
+
+/* One row: alpha[n] weights, x[n, d] vectors (o->causal is ignored). out[n_top] in the order
+ * of o->top_n (rows = 1, or 0 with NaN means when n <= N). NaN/Inf input is an error naming
+ * the position. */
+int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_metrics_opts *o, al_topn_stats *out, al_error *err);
+/* One head: w[L, L] weights (row t uses columns 0..n_t-1 only; the rest is never read),
+ * x[L, d] vectors. out[n_top]: means over the rows with n_t > N. row_max[L] (max weight)
+ * and row_entropy[L] (H = -sum alpha log alpha over the row's n keys; terms with alpha <= 0
+ * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads.
+ * Memory: about 3 L^2 doubles. */
+int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                    double *row_entropy, al_error *err);
+/* Corollary 1: D[L], D_t = ||q_t|| * max_{j <= t (causal) or all j} ||k_j|| / sqrt(d_head).
+ * q[L, d_head], k[L, d_head]. */
+int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
+                        double *D, al_error *err);
+
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */
+
+/* Two-sample Kolmogorov-Smirnov test, two-sided: statistic and p-value as
+ * scipy.stats.ks_2samp(a, b) (scipy 1.10, method='auto': exact when
+ * max(na, nb) <= 10000, asymptotic otherwise or when the exact computation fails).
+ * a[na], b[nb]; NaN/Inf is an error naming the position; empty samples are an error. */
+int al_ks_2samp(const double *a, size_t na, const double *b, size_t nb, double *statistic,
+                double *pvalue, al_error *err);
+/* Algorithm 3 for one L: N[nN] increasing; dtilde[nN, n_heads] and E[nN, n_heads] per-head
+ * means. pvalues[nN] = KS p-value of dtilde[i, :] against E[i, :]; *crit = the smallest N
+ * with p >= level, or -1 when not reached. Heads with a non-finite value are an error. */
+int al_critical_n(const int *N, int nN, const double *dtilde, const double *E, int n_heads,
+                  double level, double *pvalues, int *crit, al_error *err);
+/* Least squares through the origin: sum x y / sum x^2 over x[n], y[n] (NaN if sum x^2 == 0). */
+double al_slope_origin(const double *x, const double *y, size_t n);
+/* Five-number summary and mean of x[n]; quartiles as numpy.percentile's default (linear). */
+typedef struct al_five {
+    double min, q1, median, q3, max, mean;
+} al_five;
+int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
+/* The p-th percentile (0..100) of sorted[n] (ascending), numpy's linear method. */
+double al_percentile_sorted(const double *sorted, size_t n, double p);
 
 /* ==== Section: tokenizers and corpora ===================================================== */
 /* owner: tokenizer module (src/bpe.c, src/corpus.c, src/wordpiece.c) */
@@ -116,10 +237,17 @@ typedef struct al_tokenizer al_tokenizer;
  * al_data_find), or a directory holding encoder.json + vocab.bpe (or HF vocab.json +
  * merges.txt). */
 int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err);
+/* Any byte-level BPE vocabulary in those files, with a named pre-tokenizer: "gpt2" (or NULL),
+ * "llama3" (also "llama-bpe"), "smollm" (each digit alone, then the GPT-2 pattern). The
+ * files of an explicit directory are used as they are (no pinned hash). */
+int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **out, al_error *err);
 void al_tokenizer_free(al_tokenizer *tk);
 int al_tokenizer_vocab_size(const al_tokenizer *tk);
 /* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
- * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text. */
+ * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text.
+ * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the
+ * pattern; its last pre-token and every byte from the first invalid one on are merged as one
+ * BPE piece (per segment between allowed special tokens). decode(encode(x)) == x always. */
 int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special, int32_t **ids,
                 size_t *n, al_error *err);
 /* Decodes ids into bytes (*text malloc'ed, NUL-terminated, len excludes the NUL). */
@@ -128,6 +256,8 @@ int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **t
 /* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
  * as al_data_find's explicit path) or a path to a text file (read as bytes). */
 int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len, al_error *err);
+/* Length of the longest valid UTF-8 prefix of text[len] (== len when it is all valid). */
+size_t al_utf8_valid_len(const char *text, size_t len);
 
 /* ==== Section: models and capture ========================================================= */
 /* owner: model modules (src/model.c dispatches; src/gpt2.c, src/llama.c, src/bert.c) */
@@ -273,6 +403,81 @@ int al_gpt2_make_model(const al_gpt2_make_opts *o, const char *out, al_error *er
 
 /* ==== Section: experiments (the paper's Algorithms 1-5, reports) ======================== */
 /* owner: reproduce module (src/reproduce.c, src/plot.c, src/report.c) */
+
+/* Which vectors x_j the distance and separability metrics use (METHOD section 1 [reading]). */
+typedef enum al_vectors {
+    AL_VEC_VALUE = 0, /* the head's value vectors v_j (default) */
+    AL_VEC_KEY,       /* the head's key vectors k_j */
+    AL_VEC_HIDDEN,    /* the layer input after its first norm, d_model wide */
+    AL_VEC_EMBED,     /* the model input (token + position embedding) */
+} al_vectors;
+const char *al_vectors_name(al_vectors v); /* "value", "key", "hidden", "embedding" */
+int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
+
+/* The experiments of `attnlim reproduce` (bit flags; 0 = all). */
+enum {
+    AL_EXP_VANISHING = 1u << 0,
+    AL_EXP_ALG1 = 1u << 1,
+    AL_EXP_ALG2 = 1u << 2,
+    AL_EXP_ALG3 = 1u << 3,
+    AL_EXP_ALG4 = 1u << 4,
+    AL_EXP_ALG5 = 1u << 5,
+    AL_EXP_ALL = 0x3f,
+};
+
+/* Options of al_reproduce. al_repro_defaults fills the paper's settings; every NULL grid
+ * means the default grid of METHOD (or the --quick grid when quick is set). */
+typedef struct al_repro_opts {
+    const char *model;       /* path or known name; NULL = the best available (al_repro_pick_model) */
+    const char *corpus;      /* "war-and-peace" (default) or a text file */
+    const char *data_path;   /* explicit data location for al_data_find, or NULL */
+    const char *out_dir;     /* where every output goes (created) */
+    int windows;             /* K >= 1: windows 0..K-1 of every L */
+    al_vectors vectors;
+    const char *normalizer;  /* NULL: the model's own softmax weights; else an al_norm_parse name */
+    int quick;               /* small grids for tiny test models */
+    int resume;              /* reuse OUT/partial results whose options match */
+    int progress;            /* draw a progress bar on stderr */
+    int quiet;               /* no messages on stderr at all */
+    int threads;             /* OpenMP threads over heads (0 = the OpenMP default) */
+    unsigned experiments;    /* AL_EXP_* (0 = all) */
+    uint64_t seed;           /* Algorithm 5 directions and Monte-Carlo E */
+    int mc_samples;          /* Monte-Carlo samples for E (0 = off) */
+    int long_length;         /* L of the vanishing study and Algorithms 2, 4, 5 (0 = min(1024, ctx)) */
+    const int *lengths;      /* [n_lengths] Algorithms 1 and 3 */
+    int n_lengths;
+    const int *top_n;        /* [n_top_n] Algorithm 2 */
+    int n_top_n;
+    const int *critical_n;   /* [n_critical_n] Algorithm 3 (only N < L is used) */
+    int n_critical_n;
+    const int *separability_n; /* [n_separability_n] Algorithm 4 */
+    int n_separability_n;
+    const double *temperatures; /* [n_temperatures] Algorithm 5 */
+    int n_temperatures;
+    const double *eps;       /* [n_eps] Algorithm 5 */
+    int n_eps;
+    int synthetic;           /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+} al_repro_opts;
+
+void al_repro_defaults(al_repro_opts *o);
+/* The best model available: "gpt2" (124M) when al_model_open("gpt2") works, else "smollm2";
+ * else AL_E_NOTFOUND with a message on how to provide one. name receives the name. */
+int al_repro_pick_model(char *name, size_t size, al_error *err);
+/* Runs every experiment and writes results.json, CSVs, NPYs, figures, report.md and
+ * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
+int al_reproduce(const al_repro_opts *o, al_error *err);
+
+/* `attnlim diagnose`: per-head health of a model on one window. */
+typedef struct al_diag_opts {
+    const char *model;
+    const char *corpus;
+    const char *data_path;
+    const char *out_dir;     /* diagnose.json and diagnose.md (NULL: only the JSON on stdout) */
+    int length;              /* 0 = min(1024, ctx) */
+    int window;
+    int threads;
+    const char *normalizer;  /* NULL = softmax */
+} al_diag_opts;
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,677 @@
+/* metrics.c: the row and head metrics of METHOD sections 2, 3 and 5 for a whole grid of N
+ * in one pass.
+ *
+ * How one head is done (w [L, L] weights, x [L, d] vectors):
+ *   G  = X X^T            [L, L]  one GEMM; every row shares it (row t reads G[:n, :n]);
+ *   S  = W X              [L, d]  attention outputs (triangular multiply when causal);
+ *   XS = S X^T            [L, L]  XS[t, i] = x_i . S_t  (for the analytic E).
+ * Then per row: the top K = min(max N, n - 1) weights are selected once (a heap; ties to the
+ * lower index), and N walks 1, 2, ..., K adding one selected index j at a time:
+ *   c_i   += alpha_j G[j, i]                  c_i = x_i . s
+ *   D_i    = max(D_i, |x_i|^2 + |x_j|^2 - 2 G[j, i])       max_{j in I} |x_i - x_j|^2
+ *   cu_i  += (alpha_j / |x_j|) G[j, i]         u_i . s_u = cu_i / |x_i|
+ *   md_i   = min(md_i, |u_i - u_j|^2)          min distance to the selected unit vectors
+ * which is O(n) per step; at each N of the grid every metric is an O(n) masked sum:
+ *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0).
+ * So a row costs O(n K) instead of O(n d) per N and per subset.
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- per-call state -------------------------------------------------------------------- */
+
+typedef struct grid {
+    int n_top;
+    int *ord;  /* [n_top] indices into top_n, sorted by N ascending */
+    int n_max; /* largest N */
+} grid;
+
+/* Running sums over rows, one per grid entry (indexed like top_n). */
+typedef struct accum {
+    int64_t rows;
+    double dtilde, dmax, E, E_mc, E_mc_var, ns, lo, up;
+} accum;
+
+/* Scratch for one row of up to cap keys; shared by every row of a head. */
+typedef struct rowws {
+    int64_t cap;
+    double *c;     /* [cap] x_i . s */
+    double *D;     /* [cap] max_{j in I} |x_i - x_j|^2 */
+    double *cu;    /* [cap] sum_{j in I} alpha_j G_ij / |x_j| */
+    double *md;    /* [cap] min_{j in I} |u_i - u_j|^2 */
+    double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
+    int64_t *sel;  /* [cap] selected indices, best first */
+    int64_t *perm; /* [cap] Monte-Carlo permutation */
+    int64_t *mark; /* [cap] Monte-Carlo selection stamp */
+    double *sv;    /* [d] Monte-Carlo s */
+} rowws;
+
+/* What one row needs besides its weights. */
+typedef struct rowctx {
+    const double *x; /* [n, d] vectors (rows of the head's x) */
+    int64_t d;
+    const double *G; /* Gram rows: G[j * ldg + i] = x_j . x_i */
+    int64_t ldg;
+    const double *gd;  /* [n] |x_i|^2 */
+    const double *inv; /* [n] 1/|x_i| (0 for a zero vector) */
+    const double *un;  /* [n] 1 if x_i != 0 else 0 (|u_i|^2) */
+    const double *xs;  /* [n] x_i . S for this row (distance only) */
+    double SS;         /* |S|^2 for this row */
+    int64_t row;       /* row index (Monte-Carlo seeding) */
+} rowctx;
+
+static void free_rowws(rowws *w) {
+    free(w->c);
+    free(w->D);
+    free(w->cu);
+    free(w->md);
+    free(w->nsel);
+    free(w->sel);
+    free(w->perm);
+    free(w->mark);
+    free(w->sv);
+    memset(w, 0, sizeof *w);
+}
+
+static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
+    memset(w, 0, sizeof *w);
+    w->cap = cap;
+    size_t nd = (size_t)cap * sizeof(double), ni = (size_t)cap * sizeof(int64_t);
+    w->c = al__malloc(nd, "metrics row scratch", err);
+    w->D = al__malloc(nd, "metrics row scratch", err);
+    w->cu = al__malloc(nd, "metrics row scratch", err);
+    w->md = al__malloc(nd, "metrics row scratch", err);
+    w->nsel = al__malloc(nd, "metrics row scratch", err);
+    w->sel = al__malloc(ni, "metrics row scratch", err);
+    w->perm = al__malloc(ni, "metrics row scratch", err);
+    w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
+    w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
+    if (!w->c || !w->D || !w->cu || !w->md || !w->nsel || !w->sel || !w->perm || !w->mark ||
+        !w->sv) {
+        free_rowws(w);
+        return AL_E_NOMEM;
+    }
+    return 0;
+}
+
+static void free_grid(grid *g) {
+    free(g->ord);
+    g->ord = NULL;
+}
+
+static int build_grid(grid *g, const al_metrics_opts *o, al_error *err) {
+    memset(g, 0, sizeof *g);
+    if (o->n_top < 0 || (o->n_top > 0 && !o->top_n))
+        return al__err(err, AL_E_INVALID, "metrics: bad N grid (n_top %d)", o->n_top);
+    g->n_top = o->n_top;
+    g->ord = al__malloc((size_t)(o->n_top > 0 ? o->n_top : 1) * sizeof(int), "N grid", err);
+    if (!g->ord) return AL_E_NOMEM;
+    for (int k = 0; k < o->n_top; k++) {
+        if (o->top_n[k] < 1) {
+            free_grid(g);
+            return al__err(err, AL_E_INVALID, "metrics: N = %d at position %d of the grid is < 1",
+                           o->top_n[k], k);
+        }
+        /* insertion sort by N (grids are short) */
+        int p = k;
+        while (p > 0 && o->top_n[g->ord[p - 1]] > o->top_n[k]) {
+            g->ord[p] = g->ord[p - 1];
+            p--;
+        }
+        g->ord[p] = k;
+        if (o->top_n[k] > g->n_max) g->n_max = o->top_n[k];
+    }
+    return 0;
+}
+
+/* ---- top-K selection: heap with the worst kept weight at the root ------------------------ */
+
+/* i ranks before j: larger weight, ties to the lower index */
+static inline int better(const double *a, int64_t i, int64_t j) {
+    return a[i] > a[j] || (a[i] == a[j] && i < j);
+}
+
+static void sift_down(int64_t *h, int64_t len, int64_t p, const double *a) {
+    for (;;) {
+        int64_t l = 2 * p + 1, r = l + 1, w = p;
+        if (l < len && better(a, h[w], h[l])) w = l;
+        if (r < len && better(a, h[w], h[r])) w = r;
+        if (w == p) return;
+        int64_t t = h[p];
+        h[p] = h[w];
+        h[w] = t;
+        p = w;
+    }
+}
+
+/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (K <= n). */
+static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel) {
+    for (int64_t i = 0; i < K; i++) sel[i] = i;
+    for (int64_t p = K / 2 - 1; p >= 0; p--) sift_down(sel, K, p, a);
+    for (int64_t i = K; i < n; i++) {
+        if (better(a, i, sel[0])) {
+            sel[0] = i;
+            sift_down(sel, K, 0, a);
+        }
+    }
+    for (int64_t end = K - 1; end > 0; end--) {
+        int64_t t = sel[0];
+        sel[0] = sel[end];
+        sel[end] = t;
+        sift_down(sel, end, 0, a);
+    }
+}
+
+/* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
+
+static void update_dist(double *restrict c, double *restrict D, const double *restrict grow,
+                        const double *restrict gd, double a, double gjj, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        double g = grow[i];
+        c[i] += a * g;
+        double dd = gd[i] + gjj - 2.0 * g;
+        D[i] = D[i] > dd ? D[i] : dd;
+    }
+}
+
+static void update_sep(double *restrict cu, double *restrict md, const double *restrict grow,
+                       const double *restrict inv, const double *restrict un, double ainv,
+                       double invj, double unj, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        double g = grow[i];
+        cu[i] += ainv * g;
+        double dd = un[i] + unj - 2.0 * inv[i] * invj * g;
+        md[i] = md[i] < dd ? md[i] : dd;
+    }
+}
+
+/* ---- one row ------------------------------------------------------------------------------ */
+
+/* Monte-Carlo dtilde over uniform random N-subsets: mean and sample variance of S draws. */
+static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w, int S,
+                   uint64_t seed, double *mean, double *var) {
+    al__rng rng;
+    al__rng_seed(&rng, al__hash64(seed ^ al__hash64((uint64_t)rc->row * 0x9E3779B97F4A7C15ull +
+                                                    (uint64_t)N)));
+    int64_t d = rc->d;
+    for (int64_t i = 0; i < n; i++) w->perm[i] = i;
+    double m = 0, m2 = 0;
+    for (int s = 0; s < S; s++) {
+        for (int64_t k = 0; k < N; k++) { /* partial Fisher-Yates */
+            int64_t j = k + (int64_t)(al__rng_uniform(&rng) * (double)(n - k));
+            if (j >= n) j = n - 1;
+            int64_t t = w->perm[k];
+            w->perm[k] = w->perm[j];
+            w->perm[j] = t;
+        }
+        int64_t stamp = (int64_t)s + 1 + (int64_t)N * 1000003;
+        for (int64_t k = 0; k < d; k++) w->sv[k] = 0;
+        for (int64_t k = 0; k < N; k++) {
+            int64_t j = w->perm[k];
+            w->mark[j] = stamp;
+            const double *xj = rc->x + j * d;
+            for (int64_t q = 0; q < d; q++) w->sv[q] += a[j] * xj[q];
+        }
+        double tot = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (w->mark[i] == stamp) continue;
+            const double *xi = rc->x + i * d;
+            double t2 = 0;
+            for (int64_t q = 0; q < d; q++) {
+                double e = a[i] * xi[q] - w->sv[q];
+                t2 += e * e;
+            }
+            tot += sqrt(t2);
+        }
+        double dlt = tot - m; /* Welford */
+        m += dlt / (double)(s + 1);
+        m2 += dlt * (tot - m);
+    }
+    for (int64_t i = 0; i < n; i++) w->mark[i] = 0;
+    *mean = m;
+    *var = S > 1 ? m2 / (double)(S - 1) : NAN;
+}
+
+/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[]. */
+static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
+                     const grid *g, rowws *w, accum *acc) {
+    if (n < 2 || g->n_top == 0) return;
+    int64_t K = g->n_max < n - 1 ? g->n_max : n - 1;
+    int gp = 0; /* next grid entry (in ord) */
+    const int *Ns = o->top_n;
+    while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
+    top_k(a, n, K, w->sel);
+    for (int64_t i = 0; i < n; i++) {
+        w->c[i] = 0;
+        w->D[i] = 0;
+        w->cu[i] = 0;
+        w->md[i] = INFINITY;
+        w->nsel[i] = 1.0;
+    }
+    double ss = 0, ssu = 0, A1 = 0, A2 = 0, m = 0, delta2 = INFINITY;
+    for (int64_t k = 0; k < K && gp < g->n_top; k++) {
+        int64_t j = w->sel[k];
+        double aj = a[j];
+        const double *grow = rc->G + j * rc->ldg;
+        if (o->distance) {
+            ss += 2.0 * aj * w->c[j] + aj * aj * rc->gd[j];
+            update_dist(w->c, w->D, grow, rc->gd, aj, rc->gd[j], n);
+            double nj = sqrt(rc->gd[j]);
+            if (nj > m) m = nj;
+        }
+        if (o->separability) {
+            double invj = rc->inv[j];
+            ssu += 2.0 * aj * invj * w->cu[j] + aj * aj * rc->un[j];
+            if (k >= 1 && w->md[j] < delta2) delta2 = w->md[j];
+            update_sep(w->cu, w->md, grow, rc->inv, rc->un, aj * invj, invj, rc->un[j], n);
+        }
+        w->nsel[j] = 0.0;
+        A1 += aj;
+        A2 += aj * aj;
+        int N = (int)(k + 1);
+        if (Ns[g->ord[gp]] != N) continue;
+
+        /* ---- evaluate the metrics at this N ---- */
+        accum r = {0};
+        r.rows = 1;
+        if (o->distance) {
+            const double *gd = rc->gd, *c = w->c, *D = w->D, *ns = w->nsel, *xs = rc->xs;
+            double cc = (double)N / (double)(n - 1), f = 1.0 + cc;
+            double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
+            double dt = 0, b = 0, d1 = 0, es = 0;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1)
+            for (int64_t i = 0; i < n; i++) {
+                double ai = a[i], p = ai * ai * gd[i];
+                double t2 = p - 2.0 * ai * c[i] + ss;
+                t2 = t2 > 0 ? t2 : 0;
+                dt += ns[i] * sqrt(t2);
+                b += ns[i] * ai;
+                double dd = ns[i] * D[i];
+                d1 = d1 > dd ? d1 : dd;
+                double e2 = f2 * p - fc2 * ai * xs[i] + cc2SS;
+                es += sqrt(e2 > 0 ? e2 : 0);
+            }
+            r.dtilde = dt;
+            r.dmax = b * sqrt(d1) + ((double)(n - N) * A1 - b) * m;
+            r.E = (double)(n - N) / (double)n * es;
+            if (o->mc_samples > 0)
+                mc_row(a, n, N, rc, w, o->mc_samples, o->mc_seed, &r.E_mc, &r.E_mc_var);
+        }
+        if (o->separability) {
+            const double *cu = w->cu, *ns = w->nsel, *inv = rc->inv, *un = rc->un;
+            double r2 = INFINITY, amax2 = 0;
+#pragma omp simd reduction(min : r2) reduction(max : amax2)
+            for (int64_t i = 0; i < n; i++) {
+                double ai = a[i];
+                double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
+                v = ns[i] > 0 ? v : INFINITY;
+                r2 = r2 < v ? r2 : v;
+                double q = ai * ai;
+                amax2 = amax2 > q ? amax2 : q;
+            }
+            if (!(r2 > 4.0 * 2.220446049250313e-16 * (fabs(ssu) + amax2))) {
+                r.ns = r.lo = r.up = 0; /* r == 0 (up to rounding) */
+            } else {
+                double rr = sqrt(r2);
+                int64_t cnt = 0;
+                double sxi = 0, sexp = 0;
+                double kf = 1.0 - (delta2 > 0 ? delta2 : 0) / 2.0;
+                for (int64_t q = 0; q < N; q++) {
+                    int64_t i = w->sel[q];
+                    double ai = a[i];
+                    double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
+                    if ((v > 0 ? v : 0) < r2) cnt++;
+                    if (N >= 2) {
+                        double sq = A2 - ai * ai, lin = A1 - ai;
+                        double xi2 = sq + kf * (lin * lin - sq);
+                        double xi = sqrt(xi2 > 0 ? xi2 : 0);
+                        sxi += xi;
+                        double e = xi - rr;
+                        sexp += e > 0 ? exp(-0.5 * e * e) : 1.0;
+                    } else {
+                        sexp += 1.0;
+                    }
+                }
+                r.ns = (double)cnt / (double)N;
+                double lo = 1.0 - sxi / (rr * (double)N), up = sexp / (double)N;
+                r.lo = lo > 0 ? lo : 0;
+                r.up = up < 1 ? up : 1;
+            }
+        }
+        /* add to every grid entry with this N (duplicates allowed) */
+        while (gp < g->n_top && Ns[g->ord[gp]] == N) {
+            accum *t = &acc[g->ord[gp]];
+            t->rows++;
+            t->dtilde += r.dtilde;
+            t->dmax += r.dmax;
+            t->E += r.E;
+            t->E_mc += r.E_mc;
+            t->E_mc_var += r.E_mc_var / (double)(o->mc_samples > 0 ? o->mc_samples : 1);
+            t->ns += r.ns;
+            t->lo += r.lo;
+            t->up += r.up;
+            gp++;
+        }
+    }
+}
+
+/* ---- shared checks and results -------------------------------------------------------------- */
+
+static int check_opts(const al_metrics_opts *o, int64_t d, al_error *err) {
+    if (!o) return al__err(err, AL_E_INVALID, "metrics: NULL options");
+    if (d < 1)
+        return al__err(err, AL_E_INVALID, "metrics: vector dimension d = %lld < 1", (long long)d);
+    if (o->mc_samples < 0)
+        return al__err(err, AL_E_INVALID, "metrics: Monte-Carlo samples %d < 0", o->mc_samples);
+    return 0;
+}
+
+static int check_x(const double *x, int64_t rows, int64_t d, al_error *err) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t k = 0; k < d; k++)
+            if (!isfinite(x[i * d + k]))
+                return al__err(err, AL_E_RANGE,
+                               "metrics: vectors: non-finite value %g at row %lld, column %lld",
+                               x[i * d + k], (long long)i, (long long)k);
+    return 0;
+}
+
+static void finish(const al_metrics_opts *o, const accum *acc, al_topn_stats *out) {
+    for (int k = 0; k < o->n_top; k++) {
+        const accum *t = &acc[k];
+        al_topn_stats *s = &out[k];
+        s->N = o->top_n[k];
+        s->rows = t->rows;
+        double r = t->rows > 0 ? (double)t->rows : NAN;
+        s->dtilde = s->dmax = s->E = s->E_mc = s->E_mc_se = NAN;
+        s->ns_ratio = s->ns_lower = s->ns_upper = NAN;
+        if (t->rows == 0) continue;
+        if (o->distance) {
+            s->dtilde = t->dtilde / r;
+            s->dmax = t->dmax / r;
+            s->E = t->E / r;
+            if (o->mc_samples > 0) {
+                s->E_mc = t->E_mc / r;
+                s->E_mc_se = sqrt(t->E_mc_var) / r;
+            }
+        }
+        if (o->separability) {
+            s->ns_ratio = t->ns / r;
+            s->ns_lower = t->lo / r;
+            s->ns_upper = t->up / r;
+        }
+    }
+}
+
+/* gd[n] = |x_i|^2 computed directly, inv[n] = 1/|x_i| (0 for x_i = 0), un[n] = |u_i|^2. */
+static void vector_norms(const double *x, int64_t n, int64_t d, double *gd, double *inv,
+                         double *un) {
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int64_t k = 0; k < d; k++) s += x[i * d + k] * x[i * d + k];
+        gd[i] = s;
+        inv[i] = s > 0 ? 1.0 / sqrt(s) : 0.0;
+        un[i] = s > 0 ? 1.0 : 0.0;
+    }
+}
+
+static void blas_single(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+/* ---- public: one row ------------------------------------------------------------------------ */
+
+int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_metrics_opts *o, al_topn_stats *out, al_error *err) {
+    int rc = check_opts(o, d, err);
+    if (rc) return rc;
+    if (n < 1) return al__err(err, AL_E_INVALID, "metrics: empty row (n = %lld)", (long long)n);
+    if (!alpha || !x || (o->n_top > 0 && !out))
+        return al__err(err, AL_E_INVALID, "metrics: NULL argument");
+    if (n > (int64_t)1 << 20 || d > (int64_t)1 << 24)
+        return al__err(err, AL_E_INVALID, "metrics: row too large (n %lld, d %lld)", (long long)n,
+                       (long long)d);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(alpha[i]))
+            return al__err(err, AL_E_RANGE,
+                           "metrics: weights: non-finite value %g at position %lld", alpha[i],
+                           (long long)i);
+    if ((rc = check_x(x, n, d, err))) return rc;
+
+    grid g;
+    if ((rc = build_grid(&g, o, err))) return rc;
+    rowws w;
+    accum *acc = al__calloc((size_t)(o->n_top > 0 ? o->n_top : 1), sizeof(accum), "metrics", err);
+    double *G = al__malloc((size_t)n * (size_t)n * sizeof(double), "metrics Gram matrix", err);
+    double *vec = al__malloc((size_t)n * 4 * sizeof(double), "metrics norms", err); /* [4, n] */
+    double *S = al__malloc((size_t)d * sizeof(double), "metrics output", err);      /* [d] */
+    if (!acc || !G || !vec || !S || build_rowws(&w, n, d, err)) {
+        free(acc);
+        free(G);
+        free(vec);
+        free(S);
+        free_grid(&g);
+        return AL_E_NOMEM;
+    }
+    double *gd = vec, *inv = vec + n, *un = vec + 2 * n, *xs = vec + 3 * n;
+    vector_norms(x, n, d, gd, inv, un);
+    blas_single();
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)d, 1.0, x, (int)d, x,
+                (int)d, 0.0, G, (int)n);
+    for (int64_t k = 0; k < d; k++) S[k] = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t k = 0; k < d; k++) S[k] += alpha[j] * x[j * d + k];
+    double SS = 0;
+    for (int64_t k = 0; k < d; k++) SS += S[k] * S[k];
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int64_t k = 0; k < d; k++) s += x[i * d + k] * S[k];
+        xs[i] = s;
+    }
+    rowctx ctx = {.x = x,
+                  .d = d,
+                  .G = G,
+                  .ldg = n,
+                  .gd = gd,
+                  .inv = inv,
+                  .un = un,
+                  .xs = xs,
+                  .SS = SS,
+                  .row = 0};
+    row_pass(alpha, n, &ctx, o, &g, &w, acc);
+    finish(o, acc, out);
+    free_rowws(&w);
+    free(acc);
+    free(G);
+    free(vec);
+    free(S);
+    free_grid(&g);
+    return 0;
+}
+
+/* ---- public: one head ----------------------------------------------------------------------- */
+
+typedef struct headws {
+    double *G;   /* [L, L] X X^T */
+    double *XS;  /* [L, L] XS[t, i] = x_i . S_t (distance only) */
+    double *S;   /* [L, d] attention outputs (distance only) */
+    double *vec; /* [4, L] gd, inv, un, SS */
+} headws;
+
+static void free_headws(headws *h) {
+    free(h->G);
+    free(h->XS);
+    free(h->S);
+    free(h->vec);
+    memset(h, 0, sizeof *h);
+}
+
+static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram,
+                        al_error *err) {
+    memset(h, 0, sizeof *h);
+    size_t LL;
+    if (!al__mul_ok((size_t)L, (size_t)L, &LL) || !al__mul_ok(LL, sizeof(double), &LL))
+        return al__err(err, AL_E_NOMEM, "metrics: L = %lld too large", (long long)L);
+    h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
+    if (!h->vec) return AL_E_NOMEM;
+    if (need_gram && !(h->G = al__malloc(LL, "metrics Gram matrix [L, L]", err))) goto fail;
+    if (need_dist) {
+        if (!(h->XS = al__malloc(LL, "metrics x.S [L, L]", err))) goto fail;
+        if (!(h->S = al__malloc((size_t)L * (size_t)d * sizeof(double), "metrics S", err)))
+            goto fail;
+    }
+    return 0;
+fail:
+    free_headws(h);
+    return AL_E_NOMEM;
+}
+
+int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                    double *row_entropy, al_error *err) {
+    int rc = check_opts(o, d, err);
+    if (rc) return rc;
+    if (L < 1) return al__err(err, AL_E_INVALID, "metrics: empty head (L = %lld)", (long long)L);
+    if (!w || !x || (o->n_top > 0 && !out))
+        return al__err(err, AL_E_INVALID, "metrics: NULL argument");
+    if (L > (int64_t)1 << 16 || d > (int64_t)1 << 20)
+        return al__err(err, AL_E_INVALID, "metrics: head too large (L %lld, d %lld)", (long long)L,
+                       (long long)d);
+    int causal = o->causal != 0;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = causal ? t + 1 : L;
+        for (int64_t j = 0; j < n; j++)
+            if (!isfinite(w[t * L + j]))
+                return al__err(err, AL_E_RANGE,
+                               "metrics: weights: non-finite value %g at row %lld, column %lld",
+                               w[t * L + j], (long long)t, (long long)j);
+    }
+    if ((rc = check_x(x, L, d, err))) return rc;
+
+    /* vanishing-attention statistics of every row */
+    for (int64_t t = 0; t < L && (row_max || row_entropy); t++) {
+        int64_t n = causal ? t + 1 : L;
+        const double *a = w + t * L;
+        double mx = -INFINITY, H = 0;
+        for (int64_t j = 0; j < n; j++) {
+            if (a[j] > mx) mx = a[j];
+            if (a[j] > 0) H -= a[j] * log(a[j]);
+        }
+        if (row_max) row_max[t] = mx;
+        if (row_entropy) row_entropy[t] = H;
+    }
+    if (o->n_top == 0 || (!o->distance && !o->separability)) {
+        for (int k = 0; k < o->n_top; k++) {
+            memset(&out[k], 0, sizeof out[k]);
+            out[k].N = o->top_n[k];
+            out[k].dtilde = out[k].dmax = out[k].E = out[k].E_mc = out[k].E_mc_se = NAN;
+            out[k].ns_ratio = out[k].ns_lower = out[k].ns_upper = NAN;
+        }
+        return 0;
+    }
+
+    grid g;
+    if ((rc = build_grid(&g, o, err))) return rc;
+    headws h;
+    rowws rw;
+    accum *acc = al__calloc((size_t)o->n_top, sizeof(accum), "metrics", err);
+    if (!acc || build_headws(&h, L, d, o->distance, 1, err)) {
+        free(acc);
+        free_grid(&g);
+        return AL_E_NOMEM;
+    }
+    if (build_rowws(&rw, L, d, err)) {
+        free(acc);
+        free_headws(&h);
+        free_grid(&g);
+        return AL_E_NOMEM;
+    }
+    double *gd = h.vec, *inv = h.vec + L, *un = h.vec + 2 * L, *SS = h.vec + 3 * L;
+    vector_norms(x, L, d, gd, inv, un);
+    blas_single();
+    int iL = (int)L, id = (int)d;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, x, id, x, id, 0.0, h.G,
+                iL);
+    if (o->distance) {
+        if (causal) { /* S = tril(W) X: reads only columns 0..t of row t */
+            memcpy(h.S, x, (size_t)L * (size_t)d * sizeof(double));
+            cblas_dtrmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, iL, id,
+                        1.0, w, iL, h.S, id);
+        } else {
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iL, id, iL, 1.0, w, iL, x, id,
+                        0.0, h.S, id);
+        }
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, h.S, id, x, id, 0.0,
+                    h.XS, iL);
+        for (int64_t t = 0; t < L; t++) {
+            double s = 0;
+            for (int64_t k = 0; k < d; k++) s += h.S[t * d + k] * h.S[t * d + k];
+            SS[t] = s;
+        }
+    }
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = causal ? t + 1 : L;
+        rowctx ctx = {.x = x,
+                      .d = d,
+                      .G = h.G,
+                      .ldg = L,
+                      .gd = gd,
+                      .inv = inv,
+                      .un = un,
+                      .xs = o->distance ? h.XS + t * L : NULL,
+                      .SS = o->distance ? SS[t] : 0,
+                      .row = t};
+        row_pass(w + t * L, n, &ctx, o, &g, &rw, acc);
+    }
+    finish(o, acc, out);
+    free_rowws(&rw);
+    free_headws(&h);
+    free(acc);
+    free_grid(&g);
+    return 0;
+}
+
+/* ---- public: Corollary 1 ----------------------------------------------------------------- */
+
+int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
+                        double *D, al_error *err) {
+    if (!q || !k || !D) return al__err(err, AL_E_INVALID, "vanishing_D: NULL argument");
+    if (L < 1 || d_head < 1)
+        return al__err(err, AL_E_INVALID, "vanishing_D: bad shape (L %lld, d_head %lld)",
+                       (long long)L, (long long)d_head);
+    for (int64_t i = 0; i < L * d_head; i++) {
+        if (!isfinite(q[i]))
+            return al__err(err, AL_E_RANGE,
+                           "vanishing_D: q: non-finite value at row %lld, "
+                           "column %lld",
+                           (long long)(i / d_head), (long long)(i % d_head));
+        if (!isfinite(k[i]))
+            return al__err(err, AL_E_RANGE,
+                           "vanishing_D: k: non-finite value at row %lld, "
+                           "column %lld",
+                           (long long)(i / d_head), (long long)(i % d_head));
+    }
+    double kmax_all = 0;
+    for (int64_t j = 0; j < L; j++) {
+        double s = 0;
+        for (int64_t c = 0; c < d_head; c++) s += k[j * d_head + c] * k[j * d_head + c];
+        if (s > kmax_all) kmax_all = s;
+    }
+    double run = 0, scale = 1.0 / sqrt((double)d_head);
+    for (int64_t t = 0; t < L; t++) {
+        double sq = 0, sk = 0;
+        for (int64_t c = 0; c < d_head; c++) {
+            sq += q[t * d_head + c] * q[t * d_head + c];
+            sk += k[t * d_head + c] * k[t * d_head + c];
+        }
+        if (sk > run) run = sk;
+        D[t] = sqrt(sq) * sqrt(causal ? run : kmax_all) * scale;
+    }
+    return 0;
+}
