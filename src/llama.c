@@ -1,0 +1,556 @@
+/* llama.c: Llama-family decoders (SmolLM2, Llama 2/3-shaped models) from GGUF files: the
+ * weights dequantised to float32 at load, the forward with the streaming capture, and the
+ * tokenizer from the GGUF metadata (byte-level BPE, the shared engine of bpe.c).
+ *
+ * Forward (C = d_model, H query heads, G key/value heads, d = C / H, F = d_ff, V = vocab):
+ *   x = tok_embd[tokens]                                       [T, C]
+ *   per layer:  h = rmsnorm(x) * attn_norm
+ *               q = h Wq^T [T, H*d], k = h Wk^T [T, G*d], v = h Wv^T [T, G*d]
+ *               rope(q), rope(k)         (rotate_half pairs (i, i + d/2), theta_i = base^(-2i/d))
+ *               o = attention(q, k, v)   (causal; query head h reads kv head h / (H / G))
+ *               x += o Wo^T
+ *               h = rmsnorm(x) * ffn_norm
+ *               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+ *   y = rmsnorm(x) * output_norm; logits = y Wout^T (Wout = tok_embd when the file has no output)
+ *
+ * Q/K layout: llama.cpp's converter permutes the rows of each head of q_proj and k_proj so that
+ * RoPE rotates adjacent pairs (2i, 2i+1) of the GGUF rows; GGUF row h*d + 2i + s holds HF row
+ * h*d + s*d/2 + i. We undo that permutation at load, so q and k (and their capture) are in the
+ * HF layout and RoPE rotates (i, i + d/2) as HF's rotate_half does; q.k is the same either way. */
+#include "gguf.h"
+#include "model.h"
+#include "ops.h"
+#include "tokenizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct llama_layer {
+    float *attn_norm; /* [C] */
+    float *wq;        /* [H*d, C] */
+    float *wk;        /* [G*d, C] */
+    float *wv;        /* [G*d, C] */
+    float *wo;        /* [C, H*d] */
+    float *ffn_norm;  /* [C] */
+    float *w_gate;    /* [F, C] */
+    float *w_up;      /* [F, C] */
+    float *w_down;    /* [C, F] */
+} llama_layer;
+
+typedef struct llama {
+    int n_layer, n_head, n_kv_head, d_model, d_head, d_ff, n_ctx, vocab;
+    float eps;           /* RMSNorm epsilon */
+    double rope_base;    /* llama.rope.freq_base */
+    double rope_scale;   /* linear scaling: positions are divided by it (1 = none) */
+    float *arena;        /* every weight, float32 */
+    float *tok_embd;     /* [V, C] */
+    float *output;       /* [V, C] (== tok_embd when tied) */
+    float *out_norm;     /* [C] */
+    llama_layer *layers; /* [n_layer] */
+    al__gguf *gguf;      /* kept open for the tokenizer metadata */
+    al__attn_ws ws;      /* attention buffers reused across layers and forwards */
+} llama;
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+/* One weight to load: its GGUF name, dims (ne order: fastest first) and where it goes. */
+typedef struct wspec {
+    char name[96];
+    int n_dims;
+    int64_t ne[2];
+    float **dst;
+    int permute_heads; /* > 0: undo the converter's q/k row permutation with this many heads */
+} wspec;
+
+static int check_spec(const al__gguf *g, const wspec *w, al_error *err) {
+    const al__gguf_tensor *t = al__gguf_tensor_find(g, w->name);
+    if (!t) return al__err(err, AL_E_FORMAT, "%s: tensor '%s' is missing", g->name, w->name);
+    int ok = 1;
+    for (int d = 0; d < AL_GGUF_MAX_DIMS; d++) ok &= t->ne[d] == (d < w->n_dims && d < 2 ? w->ne[d] : 1);
+    if (!ok)
+        return al__err(
+            err, AL_E_FORMAT,
+            "%s: tensor '%s' has dims [%lld, %lld, %lld, %lld], expected [%lld%s%lld] for the "
+            "model's hyperparameters",
+            g->name, w->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+            (long long)t->ne[3], (long long)w->ne[0], w->n_dims > 1 ? ", " : "",
+            w->n_dims > 1 ? (long long)w->ne[1] : 0LL);
+    if (!al__ggml_can_dequant(t->type))
+        return al__err(
+            err, AL_E_UNSUPPORTED,
+            "%s: tensor '%s' has type %s, which is not supported (supported: F32, F16, BF16, Q4_0, "
+            "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+            g->name, w->name, al__ggml_type_name(t->type));
+    return 0;
+}
+
+/* Undoes the row permutation of one q or k matrix W [n_heads*d, C] in place. */
+static int unpermute_qk(float *W, int n_heads, int d, int C, al_error *err) {
+    size_t head = (size_t)d * C;
+    float *tmp = al__malloc(head * sizeof *tmp, "q/k permutation", err); /* [d, C] */
+    if (!tmp) return AL_E_NOMEM;
+    for (int h = 0; h < n_heads; h++) {
+        float *Wh = W + (size_t)h * head; /* [d, C] */
+        memcpy(tmp, Wh, head * sizeof *tmp);
+        for (int i = 0; i < d / 2; i++)
+            for (int s = 0; s < 2; s++)
+                memcpy(Wh + (size_t)(s * (d / 2) + i) * C, tmp + (size_t)(2 * i + s) * C,
+                       (size_t)C * sizeof *tmp);
+    }
+    free(tmp);
+    return 0;
+}
+
+static int warn_nonfinite(const al__gguf *g, const char *name, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            fprintf(stderr, "attnlim: warning: %s: tensor '%s' holds NaN/Inf (element %zu)\n",
+                    g->name, name, i);
+            return 1;
+        }
+    return 0;
+}
+
+/* Reads the hyperparameters from the metadata, checking them against sane bounds. */
+static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
+    char arch[64];
+    int rc = al__gguf_get_str(g, "general.architecture", arch, sizeof arch, err);
+    if (rc) return rc;
+    if (strcmp(arch, "llama") != 0)
+        return al__err(
+            err, AL_E_UNSUPPORTED,
+            "%s: model architecture '%s' is not supported (GGUF files of architecture 'llama' are)",
+            g->name, arch);
+    int64_t v;
+    if ((rc = al__gguf_get_int(g, "llama.block_count", 1, 1024, &v, err))) return rc;
+    L->n_layer = (int)v;
+    if ((rc = al__gguf_get_int(g, "llama.embedding_length", 2, 65536, &v, err))) return rc;
+    L->d_model = (int)v;
+    if ((rc = al__gguf_get_int(g, "llama.attention.head_count", 1, 4096, &v, err))) return rc;
+    L->n_head = (int)v;
+    L->n_kv_head = L->n_head;
+    if (al__gguf_find(g, "llama.attention.head_count_kv")) {
+        if ((rc = al__gguf_get_int(g, "llama.attention.head_count_kv", 1, 4096, &v, err)))
+            return rc;
+        L->n_kv_head = (int)v;
+    }
+    if ((rc = al__gguf_get_int(g, "llama.feed_forward_length", 1, 1 << 20, &v, err))) return rc;
+    L->d_ff = (int)v;
+    if ((rc = al__gguf_get_int(g, "llama.context_length", 1, 1 << 20, &v, err))) return rc;
+    L->n_ctx = (int)v;
+    if (L->d_model % L->n_head != 0 || (L->d_model / L->n_head) % 2 != 0)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: embedding_length %d is not an even multiple of head_count %d", g->name,
+                       L->d_model, L->n_head);
+    if (L->n_head % L->n_kv_head != 0)
+        return al__err(err, AL_E_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                       g->name, L->n_head, L->n_kv_head);
+    L->d_head = L->d_model / L->n_head;
+    const char *same[] = {"llama.attention.key_length", "llama.attention.value_length",
+                          "llama.rope.dimension_count"};
+    for (int i = 0; i < 3; i++)
+        if (al__gguf_find(g, same[i])) {
+            if ((rc = al__gguf_get_int(g, same[i], 0, 1 << 20, &v, err))) return rc;
+            if (v != L->d_head)
+                return al__err(err, AL_E_UNSUPPORTED,
+                               "%s: %s = %lld differs from the head size %d (not supported)",
+                               g->name, same[i], (long long)v, L->d_head);
+        }
+    double f;
+    L->eps = 1e-5f;
+    if (al__gguf_find(g, "llama.attention.layer_norm_rms_epsilon")) {
+        if ((rc = al__gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &f, err)))
+            return rc;
+        if (!(f > 0 && f < 1))
+            return al__err(err, AL_E_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range",
+                           g->name, f);
+        L->eps = (float)f;
+    }
+    L->rope_base = 10000.0;
+    if (al__gguf_find(g, "llama.rope.freq_base")) {
+        if ((rc = al__gguf_get_float(g, "llama.rope.freq_base", &f, err))) return rc;
+        if (!(f > 1 && f < 1e12))
+            return al__err(err, AL_E_FORMAT, "%s: rope.freq_base %g is out of range", g->name, f);
+        L->rope_base = f;
+    }
+    L->rope_scale = 1.0;
+    char stype[32] = "none";
+    if (al__gguf_find(g, "llama.rope.scaling.type") &&
+        (rc = al__gguf_get_str(g, "llama.rope.scaling.type", stype, sizeof stype, err)))
+        return rc;
+    if (strcmp(stype, "linear") == 0) {
+        if ((rc = al__gguf_get_float(g, "llama.rope.scaling.factor", &f, err))) return rc;
+        if (!(f >= 1 && f < 1e6))
+            return al__err(err, AL_E_FORMAT, "%s: rope.scaling.factor %g is out of range", g->name,
+                           f);
+        L->rope_scale = f;
+    } else if (strcmp(stype, "none") != 0) {
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: RoPE scaling type '%s' is not supported (none, linear are)", g->name,
+                       stype);
+    }
+    if (al__gguf_tensor_find(g, "rope_freqs.weight"))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: per-frequency RoPE factors (rope_freqs.weight) are not supported",
+                       g->name);
+    const al__gguf_tensor *emb = al__gguf_tensor_find(g, "token_embd.weight");
+    if (!emb)
+        return al__err(err, AL_E_FORMAT, "%s: tensor 'token_embd.weight' is missing", g->name);
+    if (emb->n_dims != 2 || emb->ne[0] != L->d_model || emb->ne[1] > (1 << 24))
+        return al__err(err, AL_E_FORMAT,
+                       "%s: token_embd.weight has dims [%lld, %lld], expected [%d, vocab]", g->name,
+                       (long long)emb->ne[0], (long long)emb->ne[1], L->d_model);
+    L->vocab = (int)emb->ne[1];
+    return 0;
+}
+
+static int load_weights(al__gguf *g, llama *L, al_error *err) {
+    int C = L->d_model, H = L->n_head, G = L->n_kv_head, d = L->d_head, F = L->d_ff, V = L->vocab;
+    L->layers = al__calloc((size_t)L->n_layer, sizeof *L->layers, "llama layers", err);
+    int n_spec = 3 + 9 * L->n_layer;
+    wspec *ws = al__calloc((size_t)n_spec, sizeof *ws, "llama weight list", err);
+    if (!L->layers || !ws) {
+        free(ws);
+        return AL_E_NOMEM;
+    }
+    int n = 0, tied = al__gguf_tensor_find(g, "output.weight") == NULL;
+    ws[n++] = (wspec){"token_embd.weight", 2, {C, V}, &L->tok_embd, 0};
+    ws[n++] = (wspec){"output_norm.weight", 1, {C, 1}, &L->out_norm, 0};
+    if (!tied) ws[n++] = (wspec){"output.weight", 2, {C, V}, &L->output, 0};
+    for (int l = 0; l < L->n_layer; l++) {
+        llama_layer *ly = &L->layers[l];
+        struct {
+            const char *suffix;
+            int nd;
+            int64_t ne0, ne1;
+            float **dst;
+            int perm;
+        } t[9] = {
+            {"attn_norm", 1, C, 1, &ly->attn_norm, 0},
+            {"attn_q", 2, C, (int64_t)H * d, &ly->wq, H},
+            {"attn_k", 2, C, (int64_t)G * d, &ly->wk, G},
+            {"attn_v", 2, C, (int64_t)G * d, &ly->wv, 0},
+            {"attn_output", 2, (int64_t)H * d, C, &ly->wo, 0},
+            {"ffn_norm", 1, C, 1, &ly->ffn_norm, 0},
+            {"ffn_gate", 2, C, F, &ly->w_gate, 0},
+            {"ffn_up", 2, C, F, &ly->w_up, 0},
+            {"ffn_down", 2, F, C, &ly->w_down, 0},
+        };
+        for (int i = 0; i < 9; i++) {
+            wspec *w = &ws[n++];
+            snprintf(w->name, sizeof w->name, "blk.%d.%s.weight", l, t[i].suffix);
+            w->n_dims = t[i].nd;
+            w->ne[0] = t[i].ne0;
+            w->ne[1] = t[i].ne1;
+            w->dst = t[i].dst;
+            w->permute_heads = t[i].perm;
+        }
+    }
+    /* check everything (cheap) before allocating the float32 arena */
+    int rc = 0;
+    size_t total = 0, each;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = check_spec(g, &ws[i], err);
+        if (!rc && (!al__mul_ok((size_t)ws[i].ne[0], (size_t)(ws[i].n_dims > 1 ? ws[i].ne[1] : 1),
+                                &each) ||
+                    !al__add_ok(total, each, &total)))
+            rc = al__err(err, AL_E_NOMEM, "%s: the weights' size overflows", g->name);
+    }
+    if (!rc && !al__mul_ok(total, sizeof(float), &each))
+        rc = al__err(err, AL_E_NOMEM, "%s: too large", g->name);
+    if (!rc && !(L->arena = al__malloc_aligned(each, "llama weights (float32)", err)))
+        rc = AL_E_NOMEM;
+    float *p = L->arena;
+    for (int i = 0; i < n && !rc; i++) {
+        const wspec *w = &ws[i];
+        int64_t ne[2] = {w->ne[0], w->n_dims > 1 ? w->ne[1] : 1};
+        rc = al__gguf_load_f32(g, w->name, w->n_dims, ne, p, err);
+        if (!rc) warn_nonfinite(g, w->name, p, (size_t)(ne[0] * ne[1]));
+        if (!rc && w->permute_heads) rc = unpermute_qk(p, w->permute_heads, d, C, err);
+        *w->dst = p;
+        p += ne[0] * ne[1];
+    }
+    if (!rc && tied) L->output = L->tok_embd;
+    free(ws);
+    return rc;
+}
+
+static void llama_free(llama *L) {
+    if (!L) return;
+    free(L->arena);
+    free(L->layers);
+    al__attn_ws_free(&L->ws);
+    al__gguf_close(L->gguf);
+    free(L);
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+/* cos/sin of every (position, frequency) pair: tab [T, d/2, 2], computed in double. */
+static void build_rope(float *tab, int T, int d, double base, double scale) {
+    int half = d / 2;
+    for (int i = 0; i < half; i++) {
+        double inv = pow(base, -2.0 * i / d);
+        for (int t = 0; t < T; t++) {
+            double a = (t / scale) * inv;
+            tab[((size_t)t * half + i) * 2] = (float)cos(a);
+            tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
+        }
+    }
+}
+
+/* Rotates the heads of x [T, n_heads*d] in place: pairs (i, i + d/2), HF's rotate_half. */
+static void apply_rope(float *x, const float *tab, int T, int n_heads, int d) {
+    int half = d / 2;
+#pragma omp parallel for schedule(static) if (T >= 64)
+    for (int t = 0; t < T; t++) {
+        const float *cs = tab + (size_t)t * half * 2; /* [d/2, 2] */
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * d; /* [d] */
+            for (int i = 0; i < half; i++) {
+                float c = cs[2 * i], s = cs[2 * i + 1], a = v[i], b = v[i + half];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+/* Activations of one forward, [T, ...] each. */
+typedef struct acts {
+    float *x;    /* [T, C] residual stream */
+    float *emb;  /* [T, C] model input (only when the capture wants it) */
+    float *h;    /* [T, C] normed input */
+    float *q;    /* [T, H*d] */
+    float *k;    /* [T, G*d] */
+    float *v;    /* [T, G*d] */
+    float *att;  /* [T, H*d] head outputs */
+    float *tmp;  /* [T, C] */
+    float *gate; /* [T, F] */
+    float *up;   /* [T, F] */
+    float *rope; /* [T, d/2, 2] */
+} acts;
+
+static void free_acts(acts *a) {
+    free(a->x);
+    free(a->emb);
+    free(a->h);
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->att);
+    free(a->tmp);
+    free(a->gate);
+    free(a->up);
+    free(a->rope);
+}
+
+static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *err) {
+    memset(a, 0, sizeof *a);
+    size_t t = (size_t)T, C = (size_t)L->d_model, Hd = (size_t)L->n_head * L->d_head,
+           Gd = (size_t)L->n_kv_head * L->d_head, F = (size_t)L->d_ff;
+    a->x = al__malloc_aligned(t * C * 4, "activations", err);
+    a->h = al__malloc_aligned(t * C * 4, "activations", err);
+    a->tmp = al__malloc_aligned(t * C * 4, "activations", err);
+    a->q = al__malloc_aligned(t * Hd * 4, "activations", err);
+    a->att = al__malloc_aligned(t * Hd * 4, "activations", err);
+    a->k = al__malloc_aligned(t * Gd * 4, "activations", err);
+    a->v = al__malloc_aligned(t * Gd * 4, "activations", err);
+    a->gate = al__malloc_aligned(t * F * 4, "activations", err);
+    a->up = al__malloc_aligned(t * F * 4, "activations", err);
+    a->rope = al__malloc(t * (size_t)L->d_head * 4, "RoPE table", err);
+    a->emb = want_emb ? al__malloc_aligned(t * C * 4, "activations", err) : NULL;
+    if (!a->x || !a->h || !a->tmp || !a->q || !a->att || !a->k || !a->v || !a->gate || !a->up ||
+        !a->rope || (want_emb && !a->emb)) {
+        free_acts(a);
+        return AL_E_NOMEM;
+    }
+    return 0;
+}
+
+static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                         float *logits, float *final_hidden, al_error *err) {
+    llama *L = m->impl;
+    int C = L->d_model, H = L->n_head, G = L->n_kv_head, d = L->d_head, F = L->d_ff;
+    int cap = req && req->what && req->fn;
+    /* the last layer anything is wanted from: stop there when no output is asked for */
+    int last = L->n_layer - 1;
+    if (!logits && !final_hidden) {
+        last = -1;
+        for (int l = 0; cap && l < L->n_layer; l++)
+            if (!req->layers || req->layers[l]) last = l;
+    }
+    acts a;
+    int rc = build_acts(&a, L, T, cap && (req->what & AL_CAP_EMBED), err);
+    if (rc) return rc;
+    for (int t = 0; t < T; t++)
+        memcpy(a.x + (size_t)t * C, L->tok_embd + (size_t)tokens[t] * C, (size_t)C * sizeof(float));
+    if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
+    build_rope(a.rope, T, d, L->rope_base, L->rope_scale);
+    for (int l = 0; l <= last && !rc; l++) {
+        const llama_layer *ly = &L->layers[l];
+        al__rmsnorm(a.h, a.x, ly->attn_norm, T, C, L->eps);
+        al__matmul_nt(a.q, a.h, ly->wq, NULL, T, C, H * d);
+        al__matmul_nt(a.k, a.h, ly->wk, NULL, T, C, G * d);
+        al__matmul_nt(a.v, a.h, ly->wv, NULL, T, C, G * d);
+        apply_rope(a.q, a.rope, T, H, d);
+        apply_rope(a.k, a.rope, T, G, d);
+        al__attn at = {
+            .layer = l,
+            .T = T,
+            .n_head = H,
+            .n_kv_head = G,
+            .d_head = d,
+            .d_model = C,
+            .causal = 1,
+            .q = a.q,
+            .q_stride = (size_t)H * d,
+            .k = a.k,
+            .k_stride = (size_t)G * d,
+            .v = a.v,
+            .v_stride = (size_t)G * d,
+            .out = a.att,
+            .hidden = a.h,
+            .embed = a.emb,
+            .req = cap ? req : NULL,
+        };
+        if ((rc = al__attention_ws(&at, &L->ws, err))) break;
+        al__matmul_nt(a.tmp, a.att, ly->wo, NULL, T, H * d, C);
+        al__add(a.x, a.tmp, (size_t)T * C);
+        al__rmsnorm(a.h, a.x, ly->ffn_norm, T, C, L->eps);
+        al__matmul_nt(a.gate, a.h, ly->w_gate, NULL, T, C, F);
+        al__matmul_nt(a.up, a.h, ly->w_up, NULL, T, C, F);
+        al__silu_mul(a.gate, a.up, (size_t)T * F);
+        al__matmul_nt(a.tmp, a.gate, ly->w_down, NULL, T, F, C);
+        al__add(a.x, a.tmp, (size_t)T * C);
+    }
+    if (!rc && (logits || final_hidden)) {
+        al__rmsnorm(a.h, a.x, L->out_norm, T, C, L->eps);
+        if (final_hidden) memcpy(final_hidden, a.h, (size_t)T * C * sizeof(float));
+        if (logits) al__matmul_nt(logits, a.h, L->output, NULL, T, C, L->vocab);
+    }
+    free_acts(&a);
+    return rc;
+}
+
+/* ---- tokenizer ------------------------------------------------------------------------------ */
+
+/* The BPE engine (bpe.c) lands in parallel: until it does, these resolve to NULL. */
+#pragma weak al__bpe_create
+#pragma weak al__bpe_add_special
+#pragma weak al__bpe_free
+#pragma weak al__tokenizer_from_bpe
+
+static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
+    llama *L = m->impl;
+    const al__gguf *g = L->gguf;
+    char model[64], pre[64] = "default";
+    int rc = al__gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model, err);
+    if (rc) return rc;
+    if (strcmp(model, "gpt2") != 0)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: tokenizer model '%s' is not supported (byte-level BPE, 'gpt2', is)",
+                       g->name, model);
+    if (al__gguf_find(g, "tokenizer.ggml.pre") &&
+        (rc = al__gguf_get_str(g, "tokenizer.ggml.pre", pre, sizeof pre, err)))
+        return rc;
+    al__pretok pt;
+    if (strcmp(pre, "smollm") == 0)
+        pt = AL_PRE_SMOLLM;
+    else if (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0)
+        pt = AL_PRE_LLAMA3;
+    else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0 || strcmp(pre, "default") == 0)
+        pt = AL_PRE_GPT2;
+    else
+        return al__err(
+            err, AL_E_UNSUPPORTED,
+            "%s: tokenizer pre-tokenizer '%s' is not supported (smollm, llama-bpe, gpt-2 are)",
+            g->name, pre);
+    if (!al__bpe_create || !al__bpe_add_special || !al__bpe_free || !al__tokenizer_from_bpe)
+        return al__err(err, AL_E_UNSUPPORTED, "%s: the BPE tokenizer engine is not built", g->name);
+    char **tokens = NULL, **merges = NULL;
+    int32_t *types = NULL;
+    int64_t n_tok = 0, n_merge = 0, n_types = 0;
+    al__bpe *b = NULL;
+    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.tokens", &tokens, &n_tok, err))) goto done;
+    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.merges", &merges, &n_merge, err)))
+        goto done;
+    if (n_tok != L->vocab) {
+        rc = al__err(err, AL_E_FORMAT,
+                     "%s: %lld tokenizer tokens for a vocabulary of %d embedding rows", g->name,
+                     (long long)n_tok, L->vocab);
+        goto done;
+    }
+    if (al__gguf_find(g, "tokenizer.ggml.token_type") &&
+        (rc = al__gguf_get_i32_array(g, "tokenizer.ggml.token_type", &types, &n_types, err)))
+        goto done;
+    if (types && n_types != n_tok) {
+        rc = al__err(err, AL_E_FORMAT, "%s: %lld token types for %lld tokens", g->name,
+                     (long long)n_types, (long long)n_tok);
+        goto done;
+    }
+    if ((rc = al__bpe_create((const char *const *)tokens, (int)n_tok, (const char *const *)merges,
+                             (int)n_merge, pt, &b, err)))
+        goto done;
+    /* control (3) and user-defined (4) tokens are matched literally in text */
+    for (int64_t i = 0; types && i < n_tok && !rc; i++)
+        if (types[i] == 3 || types[i] == 4) rc = al__bpe_add_special(b, tokens[i], (int)i, err);
+    if (!rc) {
+        rc = al__tokenizer_from_bpe(b, out, err);
+        b = NULL; /* owned by the tokenizer now (freed by it on failure) */
+    }
+done:
+    if (b) al__bpe_free(b);
+    free(tokens);
+    free(merges);
+    free(types);
+    if (rc) return al__err_prefix(err, (al_code)rc, "%s: tokenizer", g->name);
+    return 0;
+}
+
+/* ---- the family's vtable and opener ---------------------------------------------------------- */
+
+static void llama_destroy(al_model *m) {
+    llama_free(m->impl);
+    m->impl = NULL;
+}
+
+static const al_model_vtable llama_vtable = {llama_forward, llama_destroy, llama_tokenizer};
+
+int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
+    m->impl = NULL;
+    llama *L = al__calloc(1, sizeof *L, "llama model", err);
+    if (!L) return AL_E_NOMEM;
+    int rc = al__gguf_open(path, &L->gguf, err);
+    if (!rc) rc = read_hparams(L->gguf, L, err);
+    if (!rc) rc = load_weights(L->gguf, L, err);
+    if (rc) {
+        llama_free(L);
+        return rc;
+    }
+    al_model_info *in = &m->info;
+    snprintf(in->family, sizeof in->family, "llama");
+    char name[128] = "llama";
+    if (al__gguf_find(L->gguf, "general.name"))
+        al__gguf_get_str(L->gguf, "general.name", name, sizeof name, NULL);
+    snprintf(in->name, sizeof in->name, "%s", name);
+    snprintf(in->path, sizeof in->path, "%s", path);
+    const al__gguf_tensor *q = al__gguf_tensor_find(L->gguf, "blk.0.attn_q.weight");
+    snprintf(in->dtype, sizeof in->dtype, "%s", q ? al__ggml_type_name(q->type) : "f32");
+    for (char *c = in->dtype; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    in->n_layer = L->n_layer;
+    in->n_head = L->n_head;
+    in->n_kv_head = L->n_kv_head;
+    in->d_model = L->d_model;
+    in->d_head = L->d_head;
+    in->d_ff = L->d_ff;
+    in->n_ctx = L->n_ctx;
+    in->vocab_size = L->vocab;
+    in->causal = 1;
+    in->n_params = 0;
+    for (int64_t i = 0; i < L->gguf->n_tensors; i++) in->n_params += L->gguf->tensors[i].n_elem;
+    m->vt = &llama_vtable;
+    m->impl = L;
+    return 0;
+}
