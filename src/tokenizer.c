@@ -1,0 +1,336 @@
+/* tokenizer.c: the public al_tokenizer (one of the engines: byte-level BPE in src/bpe.c,
+ * WordPiece in src/wordpiece.c) and the GPT-2 vocabulary files.
+ *
+ * Files (untrusted): encoder.json (or HF vocab.json) is a JSON object token -> id whose ids
+ * must be exactly 0..V-1, each once; vocab.bpe (or HF merges.txt) is an optional
+ * "#version" line then one "left right" merge per line, rank = order. Every fault is
+ * reported with the file and, for vocab.bpe and JSON syntax, the line. */
+#include "tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Internal entry points of src/bpe.c (to move to src/tokenizer.h). */
+int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
+                         int n_merges, const int *merge_lines, const char *merges_name,
+                         al__pretok pre, al__bpe **out, al_error *err);
+int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids,
+                   size_t *n, al_error *err);
+int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len,
+                   al_error *err);
+int al__bpe_vocab_size(const al__bpe *b);
+size_t al__utf8_valid_len(const unsigned char *s, size_t n);
+
+#define MAX_VOCAB_FILE (256u << 20) /* encoder.json / vocab.bpe size cap */
+#define MAX_VOCAB      (1 << 24)
+
+struct al_tokenizer {
+    al__bpe *bpe; /* exactly one of the two engines */
+    al__wordpiece *wp;
+    int vocab_size;
+};
+
+int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    if (!b) return al__err(err, AL_E_INVALID, "al__tokenizer_from_bpe: NULL engine");
+    al_tokenizer *tk = al__calloc(1, sizeof *tk, "tokenizer", err);
+    if (!tk) {
+        al__bpe_free(b);
+        return AL_E_NOMEM;
+    }
+    tk->bpe = b;
+    tk->vocab_size = al__bpe_vocab_size(b);
+    *out = tk;
+    return 0;
+}
+
+int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    if (!w) return al__err(err, AL_E_INVALID, "al__tokenizer_from_wordpiece: NULL engine");
+    al_tokenizer *tk = al__calloc(1, sizeof *tk, "tokenizer", err);
+    if (!tk) {
+        al__wordpiece_free(w);
+        return AL_E_NOMEM;
+    }
+    tk->wp = w;
+    tk->vocab_size = -1; /* unknown to this module: the WordPiece engine checks its own ids */
+    *out = tk;
+    return 0;
+}
+
+void al_tokenizer_free(al_tokenizer *tk) {
+    if (!tk) return;
+    al__bpe_free(tk->bpe);
+    if (tk->wp) al__wordpiece_free(tk->wp);
+    free(tk);
+}
+
+int al_tokenizer_vocab_size(const al_tokenizer *tk) {
+    return tk ? tk->vocab_size : 0;
+}
+
+int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special,
+                int32_t **ids, size_t *n, al_error *err) {
+    if (!ids || !n) return al__err(err, AL_E_INVALID, "al_tokenize: NULL output");
+    *ids = NULL;
+    *n = 0;
+    if (!tk) return al__err(err, AL_E_INVALID, "al_tokenize: NULL tokenizer");
+    if (tk->bpe) return al__bpe_encode(tk->bpe, text, len, allow_special, ids, n, err);
+    return al__wordpiece_encode(tk->wp, text, len, ids, n, err);
+}
+
+int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text, size_t *len,
+                  al_error *err) {
+    if (!text) return al__err(err, AL_E_INVALID, "al_detokenize: NULL output");
+    *text = NULL;
+    if (len) *len = 0;
+    if (!tk) return al__err(err, AL_E_INVALID, "al_detokenize: NULL tokenizer");
+    if (tk->bpe) return al__bpe_decode(tk->bpe, ids, n, text, len, err);
+    size_t dummy;
+    return al__wordpiece_decode(tk->wp, ids, n, text, len ? len : &dummy, err);
+}
+
+size_t al_utf8_valid_len(const char *text, size_t len) {
+    return text ? al__utf8_valid_len((const unsigned char *)text, len) : 0;
+}
+
+/* ---- GPT-2 vocabulary files ---------------------------------------------------------------- */
+
+static int line_of(const char *buf, const char *at) {
+    int line = 1;
+    for (const char *p = buf; p < at; p++) line += *p == '\n';
+    return line;
+}
+
+/* encoder.json -> tokens[V] (strings owned by the cJSON tree *root). */
+static int read_encoder(const char *path, cJSON **root, const char ***tokens_out, int *n_out,
+                        al_error *err) {
+    char *buf = NULL;
+    size_t len = 0;
+    *root = NULL;
+    *tokens_out = NULL;
+    int rc = al__read_file(path, MAX_VOCAB_FILE, &buf, &len, err);
+    if (rc) return rc;
+    if (len == 0) {
+        free(buf);
+        return al__err(err, AL_E_FORMAT, "%s: empty file (expected a JSON object token -> id)",
+                       path);
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+    const char *at = end && end >= buf && end <= buf + len ? end : buf;
+    if (j) /* only white space may follow the object */
+        while (at < buf + len && (*at == ' ' || *at == '\n' || *at == '\r' || *at == '\t')) at++;
+    if (!j || at < buf + len) {
+        rc = al__err(err, AL_E_FORMAT, "%s line %d: malformed JSON (%s near byte %zu)", path,
+                     line_of(buf, at), j ? "text after the object" : "syntax error",
+                     (size_t)(at - buf));
+        cJSON_Delete(j);
+        free(buf);
+        return rc;
+    }
+    if (!cJSON_IsObject(j)) {
+        free(buf);
+        cJSON_Delete(j);
+        return al__err(err, AL_E_FORMAT, "%s: expected a JSON object token -> id", path);
+    }
+    int n = cJSON_GetArraySize(j);
+    if (n <= 0 || n > MAX_VOCAB) {
+        free(buf);
+        cJSON_Delete(j);
+        return al__err(err, AL_E_FORMAT, "%s: %d entries (expected 1..%d)", path, n, MAX_VOCAB);
+    }
+    const char **tokens = al__calloc((size_t)n, sizeof *tokens, "vocabulary", err);
+    if (!tokens) {
+        free(buf);
+        cJSON_Delete(j);
+        return AL_E_NOMEM;
+    }
+    for (cJSON *e = j->child; e; e = e->next) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        const char *key = e->string ? e->string : "";
+        if (!cJSON_IsNumber(e) || v != (double)(long long)v || v < 0 || v >= n) {
+            rc = al__err(err, AL_E_FORMAT,
+                         "%s: token '%.100s' has id %s (expected an integer in 0..%d: the ids of "
+                         "%d tokens must be exactly 0..%d)",
+                         path, key, cJSON_IsNumber(e) ? "out of range" : "that is not a number",
+                         n - 1, n, n - 1);
+            break;
+        }
+        int id = (int)v;
+        if (tokens[id]) {
+            rc = al__err(err, AL_E_FORMAT, "%s: id %d is given to both '%.100s' and '%.100s'", path,
+                         id, tokens[id], key);
+            break;
+        }
+        if (!*key) {
+            rc = al__err(err, AL_E_FORMAT, "%s: id %d has an empty token string", path, id);
+            break;
+        }
+        tokens[id] = key;
+    }
+    free(buf);
+    if (rc) {
+        free(tokens);
+        cJSON_Delete(j);
+        return rc;
+    }
+    *root = j;
+    *tokens_out = tokens;
+    *n_out = n;
+    return 0;
+}
+
+/* vocab.bpe -> merges (pointers into *buf_out, NUL-terminated in place) with their lines. */
+static int read_merges(const char *path, char **buf_out, const char ***merges_out, int **lines_out,
+                       int *n_out, al_error *err) {
+    char *buf = NULL;
+    size_t len = 0;
+    *buf_out = NULL;
+    *merges_out = NULL;
+    *lines_out = NULL;
+    int rc = al__read_file(path, MAX_VOCAB_FILE, &buf, &len, err);
+    if (rc) return rc;
+    if (memchr(buf, 0, len)) {
+        rc = al__err(err, AL_E_FORMAT, "%s line %d: NUL byte in a text file", path,
+                     line_of(buf, memchr(buf, 0, len)));
+        free(buf);
+        return rc;
+    }
+    size_t cap = 1;
+    for (size_t i = 0; i < len; i++) cap += buf[i] == '\n';
+    if (cap > (size_t)MAX_VOCAB) {
+        free(buf);
+        return al__err(err, AL_E_FORMAT, "%s: more than %d lines", path, MAX_VOCAB);
+    }
+    const char **merges = al__malloc(cap * sizeof *merges, "merges", err);
+    int *lines = al__malloc(cap * sizeof *lines, "merge lines", err);
+    if (!merges || !lines) {
+        free(merges);
+        free(lines);
+        free(buf);
+        return AL_E_NOMEM;
+    }
+    int n = 0, line = 0;
+    char *p = buf, *end = buf + len;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *le = nl ? nl : end;
+        line++;
+        if (le > p && le[-1] == '\r') le--; /* CRLF files ('\r' is not a byte-level symbol) */
+        *le = 0;
+        if (!(line == 1 && strncmp(p, "#version", 8) == 0) && *p) {
+            merges[n] = p;
+            lines[n] = line;
+            n++;
+        }
+        p = nl ? nl + 1 : end;
+    }
+    if (n == 0) {
+        free(merges);
+        free(lines);
+        free(buf);
+        return al__err(err, AL_E_FORMAT, "%s: no merges (expected one 'left right' pair per line)",
+                       path);
+    }
+    *buf_out = buf;
+    *merges_out = merges;
+    *lines_out = lines;
+    *n_out = n;
+    return 0;
+}
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Finds the two files: NULL -> the shared data (pinned hashes); a directory -> encoder.json +
+ * vocab.bpe, else vocab.json + merges.txt, used as they are (any byte-level vocabulary). */
+static int find_files(const char *vocab, char *enc, char *mer, size_t cap, al_error *err) {
+    if (!vocab || !*vocab) {
+        int rc = al_data_find("gpt2/encoder.json", NULL, enc, cap, err);
+        if (!rc) rc = al_data_find("gpt2/vocab.bpe", NULL, mer, cap, err);
+        return rc;
+    }
+    struct stat st;
+    if (stat(vocab, &st) != 0 || !S_ISDIR(st.st_mode))
+        return al__err(err, AL_E_NOTFOUND,
+                       "%s: not a directory (expected one holding encoder.json "
+                       "+ vocab.bpe, or vocab.json + merges.txt)",
+                       vocab);
+    snprintf(enc, cap, "%s/encoder.json", vocab);
+    snprintf(mer, cap, "%s/vocab.bpe", vocab);
+    if (is_file(enc) || is_file(mer)) {
+        if (!is_file(enc)) return al__err(err, AL_E_NOTFOUND, "%s: missing (beside %s)", enc, mer);
+        if (!is_file(mer)) return al__err(err, AL_E_NOTFOUND, "%s: missing (beside %s)", mer, enc);
+        return 0;
+    }
+    snprintf(enc, cap, "%s/vocab.json", vocab);
+    snprintf(mer, cap, "%s/merges.txt", vocab);
+    if (is_file(enc) && is_file(mer)) return 0;
+    if (is_file(enc)) return al__err(err, AL_E_NOTFOUND, "%s: missing (beside %s)", mer, enc);
+    if (is_file(mer)) return al__err(err, AL_E_NOTFOUND, "%s: missing (beside %s)", enc, mer);
+    return al__err(
+        err, AL_E_NOTFOUND,
+        "%s: no encoder.json + vocab.bpe (nor HF vocab.json + merges.txt) in this directory",
+        vocab);
+}
+
+static int pretok_from_name(const char *name, al__pretok *pre, al_error *err) {
+    if (!name || !*name || strcmp(name, "gpt2") == 0)
+        *pre = AL_PRE_GPT2;
+    else if (strcmp(name, "llama3") == 0 || strcmp(name, "llama-bpe") == 0)
+        *pre = AL_PRE_LLAMA3;
+    else if (strcmp(name, "smollm") == 0)
+        *pre = AL_PRE_SMOLLM;
+    else
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "pre-tokenizer '%s' is not supported (gpt2, llama3, smollm)", name);
+    return 0;
+}
+
+int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **out,
+                          al_error *err) {
+    if (!out) return al__err(err, AL_E_INVALID, "al_tokenizer_open_bpe: NULL output");
+    *out = NULL;
+    al__pretok pre = AL_PRE_GPT2;
+    int rc = pretok_from_name(pretok, &pre, err);
+    if (rc) return rc;
+    char enc[4096], mer[4096];
+    if ((rc = find_files(vocab, enc, mer, sizeof enc, err))) return rc;
+    cJSON *root = NULL;
+    const char **tokens = NULL, **merges = NULL;
+    char *mbuf = NULL;
+    int *lines = NULL, n_tok = 0, n_mer = 0;
+    al__bpe *b = NULL;
+    if ((rc = read_encoder(enc, &root, &tokens, &n_tok, err))) goto done;
+    if ((rc = read_merges(mer, &mbuf, &merges, &lines, &n_mer, err))) goto done;
+    rc = al__bpe_create_lines(tokens, n_tok, merges, n_mer, lines, mer, pre, &b, err);
+    if (rc) {
+        if (err && !strstr(err->msg, mer)) al__err_prefix(err, (al_code)rc, "%s + %s", enc, mer);
+        goto done;
+    }
+    /* <|endoftext|>: GPT-2's one special token, when the vocabulary has it */
+    for (int i = 0; i < n_tok; i++)
+        if (strcmp(tokens[i], "<|endoftext|>") == 0) {
+            if ((rc = al__bpe_add_special(b, tokens[i], i, err))) goto done;
+            break;
+        }
+    rc = al__tokenizer_from_bpe(b, out, err);
+    b = NULL;
+done:
+    al__bpe_free(b);
+    free(tokens);
+    free(merges);
+    free(lines);
+    free(mbuf);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err) {
+    return al_tokenizer_open_bpe(vocab, "gpt2", out, err);
+}

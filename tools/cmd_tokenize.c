@@ -1,0 +1,206 @@
+/* cmd_tokenize.c: attnlim tokenize: GPT-2 byte-level BPE encode / decode. */
+#include "cli.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: attnlim tokenize [--vocab DIR] [--pre gpt2|llama3|smollm] [--data DIR]\n"
+        "                        (--corpus war-and-peace | FILE | -) [--decode]\n"
+        "                        [--allow-special] [--json]\n"
+        "\n"
+        "Encodes the bytes of FILE (- = stdin), or a corpus, with GPT-2's byte-level BPE and\n"
+        "prints the token ids, one per line (--json: {\"count\": N, \"ids\": [...]}).\n"
+        "--decode reads token ids (white space or comma separated) and writes their bytes\n"
+        "(--json: {\"count\", \"bytes\", \"valid_utf8\", \"text\"}).\n"
+        "\n"
+        "  --vocab DIR       encoder.json + vocab.bpe (or HF vocab.json + merges.txt);\n"
+        "                    default: the shared GPT-2 files (gpt2/encoder.json, gpt2/vocab.bpe)\n"
+        "  --pre NAME        pre-tokenizer for that vocabulary (default gpt2)\n"
+        "  --corpus NAME     war-and-peace: the body of METHOD section 1 (or a file path)\n"
+        "  --data DIR        where the corpus data lives (as ATTNLIM_DATA)\n"
+        "  --allow-special   recognise <|endoftext|> in the text as the special token\n"
+        "                    (otherwise it is ordinary text)\n"
+        "Invalid UTF-8 is encoded byte-level, as tiktoken's _encode_bytes does (a warning\n"
+        "names the first invalid byte). Empty input is an error.\n");
+}
+
+/* Parses ids from text: white space / comma separated non-negative integers. */
+static int parse_ids(const char *name, const char *text, size_t len, int32_t **out, size_t *n,
+                     al_error *err) {
+    size_t cap = 1024, k = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) goto nomem;
+    size_t i = 0;
+    int line = 1;
+    while (i < len) {
+        char c = text[i];
+        if (c == '\n') line++;
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        long long v = 0;
+        int ok = 1;
+        while (j < len && !(text[j] == ' ' || text[j] == '\t' || text[j] == '\n' ||
+                            text[j] == '\r' || text[j] == ',')) {
+            if (text[j] < '0' || text[j] > '9' || v > 1000000000LL)
+                ok = 0;
+            else
+                v = v * 10 + (text[j] - '0');
+            j++;
+        }
+        if (!ok) {
+            free(ids);
+            return al__err(err, AL_E_FORMAT,
+                           "%s line %d: '%.*s' is not a token id (a non-negative integer)", name,
+                           line, (int)(j - i > 40 ? 40 : j - i), text + i);
+        }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *nv = realloc(ids, cap * sizeof *nv);
+            if (!nv) goto nomem;
+            ids = nv;
+        }
+        ids[k++] = (int32_t)(v > INT32_MAX ? INT32_MAX : v);
+        i = j;
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+nomem:
+    free(ids);
+    return al__err(err, AL_E_NOMEM, "%s: out of memory reading token ids", name);
+}
+
+static int print_ids(const int32_t *ids, size_t n, int json) {
+    /* large outputs: a plain buffered loop (cJSON would build one node per id) */
+    if (json) {
+        printf("{\"count\": %zu, \"ids\": [", n);
+        for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        printf("]}\n");
+    } else {
+        for (size_t i = 0; i < n; i++) printf("%d\n", ids[i]);
+    }
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *vocab = NULL, *pre = NULL, *corpus = NULL, *input = NULL, *data = NULL;
+    int decode = 0, allow_special = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--decode"))
+            decode = 1;
+        else if (!strcmp(a, "--allow-special"))
+            allow_special = 1;
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--vocab") || !strcmp(a, "--pre") || !strcmp(a, "--corpus") ||
+                 !strcmp(a, "--data")) {
+            if (i + 1 >= argc) return cli_usage_error("tokenize", "%s needs a value", a);
+            const char *v = argv[++i];
+            if (!strcmp(a, "--vocab"))
+                vocab = v;
+            else if (!strcmp(a, "--pre"))
+                pre = v;
+            else if (!strcmp(a, "--corpus"))
+                corpus = v;
+            else
+                data = v;
+        } else if (a[0] == '-' && a[1] != 0) {
+            return cli_usage_error("tokenize", "unknown option '%s'", a);
+        } else {
+            if (input)
+                return cli_usage_error("tokenize", "more than one input ('%s', '%s')", input, a);
+            input = a;
+        }
+    }
+    if (!!corpus + !!input != 1)
+        return cli_usage_error("tokenize", "give exactly one input: --corpus NAME, FILE or -");
+    if (decode && corpus)
+        return cli_usage_error("tokenize", "--decode reads ids from FILE or -, not a corpus");
+
+    al_error err = {0};
+    al_tokenizer *tk = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int status = 1;
+    const char *name = corpus ? corpus : (strcmp(input, "-") == 0 ? "stdin" : input);
+    int rc = corpus ? al_corpus_load(corpus, data, &text, &len, &err)
+                    : (al_corpus_load(input, NULL, &text, &len, &err));
+    if (rc) goto fail;
+    if (len == 0) {
+        snprintf(err.msg, sizeof err.msg, "%s: empty text (nothing to %s)", name,
+                 decode ? "decode" : "tokenize");
+        goto fail;
+    }
+    if ((rc = al_tokenizer_open_bpe(vocab, pre, &tk, &err))) goto fail;
+    if (decode) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *out = NULL;
+        size_t olen = 0;
+        if ((rc = parse_ids(name, text, len, &ids, &n, &err))) goto fail;
+        if (n == 0) {
+            free(ids);
+            snprintf(err.msg, sizeof err.msg, "%s: no token ids to decode", name);
+            goto fail;
+        }
+        rc = al_detokenize(tk, ids, n, &out, &olen, &err);
+        free(ids);
+        if (rc) {
+            al__err_prefix(&err, (al_code)rc, "%s", name);
+            goto fail;
+        }
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            int valid = al_utf8_valid_len(out, olen) == olen && !memchr(out, 0, olen);
+            cJSON_AddNumberToObject(o, "count", (double)n);
+            cJSON_AddNumberToObject(o, "bytes", (double)olen);
+            cJSON_AddBoolToObject(o, "valid_utf8", valid);
+            if (valid)
+                cJSON_AddStringToObject(o, "text", out);
+            else
+                cJSON_AddNullToObject(o, "text");
+            cli_print_json(o, 0);
+        } else if (fwrite(out, 1, olen, stdout) != olen || fflush(stdout) != 0) {
+            free(out);
+            snprintf(err.msg, sizeof err.msg, "stdout: write error");
+            goto fail;
+        }
+        free(out);
+    } else {
+        size_t valid = al_utf8_valid_len(text, len);
+        if (valid < len)
+            fprintf(stderr,
+                    "attnlim tokenize: warning: %s is not valid UTF-8 at byte %zu (0x%02x); "
+                    "encoded byte-level as tiktoken's _encode_bytes does\n",
+                    name, valid, (unsigned char)text[valid]);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if ((rc = al_tokenize(tk, text, len, allow_special, &ids, &n, &err))) {
+            al__err_prefix(&err, (al_code)rc, "%s", name);
+            goto fail;
+        }
+        int w = print_ids(ids, n, json);
+        free(ids);
+        if (w) {
+            snprintf(err.msg, sizeof err.msg, "stdout: write error");
+            goto fail;
+        }
+    }
+    status = 0;
+fail:
+    if (status) cli_fail("tokenize", &err);
+    al_tokenizer_free(tk);
+    free(text);
+    return status;
+}
