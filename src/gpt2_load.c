@@ -331,7 +331,7 @@ int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err) {
     char lower[16];
     snprintf(lower, sizeof lower, "%s", dtype ? dtype : "f32");
     for (char *p = lower; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-    fill_info(m, g, path, name, lower);
+    fill_info(m, g, al__st_path(st), name, lower);
     return 0;
 fail:
     free(ts);

@@ -20,8 +20,9 @@ struct al__safetensors {
     int n;            /* tensors */
     al__st_tensor *t; /* [n] sorted by name */
     int n_files;
-    al__map *maps; /* [n_files] read-only mappings */
-    char **paths;  /* [n_files] file paths (the tensors' file fields point here) */
+    al__map *maps;        /* [n_files] read-only mappings */
+    char **paths;         /* [n_files] file paths (the tensors' file fields point here) */
+    char main[4096 + 64]; /* the file opened: .safetensors or the index .json */
 };
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */
@@ -441,8 +442,13 @@ int al__st_open(const char *path, al__safetensors **out, al_error *err) {
         al__st_close(st);
         return rc;
     }
+    snprintf(st->main, sizeof st->main, "%s", is_dir(path) ? buf : path);
     *out = st;
     return 0;
+}
+
+const char *al__st_path(const al__safetensors *st) {
+    return st->main;
 }
 
 void al__st_close(al__safetensors *st) {

@@ -34,6 +34,8 @@ typedef struct al__safetensors al__safetensors;
 int al__st_open(const char *path, al__safetensors **out, al_error *err);
 void al__st_close(al__safetensors *st);
 int al__st_count(const al__safetensors *st);
+/* The file opened: the .safetensors, or the index .json of a sharded checkpoint. */
+const char *al__st_path(const al__safetensors *st);
 const al__st_tensor *al__st_at(const al__safetensors *st, int i);
 const al__st_tensor *al__st_find(const al__safetensors *st, const char *name); /* NULL if absent */
 /* Copies tensor name as float32 into dst, checking it exists and has exactly this shape

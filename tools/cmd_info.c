@@ -1,0 +1,160 @@
+/* cmd_info.c: attnlim info: a model's family, config, parameter count, dtypes and file hash. */
+#include "checkpoint.h"
+#include "cli.h"
+#include "safetensors.h"
+
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attnlim info --model PATH|NAME [--tensors] [--no-hash] [--json]\n"
+            "\n"
+            "Opens a model (every size, offset, shape and dtype checked) and prints its family,\n"
+            "config, parameter count, storage dtypes and the SHA-256 of its file.\n"
+            "  --tensors  list every stored tensor (name, dtype, shape) of a safetensors or llm.c "
+            "file\n"
+            "  --no-hash  skip the file's SHA-256\n"
+            "  --json     one JSON object\n");
+}
+
+/* Stored tensors of a safetensors or llm.c checkpoint, into j["tensors"] and j["dtypes"]. */
+static int list_tensors(const char *path, const char *file, cJSON *j, int want_list,
+                        al_error *err) {
+    cJSON *dt = cJSON_AddObjectToObject(j, "dtypes");
+    cJSON *ts = want_list ? cJSON_AddArrayToObject(j, "tensors") : NULL;
+    al__map map;
+    al__llmc_hdr h;
+    if (al__map_file(file, &map, NULL) == 0) {
+        int llmc = map.size >= 4 && al__le32(map.data) == AL_LLMC_MAGIC;
+        int rc = llmc ? al__llmc_parse_buffer(map.data, map.size, file, &h, err) : 0;
+        al__unmap(&map);
+        if (rc) return rc;
+        if (llmc) {
+            int n = al__gpt2_n_tensors(&h.cfg);
+            cJSON_AddNumberToObject(dt, h.version == 3 ? "F32" : "BF16", n);
+            cJSON_AddNumberToObject(j, "llmc_version", h.version);
+            cJSON_AddNumberToObject(j, "padded_vocab", h.Vp);
+            for (int i = 0; ts && i < n; i++) {
+                al__gpt2_spec s;
+                al__gpt2_spec_at(&h.cfg, i, &s);
+                cJSON *t = cJSON_CreateObject();
+                cJSON_AddStringToObject(t, "name", s.name);
+                cJSON_AddStringToObject(t, "dtype", h.version == 3 ? "F32" : "BF16");
+                int64_t shape[2] = {s.is_matrix ? s.shape[1] : s.shape[0],
+                                    s.is_matrix ? s.shape[0] : s.shape[1]};
+                if (i == 0) shape[0] = h.Vp;
+                cJSON *sh = cJSON_AddArrayToObject(t, "shape"); /* as stored: [out, in] */
+                for (int d = 0; d < s.ndim; d++)
+                    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+                cJSON_AddItemToArray(ts, t);
+            }
+            return 0;
+        }
+    }
+    al__safetensors *st;
+    int rc = al__st_open(path, &st, err);
+    if (rc) return rc;
+    for (int i = 0; i < al__st_count(st); i++) {
+        const al__st_tensor *t = al__st_at(st, i);
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(dt, t->dtype_name);
+        if (c)
+            cJSON_SetNumberValue(c, c->valuedouble + 1);
+        else
+            cJSON_AddNumberToObject(dt, t->dtype_name, 1);
+        if (!ts) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", t->name);
+        cJSON_AddStringToObject(o, "dtype", t->dtype_name);
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON_AddItemToArray(ts, o);
+    }
+    al__st_close(st);
+    return 0;
+}
+
+static void print_text(const cJSON *j) {
+    for (const cJSON *e = j->child; e; e = e->next) {
+        if (cJSON_IsArray(e)) continue;
+        if (cJSON_IsObject(e)) {
+            printf("%-12s", e->string);
+            for (const cJSON *d = e->child; d; d = d->next)
+                printf(" %s x%d", d->string, (int)d->valuedouble);
+            printf("\n");
+        } else if (cJSON_IsString(e))
+            printf("%-12s %s\n", e->string, e->valuestring);
+        else if (cJSON_IsNumber(e))
+            printf("%-12s %.0f\n", e->string, e->valuedouble);
+        else if (cJSON_IsBool(e))
+            printf("%-12s %s\n", e->string, cJSON_IsTrue(e) ? "true" : "false");
+    }
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors");
+    for (const cJSON *t = ts ? ts->child : NULL; t; t = t->next) {
+        printf("  %-40s %-5s [", cJSON_GetObjectItem(t, "name")->valuestring,
+               cJSON_GetObjectItem(t, "dtype")->valuestring);
+        const cJSON *sh = cJSON_GetObjectItem(t, "shape");
+        for (const cJSON *d = sh->child; d; d = d->next)
+            printf("%s%.0f", d == sh->child ? "" : ", ", d->valuedouble);
+        printf("]\n");
+    }
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
+    int json = 0, tensors = 0, hash = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--tensors"))
+            tensors = 1;
+        else if (!strcmp(argv[i], "--no-hash"))
+            hash = 0;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[++i];
+        else
+            return cli_usage_error("info", "unknown option or missing value: '%s'", argv[i]);
+    }
+    if (!model) return cli_usage_error("info", "--model PATH is required");
+    al_error err = {0};
+    al_model *m;
+    if (al_model_open(model, &m, &err)) return cli_fail("info", &err);
+    if (hash && al_model_hash(m, &err)) {
+        al_model_free(m);
+        return cli_fail("info", &err);
+    }
+    const al_model_info *in = al_model_get_info(m);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "family", in->family);
+    cJSON_AddStringToObject(j, "name", in->name);
+    cJSON_AddStringToObject(j, "path", in->path);
+    if (hash) cJSON_AddStringToObject(j, "sha256", in->sha256);
+    cJSON_AddStringToObject(j, "dtype", in->dtype);
+    cJSON_AddNumberToObject(j, "n_layer", in->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", in->n_head);
+    cJSON_AddNumberToObject(j, "n_kv_head", in->n_kv_head);
+    cJSON_AddNumberToObject(j, "d_model", in->d_model);
+    cJSON_AddNumberToObject(j, "d_head", in->d_head);
+    cJSON_AddNumberToObject(j, "d_ff", in->d_ff);
+    cJSON_AddNumberToObject(j, "n_ctx", in->n_ctx);
+    cJSON_AddNumberToObject(j, "vocab_size", in->vocab_size);
+    cJSON_AddBoolToObject(j, "causal", in->causal);
+    cJSON_AddNumberToObject(j, "n_params", (double)in->n_params);
+    int rc = 0;
+    if (!strcmp(in->family, "gpt2")) rc = list_tensors(model, in->path, j, tensors, &err);
+    al_model_free(m);
+    if (rc) {
+        cJSON_Delete(j);
+        return cli_fail("info", &err);
+    }
+    if (json)
+        cli_print_json(j, 0);
+    else {
+        print_text(j);
+        cJSON_Delete(j);
+    }
+    return 0;
+}
