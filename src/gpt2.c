@@ -1,19 +1,166 @@
-/* gpt2.c: the GPT-2 forward with streaming capture (placeholder until the engine lands). */
+/* gpt2.c: the GPT-2 forward pass (fp32) with the streaming capture of attnlim.h.
+ *
+ *   x = wte[tokens] + wpe[0..T)                                  embed [T, C]
+ *   per layer: x += proj(attention(ln_1(x)));  x += fc_proj(gelu_tanh(fc(ln_2(x))))
+ *   final_hidden = ln_f(x);  logits = final_hidden @ wte[0..V)^T (only when asked)
+ *
+ * Weights come from the loaders (gpt2_load.c) in either layout (HF Conv1D [in, out] or llm.c
+ * [out, in]). Activations live in one arena per model sized for n_ctx, allocated on the first
+ * forward (inference only: one layer's activations at a time). A model runs one forward at a
+ * time (the arena and the attention buffers are the model's). */
 #include "gpt2.h"
+#include "ops.h"
 
-static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req, float *logits,
-                        float *final_hidden, al_error *err) {
-    (void)tokens;
-    (void)T;
-    (void)req;
-    (void)logits;
-    (void)final_hidden;
-    return al__err(err, AL_E_UNSUPPORTED, "%s: the GPT-2 forward is not implemented yet", m->info.path);
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The activation arena: every buffer for T = n_ctx tokens. */
+typedef struct gpt2_acts {
+    float *mem;     /* the one allocation holding everything below */
+    float *x;       /* [n_ctx, C] residual stream */
+    float *embed;   /* [n_ctx, C] token + position embedding (kept for the capture) */
+    float *ln;      /* [n_ctx, C] ln_1 / ln_2 / ln_f output */
+    float *qkv;     /* [n_ctx, 3C] q | k | v, head h at columns h*d_head of each */
+    float *atty;    /* [n_ctx, C] concatenated head outputs */
+    float *proj;    /* [n_ctx, C] output of a projection, added to x */
+    float *fch;     /* [n_ctx, 4C] MLP hidden, GELU in place */
+    al__attn_ws ws; /* attention scratch and capture buffers, kept across layers */
+} gpt2_acts;
+
+static void free_acts(gpt2_acts *a) {
+    if (!a) return;
+    free(a->mem);
+    al__attn_ws_free(&a->ws);
+    free(a);
+}
+
+static int build_acts(const al__gpt2 *g, gpt2_acts **out, al_error *err) {
+    size_t T = (size_t)g->n_ctx, C = (size_t)g->d_model;
+    size_t sizes[7] = {T * C, T * C, T * C, T * 3 * C, T * C, T * C, T * 4 * C};
+    size_t total = 0;
+    for (int i = 0; i < 7; i++) {
+        size_t aligned = (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned buffers */
+        if (!al__add_ok(total, aligned, &total))
+            return al__err(err, AL_E_NOMEM, "GPT-2 activations: size overflows");
+    }
+    size_t bytes;
+    if (!al__mul_ok(total, sizeof(float), &bytes))
+        return al__err(err, AL_E_NOMEM, "GPT-2 activations: size overflows");
+    gpt2_acts *a = al__calloc(1, sizeof *a, "GPT-2 activation state", err);
+    if (!a) return AL_E_NOMEM;
+    a->mem = al__malloc_aligned(bytes, "GPT-2 activations", err);
+    if (!a->mem) {
+        free(a);
+        return AL_E_NOMEM;
+    }
+    float **ptrs[7] = {&a->x, &a->embed, &a->ln, &a->qkv, &a->atty, &a->proj, &a->fch};
+    float *p = a->mem;
+    for (int i = 0; i < 7; i++) {
+        *ptrs[i] = p;
+        p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    *out = a;
+    return 0;
+}
+
+/* y[T, out] = x[T, in] @ W + b, W stored [in, out] (HF) or [out, in] (llm.c) */
+static void linear(const al__gpt2 *g, float *y, const float *x, const float *W, const float *b,
+                   int T, int in, int out) {
+    if (g->out_in)
+        al__matmul_nt(y, x, W, b, T, in, out);
+    else
+        al__matmul(y, x, W, b, T, in, out);
+}
+
+static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                        float *logits, float *final_hidden, al_error *err) {
+    al__gpt2 *g = m->impl;
+    if (!g) return al__err(err, AL_E_INVALID, "%s: model not loaded", m->info.path);
+    if (T < 1 || T > g->n_ctx)
+        return al__err(err, AL_E_INVALID, "%s: window of %d tokens outside 1..%d", m->info.path, T,
+                       g->n_ctx);
+    if (!g->fwd) {
+        gpt2_acts *fresh = NULL;
+        int rc = build_acts(g, &fresh, err);
+        if (rc) return rc;
+        g->fwd = fresh;
+    }
+    gpt2_acts *a = g->fwd;
+    const int C = g->d_model, H = g->n_head, D = C / H, L = g->n_layer;
+
+    /* embeddings */
+    for (int t = 0; t < T; t++) {
+        int tok = tokens[t];
+        if (tok < 0 || tok >= g->vocab_size)
+            return al__err(err, AL_E_INVALID, "token id %d at position %d outside [0, %d)", tok, t,
+                           g->vocab_size);
+        const float *te = g->wte + (size_t)tok * C, *pe = g->wpe + (size_t)t * C; /* [C] */
+        float *xt = a->x + (size_t)t * C;
+        for (int c = 0; c < C; c++) xt[c] = te[c] + pe[c];
+    }
+    int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
+    if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
+
+    for (int l = 0; l < L; l++) {
+        const al__gpt2_layer *w = &g->layers[l];
+        al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
+        linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
+        al__attn at = {
+            .layer = l,
+            .T = T,
+            .n_head = H,
+            .n_kv_head = H,
+            .d_head = D,
+            .d_model = C,
+            .causal = 1,
+            .q = a->qkv,
+            .q_stride = (size_t)3 * C,
+            .k = a->qkv + C,
+            .k_stride = (size_t)3 * C,
+            .v = a->qkv + 2 * C,
+            .v_stride = (size_t)3 * C,
+            .out = a->atty,
+            .hidden = a->ln,
+            .embed = want_embed ? a->embed : NULL,
+            .req = req,
+        };
+        int rc = al__attention_ws(&at, &a->ws, err);
+        if (rc) return rc;
+        linear(g, a->proj, a->atty, w->proj_w, w->proj_b, T, C, C);
+        al__add(a->x, a->proj, (size_t)T * C);
+        al__layernorm(a->ln, a->x, w->ln2_w, w->ln2_b, T, C, 1e-5f);
+        linear(g, a->fch, a->ln, w->fc_w, w->fc_b, T, C, 4 * C);
+        al__gelu_tanh(a->fch, (size_t)T * 4 * C);
+        linear(g, a->proj, a->fch, w->fcproj_w, w->fcproj_b, T, 4 * C, C);
+        al__add(a->x, a->proj, (size_t)T * C);
+    }
+
+    if (!logits && !final_hidden) return 0;
+    al__layernorm(a->ln, a->x, g->lnf_w, g->lnf_b, T, C, 1e-5f);
+    if (final_hidden) memcpy(final_hidden, a->ln, (size_t)T * C * sizeof(float));
+    /* LM head tied to wte: logits [T, V] = ln_f(x) [T, C] @ wte[0..V) [V, C]^T */
+    if (logits) al__matmul_nt(logits, a->ln, g->wte, NULL, T, C, g->vocab_size);
+    return 0;
 }
 
 static void gpt2_destroy(al_model *m) {
-    al__gpt2_release(m->impl);
+    al__gpt2 *g = m->impl;
+    if (g) {
+        free_acts(g->fwd);
+        g->fwd = NULL;
+    }
+    al__gpt2_release(g);
     m->impl = NULL;
 }
 
-const al_model_vtable al__gpt2_vtable = {gpt2_forward, gpt2_destroy, NULL};
+/* The tokenizer module may be absent from a partial build: a weak reference keeps linking. */
+#pragma weak al_tokenizer_open_gpt2
+static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
+    if (!al_tokenizer_open_gpt2)
+        return al__err(err, AL_E_UNSUPPORTED, "%s: the GPT-2 tokenizer is not built in",
+                       m->info.path);
+    return al_tokenizer_open_gpt2(NULL, out, err);
+}
+
+const al_model_vtable al__gpt2_vtable = {gpt2_forward, gpt2_destroy, gpt2_tokenizer};

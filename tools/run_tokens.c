@@ -1,0 +1,134 @@
+/* run_tokens.c: token ids for capture and perplexity (see run_tokens.h). */
+#include "run_tokens.h"
+
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS_FILE ((size_t)1 << 30)
+
+/* Parses ids separated by whitespace (and commas); every field must be a decimal integer. */
+static int parse_ids(const char *path, const char *text, size_t len, int vocab, run_tokens *t,
+                     al_error *err) {
+    size_t cap = 1024, n = 0;
+    int32_t *ids = al__malloc(cap * sizeof *ids, "token ids", err);
+    if (!ids) return AL_E_NOMEM;
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        while (p < end && (isspace((unsigned char)*p) || *p == ',')) p++;
+        if (p >= end) break;
+        const char *s = p;
+        while (p < end && !isspace((unsigned char)*p) && *p != ',') p++;
+        long v = 0;
+        int ok = p - s <= 10;
+        for (const char *c = s; ok && c < p; c++) {
+            if (*c < '0' || *c > '9')
+                ok = 0;
+            else
+                v = v * 10 + (*c - '0');
+        }
+        if (!ok || v > INT32_MAX) {
+            free(ids);
+            return al__err(err, AL_E_FORMAT, "%s: token %zu ('%.*s') is not a non-negative integer",
+                           path, n, (int)(p - s > 32 ? 32 : p - s), s);
+        }
+        if (v >= vocab) {
+            free(ids);
+            return al__err(err, AL_E_RANGE,
+                           "%s: token %zu is id %ld, outside the model's vocabulary [0, %d)", path,
+                           n, v, vocab);
+        }
+        if (n == cap) {
+            int32_t *nid = realloc(ids, 2 * cap * sizeof *ids);
+            if (!nid) {
+                free(ids);
+                return al__err(err, AL_E_NOMEM, "%s: out of memory reading token ids", path);
+            }
+            ids = nid, cap *= 2;
+        }
+        ids[n++] = (int32_t)v;
+    }
+    if (n == 0) {
+        free(ids);
+        return al__err(err, AL_E_FORMAT, "%s: no token ids (the file is empty)", path);
+    }
+    t->ids = ids, t->n = n;
+    return 0;
+}
+
+int run_tokens_load(al_model *m, const char *tokens_path, const char *corpus, run_tokens *t,
+                    al_error *err) {
+    memset(t, 0, sizeof *t);
+    if (!!tokens_path == !!corpus)
+        return al__err(err, AL_E_INVALID, "give exactly one of --tokens FILE and --corpus NAME");
+    double t0 = al__now();
+    const al_model_info *info = al_model_get_info(m);
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+    if (tokens_path) {
+        snprintf(t->source, sizeof t->source, "%s", tokens_path);
+        if ((rc = al__read_file(tokens_path, MAX_TOKENS_FILE, &text, &len, err))) return rc;
+        al_sha256_buf(text, len, t->sha256);
+        rc = parse_ids(tokens_path, text, len, info->vocab_size, t, err);
+        free(text);
+        if (rc) return rc;
+    } else {
+        t->from_corpus = 1;
+        snprintf(t->source, sizeof t->source, "%s", corpus);
+        if ((rc = al_corpus_load(corpus, NULL, &text, &len, err))) return rc;
+        al_sha256_buf(text, len, t->sha256);
+        al_tokenizer *tk = NULL;
+        rc = al_model_tokenizer(m, &tk, err);
+        if (!rc) rc = al_tokenize(tk, text, len, 0, &t->ids, &t->n, err);
+        al_tokenizer_free(tk);
+        free(text);
+        if (rc) return rc;
+        if (t->n == 0) {
+            run_tokens_free(t);
+            return al__err(err, AL_E_FORMAT, "corpus %s: no tokens (empty text)", corpus);
+        }
+        for (size_t i = 0; i < t->n; i++)
+            if (t->ids[i] < 0 || t->ids[i] >= info->vocab_size) {
+                int bad = t->ids[i];
+                run_tokens_free(t);
+                return al__err(err, AL_E_RANGE,
+                               "corpus %s: token %zu has id %d, outside the model's vocabulary "
+                               "[0, %d): tokenizer and model do not match",
+                               corpus, i, bad, info->vocab_size);
+            }
+    }
+    t->seconds = al__now() - t0;
+    return 0;
+}
+
+void run_tokens_free(run_tokens *t) {
+    if (!t) return;
+    free(t->ids);
+    t->ids = NULL;
+    t->n = 0;
+}
+
+int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
+                      const int32_t **out, al_error *err) {
+    if (L < 1)
+        return al__err(err, AL_E_INVALID, "--length %ld: a window needs at least 1 token", L);
+    if (L > info->n_ctx)
+        return al__err(err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)", L,
+                       info->path, info->n_ctx);
+    if (k < 0) return al__err(err, AL_E_INVALID, "--window %ld: windows are numbered from 0", k);
+    size_t avail = t->n / (size_t)L; /* whole windows in the tokens */
+    if (avail == 0)
+        return al__err(err, AL_E_RANGE, "%s has %zu tokens, fewer than one window of length %ld",
+                       t->source, t->n, L);
+    if ((size_t)k >= avail)
+        return al__err(err, AL_E_RANGE,
+                       "window %ld of length %ld needs tokens [%ld, %ld), but %s has %zu tokens "
+                       "(windows 0..%ld of that length)",
+                       k, L, k * L, (k + 1) * L, t->source, t->n, (long)avail - 1);
+    *out = t->ids + (size_t)k * (size_t)L;
+    return 0;
+}
