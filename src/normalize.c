@@ -1,0 +1,914 @@
+/* normalize.c: the normalizers of METHOD section 7 and their Jacobians.
+ *
+ * Every normalizer is applied to x = c * z, with c = 1/T (ssmax: c = s log(n) / T). The
+ * Jacobian with respect to z is c times the Jacobian with respect to x.
+ *
+ *  - softmax, ssmax:   p = softmax(x);              J_x = diag(p) - p p^T
+ *  - sparsemax:        p = [x - tau]_+              J_x = diag(g) - g g^T / sum(g), g = 1[p > 0]
+ *  - 1.5-entmax:       p = [x/2 - tau]_+^2          J_x = same form, g = sqrt(p)
+ *  - alpha-entmax:     p = [(a-1) x - tau]_+^(1/(a-1)), g = p^(2-a) on the support
+ *  - sa-softmax:       p = x * softmax(x)
+ *  - sa-softmax-norm:  p = w(x) * softmax(x), w = (x - m) / (M - m), m = min(x_min, 0),
+ *                      M = max(0, x_max)
+ *
+ * The first four share the form J_x = diag(g) - g g^T / sum(g) (g >= 0): it is positive
+ * semi-definite (x^T J x is a g-weighted variance), so its spectral norm is its largest
+ * eigenvalue. Using diag = g itself, the eigenvalues lambda != g_i solve the secular equation
+ *     F(lambda) = sum_i g_i / (g_i - lambda) = 0,
+ * whose largest root lies strictly between the largest two distinct entries of g (if the
+ * largest entry is repeated, lambda_max is that entry exactly). rank1_spectral solves it with
+ * a safeguarded rational (two-pole) iteration, shifted to the nearer pole so that the root
+ * keeps full relative accuracy. The sa-softmax forms have no such structure: Lanczos with full
+ * reorthogonalisation on J^T J, built on jvp/vjp, until the Ritz residual is below 1e-10.
+ *
+ * 1.5-entmax and sparsemax thresholds are exact: tau is the closed form over the support, and
+ * the support is found by a selection (quickselect on the values, expected O(n)) of the same
+ * monotone test a full sort would scan, "x_(k) > tau_k". alpha-entmax: tau by bisection with
+ * Newton steps inside the bracket, float64. */
+#include "internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_N 1024 /* rows up to this length use stack scratch (no malloc) */
+
+/* ---- names, defaults, checks ------------------------------------------------------------- */
+
+static const char *const kind_names[] = {"softmax", "sparsemax",  "entmax15",       "entmax",
+                                         "ssmax",   "sa-softmax", "sa-softmax-norm"};
+#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+al_norm al_norm_default(al_norm_kind kind) {
+    al_norm nm = {kind, 1.0, 1.5, 0.43};
+    return nm;
+}
+
+const char *al_norm_name(al_norm_kind kind) {
+    return ((int)kind >= 0 && (int)kind < N_KINDS) ? kind_names[kind] : "unknown";
+}
+
+int al_norm_parse(const char *name, al_norm *out, al_error *err) {
+    static const struct {
+        const char *alias;
+        al_norm_kind kind;
+    } aliases[] = {{"1.5-entmax", AL_NORM_ENTMAX15},
+                   {"entmax-1.5", AL_NORM_ENTMAX15},
+                   {"alpha-entmax", AL_NORM_ENTMAX},
+                   {"sa_softmax", AL_NORM_SA_SOFTMAX},
+                   {"sa_softmax_norm", AL_NORM_SA_SOFTMAX_NORM}};
+    if (!name) return al__err(err, AL_E_INVALID, "normalizer: no name given");
+    for (int k = 0; k < N_KINDS; k++)
+        if (!strcmp(name, kind_names[k])) {
+            *out = al_norm_default((al_norm_kind)k);
+            return 0;
+        }
+    for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++)
+        if (!strcmp(name, aliases[k].alias)) {
+            *out = al_norm_default(aliases[k].kind);
+            return 0;
+        }
+    return al__err(err, AL_E_INVALID,
+                   "unknown normalizer '%s' (softmax, sparsemax, entmax15, entmax, ssmax, "
+                   "sa-softmax, sa-softmax-norm)",
+                   name);
+}
+
+int al_norm_sums_to_one(const al_norm *nm) {
+    return nm->kind != AL_NORM_SA_SOFTMAX && nm->kind != AL_NORM_SA_SOFTMAX_NORM;
+}
+
+int al_norm_check(const al_norm *nm, al_error *err) {
+    if (!nm) return al__err(err, AL_E_INVALID, "normalizer: NULL");
+    if ((int)nm->kind < 0 || (int)nm->kind >= N_KINDS)
+        return al__err(err, AL_E_INVALID, "normalizer: unknown kind %d", (int)nm->kind);
+    if (!(nm->temperature > 0) || !isfinite(nm->temperature))
+        return al__err(err, AL_E_RANGE, "%s: temperature %g must be finite and > 0",
+                       kind_names[nm->kind], nm->temperature);
+    if (nm->kind == AL_NORM_ENTMAX && (!(nm->alpha > 1) || !isfinite(nm->alpha)))
+        return al__err(err, AL_E_RANGE, "entmax: alpha %g must be finite and > 1", nm->alpha);
+    if (nm->kind == AL_NORM_SSMAX && (!(nm->ssmax_s > 0) || !isfinite(nm->ssmax_s)))
+        return al__err(err, AL_E_RANGE, "ssmax: s %g must be finite and > 0", nm->ssmax_s);
+    return 0;
+}
+
+/* The scale c of x = c z (c = 1/T; ssmax: s log(n) / T; 0 for ssmax with n = 1). */
+static int norm_scale(const al_norm *nm, int64_t n, double *c, al_error *err) {
+    double num = nm->kind == AL_NORM_SSMAX ? nm->ssmax_s * log((double)n) : 1.0;
+    double v = num / nm->temperature;
+    if (!isfinite(v) || (v == 0 && num != 0))
+        return al__err(err, AL_E_RANGE, "%s: temperature %g gives a scale %g out of range",
+                       kind_names[nm->kind], nm->temperature, v);
+    *c = v;
+    return 0;
+}
+
+void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
+    double sup = NAN, paper = NAN;
+    if (nm && nm->temperature > 0 && (nm->kind == AL_NORM_SOFTMAX || nm->kind == AL_NORM_SSMAX)) {
+        double c = 1.0 / nm->temperature; /* 1/T_eff */
+        if (nm->kind == AL_NORM_SSMAX) c *= nm->ssmax_s * log((double)(n > 1 ? n : 1));
+        sup = 0.5 * c;
+        paper = fmin(0.25 * c, sqrt(2.0));
+    }
+    if (bound_sup) *bound_sup = sup;
+    if (bound_paper) *bound_paper = paper;
+}
+
+/* ---- input checks and scratch ------------------------------------------------------------- */
+
+/* Checks nm, n and z (NaN/Inf names the position); *zmax = max z. */
+static int check_input(const al_norm *nm, const double *z, int64_t n, double *zmax, al_error *err) {
+    int rc = al_norm_check(nm, err);
+    if (rc) return rc;
+    if (n < 1)
+        return al__err(err, AL_E_INVALID, "%s: empty input (n = %lld)", kind_names[nm->kind],
+                       (long long)n);
+    if (!z) return al__err(err, AL_E_INVALID, "%s: NULL logits", kind_names[nm->kind]);
+    if ((uint64_t)n > (uint64_t)(SIZE_MAX / (8 * sizeof(double))))
+        return al__err(err, AL_E_NOMEM, "%s: n = %lld is too large", kind_names[nm->kind],
+                       (long long)n);
+    double mx = -INFINITY, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = z[i];
+        bad += v * 0.0; /* NaN for NaN or +-Inf */
+        mx = v > mx ? v : mx;
+    }
+    if (bad != 0 || isnan(bad)) {
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(z[i]))
+                return al__err(err, AL_E_RANGE, "%s: logit %lld (0-based) is %s",
+                               kind_names[nm->kind], (long long)i,
+                               isnan(z[i]) ? "NaN" : (z[i] > 0 ? "+Inf" : "-Inf"));
+    }
+    *zmax = mx;
+    return 0;
+}
+
+/* Scratch of k*n doubles: the stack buffer when it fits, else the heap (*heap set). */
+static double *scratch(double *stackbuf, size_t stack_len, int64_t n, int k, double **heap,
+                       al_error *err) {
+    size_t need = (size_t)n * (size_t)k;
+    *heap = NULL;
+    if (need <= stack_len) return stackbuf;
+    *heap = al__malloc(need * sizeof(double), "normalizer scratch", err);
+    return *heap;
+}
+
+/* ---- forward passes ------------------------------------------------------------------------ */
+
+/* Differences d = z_i - zmax, clamped so that c*d never gives NaN (c finite >= 0). */
+static inline double zdiff(double zi, double zmax) {
+    double d = zi - zmax;
+    return d < -DBL_MAX ? -DBL_MAX : d;
+}
+
+/* p = softmax(c z) (c > 0; c == 0 gives the uniform row). */
+static void softmax_fwd(const double *z, int64_t n, double zmax, double c, double *p) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = exp(c * zdiff(z[i], zmax));
+        p[i] = e;
+        s += e;
+    }
+    double inv = 1.0 / s; /* s >= 1: the max gives exp(0) */
+    for (int64_t i = 0; i < n; i++) p[i] *= inv;
+}
+
+/* Threshold of sparsemax (q = 1) or 1.5-entmax (q = 2) for y[n] with max y = 0: the support is
+ * {i : y_i > tau}, p_i = (y_i - tau)_+^q. A value v is in the support iff
+ * C(v) = sum_{y_j >= v} (y_j - v)^q < 1 (C is monotone in v and equal values pass or fail
+ * together): quickselect on the candidates (y > -1, since tau >= max - 1) finds the smallest
+ * passing value, keeping running sums of the values known to pass. buf: [2n] scratch. */
+static double sparse_threshold(const double *y, int64_t n, int q, double *buf) {
+    double *A = buf, *B = buf + n;
+    double *src = A;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (y[i] > -1.0) A[m++] = y[i];
+    double cnt = 0, s = 0, ss = 0; /* sums over the values known to be in the support */
+    while (m > 0) {
+        double *dst = (src >= A && src < A + n) ? B : A;
+        double a0 = src[0], a1 = src[m / 2], a2 = src[m - 1]; /* median of three */
+        double v =
+            a0 < a1 ? (a1 < a2 ? a1 : (a0 < a2 ? a2 : a0)) : (a0 < a2 ? a0 : (a1 < a2 ? a2 : a1));
+        int64_t ng = 0, nl = 0, ne = 0;
+        double cg = 0, gs = 0, gss = 0;
+        for (int64_t j = 0; j < m; j++) {
+            double u = src[j];
+            if (u > v) {
+                dst[ng++] = u;
+                double d = u - v;
+                cg += q == 1 ? d : d * d;
+                gs += u;
+                gss += u * u;
+            } else if (u < v)
+                dst[n - 1 - nl++] = u;
+            else
+                ne++;
+        }
+        double cacc = q == 1 ? s - cnt * v : ss - 2 * v * s + cnt * v * v;
+        if (cacc + cg < 1.0) { /* v passes: everything >= v is in the support */
+            cnt += (double)(ng + ne);
+            s += gs + (double)ne * v;
+            ss += gss + (double)ne * v * v;
+            src = dst + n - nl;
+            m = nl;
+        } else { /* v fails: only values > v can pass */
+            src = dst;
+            m = ng;
+        }
+    }
+    if (q == 1) return (s - 1.0) / cnt;
+    double mean = s / cnt;
+    double delta = 1.0 / cnt - (ss / cnt - mean * mean);
+    double tau = mean - sqrt(delta > 0 ? delta : 0);
+    /* one Newton step on f(tau) = sum (y - tau)_+^2 - 1 removes the rounding of the sums */
+    double f = -1.0, fp = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = y[i] - tau;
+        d = d > 0 ? d : 0;
+        f += d * d;
+        fp += d;
+    }
+    if (fp > 0) tau += f / (2 * fp);
+    return tau;
+}
+
+/* sparsemax (q = 1) / 1.5-entmax (q = 2) of c z into p; buf [2n]. */
+static void sparse_fwd(const double *z, int64_t n, double zmax, double c, int q, double *p,
+                       double *buf) {
+    double k = q == 1 ? c : 0.5 * c;
+    for (int64_t i = 0; i < n; i++) p[i] = k * zdiff(z[i], zmax);
+    double tau = sparse_threshold(p, n, q, buf);
+    for (int64_t i = 0; i < n; i++) {
+        double d = p[i] - tau;
+        d = d > 0 ? d : 0;
+        p[i] = q == 1 ? d : d * d;
+    }
+}
+
+/* alpha-entmax of c z into p: y = (alpha-1) c (z - zmax) (max 0), p = (y - tau)_+^(1/(alpha-1)),
+ * tau in [-1, -n^(1-alpha)] by bisection with Newton steps, then p / sum(p). */
+static void entmax_fwd(const double *z, int64_t n, double zmax, double c, double alpha, double *p) {
+    double am1 = alpha - 1, beta = 1.0 / am1;
+    for (int64_t i = 0; i < n; i++) p[i] = am1 * c * zdiff(z[i], zmax);
+    double lo = -1.0, hi = -pow((double)n, -am1); /* f(lo) >= 0 >= f(hi) */
+    double tau = 0.5 * (lo + hi);
+    for (int it = 0; it < 400; it++) {
+        double f = -1.0, fp = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double d = p[i] - tau;
+            if (d > 0) {
+                double t = pow(d, beta);
+                f += t;
+                fp += t / d;
+            }
+        }
+        fp *= beta; /* -df/dtau */
+        if (f == 0) break;
+        if (f > 0)
+            lo = tau;
+        else
+            hi = tau;
+        double next = fp > 0 ? tau + f / fp : 0.5 * (lo + hi);
+        if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+        if (fabs(next - tau) <= 2 * DBL_EPSILON * fabs(tau) ||
+            hi - lo <= 2 * DBL_EPSILON * fabs(tau)) {
+            tau = next;
+            break;
+        }
+        tau = next;
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = p[i] - tau;
+        p[i] = d > 0 ? pow(d, beta) : 0;
+        s += p[i];
+    }
+    double inv = 1.0 / s;
+    for (int64_t i = 0; i < n; i++) p[i] *= inv;
+}
+
+/* x = c z for the sa-softmax forms; overflow is an error naming the position. */
+static int sa_logits(const al_norm *nm, const double *z, int64_t n, double c, double *x,
+                     al_error *err) {
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = c * z[i];
+        if (!isfinite(x[i]))
+            return al__err(err, AL_E_RANGE, "%s: logit %lld (0-based) / T = %g / %g overflows",
+                           kind_names[nm->kind], (long long)i, z[i], nm->temperature);
+    }
+    return 0;
+}
+
+/* The sa-softmax-norm factor w(x) [n] and what its derivative needs. */
+typedef struct sa_norm_info {
+    int64_t imin, imax; /* first index of the min / max of x */
+    int mact, Mact;     /* m = x[imin] (x_min < 0), M = x[imax] (x_max > 0); else 0 */
+    double R;           /* M - m (in halves: the stored value is (M - m)/2) */
+} sa_norm_info;
+
+static void sa_norm_factor(const double *x, int64_t n, double *w, sa_norm_info *inf) {
+    int64_t imin = 0, imax = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (x[i] < x[imin]) imin = i;
+        if (x[i] > x[imax]) imax = i;
+    }
+    inf->imin = imin;
+    inf->imax = imax;
+    inf->mact = x[imin] < 0;
+    inf->Mact = x[imax] > 0;
+    double hm = inf->mact ? 0.5 * x[imin] : 0, hM = inf->Mact ? 0.5 * x[imax] : 0;
+    inf->R = hM - hm; /* half range: never overflows */
+    for (int64_t i = 0; i < n; i++) w[i] = inf->R > 0 ? (0.5 * x[i] - hm) / inf->R : 0.0;
+}
+
+/* ---- public forward ---------------------------------------------------------------------- */
+
+/* The forward into p. For the sa forms xbuf [n] receives x (and wbuf [n] the factor w);
+ * buf [2n] scratch for sparsemax/entmax15. */
+static int forward_core(const al_norm *nm, const double *z, int64_t n, double zmax, double c,
+                        double *p, double *xbuf, double *wbuf, sa_norm_info *inf, double *buf,
+                        al_error *err) {
+    switch (nm->kind) {
+    case AL_NORM_SOFTMAX:
+    case AL_NORM_SSMAX:
+        softmax_fwd(z, n, zmax, c, p);
+        return 0;
+    case AL_NORM_SPARSEMAX:
+        sparse_fwd(z, n, zmax, c, 1, p, buf);
+        return 0;
+    case AL_NORM_ENTMAX15:
+        sparse_fwd(z, n, zmax, c, 2, p, buf);
+        return 0;
+    case AL_NORM_ENTMAX:
+        entmax_fwd(z, n, zmax, c, nm->alpha, p);
+        return 0;
+    case AL_NORM_SA_SOFTMAX:
+    case AL_NORM_SA_SOFTMAX_NORM: {
+        int rc = sa_logits(nm, z, n, c, xbuf, err);
+        if (rc) return rc;
+        softmax_fwd(z, n, zmax, c, p);
+        if (nm->kind == AL_NORM_SA_SOFTMAX) {
+            for (int64_t i = 0; i < n; i++) p[i] *= xbuf[i];
+        } else {
+            sa_norm_factor(xbuf, n, wbuf, inf);
+            for (int64_t i = 0; i < n; i++) p[i] *= wbuf[i];
+        }
+        return 0;
+    }
+    }
+    return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
+}
+
+int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err) {
+    double zmax = 0, c = 0;
+    int rc = check_input(nm, z, n, &zmax, err);
+    if (rc) return rc;
+    if ((rc = norm_scale(nm, n, &c, err))) return rc;
+    if (!p) return al__err(err, AL_E_INVALID, "%s: NULL output", kind_names[nm->kind]);
+    double stackbuf[2 * STACK_N], *heap;
+    double *buf = scratch(stackbuf, 2 * STACK_N, n, 2, &heap, err);
+    if (!buf) return AL_E_NOMEM;
+    sa_norm_info inf;
+    rc = forward_core(nm, z, n, zmax, c, p, buf, buf + n, &inf, buf, err);
+    free(heap);
+    return rc;
+}
+
+/* ---- linearisation: everything a Jacobian product needs ------------------------------------ */
+
+typedef struct lin {
+    al_norm_kind kind;
+    int64_t n;
+    double c;     /* dx/dz */
+    double *p;    /* [n] the output weights (sa forms: softmax(x)) */
+    double *g;    /* [n] rank-one kinds: g; sa forms: x */
+    double *w;    /* [n] sa-softmax-norm: the factor w */
+    double sigma; /* rank-one kinds: sum g */
+    double rest;  /* rank-one kinds: sum of g without its largest entry (= sigma - g[top]) */
+    int64_t top;  /* rank-one kinds: index of the largest g */
+    sa_norm_info inf;
+} lin;
+
+static int is_rank1(al_norm_kind k) {
+    return k != AL_NORM_SA_SOFTMAX && k != AL_NORM_SA_SOFTMAX_NORM;
+}
+
+/* sigma = sum g, top = argmax g, rest = sigma - g[top] summed without g[top] (no cancellation
+ * when one entry dominates, e.g. 1 - p_top for a peaked softmax). */
+static void lin_sums(lin *L) {
+    const double *g = L->g;
+    int64_t top = 0;
+    for (int64_t i = 1; i < L->n; i++)
+        if (g[i] > g[top]) top = i;
+    double rest = 0;
+    for (int64_t i = 0; i < L->n; i++) rest += i == top ? 0.0 : g[i];
+    L->top = top;
+    L->rest = rest;
+    L->sigma = g[top] + rest;
+}
+
+/* Builds L in buf [4n] (p, g, w, scratch); p_out [n] (optional) receives the forward output. */
+static int lin_build(const al_norm *nm, const double *z, int64_t n, double *buf, lin *L,
+                     double *p_out, al_error *err) {
+    double zmax = 0, c = 0;
+    int rc = check_input(nm, z, n, &zmax, err);
+    if (rc) return rc;
+    if ((rc = norm_scale(nm, n, &c, err))) return rc;
+    L->kind = nm->kind;
+    L->n = n;
+    L->c = c;
+    L->p = buf;
+    L->g = buf + n;
+    L->w = buf + 2 * n;
+    double *tmp = buf + 2 * n; /* [2n] (w and the last block) */
+    switch (nm->kind) {
+    case AL_NORM_SOFTMAX:
+    case AL_NORM_SSMAX:
+        softmax_fwd(z, n, zmax, c, L->p);
+        L->g = L->p;
+        lin_sums(L);
+        if (p_out) memcpy(p_out, L->p, (size_t)n * sizeof(double));
+        return 0;
+    case AL_NORM_SPARSEMAX:
+    case AL_NORM_ENTMAX15:
+    case AL_NORM_ENTMAX: {
+        if (nm->kind == AL_NORM_ENTMAX)
+            entmax_fwd(z, n, zmax, c, nm->alpha, L->p);
+        else
+            sparse_fwd(z, n, zmax, c, nm->kind == AL_NORM_SPARSEMAX ? 1 : 2, L->p, tmp);
+        double e = 2 - nm->alpha;
+        for (int64_t i = 0; i < n; i++) {
+            double pi = L->p[i], gi;
+            if (!(pi > 0))
+                gi = 0;
+            else if (nm->kind == AL_NORM_SPARSEMAX)
+                gi = 1;
+            else if (nm->kind == AL_NORM_ENTMAX15)
+                gi = sqrt(pi);
+            else
+                gi = pow(pi, e);
+            L->g[i] = gi;
+        }
+        lin_sums(L);
+        if (p_out) memcpy(p_out, L->p, (size_t)n * sizeof(double));
+        return 0;
+    }
+    case AL_NORM_SA_SOFTMAX:
+    case AL_NORM_SA_SOFTMAX_NORM:
+        if ((rc = sa_logits(nm, z, n, c, L->g, err))) return rc;
+        softmax_fwd(z, n, zmax, c, L->p);
+        if (nm->kind == AL_NORM_SA_SOFTMAX_NORM) sa_norm_factor(L->g, n, L->w, &L->inf);
+        if (p_out) {
+            const double *f = nm->kind == AL_NORM_SA_SOFTMAX ? L->g : L->w;
+            for (int64_t i = 0; i < n; i++) p_out[i] = f[i] * L->p[i];
+        }
+        return 0;
+    }
+    return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
+}
+
+static double dot(const double *a, const double *b, int64_t n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* out = J v (transpose = 0) or J^T v (transpose = 1). */
+static void lin_apply(const lin *L, const double *v, double *out, int transpose) {
+    int64_t n = L->n;
+    double c = L->c;
+    const double *p = L->p, *g = L->g;
+    if (is_rank1(L->kind)) { /* symmetric: out = c g (v - (g . v) / sigma) */
+        int64_t t = L->top;
+        double gv_rest = dot(g, v, t) + dot(g + t + 1, v + t + 1, n - t - 1);
+        double k = L->sigma > 0 ? (gv_rest + g[t] * v[t]) / L->sigma : 0;
+        for (int64_t i = 0; i < n; i++) out[i] = c * g[i] * (v[i] - k);
+        if (L->sigma > 0) out[t] = c * g[t] * (v[t] * L->rest - gv_rest) / L->sigma;
+        return;
+    }
+    if (L->kind == AL_NORM_SA_SOFTMAX) { /* J_x = diag(p (1 + x)) - (x p) p^T */
+        const double *x = g;
+        if (!transpose) {
+            double pv = dot(p, v, n);
+            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * ((1 + x[i]) * v[i] - x[i] * pv);
+        } else {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++) s += x[i] * p[i] * v[i];
+            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * ((1 + x[i]) * v[i] - s);
+        }
+        return;
+    }
+    /* sa-softmax-norm: out = p * dw + w * (p * v - p (p . v)), dw = (v - dm - w (dM - dm)) / R
+     * (R = the full range = 2 * inf.R; dm = v[imin] when the min is active, dM likewise). */
+    const double *w = L->w;
+    const sa_norm_info *inf = &L->inf;
+    double R = 2 * inf->R;
+    if (!(R > 0)) {
+        memset(out, 0, (size_t)n * sizeof(double));
+        return;
+    }
+    if (!transpose) {
+        double dm = inf->mact ? v[inf->imin] : 0, dM = inf->Mact ? v[inf->imax] : 0;
+        double pv = dot(p, v, n);
+        for (int64_t i = 0; i < n; i++) {
+            double dw = ((v[i] - dm) - w[i] * (dM - dm)) / R;
+            out[i] = c * (p[i] * dw + w[i] * p[i] * (v[i] - pv));
+        }
+    } else { /* a = u p: grad of sum a dw; b = u w: grad of sum b dp */
+        double A = 0, Aw = 0, Bp = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double a = v[i] * p[i];
+            A += a;
+            Aw += a * w[i];
+            Bp += v[i] * w[i] * p[i];
+        }
+        for (int64_t j = 0; j < n; j++) out[j] = c * (v[j] * p[j] / R + p[j] * (v[j] * w[j] - Bp));
+        if (inf->mact) out[inf->imin] += c * (Aw - A) / R;
+        if (inf->Mact) out[inf->imax] -= c * Aw / R;
+    }
+}
+
+/* J[i*n + j] (dense). */
+static void lin_dense(const lin *L, double *J) {
+    int64_t n = L->n;
+    double c = L->c;
+    const double *p = L->p, *g = L->g;
+    if (is_rank1(L->kind)) {
+        double inv = L->sigma > 0 ? 1.0 / L->sigma : 0;
+        for (int64_t i = 0; i < n; i++) {
+            double gi = c * g[i] * inv;
+            for (int64_t j = 0; j < n; j++) J[i * n + j] = -gi * g[j];
+            J[i * n + i] = c * g[i] * (i == L->top ? L->rest : L->sigma - g[i]) * inv;
+        }
+        return;
+    }
+    if (L->kind == AL_NORM_SA_SOFTMAX) {
+        for (int64_t i = 0; i < n; i++) {
+            double a = c * g[i] * p[i];
+            for (int64_t j = 0; j < n; j++) J[i * n + j] = -a * p[j];
+            J[i * n + i] = c * p[i] * (1 + g[i] - g[i] * p[i]);
+        }
+        return;
+    }
+    const double *w = L->w;
+    const sa_norm_info *inf = &L->inf;
+    double R = 2 * inf->R;
+    if (!(R > 0)) {
+        memset(J, 0, (size_t)n * (size_t)n * sizeof(double));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double *row = J + i * n;
+        double wp = w[i] * p[i];
+        for (int64_t j = 0; j < n; j++) row[j] = -c * wp * p[j];
+        row[i] += c * (p[i] / R + wp);
+        if (inf->mact) row[inf->imin] += c * p[i] * (w[i] - 1) / R;
+        if (inf->Mact) row[inf->imax] -= c * p[i] * w[i] / R;
+    }
+}
+
+/* ---- the secular equation ------------------------------------------------------------------ */
+
+/* psi = sum_{i != top} g_i / e_i, dpsi = sum g_i / e_i^2, e_i = (g_i - o) - t. */
+static void secular_sums(const double *g, int64_t n, int64_t top, double o, double t, double *psi,
+                         double *dpsi) {
+    double s0 = 0, s1 = 0, d0 = 0, d1 = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t a = pass ? top + 1 : 0, b = pass ? n : top;
+        int64_t i = a;
+        for (; i + 2 <= b; i += 2) {
+            double e0 = (g[i] - o) - t, e1 = (g[i + 1] - o) - t;
+            double r0 = g[i] / e0, r1 = g[i + 1] / e1;
+            s0 += r0;
+            s1 += r1;
+            d0 += r0 / e0;
+            d1 += r1 / e1;
+        }
+        for (; i < b; i++) {
+            double e = (g[i] - o) - t, r = g[i] / e;
+            s0 += r;
+            d0 += r / e;
+        }
+    }
+    *psi = s0 + s1;
+    *dpsi = d0 + d1;
+}
+
+double al_norm_rank1_spectral(const double *g, int64_t n) {
+    if (!g || n < 2) return 0;
+    int64_t top = 0;
+    double d1 = g[0];
+    for (int64_t i = 1; i < n; i++)
+        if (g[i] > d1) {
+            d1 = g[i];
+            top = i;
+        }
+    if (!(d1 > 0)) return 0;
+    double d2 = 0;
+    int ties = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == top) continue;
+        if (g[i] == d1)
+            ties = 1;
+        else if (g[i] > d2)
+            d2 = g[i];
+    }
+    if (ties) return d1;     /* eigenvalue d1 with multiplicity >= 1 */
+    if (!(d2 > 0)) return 0; /* a single non-zero entry */
+    double D = d1 - d2, g1 = d1;
+    double mid = d2 + 0.5 * D;
+    if (!(mid > d2 && mid < d1)) return mid; /* d1, d2 adjacent doubles */
+    /* F(mid) > 0: the root is in (d2, mid), work with t = lambda - d2; else t = lambda - d1 */
+    double psi, dpsi;
+    secular_sums(g, n, top, mid, 0, &psi, &dpsi);
+    double F = psi + g1 / (d1 - mid);
+    int near2 = F > 0;
+    double o = near2 ? d2 : d1;
+    /* y = lambda - d2 in (0, D) (near2) or w = d1 - lambda in (0, D); bracket in that variable */
+    double lo = 0, hi = 0.5 * D, u = 0.5 * D;
+    if (F == 0) return mid;
+    for (int it = 0; it < 200; it++) {
+        /* model psi ~ a + b / (d2 - x) matched to psi, dpsi at the current point; exact top pole */
+        double dl2 = near2 ? u : D - u; /* lambda - d2 */
+        double a = psi + dpsi * dl2, b = dpsi * dl2 * dl2;
+        double next;
+        if (near2) { /* a y^2 - (a D + b + g1) y + b D = 0, root in (0, D) */
+            double B = a * D + b + g1, disc = B * B - 4 * a * b * D;
+            next = 2 * b * D / (B + sqrt(disc > 0 ? disc : 0));
+        } else { /* a w^2 + (b + g1 - a D) w - g1 D = 0 */
+            double B = b + g1 - a * D, disc = B * B + 4 * a * g1 * D;
+            next = 2 * g1 * D / (B + sqrt(disc > 0 ? disc : 0));
+        }
+        if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+        double lam = near2 ? d2 + next : d1 - next;
+        if (fabs(next - u) <= 2 * DBL_EPSILON * lam) return lam;
+        u = next;
+        double t = near2 ? u : -u; /* lambda - o */
+        secular_sums(g, n, top, o, t, &psi, &dpsi);
+        F = psi + g1 / (near2 ? D - u : u);
+        if (F == 0) return lam;
+        /* F increases with lambda: y grows with lambda, w shrinks */
+        if ((F > 0) == near2)
+            hi = u;
+        else
+            lo = u;
+        if (hi - lo <= 2 * DBL_EPSILON * lam)
+            return near2 ? d2 + 0.5 * (lo + hi) : d1 - 0.5 * (lo + hi);
+    }
+    return near2 ? d2 + u : d1 - u;
+}
+
+/* ---- Lanczos on J^T J for the sa forms ------------------------------------------------------- */
+
+/* LAPACK (in OpenBLAS): eigenvalues/vectors of a symmetric tridiagonal matrix. */
+extern void dstev_(const char *jobz, const int *n, double *d, double *e, double *z, const int *ldz,
+                   double *work, int *info, size_t jobz_len);
+
+/* Largest eigenvalue (and eigenvector s [k] when s != NULL) of the tridiagonal T (al [k], be
+ * [k-1]); work [k*k + 4k]. */
+static double tridiag_top(const double *al, const double *be, int k, double *s, double *work) {
+    double *d = work, *e = work + k, *zz = work + 2 * k, *wk = work + 2 * k + k * k;
+    memcpy(d, al, (size_t)k * sizeof(double));
+    if (k > 1) memcpy(e, be, (size_t)(k - 1) * sizeof(double));
+    int info = 0, ldz = k;
+    dstev_(s ? "V" : "N", &k, d, e, zz, &ldz, wk, &info, 1);
+    if (info != 0) return NAN;
+    if (s) memcpy(s, zz + (size_t)(k - 1) * (size_t)k, (size_t)k * sizeof(double));
+    return d[k - 1];
+}
+
+static int sa_spectral(const lin *L, double *out, al_error *err) {
+    int64_t n = L->n;
+    if (n == 1) {
+        double J;
+        lin_dense(L, &J);
+        *out = fabs(J);
+        return 0;
+    }
+    int mcap = n < 160 ? (int)n : 160;
+    size_t nn = (size_t)n;
+    size_t need = nn * (size_t)(mcap + 3) + (size_t)mcap * (size_t)mcap + 8 * (size_t)mcap + 8;
+    double *mem = al__malloc(need * sizeof(double), "Lanczos basis", err);
+    if (!mem) return AL_E_NOMEM;
+    double *V = mem;                                        /* [mcap + 1, n] */
+    double *w = V + nn * (size_t)(mcap + 1);                /* [n] */
+    double *tmp = w + nn;                                   /* [n] */
+    double *al = tmp + nn, *be = al + mcap, *s = be + mcap; /* [mcap] each */
+    double *work = s + mcap;                                /* [mcap*mcap + 4 mcap] */
+    /* a fixed pseudo-random start */
+    al__rng rng;
+    al__rng_seed(&rng, 0x5eedULL + (uint64_t)n);
+    for (int64_t i = 0; i < n; i++) V[i] = al__rng_uniform(&rng) - 0.5;
+    double theta = 0, best = 0, anorm = 0;
+    const double tol = 1e-10;
+    int done = 0;
+    for (int restart = 0; restart < 30 && !done; restart++) {
+        double nv = sqrt(dot(V, V, n));
+        if (!(nv > 0)) break;
+        for (int64_t i = 0; i < n; i++) V[i] /= nv;
+        double prev = -1;
+        int k = 0;
+        for (int j = 0; j < mcap; j++) {
+            double *vj = V + (size_t)j * nn;
+            lin_apply(L, vj, tmp, 0);
+            lin_apply(L, tmp, w, 1);
+            al[j] = dot(w, vj, n);
+            for (int pass = 0; pass < 2; pass++) /* full reorthogonalisation, twice */
+                for (int i = 0; i <= j; i++) {
+                    double *vi = V + (size_t)i * nn;
+                    double h = dot(w, vi, n);
+                    for (int64_t q = 0; q < n; q++) w[q] -= h * vi[q];
+                }
+            double b = sqrt(dot(w, w, n));
+            be[j] = b;
+            k = j + 1;
+            if (fabs(al[j]) > anorm) anorm = fabs(al[j]);
+            if (b > anorm) anorm = b;
+            theta = tridiag_top(al, be, k, NULL, work);
+            int exhausted = b <= 1e-14 * anorm || k == n;
+            int stable = prev >= 0 && fabs(theta - prev) <= 1e-12 * theta;
+            prev = theta;
+            if (exhausted || stable || j == mcap - 1) {
+                theta = tridiag_top(al, be, k, s, work);
+                double resid = b * fabs(s[k - 1]);
+                if (exhausted || resid <= tol * theta || theta == 0) {
+                    done = 1;
+                    break;
+                }
+            }
+            if (j == mcap - 1) break;
+            double *vn = V + (size_t)(j + 1) * nn;
+            for (int64_t q = 0; q < n; q++) vn[q] = w[q] / b;
+        }
+        if (theta > best) best = theta;
+        if (!done) { /* restart from the Ritz vector V s */
+            for (int64_t q = 0; q < n; q++) w[q] = 0;
+            for (int i = 0; i < k; i++)
+                for (int64_t q = 0; q < n; q++) w[q] += s[i] * V[(size_t)i * nn + q];
+            memcpy(V, w, nn * sizeof(double));
+        }
+    }
+    if (theta > best) best = theta;
+    free(mem);
+    if (!isfinite(best)) return al__err(err, AL_E_RANGE, "sa-softmax: Lanczos failed (non-finite)");
+    *out = sqrt(best > 0 ? best : 0);
+    return 0;
+}
+
+/* ---- public Jacobian functions ------------------------------------------------------------- */
+
+/* Builds the linearisation with scratch from the stack or heap: a macro-free pair. */
+typedef struct lin_mem {
+    double stack[4 * 512];
+    double *heap;
+} lin_mem;
+
+static int lin_open(const al_norm *nm, const double *z, int64_t n, lin_mem *m, lin *L,
+                    double *p_out, al_error *err) {
+    m->heap = NULL;
+    if (n >= 1 && n <= 512) return lin_build(nm, z, n, m->stack, L, p_out, err);
+    double zmax;
+    int rc = check_input(nm, z, n, &zmax, err);
+    if (rc) return rc;
+    double *buf = scratch(m->stack, 4 * 512, n, 4, &m->heap, err);
+    if (!buf) return AL_E_NOMEM;
+    return lin_build(nm, z, n, buf, L, p_out, err);
+}
+
+int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
+                al_error *err) {
+    lin_mem m;
+    lin L;
+    int rc = lin_open(nm, z, n, &m, &L, NULL, err);
+    if (rc == 0 && (!v || !out)) rc = al__err(err, AL_E_INVALID, "jvp: NULL vector");
+    if (rc == 0) lin_apply(&L, v, out, 0);
+    free(m.heap);
+    return rc;
+}
+
+int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
+                al_error *err) {
+    lin_mem m;
+    lin L;
+    int rc = lin_open(nm, z, n, &m, &L, NULL, err);
+    if (rc == 0 && (!u || !out)) rc = al__err(err, AL_E_INVALID, "vjp: NULL vector");
+    if (rc == 0) lin_apply(&L, u, out, 1);
+    free(m.heap);
+    return rc;
+}
+
+int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err) {
+    lin_mem m;
+    lin L;
+    int rc = lin_open(nm, z, n, &m, &L, NULL, err);
+    if (rc == 0 && !J) rc = al__err(err, AL_E_INVALID, "jacobian: NULL output");
+    if (rc == 0) lin_dense(&L, J);
+    free(m.heap);
+    return rc;
+}
+
+static int spectral_of(const lin *L, double *out, al_error *err) {
+    if (is_rank1(L->kind)) {
+        if (L->kind == AL_NORM_SPARSEMAX) /* a projection: 1 on a support of >= 2 */
+            *out = L->sigma >= 2 ? L->c : 0;
+        else
+            *out = L->c * al_norm_rank1_spectral(L->g, L->n);
+        return 0;
+    }
+    return sa_spectral(L, out, err);
+}
+
+int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                          al_error *err) {
+    lin_mem m;
+    lin L;
+    int rc = lin_open(nm, z, n, &m, &L, NULL, err);
+    if (rc == 0 && !out) rc = al__err(err, AL_E_INVALID, "spectral norm: NULL output");
+    if (rc == 0) rc = spectral_of(&L, out, err);
+    free(m.heap);
+    return rc;
+}
+
+int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
+                             double *spectral, al_error *err) {
+    lin_mem m;
+    lin L;
+    if (!p || !spectral) return al__err(err, AL_E_INVALID, "forward_spectral: NULL output");
+    int rc = lin_open(nm, z, n, &m, &L, p, err);
+    if (rc == 0) rc = spectral_of(&L, spectral, err);
+    free(m.heap);
+    return rc;
+}
+
+int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                           al_error *err) {
+    lin_mem m;
+    lin L;
+    int rc = lin_open(nm, z, n, &m, &L, NULL, err);
+    if (rc == 0 && !out) rc = al__err(err, AL_E_INVALID, "frobenius norm: NULL output");
+    if (rc) {
+        free(m.heap);
+        return rc;
+    }
+    double f2 = 0;
+    if (is_rank1(L.kind)) {
+        /* ||diag(g) - g g^T/s||_F^2 = sum_i (g_i (s - g_i)/s)^2 + sum_{i != j} g_i^2 g_j^2 / s^2,
+         * with s - g_top and the off-diagonal sum taken without the top entry (no cancellation
+         * when one entry dominates). */
+        const double *g = L.g;
+        double s = L.sigma;
+        int64_t top = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (g[i] > g[top]) top = i;
+        double rest = 0, s2r = 0, s4r = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (i != top) {
+                rest += g[i];
+                s2r += g[i] * g[i];
+                s4r += g[i] * g[i] * g[i] * g[i];
+            }
+        if (s > 0) {
+            double diag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double oth = i == top ? rest : s - g[i];
+                double d = g[i] * oth / s;
+                diag += d * d;
+            }
+            double gt2 = g[top] * g[top];
+            double off = 2 * gt2 * s2r + (s2r * s2r - s4r);
+            f2 = diag + off / (s * s);
+        }
+        *out = L.c * sqrt(f2);
+    } else {
+        double *row = al__malloc((size_t)n * sizeof(double), "Jacobian row", err);
+        double *e = al__calloc((size_t)n, sizeof(double), "unit vector", err);
+        if (!row || !e) {
+            free(row);
+            free(e);
+            free(m.heap);
+            return AL_E_NOMEM;
+        }
+        for (int64_t j = 0; j < n; j++) { /* column j = J e_j */
+            e[j] = 1;
+            lin_apply(&L, e, row, 0);
+            e[j] = 0;
+            f2 += dot(row, row, n);
+        }
+        free(row);
+        free(e);
+        *out = sqrt(f2);
+    }
+    free(m.heap);
+    return 0;
+}
