@@ -20,7 +20,11 @@
  * lowest rank first, leftmost first among equal ranks (equivalent to GPT-2's encoder.py and
  * to HF tokenizers' BPE). Short pieces use an O(n^2) scan over a small array; long ones a
  * binary heap over a linked list (O(n log n)). Results of short pieces are cached per call
- * (no state is shared between calls: al_tokenize is re-entrant on one tokenizer). */
+ * (no state is shared between calls: al_tokenize is re-entrant on one tokenizer).
+ *
+ * Bytes without a single-byte token (GPT-2 has all 256; SmolLM2 lacks 21, e.g. 0x04, 0xC0,
+ * 0xFF) are dropped before merging, as HF tokenizers' BPE without an unknown token and
+ * llama.cpp do: such vocabularies cannot round-trip those bytes. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 
@@ -392,12 +396,6 @@ int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *co
     if (!rc)
         rc = build_merges(b, merges, n_merges, merge_lines, merges_name ? merges_name : "merges",
                           err);
-    for (int c = 0; !rc && c < 256; c++)
-        if (b->byte_id[c] < 0)
-            rc = al__err(err, AL_E_FORMAT,
-                         "BPE vocabulary: byte 0x%02x has no token (a byte-level vocabulary needs "
-                         "all 256)",
-                         c);
     if (!rc) rc = compile_pattern(pre == AL_PRE_LLAMA3 ? PAT_LLAMA3 : PAT_GPT2, &b->re, err);
     if (!rc && pre == AL_PRE_SMOLLM) rc = compile_pattern(PAT_DIGIT, &b->re_digit, err);
     if (rc) {
@@ -536,8 +534,9 @@ static void bpe_small(const al__bpe *b, const unsigned char *p, size_t n, int32_
                       size_t *n_out) {
     int32_t rank[SMALL_PIECE];
     int32_t mid[SMALL_PIECE];
-    size_t m = n;
-    for (size_t i = 0; i < n; i++) sym[i] = b->byte_id[p[i]];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (b->byte_id[p[i]] >= 0) sym[m++] = b->byte_id[p[i]];
     for (size_t i = 0; i + 1 < m; i++) {
         const merge_slot *s = merge_lookup(b, sym[i], sym[i + 1]);
         rank[i] = s ? s->rank : INT32_MAX;
@@ -600,8 +599,12 @@ static int bpe_large(enc_ctx *c, const unsigned char *p, size_t n) {
     int32_t *sym = c->sym, *nxt = c->nxt, *prv = c->prv;
     uint64_t *h = c->heap;
     size_t hn = 0;
+    size_t m = 0; /* symbols: the bytes that have a token */
+    for (size_t i = 0; i < n; i++)
+        if (b->byte_id[p[i]] >= 0) sym[m++] = b->byte_id[p[i]];
+    if (m == 0) return 0;
+    n = m;
     for (size_t i = 0; i < n; i++) {
-        sym[i] = b->byte_id[p[i]];
         nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         prv[i] = (int32_t)i - 1;
     }
@@ -645,6 +648,7 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
     const al__bpe *b = c->b;
     int rc;
     if (n == 0) return 0;
+    if (n == 1 && b->byte_id[p[0]] < 0) return 0; /* a byte without a token: dropped */
     if (b->direct_lookup || n == 1) {
         int32_t id = n == 1 ? b->byte_id[p[0]] : tok_lookup(b, p, n);
         if (id >= 0 && !b->is_special[id]) {
