@@ -1,0 +1,83 @@
+/* report.h: what the pipeline (reproduce.c) hands to the figure and report writers
+ * (report.c): the aggregated results of every experiment, already averaged over windows,
+ * plus the per-head values needed for box plots and heatmaps. H = n_layer * n_head heads,
+ * head index = layer * n_head + head. */
+#ifndef AL_REPORT_H
+#define AL_REPORT_H
+
+#include "internal.h"
+
+typedef struct al__verdict {
+    const char
+        *key; /* "critical_n", "separability", "sensitivity", "distance_linear", "convergence" */
+    const char *claim;   /* the paper's claim */
+    char measured[512];  /* our number(s) */
+    const char *verdict; /* "holds", "does not hold", "not testable on this model" */
+    char why[1024];
+    const char *reading; /* the METHOD [reading] this result depends on, or NULL */
+} al__verdict;
+
+typedef struct al__summary {
+    /* setup */
+    const char *out_dir;
+    char model_name[128], model_path[1024], model_sha[65], family[16];
+    const char *corpus, *vectors, *normalizer; /* normalizer: "softmax (model)" when none */
+    int synthetic;                             /* 1: random weights */
+    int sums_to_one;                           /* the normalizer's weights sum to 1 */
+    int causal, n_layer, n_head, d_head, n_ctx, windows, long_L, quick;
+    int64_t n_tokens; /* corpus tokens */
+    unsigned experiments;
+    uint64_t seed;
+    int mc_samples;
+    double seconds_total;
+    int n_timings;
+    const char *timing_name[8];
+    double timing_s[8];
+    /* Algorithm 1 (N = 5): [nL] summaries over heads of the per-head means */
+    int nL;
+    const int *Ls;                       /* [nL] */
+    al_five *a1_dtilde, *a1_E, *a1_dmax; /* [nL] */
+    /* Algorithm 2 (L = long_L) */
+    int nN2;
+    const int *N2;                       /* [nN2] */
+    al_five *a2_dtilde, *a2_E, *a2_dmax; /* [nN2] */
+    /* Algorithm 3 */
+    int nN3;
+    const int *N3;                  /* [nN3] */
+    double *a3_p;                   /* [nL, nN3] KS p-values (NaN where N >= L) */
+    double *a3_dt_mean, *a3_E_mean; /* [nL, nN3] mean over heads */
+    int *a3_crit[2];                /* [nL] critical N at 0.01 and 0.05 (-1 not reached) */
+    double a3_slope[2];             /* c at 0.01, 0.05 (NaN when no L reached) */
+    /* Algorithm 4 (L = long_L) */
+    int nN4;
+    const int *N4;                           /* [nN4] */
+    al_five *a4_ratio, *a4_lower, *a4_upper; /* [nN4] */
+    /* Algorithm 5 */
+    int nT, nE;
+    const double *T, *eps; /* [nT], [nE] */
+    double *g;             /* [nT, nE] max over heads of the mean finite-difference delta */
+    double *spec;          /* [nT] max over heads of the mean exact spectral norm */
+    int n_flagged;         /* measured values above 1/(4T) */
+    /* vanishing (L = long_L): per row position t (n = t+1 causal, L otherwise), over heads */
+    int vL;
+    double *v_n;                             /* [vL] keys per row */
+    double *v_max_med, *v_max_q1, *v_max_q3; /* [vL] max weight */
+    double *v_ent_med, *v_ent_q1, *v_ent_q3; /* [vL] H / log n */
+    double *v_band_lo, *v_band_hi;           /* [vL] median over heads of e^{-+2D}/n (softmax) */
+    double v_inside;  /* fraction of (head, row) whose max weight lies within the band */
+    int band_applies; /* Corollary 1 is about softmax */
+    /* heatmaps [H] (NaN = not computed) */
+    int n_heatmaps;
+    const char *hm_name[8], *hm_title[8];
+    double *hm[8];
+    /* verdicts */
+    int n_verdicts;
+    al__verdict verdicts[6];
+} al__summary;
+
+/* Draws every figure into s->out_dir (figN.svg / .png, heatmap_*.svg / .png). */
+int al__report_figures(const al__summary *s, al_error *err);
+/* Writes report.md and report.html (PNGs inline as base64) into s->out_dir. */
+int al__report_write(const al__summary *s, al_error *err);
+
+#endif

@@ -1,0 +1,244 @@
+/* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: attnlim reproduce [--model PATH|NAME] [--corpus war-and-peace|FILE] [--out DIR] "
+        "[options]\n"
+        "\n"
+        "Runs the paper's experiments (METHOD sections 2-6) on a model and a corpus: vanishing\n"
+        "attention, Algorithms 1-5. Writes results.json, CSVs, NPYs, figures (SVG + PNG),\n"
+        "report.md and report.html into DIR (default ./attnlim-results).\n"
+        "\n"
+        "  --model M           a checkpoint (HF GPT-2 dir or .safetensors, llm.c .bin, .gguf) or "
+        "a\n"
+        "                      known name (gpt2, smollm2, minilm); default: the best available\n"
+        "                      (GPT-2 124M if its weights are in the cache, else smollm2)\n"
+        "  --corpus C          war-and-peace (default) or a text file\n"
+        "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
+        "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
+        "  --vectors V         value (default) | key | hidden | embedding  [reading: x_j]\n"
+        "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
+        "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
+        "                      own softmax weights)\n"
+        "  --quick             small grids for tiny test models (L 16,32,64; 9 temperatures)\n"
+        "  --out DIR           output directory\n"
+        "  --resume            reuse finished (window, L) results in DIR/partial whose options "
+        "match\n"
+        "  --lengths LIST      Algorithms 1 and 3 (default 32,64,128,256,512,1024)\n"
+        "  --long-length L     the window of the vanishing study and Algorithms 2, 4, 5\n"
+        "                      (default min(1024, context))\n"
+        "  --top-n LIST        Algorithm 2 (default 1,5,10,20,100)\n"
+        "  --critical-n LIST   Algorithm 3 (default 1-16,18-32 step 2,36-64 step 4,...,256)\n"
+        "  --separability-n LIST  Algorithm 4 (default 1,2,4,...,128)\n"
+        "  --temperatures LIST Algorithm 5 (default 25 log-spaced over [1e-3, 1e1])\n"
+        "  --eps LIST          Algorithm 5 (default 1e-3,1e-1,10)\n"
+        "  --seed S            Algorithm 5 directions and Monte-Carlo E (default 1234)\n"
+        "  --mc S              Monte-Carlo samples for E (default 0 = off)\n"
+        "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
+        "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
+        "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
+        "  --quiet             no progress bar and no messages (the bar is drawn only on a TTY)\n"
+        "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
+        "Lists are like 1,5,10 or 1-16,18 (integers) and 0.001,0.1,10 (numbers).\n");
+}
+
+static int parse_experiments(const char *s, unsigned *out, al_error *err) {
+    static const char *const names[6] = {"vanishing", "alg1", "alg2", "alg3", "alg4", "alg5"};
+    *out = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int found = 0;
+        for (int i = 0; i < 6; i++)
+            if (!strcmp(tok, names[i])) *out |= 1u << i, found = 1;
+        if (!strcmp(tok, "all")) *out = AL_EXP_ALL, found = 1;
+        if (!found) {
+            snprintf(
+                err->msg, sizeof err->msg,
+                "--experiments: '%s' is not one of vanishing, alg1, alg2, alg3, alg4, alg5, all",
+                tok);
+            err->code = AL_E_INVALID;
+            return AL_E_INVALID;
+        }
+    }
+    return 0;
+}
+
+int cmd_reproduce(int argc, char **argv) {
+    al_repro_opts o;
+    al_repro_defaults(&o);
+    al_error err = {0};
+    int json = 0, rc = 0;
+    int *lists[4] = {NULL, NULL, NULL, NULL};
+    double *dl[2] = {NULL, NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (!v) {                                                                                  \
+            rc = cli_usage_error("reproduce", "%s needs a value", a);                              \
+            goto out;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
+    } while (0)
+        long n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            goto out;
+        } else if (!strcmp(a, "--model")) {
+            NEED_VALUE();
+            o.model = v;
+        } else if (!strcmp(a, "--corpus")) {
+            NEED_VALUE();
+            o.corpus = v;
+        } else if (!strcmp(a, "--data")) {
+            NEED_VALUE();
+            o.data_path = v;
+        } else if (!strcmp(a, "--out")) {
+            NEED_VALUE();
+            o.out_dir = v;
+        } else if (!strcmp(a, "--windows")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--windows", 1, 100000, &n, &err)) goto usage_err;
+            o.windows = (int)n;
+        } else if (!strcmp(a, "--vectors")) {
+            NEED_VALUE();
+            if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
+        } else if (!strcmp(a, "--normalizer")) {
+            NEED_VALUE();
+            o.normalizer = v;
+        } else if (!strcmp(a, "--quick")) {
+            o.quick = 1;
+        } else if (!strcmp(a, "--resume")) {
+            o.resume = 1;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            o.quiet = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--lengths")) {
+            NEED_VALUE();
+            free(lists[0]);
+            if (cli_parse_int_list(v, "--lengths", &lists[0], &o.n_lengths, &err)) goto usage_err;
+            o.lengths = lists[0];
+        } else if (!strcmp(a, "--top-n")) {
+            NEED_VALUE();
+            free(lists[1]);
+            if (cli_parse_int_list(v, "--top-n", &lists[1], &o.n_top_n, &err)) goto usage_err;
+            o.top_n = lists[1];
+        } else if (!strcmp(a, "--critical-n")) {
+            NEED_VALUE();
+            free(lists[2]);
+            if (cli_parse_int_list(v, "--critical-n", &lists[2], &o.n_critical_n, &err))
+                goto usage_err;
+            o.critical_n = lists[2];
+        } else if (!strcmp(a, "--separability-n")) {
+            NEED_VALUE();
+            free(lists[3]);
+            if (cli_parse_int_list(v, "--separability-n", &lists[3], &o.n_separability_n, &err))
+                goto usage_err;
+            o.separability_n = lists[3];
+        } else if (!strcmp(a, "--temperatures")) {
+            NEED_VALUE();
+            free(dl[0]);
+            if (cli_parse_double_list(v, "--temperatures", &dl[0], &o.n_temperatures, &err))
+                goto usage_err;
+            o.temperatures = dl[0];
+        } else if (!strcmp(a, "--eps")) {
+            NEED_VALUE();
+            free(dl[1]);
+            if (cli_parse_double_list(v, "--eps", &dl[1], &o.n_eps, &err)) goto usage_err;
+            o.eps = dl[1];
+        } else if (!strcmp(a, "--seed")) {
+            NEED_VALUE();
+            char *end;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (!*v || *end) {
+                rc = cli_usage_error("reproduce", "--seed: '%s' is not a non-negative integer", v);
+                goto out;
+            }
+            o.seed = s;
+        } else if (!strcmp(a, "--mc")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--mc", 0, 1000000, &n, &err)) goto usage_err;
+            o.mc_samples = (int)n;
+        } else if (!strcmp(a, "--long-length")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--long-length", 2, 1 << 20, &n, &err)) goto usage_err;
+            o.long_length = (int)n;
+        } else if (!strcmp(a, "--threads")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) goto usage_err;
+            o.threads = (int)n;
+        } else if (!strcmp(a, "--experiments")) {
+            NEED_VALUE();
+            if (parse_experiments(v, &o.experiments, &err)) goto usage_err;
+        } else if (!strcmp(a, "--random-weights")) {
+            NEED_VALUE();
+            if (!strcmp(v, "yes"))
+                o.synthetic = 1;
+            else if (!strcmp(v, "no"))
+                o.synthetic = 0;
+            else if (!strcmp(v, "auto"))
+                o.synthetic = -1;
+            else {
+                rc = cli_usage_error("reproduce", "--random-weights: '%s' is not yes, no or auto",
+                                     v);
+                goto out;
+            }
+        } else {
+            rc = cli_usage_error("reproduce", "unknown option '%s'", a);
+            goto out;
+        }
+#undef NEED_VALUE
+    }
+    o.progress = !o.quiet && isatty(2);
+    if (al_reproduce(&o, &err)) {
+        rc = cli_fail("reproduce", &err);
+        goto out;
+    }
+    if (json) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/results.json", o.out_dir);
+        char *txt = NULL;
+        size_t len = 0;
+        FILE *f = fopen(path, "rb");
+        cJSON *res = NULL;
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            long sz = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            txt = sz > 0 ? malloc((size_t)sz + 1) : NULL;
+            if (txt) {
+                len = fread(txt, 1, (size_t)sz, f);
+                txt[len] = 0;
+                res = cJSON_Parse(txt);
+            }
+            fclose(f);
+        }
+        cJSON *outj = cJSON_CreateObject();
+        cJSON_AddStringToObject(outj, "out", o.out_dir);
+        cJSON *vd = res ? cJSON_DetachItemFromObjectCaseSensitive(res, "verdicts") : NULL;
+        cJSON_AddItemToObject(outj, "verdicts", vd ? vd : cJSON_CreateArray());
+        cli_print_json(outj, 0);
+        cJSON_Delete(res);
+        free(txt);
+    } else if (!o.quiet) {
+        fprintf(stderr, "attnlim reproduce: wrote %s/report.html, report.md, results.json\n",
+                o.out_dir);
+    }
+    goto out;
+usage_err:
+    rc = cli_usage_error("reproduce", "%s", err.msg);
+out:
+    for (int i = 0; i < 4; i++) free(lists[i]);
+    free(dl[0]);
+    free(dl[1]);
+    return rc;
+}
