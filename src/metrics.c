@@ -36,6 +36,12 @@ typedef struct accum {
     double dtilde, dmax, E, E_mc, E_mc_var, ns, lo, up;
 } accum;
 
+/* A weight and its index (top-K selection). */
+typedef struct kv {
+    double v;
+    int64_t i;
+} kv;
+
 /* Scratch for one row of up to cap keys; shared by every row of a head. */
 typedef struct rowws {
     int64_t cap;
@@ -45,6 +51,8 @@ typedef struct rowws {
     double *md;    /* [cap] min_{j in I} |u_i - u_j|^2 */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
     int64_t *sel;  /* [cap] selected indices, best first */
+    kv *kv;        /* [cap] top-K scratch */
+    double *xi;    /* [cap] separability scratch */
     int64_t *perm; /* [cap] Monte-Carlo permutation */
     int64_t *mark; /* [cap] Monte-Carlo selection stamp */
     double *sv;    /* [d] Monte-Carlo s */
@@ -71,6 +79,8 @@ static void free_rowws(rowws *w) {
     free(w->md);
     free(w->nsel);
     free(w->sel);
+    free(w->kv);
+    free(w->xi);
     free(w->perm);
     free(w->mark);
     free(w->sv);
@@ -87,11 +97,13 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->md = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
+    w->kv = al__malloc((size_t)cap * sizeof(kv), "metrics row scratch", err);
+    w->xi = al__malloc(nd, "metrics row scratch", err);
     w->perm = al__malloc(ni, "metrics row scratch", err);
     w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->md || !w->nsel || !w->sel || !w->perm || !w->mark ||
-        !w->sv) {
+    if (!w->c || !w->D || !w->cu || !w->md || !w->nsel || !w->sel || !w->kv || !w->xi || !w->perm ||
+        !w->mark || !w->sv) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -128,48 +140,163 @@ static int build_grid(grid *g, const al_metrics_opts *o, al_error *err) {
     return 0;
 }
 
-/* ---- top-K selection: heap with the worst kept weight at the root ------------------------ */
+/* ---- top-K selection: quickselect, then a sort of the K (ties to the lower index) --------- */
 
-/* i ranks before j: larger weight, ties to the lower index */
-static inline int better(const double *a, int64_t i, int64_t j) {
-    return a[i] > a[j] || (a[i] == a[j] && i < j);
+/* x ranks before y: larger weight, ties to the lower index (a strict total order) */
+static inline int kv_before(kv x, kv y) {
+    return x.v > y.v || (x.v == y.v && x.i < y.i);
 }
 
-static void sift_down(int64_t *h, int64_t len, int64_t p, const double *a) {
-    for (;;) {
-        int64_t l = 2 * p + 1, r = l + 1, w = p;
-        if (l < len && better(a, h[w], h[l])) w = l;
-        if (r < len && better(a, h[w], h[r])) w = r;
-        if (w == p) return;
-        int64_t t = h[p];
-        h[p] = h[w];
-        h[w] = t;
-        p = w;
+/* Lomuto partition of s[lo..hi] (branch-free loop) around the median of three; returns the
+ * pivot's final position p: s[lo..p-1] rank before it, s[p+1..hi] after. */
+static int64_t kv_partition(kv *s, int64_t lo, int64_t hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    kv t;
+    if (kv_before(s[mid], s[lo])) t = s[mid], s[mid] = s[lo], s[lo] = t;
+    if (kv_before(s[hi], s[lo])) t = s[hi], s[hi] = s[lo], s[lo] = t;
+    if (kv_before(s[mid], s[hi])) t = s[mid], s[mid] = s[hi], s[hi] = t;
+    kv pivot = s[hi];
+    int64_t store = lo;
+    for (int64_t i = lo; i < hi; i++) {
+        kv e = s[i];
+        s[i] = s[store];
+        s[store] = e;
+        store += kv_before(e, pivot);
     }
+    s[hi] = s[store];
+    s[store] = pivot;
+    return store;
 }
 
-/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (K <= n). */
-static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel) {
-    for (int64_t i = 0; i < K; i++) sel[i] = i;
-    for (int64_t p = K / 2 - 1; p >= 0; p--) sift_down(sel, K, p, a);
-    for (int64_t i = K; i < n; i++) {
-        if (better(a, i, sel[0])) {
-            sel[0] = i;
-            sift_down(sel, K, 0, a);
+static void kv_sort(kv *s, int64_t lo, int64_t hi) {
+    while (hi - lo > 16) {
+        int64_t p = kv_partition(s, lo, hi);
+        if (p - lo < hi - p) { /* recurse into the smaller side */
+            kv_sort(s, lo, p - 1);
+            lo = p + 1;
+        } else {
+            kv_sort(s, p + 1, hi);
+            hi = p - 1;
         }
     }
-    for (int64_t end = K - 1; end > 0; end--) {
-        int64_t t = sel[0];
-        sel[0] = sel[end];
-        sel[end] = t;
-        sift_down(sel, end, 0, a);
+    for (int64_t i = lo + 1; i <= hi; i++) {
+        kv e = s[i];
+        int64_t j = i;
+        while (j > lo && kv_before(e, s[j - 1])) {
+            s[j] = s[j - 1];
+            j--;
+        }
+        s[j] = e;
     }
+}
+
+/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[n] scratch. */
+static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
+    for (int64_t i = 0; i < n; i++) s[i] = (kv){a[i], i};
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t p = kv_partition(s, lo, hi);
+        if (p == K || p == K - 1) break;
+        if (p < K)
+            lo = p + 1;
+        else
+            hi = p - 1;
+    }
+    kv_sort(s, 0, K - 1);
+    for (int64_t q = 0; q < K; q++) sel[q] = s[q].i;
 }
 
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
 
-static void update_dist(double *restrict c, double *restrict D, const double *restrict grow,
-                        const double *restrict gd, double a, double gjj, int64_t n) {
+/* Selected indices are added in batches (those between two N of the grid), four Gram rows
+ * per pass, so that c, D, cu, md are loaded and stored once per four rows. */
+typedef struct batch4 {
+    const double *g[4]; /* Gram rows G[j, 0..n-1] of the selected j */
+    double a[4];        /* alpha_j */
+    double gjj[4];      /* |x_j|^2 (-inf for an unused slot) */
+    double ainv[4];     /* alpha_j / |x_j| */
+    double inv[4];      /* 1 / |x_j| */
+    double un[4];       /* |u_j|^2 (+inf for an unused slot) */
+} batch4;
+
+static void update_dist4(double *restrict c, double *restrict D, const double *restrict gd,
+                         const batch4 *b, int64_t n) {
+    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
+                           *restrict g3 = b->g[3];
+    double a0 = b->a[0], a1 = b->a[1], a2 = b->a[2], a3 = b->a[3];
+    double h0 = b->gjj[0], h1 = b->gjj[1], h2 = b->gjj[2], h3 = b->gjj[3];
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
+        c[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
+        double m0 = h0 - 2.0 * v0, m1 = h1 - 2.0 * v1, m2 = h2 - 2.0 * v2, m3 = h3 - 2.0 * v3;
+        m0 = m0 > m1 ? m0 : m1;
+        m2 = m2 > m3 ? m2 : m3;
+        m0 = m0 > m2 ? m0 : m2;
+        double dd = gd[i] + m0;
+        D[i] = D[i] > dd ? D[i] : dd;
+    }
+}
+
+static void update_sep4(double *restrict cu, double *restrict md, const double *restrict inv,
+                        const double *restrict un, const batch4 *b, int64_t n) {
+    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
+                           *restrict g3 = b->g[3];
+    double a0 = b->ainv[0], a1 = b->ainv[1], a2 = b->ainv[2], a3 = b->ainv[3];
+    double i0 = -2.0 * b->inv[0], i1 = -2.0 * b->inv[1], i2 = -2.0 * b->inv[2],
+           i3 = -2.0 * b->inv[3];
+    double u0 = b->un[0], u1 = b->un[1], u2 = b->un[2], u3 = b->un[3];
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
+        cu[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
+        double w = inv[i];
+        double m0 = u0 + i0 * w * v0, m1 = u1 + i1 * w * v1, m2 = u2 + i2 * w * v2,
+               m3 = u3 + i3 * w * v3;
+        m0 = m0 < m1 ? m0 : m1;
+        m2 = m2 < m3 ? m2 : m3;
+        m0 = m0 < m2 ? m0 : m2;
+        double dd = un[i] + m0;
+        md[i] = md[i] < dd ? md[i] : dd;
+    }
+}
+
+/* Both updates in one pass over the four Gram rows. */
+static void update_both4(double *restrict c, double *restrict D, double *restrict cu,
+                         double *restrict md, const double *restrict gd, const double *restrict inv,
+                         const double *restrict un, const batch4 *b, int64_t n) {
+    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
+                           *restrict g3 = b->g[3];
+    double a0 = b->a[0], a1 = b->a[1], a2 = b->a[2], a3 = b->a[3];
+    double h0 = b->gjj[0], h1 = b->gjj[1], h2 = b->gjj[2], h3 = b->gjj[3];
+    double e0 = b->ainv[0], e1 = b->ainv[1], e2 = b->ainv[2], e3 = b->ainv[3];
+    double i0 = -2.0 * b->inv[0], i1 = -2.0 * b->inv[1], i2 = -2.0 * b->inv[2],
+           i3 = -2.0 * b->inv[3];
+    double u0 = b->un[0], u1 = b->un[1], u2 = b->un[2], u3 = b->un[3];
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
+        c[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
+        cu[i] += e0 * v0 + e1 * v1 + e2 * v2 + e3 * v3;
+        double m0 = h0 - 2.0 * v0, m1 = h1 - 2.0 * v1, m2 = h2 - 2.0 * v2, m3 = h3 - 2.0 * v3;
+        m0 = m0 > m1 ? m0 : m1;
+        m2 = m2 > m3 ? m2 : m3;
+        m0 = m0 > m2 ? m0 : m2;
+        double dd = gd[i] + m0;
+        D[i] = D[i] > dd ? D[i] : dd;
+        double w = inv[i];
+        double q0 = u0 + i0 * w * v0, q1 = u1 + i1 * w * v1, q2 = u2 + i2 * w * v2,
+               q3 = u3 + i3 * w * v3;
+        q0 = q0 < q1 ? q0 : q1;
+        q2 = q2 < q3 ? q2 : q3;
+        q0 = q0 < q2 ? q0 : q2;
+        double de = un[i] + q0;
+        md[i] = md[i] < de ? md[i] : de;
+    }
+}
+
+static void update_dist1(double *restrict c, double *restrict D, const double *restrict grow,
+                         const double *restrict gd, double a, double gjj, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         double g = grow[i];
@@ -179,9 +306,9 @@ static void update_dist(double *restrict c, double *restrict D, const double *re
     }
 }
 
-static void update_sep(double *restrict cu, double *restrict md, const double *restrict grow,
-                       const double *restrict inv, const double *restrict un, double ainv,
-                       double invj, double unj, int64_t n) {
+static void update_sep1(double *restrict cu, double *restrict md, const double *restrict grow,
+                        const double *restrict inv, const double *restrict un, double ainv,
+                        double invj, double unj, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         double g = grow[i];
@@ -189,6 +316,66 @@ static void update_sep(double *restrict cu, double *restrict md, const double *r
         double dd = un[i] + unj - 2.0 * inv[i] * invj * g;
         md[i] = md[i] < dd ? md[i] : dd;
     }
+}
+
+/* Adds the selected sel[k0..k1-1] to the running state. */
+static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
+                      rowws *w, int64_t k0, int64_t k1) {
+    int64_t k = k0;
+    for (; k + 4 <= k1; k += 4) {
+        batch4 b;
+        for (int q = 0; q < 4; q++) {
+            int64_t j = w->sel[k + q];
+            b.g[q] = rc->G + j * rc->ldg;
+            b.a[q] = a[j];
+            b.gjj[q] = rc->gd[j];
+            b.inv[q] = rc->inv[j];
+            b.ainv[q] = a[j] * rc->inv[j];
+            b.un[q] = rc->un[j];
+        }
+        if (o->distance && o->separability)
+            update_both4(w->c, w->D, w->cu, w->md, rc->gd, rc->inv, rc->un, &b, n);
+        else if (o->distance)
+            update_dist4(w->c, w->D, rc->gd, &b, n);
+        else
+            update_sep4(w->cu, w->md, rc->inv, rc->un, &b, n);
+    }
+    for (; k < k1; k++) {
+        int64_t j = w->sel[k];
+        const double *grow = rc->G + j * rc->ldg;
+        if (o->distance) update_dist1(w->c, w->D, grow, rc->gd, a[j], rc->gd[j], n);
+        if (o->separability)
+            update_sep1(w->cu, w->md, grow, rc->inv, rc->un, a[j] * rc->inv[j], rc->inv[j],
+                        rc->un[j], n);
+    }
+}
+
+/* exp(x) for x <= 0 to ~1 ulp (0 below -708), written so that loops over it vectorise:
+ * x = k ln2 + r, |r| <= ln2/2, a degree-12 Taylor polynomial for e^r, 2^k from the bits. */
+static inline double exp_neg(double x) {
+    double xc = x < -708.0 ? -708.0 : x;
+    double t = xc * 1.4426950408889634 + 0x1.8p52;
+    double kf = t - 0x1.8p52;
+    double r = (xc - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
+    double p = 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
+    double scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return x < -708.0 ? 0.0 : p * scale;
 }
 
 /* ---- one row ------------------------------------------------------------------------------ */
@@ -246,7 +433,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     int gp = 0; /* next grid entry (in ord) */
     const int *Ns = o->top_n;
     while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
-    top_k(a, n, K, w->sel);
+    top_k(a, n, K, w->sel, w->kv);
     for (int64_t i = 0; i < n; i++) {
         w->c[i] = 0;
         w->D[i] = 0;
@@ -254,28 +441,44 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         w->md[i] = INFINITY;
         w->nsel[i] = 1.0;
     }
-    double ss = 0, ssu = 0, A1 = 0, A2 = 0, m = 0, delta2 = INFINITY;
-    for (int64_t k = 0; k < K && gp < g->n_top; k++) {
-        int64_t j = w->sel[k];
-        double aj = a[j];
-        const double *grow = rc->G + j * rc->ldg;
-        if (o->distance) {
-            ss += 2.0 * aj * w->c[j] + aj * aj * rc->gd[j];
-            update_dist(w->c, w->D, grow, rc->gd, aj, rc->gd[j], n);
+    double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
+    for (int64_t i = 0; i < n; i++) amax2 = amax2 > a[i] * a[i] ? amax2 : a[i] * a[i];
+    int64_t k = 0; /* selected so far: sel[0..k-1] */
+    while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
+        int N = Ns[g->ord[gp]];
+        /* the batch sel[k..N-1]: its minimum distances to the earlier selected (md, read
+         * before the batch enters md) and among itself */
+        if (o->separability && k >= 1)
+            for (int64_t q = k; q < N; q++) {
+                double dd = w->md[w->sel[q]];
+                delta2 = dd < delta2 ? dd : delta2;
+            }
+        add_batch(a, n, rc, o, w, k, N);
+        if (o->separability) /* pairs inside the batch (their Gram rows are in cache now) */
+            for (int64_t q = k + 1; q < N; q++) {
+                int64_t j = w->sel[q];
+                const double *gj = rc->G + j * rc->ldg;
+                for (int64_t p = k; p < q; p++) {
+                    int64_t i = w->sel[p];
+                    double dd = rc->un[i] + rc->un[j] - 2.0 * rc->inv[i] * rc->inv[j] * gj[i];
+                    delta2 = dd < delta2 ? dd : delta2;
+                }
+            }
+        for (; k < N; k++) {
+            int64_t j = w->sel[k];
+            w->nsel[j] = 0.0;
+            A1 += a[j];
+            A2 += a[j] * a[j];
             double nj = sqrt(rc->gd[j]);
             if (nj > m) m = nj;
         }
-        if (o->separability) {
-            double invj = rc->inv[j];
-            ssu += 2.0 * aj * invj * w->cu[j] + aj * aj * rc->un[j];
-            if (k >= 1 && w->md[j] < delta2) delta2 = w->md[j];
-            update_sep(w->cu, w->md, grow, rc->inv, rc->un, aj * invj, invj, rc->un[j], n);
+        /* |s|^2 = sum_{j in I} alpha_j x_j . s, |s_u|^2 = sum_{j in I} alpha_j u_j . s_u */
+        double ss = 0, ssu = 0;
+        for (int64_t q = 0; q < N; q++) {
+            int64_t j = w->sel[q];
+            ss += a[j] * w->c[j];
+            ssu += a[j] * rc->inv[j] * w->cu[j];
         }
-        w->nsel[j] = 0.0;
-        A1 += aj;
-        A2 += aj * aj;
-        int N = (int)(k + 1);
-        if (Ns[g->ord[gp]] != N) continue;
 
         /* ---- evaluate the metrics at this N ---- */
         accum r = {0};
@@ -305,15 +508,13 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         }
         if (o->separability) {
             const double *cu = w->cu, *ns = w->nsel, *inv = rc->inv, *un = rc->un;
-            double r2 = INFINITY, amax2 = 0;
-#pragma omp simd reduction(min : r2) reduction(max : amax2)
+            double r2 = INFINITY;
+#pragma omp simd reduction(min : r2)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i];
                 double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
-                v = ns[i] > 0 ? v : INFINITY;
+                v = ns[i] * v + (1.0 - ns[i]) * 1e300; /* selected: out of the min */
                 r2 = r2 < v ? r2 : v;
-                double q = ai * ai;
-                amax2 = amax2 > q ? amax2 : q;
             }
             if (!(r2 > 4.0 * 2.220446049250313e-16 * (fabs(ssu) + amax2))) {
                 r.ns = r.lo = r.up = 0; /* r == 0 (up to rounding) */
@@ -322,21 +523,27 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 int64_t cnt = 0;
                 double sxi = 0, sexp = 0;
                 double kf = 1.0 - (delta2 > 0 ? delta2 : 0) / 2.0;
+                double *ex = w->xi;
                 for (int64_t q = 0; q < N; q++) {
                     int64_t i = w->sel[q];
                     double ai = a[i];
                     double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
-                    if ((v > 0 ? v : 0) < r2) cnt++;
-                    if (N >= 2) {
-                        double sq = A2 - ai * ai, lin = A1 - ai;
+                    cnt += (v > 0 ? v : 0) < r2;
+                    ex[q] = ai;
+                }
+                if (N >= 2) {
+#pragma omp simd reduction(+ : sxi, sexp)
+                    for (int64_t q = 0; q < N; q++) {
+                        double ai = ex[q], sq = A2 - ai * ai, lin = A1 - ai;
                         double xi2 = sq + kf * (lin * lin - sq);
                         double xi = sqrt(xi2 > 0 ? xi2 : 0);
                         sxi += xi;
                         double e = xi - rr;
-                        sexp += e > 0 ? exp(-0.5 * e * e) : 1.0;
-                    } else {
-                        sexp += 1.0;
+                        e = e > 0 ? e : 0;
+                        sexp += exp_neg(-0.5 * e * e);
                     }
+                } else {
+                    sexp = 1.0; /* N = 1: xi = 0 */
                 }
                 r.ns = (double)cnt / (double)N;
                 double lo = 1.0 - sxi / (rr * (double)N), up = sexp / (double)N;

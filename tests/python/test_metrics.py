@@ -1,0 +1,408 @@
+"""Row and head metrics (METHOD sections 2, 3, 5) against a brute-force numpy fp64 reference
+written here straight from METHOD's formulas (full sort for top-N, explicit sums and loops),
+plus the CLI (`attnlim metrics`): JSON keys, values and bad input."""
+import ctypes
+import itertools
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+LIB_PATH = os.environ.get("ATTNLIM_LIB")
+BIN = os.environ.get("ATTNLIM_BIN")
+
+
+class Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
+
+
+class Opts(ctypes.Structure):
+    _fields_ = [("top_n", ctypes.POINTER(ctypes.c_int)), ("n_top", ctypes.c_int),
+                ("distance", ctypes.c_int), ("separability", ctypes.c_int),
+                ("mc_samples", ctypes.c_int), ("mc_seed", ctypes.c_uint64),
+                ("causal", ctypes.c_int)]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("N", ctypes.c_int), ("rows", ctypes.c_int64)] + [
+        (k, ctypes.c_double) for k in
+        ("dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper")]
+
+
+KEYS = ("dtilde", "dmax", "E", "ns_ratio", "ns_lower", "ns_upper")
+
+
+@pytest.fixture(scope="module")
+def lib():
+    assert LIB_PATH, "ATTNLIM_LIB is not set (run through ctest, or export it)"
+    L = ctypes.CDLL(LIB_PATH)
+    dp = ctypes.POINTER(ctypes.c_double)
+    L.al_row_metrics.argtypes = [dp, dp, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(Opts),
+                                 ctypes.POINTER(Stats), ctypes.POINTER(Err)]
+    L.al_head_metrics.argtypes = [dp, dp, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(Opts),
+                                  ctypes.POINTER(Stats), dp, dp, ctypes.POINTER(Err)]
+    L.al_head_vanishing_D.argtypes = [dp, dp, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, dp,
+                                      ctypes.POINTER(Err)]
+    return L
+
+
+def _dp(a):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+
+
+def _opts(Ns, causal=0, mc=0, seed=0, distance=1, separability=1):
+    arr = (ctypes.c_int * len(Ns))(*Ns)
+    o = Opts(arr, len(Ns), distance, separability, mc, seed, causal)
+    o._keep = arr
+    return o
+
+
+def _stats_dict(s):
+    return {k: getattr(s, k) for k in ("N", "rows") + KEYS + ("E_mc", "E_mc_se")}
+
+
+def c_row(lib, alpha, x, Ns, **kw):
+    alpha = np.ascontiguousarray(alpha, dtype=np.float64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    o = _opts(Ns, **kw)
+    out = (Stats * len(Ns))()
+    err = Err()
+    rc = lib.al_row_metrics(_dp(alpha), _dp(x), len(alpha), x.shape[1], ctypes.byref(o), out,
+                            ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return [_stats_dict(s) for s in out]
+
+
+def c_head(lib, w, x, Ns, causal, **kw):
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    L = w.shape[0]
+    o = _opts(Ns, causal=causal, **kw)
+    out = (Stats * len(Ns))()
+    rmax = np.zeros(L)
+    rent = np.zeros(L)
+    err = Err()
+    rc = lib.al_head_metrics(_dp(w), _dp(x), L, x.shape[1], ctypes.byref(o), out, _dp(rmax),
+                             _dp(rent), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return [_stats_dict(s) for s in out], rmax, rent
+
+
+# ---- the reference: METHOD sections 3 and 5, literally ---------------------------------------
+
+def ref_row(alpha, x, N):
+    """Every metric of one row at one N (n > N), by brute force."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    n = len(alpha)
+    order = sorted(range(n), key=lambda i: (-alpha[i], i))  # ties: lower index first
+    I = order[:N]
+    notI = [i for i in range(n) if i not in set(I)]
+    s = sum(alpha[i] * x[i] for i in I)
+    abar = sum(alpha[i] for i in I)
+    dtilde = sum(np.linalg.norm(alpha[i] * x[i] - s) for i in notI)
+    b = sum(alpha[i] for i in notI)
+    d1 = max(np.linalg.norm(x[i] - x[j]) for i in notI for j in I)
+    m = max(np.linalg.norm(x[j]) for j in I)
+    dmax = b * d1 + ((n - N) * abar - b) * m
+    E = (n - N) / n * sum(
+        np.linalg.norm(alpha[i] * x[i] - N / (n - 1) * sum(alpha[j] * x[j] for j in range(n) if j != i))
+        for i in range(n))
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    su = sum(alpha[i] * u[i] for i in I)
+    r = min(np.linalg.norm(su - alpha[j] * u[j]) for j in notI)
+    if r == 0:
+        ns = lo = up = 0.0
+    else:
+        ns = sum(1 for i in I if np.linalg.norm(su - alpha[i] * u[i]) < r) / N
+        if N == 1:
+            xi = [0.0]
+        else:
+            delta = min(np.linalg.norm(u[i] - u[j]) for i in I for j in I if i < j)
+            xi = []
+            for i in I:
+                rest = [j for j in I if j != i]
+                sq = sum(alpha[j] ** 2 for j in rest)
+                cross = sum(alpha[j] * alpha[k] for j in rest for k in rest if j != k)
+                xi.append(np.sqrt(max(sq + (1 - delta ** 2 / 2) * cross, 0.0)))
+        lo = max(0.0, 1 - sum(xi) / (r * N))
+        up = min(1.0, sum(np.exp(-max(v - r, 0.0) ** 2 / 2) for v in xi) / N)
+    return dict(dtilde=dtilde, dmax=dmax, E=E, ns_ratio=ns, ns_lower=lo, ns_upper=up)
+
+
+def ref_head(w, x, Ns, causal):
+    L = w.shape[0]
+    res = []
+    for N in Ns:
+        rows = []
+        for t in range(L):
+            n = t + 1 if causal else L
+            if n > N:
+                rows.append(ref_row(w[t, :n], x[:n], N))
+        mean = {k: (np.mean([r[k] for r in rows]) if rows else np.nan) for k in KEYS}
+        mean["rows"] = len(rows)
+        res.append(mean)
+    return res
+
+
+def softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def close(a, b, rtol=1e-9, atol=1e-12):
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+# ---- rows -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(12))
+def test_row_against_reference(lib, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 30))
+    d = int(rng.integers(1, 9))
+    x = rng.standard_normal((n, d)) * rng.uniform(0.2, 3)
+    alpha = softmax(rng.standard_normal(n) * rng.uniform(0.1, 4))
+    Ns = sorted(set(int(v) for v in rng.integers(1, n, size=4))) + [n - 1]
+    got = c_row(lib, alpha, x, Ns)
+    for N, g in zip(Ns, got):
+        ref = ref_row(alpha, x, N)
+        assert g["N"] == N and g["rows"] == 1
+        for k in KEYS:
+            assert close(g[k], ref[k]), (seed, N, k, g[k], ref[k])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_ties_and_odd_weights(lib, seed):
+    """Tied weights (lower index first), sparsemax-like zeros, negative weights and sums != 1."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(4, 20))
+    d = int(rng.integers(2, 6))
+    x = rng.standard_normal((n, d))
+    kind = seed % 3
+    if kind == 0:   # ties: few distinct levels
+        alpha = rng.integers(0, 4, size=n).astype(float)
+        alpha /= alpha.sum() if alpha.sum() > 0 else 1
+    elif kind == 1:  # zeros (sparsemax-like)
+        alpha = np.maximum(rng.standard_normal(n), 0)
+        alpha[0] = 0.5
+    else:  # sa-softmax-like: negative weights, sum != 1
+        z = rng.standard_normal(n)
+        alpha = z * softmax(z)
+    Ns = list(range(1, n))
+    got = c_row(lib, alpha, x, Ns)
+    for N, g in zip(Ns, got):
+        ref = ref_row(alpha, x, N)
+        for k in KEYS:
+            assert close(g[k], ref[k], rtol=1e-8, atol=1e-10), (seed, N, k, g[k], ref[k])
+
+
+def test_row_all_equal_weights(lib):
+    rng = np.random.default_rng(7)
+    n, d = 9, 4
+    x = rng.standard_normal((n, d))
+    alpha = np.full(n, 1 / n)
+    got = c_row(lib, alpha, x, [1, 3, 8])
+    for N, g in zip([1, 3, 8], got):
+        ref = ref_row(alpha, x, N)  # I_N = 0..N-1 by the tie rule
+        for k in KEYS:
+            assert close(g[k], ref[k]), (N, k)
+
+
+def test_row_n_le_N_and_n1(lib):
+    x = np.ones((1, 3))
+    got = c_row(lib, [1.0], x, [1, 2])
+    assert all(g["rows"] == 0 and np.isnan(g["dtilde"]) and np.isnan(g["ns_ratio"]) for g in got)
+    got = c_row(lib, [0.5, 0.5], np.eye(2), [2, 1])
+    assert got[0]["rows"] == 0 and got[1]["rows"] == 1
+
+
+def test_row_separability_r_zero(lib):
+    # N = 1 with a tie and identical vectors: s = alpha_1 u_1 = alpha_0 u_0 -> r = 0
+    x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    alpha = np.array([0.4, 0.4, 0.2])
+    g = c_row(lib, alpha, x, [1])[0]
+    ref = ref_row(alpha, x, 1)
+    assert ref["ns_ratio"] == 0 and ref["ns_lower"] == 0 and ref["ns_upper"] == 0
+    assert g["ns_ratio"] == 0 and g["ns_lower"] == 0 and g["ns_upper"] == 0
+
+
+def test_row_bad_input(lib):
+    x = np.zeros((3, 2))
+    with pytest.raises(ValueError, match="position 1"):
+        c_row(lib, [0.1, np.nan, 0.2], x, [1])
+    x[2, 1] = np.inf
+    with pytest.raises(ValueError, match="row 2, column 1"):
+        c_row(lib, [0.1, 0.3, 0.2], x, [1])
+    with pytest.raises(ValueError, match="< 1"):
+        c_row(lib, [0.1, 0.3, 0.2], np.zeros((3, 2)), [0])
+    with pytest.raises(ValueError, match="empty"):
+        c_row(lib, np.zeros(0), np.zeros((0, 2)), [1])
+
+
+def test_row_monte_carlo_against_exact_expectation(lib):
+    """E_mc is unbiased for the exact expectation over all N-subsets (enumerated here) and
+    lies above the analytic E (Jensen) within 4 standard errors."""
+    rng = np.random.default_rng(3)
+    n, d = 9, 3
+    x = rng.standard_normal((n, d))
+    alpha = softmax(rng.standard_normal(n))
+    for N in (1, 3, 5):
+        vals = []
+        for I in itertools.combinations(range(n), N):
+            s = sum(alpha[i] * x[i] for i in I)
+            vals.append(sum(np.linalg.norm(alpha[i] * x[i] - s) for i in range(n) if i not in I))
+        exact = np.mean(vals)
+        g = c_row(lib, alpha, x, [N], mc=4000, seed=11)[0]
+        assert g["E_mc_se"] > 0
+        assert abs(g["E_mc"] - exact) <= 4.5 * g["E_mc_se"], (N, g["E_mc"], exact, g["E_mc_se"])
+        assert g["E_mc"] >= g["E"] - 4 * g["E_mc_se"]
+        assert exact >= ref_row(alpha, x, N)["E"] - 1e-12  # Jensen, in the reference itself
+        again = c_row(lib, alpha, x, [N], mc=4000, seed=11)[0]
+        assert again["E_mc"] == g["E_mc"]  # seeded
+
+
+# ---- heads ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [1, 0])
+@pytest.mark.parametrize("seed", range(3))
+def test_head_against_reference(lib, causal, seed):
+    rng = np.random.default_rng(1000 + seed)
+    L, d = 24, int(rng.integers(2, 7))
+    x = rng.standard_normal((L, d))
+    z = rng.standard_normal((L, L)) * 2
+    if seed == 2:
+        z = np.round(z)  # many ties
+    if causal:
+        z = np.where(np.tril(np.ones((L, L))) > 0, z, -np.inf)
+    w = softmax(z)
+    if causal:  # garbage above the diagonal must never be read
+        w = w + np.triu(np.full((L, L), 7.0), 1)
+    Ns = [5, 1, 2, 3, 8, 16, 23, 24, 40]
+    got, rmax, rent = c_head(lib, w, x, Ns, causal)
+    ref = ref_head(w, x, Ns, causal)
+    for N, g, r in zip(Ns, got, ref):
+        assert g["rows"] == r["rows"], (N, g["rows"], r["rows"])
+        for k in KEYS:
+            if r["rows"] == 0:
+                assert np.isnan(g[k])
+            else:
+                assert close(g[k], r[k], rtol=1e-9, atol=1e-11), (N, k, g[k], r[k])
+    for t in range(L):
+        n = t + 1 if causal else L
+        a = w[t, :n]
+        assert close(rmax[t], a.max())
+        assert close(rent[t], -np.sum(a[a > 0] * np.log(a[a > 0])), atol=1e-12)
+
+
+def test_head_flags_and_nan(lib):
+    rng = np.random.default_rng(5)
+    L, d = 10, 3
+    x = rng.standard_normal((L, d))
+    w = softmax(rng.standard_normal((L, L)))
+    only_d, _, _ = c_head(lib, w, x, [2], 0, separability=0)
+    only_s, _, _ = c_head(lib, w, x, [2], 0, distance=0)
+    both, _, _ = c_head(lib, w, x, [2], 0)
+    assert np.isnan(only_d[0]["ns_ratio"]) and np.isnan(only_s[0]["dtilde"])
+    assert only_d[0]["dtilde"] == both[0]["dtilde"] and only_s[0]["ns_ratio"] == both[0]["ns_ratio"]
+    w[4, 7] = np.nan
+    with pytest.raises(ValueError, match="row 4, column 7"):
+        c_head(lib, w, x, [2], 0)
+    # causal: the NaN above the diagonal is never read
+    c_head(lib, w, x, [2], 1)
+
+
+def test_vanishing_D(lib):
+    rng = np.random.default_rng(9)
+    L, dh = 12, 8
+    q = rng.standard_normal((L, dh))
+    k = rng.standard_normal((L, dh)) * np.linspace(0.1, 3, L)[:, None]
+    for causal in (1, 0):
+        D = np.zeros(L)
+        err = Err()
+        assert lib.al_head_vanishing_D(_dp(q), _dp(k), L, dh, causal, _dp(D), ctypes.byref(err)) == 0
+        kn = np.linalg.norm(k, axis=1)
+        for t in range(L):
+            km = kn[:t + 1].max() if causal else kn.max()
+            assert close(D[t], np.linalg.norm(q[t]) * km / np.sqrt(dh))
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+
+def run_cli(*args):
+    assert BIN, "ATTNLIM_BIN is not set (run through ctest, or export it)"
+    return subprocess.run([BIN, "metrics", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_head_json(tmp_path):
+    rng = np.random.default_rng(21)
+    L, d = 16, 4
+    x = rng.standard_normal((L, d))
+    z = np.where(np.tril(np.ones((L, L))) > 0, rng.standard_normal((L, L)), -np.inf)
+    w = softmax(z)
+    np.save(tmp_path / "w.npy", w)
+    np.save(tmp_path / "x.npy", x.astype(np.float32))
+    p = run_cli("--weights", str(tmp_path / "w.npy"), "--vectors", str(tmp_path / "x.npy"),
+                "--top-n", "1,4,8", "--causal", "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    x32 = x.astype(np.float32).astype(np.float64)
+    ref = ref_head(w, x32, [1, 4, 8], True)
+    assert [e["N"] for e in j["results"]] == [1, 4, 8]
+    for e, r in zip(j["results"], ref):
+        assert set(e) >= {"N", "dtilde", "dmax", "E", "E_mc", "ns_ratio", "ns_lower", "ns_upper"}
+        for k in KEYS:
+            assert close(e[k], r[k], rtol=1e-9), (k, e[k], r[k])
+    rows = range(L)
+    assert close(j["max_weight"], np.mean([w[t, :t + 1].max() for t in rows]))
+    ent = [-np.sum(w[t, :t + 1] * np.log(w[t, :t + 1])) for t in rows]
+    assert close(j["entropy"], np.mean(ent))
+    p = run_cli("--weights", str(tmp_path / "w.npy"), "--vectors", str(tmp_path / "x.npy"),
+                "--top-n", "2", "--causal", "--per-row", "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert len(j["rows"]) == L
+    r5 = ref_row(w[5, :6], x32[:6], 2)
+    e5 = j["rows"][5]["results"][0]
+    assert close(e5["dtilde"], r5["dtilde"]) and close(j["rows"][5]["max_weight"], w[5, :6].max())
+    assert j["rows"][1]["results"][0]["dtilde"] is None  # n = 2 <= N
+
+
+def test_cli_row_and_mc(tmp_path):
+    rng = np.random.default_rng(22)
+    n, d = 12, 3
+    a = softmax(rng.standard_normal(n))
+    x = rng.standard_normal((n, d))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "x.npy", x)
+    p = run_cli("--weights", str(tmp_path / "a.npy"), "--vectors", str(tmp_path / "x.npy"),
+                "--top-n", "3", "--mc", "200", "--seed", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    e = json.loads(p.stdout)["results"][0]
+    r = ref_row(a, x, 3)
+    assert close(e["dtilde"], r["dtilde"]) and e["E_mc"] is not None
+    assert e["E_mc"] >= e["E"] - 4 * e["E_mc_se"]
+
+
+def test_cli_bad_input(tmp_path):
+    np.save(tmp_path / "w.npy", np.ones((4, 4)) / 4)
+    np.save(tmp_path / "x3.npy", np.ones((3, 2)))
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    w, x3, bad = (str(tmp_path / f) for f in ("w.npy", "x3.npy", "bad.npy"))
+    p = run_cli("--weights", w, "--vectors", x3, "--top-n", "1")
+    assert p.returncode != 0 and "x3.npy" in p.stderr
+    p = run_cli("--weights", bad, "--vectors", x3, "--top-n", "1")
+    assert p.returncode != 0 and "bad.npy" in p.stderr
+    p = run_cli("--weights", w, "--vectors", x3)
+    assert p.returncode == 2 and "--top-n" in p.stderr
+    p = run_cli("--weights", w, "--vectors", x3, "--top-n", "0")
+    assert p.returncode != 0
+    p = run_cli("--help")
+    assert p.returncode == 0 and "--top-n" in p.stdout
+    np.save(tmp_path / "x4.npy", np.array([[1.0, np.nan]] * 4))
+    p = run_cli("--weights", w, "--vectors", str(tmp_path / "x4.npy"), "--top-n", "1")
+    assert p.returncode != 0 and "row 0, column 1" in p.stderr
