@@ -89,7 +89,7 @@ typedef struct {
 struct al__bpe {
     al__pretok pre;
     int n_tokens;
-    int direct_lookup;    /* a piece that is a whole token is that token (tiktoken, llama3) */
+    int direct_lookup;    /* a piece that is a whole token is that token (llama3) */
     uint32_t b2u[256];    /* byte -> code point */
     int16_t u2b[324];     /* code point (< 324) -> byte, -1 outside the alphabet */
     int32_t byte_id[256]; /* token id of each single byte, -1 if the vocabulary lacks it */
@@ -390,7 +390,10 @@ int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *co
     if (!b) return AL_E_NOMEM;
     b->pre = pre;
     b->n_tokens = n_tokens;
-    b->direct_lookup = pre != AL_PRE_SMOLLM;
+    /* a whole pre-token that is a token is taken as is only for Llama 3 (HF ignore_merges,
+     * llama.cpp); GPT-2 and SmolLM merge (encoder.py, HF). Same ids for GPT-2's files, where
+     * every token is reachable by its merges; not for vocabularies with unreachable tokens. */
+    b->direct_lookup = pre == AL_PRE_LLAMA3;
     build_byte_map(b->b2u, b->u2b);
     int rc = build_tokens(b, tokens, n_tokens, err);
     if (!rc)
