@@ -67,7 +67,8 @@ static int check_spec(const al__gguf *g, const wspec *w, al_error *err) {
     const al__gguf_tensor *t = al__gguf_tensor_find(g, w->name);
     if (!t) return al__err(err, AL_E_FORMAT, "%s: tensor '%s' is missing", g->name, w->name);
     int ok = 1;
-    for (int d = 0; d < AL_GGUF_MAX_DIMS; d++) ok &= t->ne[d] == (d < w->n_dims && d < 2 ? w->ne[d] : 1);
+    for (int d = 0; d < AL_GGUF_MAX_DIMS; d++)
+        ok &= t->ne[d] == (d < w->n_dims && d < 2 ? w->ne[d] : 1);
     if (!ok)
         return al__err(
             err, AL_E_FORMAT,
@@ -436,12 +437,6 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
 
 /* ---- tokenizer ------------------------------------------------------------------------------ */
 
-/* The BPE engine (bpe.c) lands in parallel: until it does, these resolve to NULL. */
-#pragma weak al__bpe_create
-#pragma weak al__bpe_add_special
-#pragma weak al__bpe_free
-#pragma weak al__tokenizer_from_bpe
-
 static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     llama *L = m->impl;
     const al__gguf *g = L->gguf;
@@ -467,8 +462,6 @@ static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
             err, AL_E_UNSUPPORTED,
             "%s: tokenizer pre-tokenizer '%s' is not supported (smollm, llama-bpe, gpt-2 are)",
             g->name, pre);
-    if (!al__bpe_create || !al__bpe_add_special || !al__bpe_free || !al__tokenizer_from_bpe)
-        return al__err(err, AL_E_UNSUPPORTED, "%s: the BPE tokenizer engine is not built", g->name);
     char **tokens = NULL, **merges = NULL;
     int32_t *types = NULL;
     int64_t n_tok = 0, n_merge = 0, n_types = 0;
