@@ -1,0 +1,263 @@
+/* bench_forward.c: seconds per GPT-2 forward with every head's attention weights streamed to
+ * a consumer that touches them, side by side in one run with PyTorch CPU (Debian's
+ * python3-torch running bench/forward_torch.py, same threads, explicit attention weights) and
+ * a straightforward llm.c-style loop implementation (bench/forward_loops.c).
+ *
+ * usage: bench_forward [--threads 2] [--T 1024] [--reps 3] [--model PATH] [--no-torch]
+ *                      [--no-loops] [--loops-reps 1]
+ * Without --model, a random GPT-2 124M-shape model (12 layers, 12 heads, 768 channels, 1024
+ * positions, 50257 tokens) is built in memory in llm.c's layout, which both C implementations
+ * read. Not run by the tests. */
+#include "forward_loops.c"
+
+#include "model.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a random 124M-shape model in memory ---------------------------------------------------- */
+
+static al_model *build_random_gpt2(int L, int H, int C, int n_ctx, int V, uint64_t seed) {
+    al__gpt2 *g = calloc(1, sizeof *g);
+    g->n_layer = L, g->n_head = H, g->d_model = C, g->n_ctx = n_ctx, g->vocab_size = V;
+    g->padded_vocab = V, g->out_in = 1;
+    size_t per_layer = (size_t)12 * C * C + 13 * (size_t)C;
+    size_t total = (size_t)V * C + (size_t)n_ctx * C + L * per_layer + 2 * (size_t)C;
+    g->arena = malloc(total * sizeof(float));
+    g->layers = calloc((size_t)L, sizeof *g->layers);
+    float *p = g->arena;
+    al__rng r;
+    al__rng_seed(&r, seed);
+#define TAKE(dst, n, kind)                                                                         \
+    do {                                                                                           \
+        float *q_ = p;                                                                             \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++)                                                \
+            q_[i_] = kind == 0 ? (float)(0.07 * (al__rng_uniform(&r) - 0.5))                       \
+                               : (kind == 1 ? 1.0f : 0.0f);                                        \
+        (dst) = q_;                                                                                \
+        p += (n);                                                                                  \
+    } while (0)
+    TAKE(g->wte, (size_t)V * C, 0);
+    TAKE(g->wpe, (size_t)n_ctx * C, 0);
+    for (int l = 0; l < L; l++) {
+        al__gpt2_layer *w = &g->layers[l];
+        TAKE(w->ln1_w, C, 1);
+        TAKE(w->ln1_b, C, 2);
+        TAKE(w->attn_w, (size_t)3 * C * C, 0);
+        TAKE(w->attn_b, 3 * C, 0);
+        TAKE(w->proj_w, (size_t)C * C, 0);
+        TAKE(w->proj_b, C, 0);
+        TAKE(w->ln2_w, C, 1);
+        TAKE(w->ln2_b, C, 2);
+        TAKE(w->fc_w, (size_t)4 * C * C, 0);
+        TAKE(w->fc_b, 4 * C, 0);
+        TAKE(w->fcproj_w, (size_t)4 * C * C, 0);
+        TAKE(w->fcproj_b, C, 0);
+    }
+    TAKE(g->lnf_w, C, 1);
+    TAKE(g->lnf_b, C, 2);
+#undef TAKE
+    al_model *m = calloc(1, sizeof *m);
+    m->vt = &al__gpt2_vtable;
+    m->impl = g;
+    al_model_info *in = &m->info;
+    snprintf(in->family, sizeof in->family, "gpt2");
+    snprintf(in->name, sizeof in->name, "random-%dL-%dH-%dC", L, H, C);
+    snprintf(in->path, sizeof in->path, "<memory>");
+    in->n_layer = L, in->n_head = H, in->n_kv_head = H, in->d_model = C, in->d_head = C / H;
+    in->d_ff = 4 * C, in->n_ctx = n_ctx, in->vocab_size = V, in->causal = 1;
+    return m;
+}
+
+/* ---- consumers: touch every attention weight ------------------------------------------------- */
+
+typedef struct touch {
+    double sum;
+    long heads;
+} touch;
+
+static int touch_capture(void *user, const al_capture *c, al_error *err) {
+    (void)err;
+    touch *s = user;
+    size_t n = (size_t)c->T * c->T;
+    for (int h = 0; h < c->n_sel; h++) {
+        const float *w = c->weights + h * n; /* [T, T] */
+        float acc = 0.0f;
+        for (size_t i = 0; i < n; i++) acc += w[i];
+        s->sum += acc;
+        s->heads++;
+    }
+    return 0;
+}
+
+static void touch_loops(const float *att, int layer, int H, int T, void *user) {
+    (void)layer;
+    touch *s = user;
+    size_t n = (size_t)T * T;
+    for (int h = 0; h < H; h++) {
+        float acc = 0.0f;
+        for (size_t i = 0; i < n; i++) acc += att[h * n + i];
+        s->sum += acc;
+        s->heads++;
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- main --------------------------------------------------------------------------------------
+ */
+
+int main(int argc, char **argv) {
+    int threads = 2, T = 1024, reps = 3, loops_reps = 1, do_torch = 1, do_loops = 1;
+    const char *model_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--T") && i + 1 < argc)
+            T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--loops-reps") && i + 1 < argc)
+            loops_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model_path = argv[++i];
+        else if (!strcmp(argv[i], "--no-torch"))
+            do_torch = 0;
+        else if (!strcmp(argv[i], "--no-loops"))
+            do_loops = 0;
+        else {
+            fprintf(stderr, "usage: bench_forward [--threads N] [--T T] [--reps R] [--model PATH] "
+                            "[--no-torch] [--no-loops] [--loops-reps R]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || T < 1 || threads < 1) return 2;
+    al__set_threads(threads);
+    al_error err = {0};
+    al_model *m = NULL;
+    double t0 = al__now();
+    if (model_path) {
+        if (al_model_open(model_path, &m, &err)) {
+            fprintf(stderr, "bench_forward: %s\n", err.msg);
+            return 1;
+        }
+    } else {
+        m = build_random_gpt2(12, 12, 768, 1024, 50257, 1);
+    }
+    const al_model_info *in = al_model_get_info(m);
+    if (T > in->n_ctx) T = in->n_ctx;
+    const int L = in->n_layer, H = in->n_head, C = in->d_model, D = C / H;
+    printf("model %s (%d layers, %d heads, %d channels), built/loaded in %.1f s\n", in->name, L, H,
+           C, al__now() - t0);
+    printf("T = %d, threads = %d, consumer touches the weights of all %d heads\n", T, threads,
+           L * H);
+    double mm_flop = 2.0 * T * L * (12.0 * C * C);
+    double att_flop = 2.0 * 2.0 * L * H * D * ((double)T * (T + 1) / 2);
+    printf("FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G\n", mm_flop / 1e9,
+           att_flop / 1e9, (mm_flop + att_flop) / 1e9);
+
+    int32_t *tokens = malloc((size_t)T * sizeof *tokens);
+    al__rng r;
+    al__rng_seed(&r, 42);
+    for (int t = 0; t < T; t++) tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
+    float *final = malloc((size_t)T * C * sizeof(float)); /* [T, C] */
+
+    /* attnlim */
+    touch tc = {0};
+    al_capture_request req = {.what = AL_CAP_WEIGHTS, .fn = touch_capture, .user = &tc};
+    double *ts = calloc((size_t)reps, sizeof *ts);
+    if (al_model_forward(m, tokens, T, &req, NULL, final, &err)) { /* warm-up */
+        fprintf(stderr, "bench_forward: %s\n", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < reps; i++) {
+        double s = al__now();
+        al_model_forward(m, tokens, T, &req, NULL, final, &err);
+        ts[i] = al__now() - s;
+    }
+    qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+    double ours = ts[reps / 2];
+    printf("attnlim   : median %.3f s, min %.3f s per forward (%d reps; %.1f GFLOP/s); "
+           "heads consumed per forward %ld\n",
+           ours, ts[0], reps, (mm_flop + att_flop) / ours / 1e9, tc.heads / (reps + 1));
+    double nocap;
+    {
+        double s = al__now();
+        al_model_forward(m, tokens, T, NULL, NULL, final, &err);
+        nocap = al__now() - s;
+        printf("attnlim   : %.3f s without capture (one run)\n", nocap);
+    }
+
+    /* loops */
+    double loops = 0;
+    if (do_loops && in->family[0] && ((al__gpt2 *)m->impl)->out_in) {
+        loops_acts la;
+        loops_build(&la, T, C, H);
+        float *final2 = malloc((size_t)T * C * sizeof(float));
+        touch tl = {0};
+        double best = 1e30;
+        for (int i = 0; i < loops_reps; i++) {
+            double s = al__now();
+            loops_forward(m->impl, tokens, T, &la, touch_loops, &tl, final2);
+            double e = al__now() - s;
+            best = e < best ? e : best;
+        }
+        loops = best;
+        double md = 0;
+        for (size_t i = 0; i < (size_t)T * C; i++) {
+            double d = fabs((double) final[i] - final2[i]);
+            md = d > md ? d : md;
+        }
+        printf("loops     : %.3f s per forward (best of %d); max |final hidden diff| vs attnlim "
+               "%.2e\n",
+               loops, loops_reps, md);
+        free(final2);
+        loops_free(&la);
+    } else if (do_loops) {
+        printf("loops     : skipped (needs the llm.c layout: run without --model)\n");
+    }
+
+    /* PyTorch */
+    double torch = 0;
+    if (do_torch) {
+        /* forward_torch.py sits beside this file (CMake compiles it by absolute path) */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", __FILE__);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, "bench");
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 %s/forward_torch.py --threads %d --T %d --reps %d "
+                 "--layers %d --heads %d --embd %d --vocab %d",
+                 dir, threads, T, reps, L, H, C, in->vocab_size);
+        FILE *p = popen(cmd, "r");
+        char line[8192] = {0};
+        if (p && fgets(line, sizeof line, p)) {
+            char *med = strstr(line, "\"median\": ");
+            if (med) torch = atof(med + 10);
+        }
+        if (p) pclose(p);
+        if (torch > 0)
+            printf("pytorch   : median %.3f s per forward (%s)\n", torch, line);
+        else
+            printf("pytorch   : failed to run: %s\n", cmd);
+    }
+
+    printf("\nsummary (T=%d, %d threads): attnlim %.3f s", T, threads, ours);
+    if (torch > 0) printf(" | pytorch %.3f s (%.2fx)", torch, torch / ours);
+    if (loops > 0) printf(" | loops %.3f s (%.2fx)", loops, loops / ours);
+    printf("\n");
+    free(ts);
+    free(final);
+    free(tokens);
+    al_model_free(m);
+    return 0;
+}
