@@ -1,0 +1,124 @@
+/* bench_llama.c: seconds per SmolLM2 forward with every head's attention weights streamed to a
+ * consumer that touches them, and the GFLOP/s it reaches.
+ *
+ * usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] [--long 8192]
+ * --long L additionally times one forward at L tokens (0 = skip). Not run by the tests. */
+#include "model.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct touch {
+    double sum;
+    long heads;
+} touch;
+
+/* Sums every captured weight row (so the capture cannot be skipped). */
+static int consume(void *user, const al_capture *c, al_error *err) {
+    (void)err;
+    touch *t = user;
+    size_t n = (size_t)c->n_sel * c->T * c->T;
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += c->weights[i];
+    t->sum += s;
+    t->heads += c->n_sel;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Useful FLOP of one forward (no LM head): matmuls and causal attention (q.k and alpha.v). */
+static void flops(const al_model_info *in, int T, double *mm, double *att) {
+    double C = in->d_model, Hd = (double)in->n_head * in->d_head,
+           Gd = (double)in->n_kv_head * in->d_head;
+    double F = in->d_ff;
+    *mm = 2.0 * T * in->n_layer * (C * Hd + 2 * C * Gd + Hd * C + 3 * C * F);
+    *att = 2.0 * 2.0 * in->n_layer * in->n_head * in->d_head * ((double)T * (T + 1) / 2);
+}
+
+static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc) {
+    al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, consume, tc};
+    al_error err = {0};
+    double t0 = al__now();
+    if (al_model_forward(m, tokens, T, &req, NULL, NULL, &err)) {
+        fprintf(stderr, "bench_llama: %s\n", err.msg);
+        exit(1);
+    }
+    return al__now() - t0;
+}
+
+int main(int argc, char **argv) {
+    const char *model = "smollm2";
+    int threads = 2, T = 2048, reps = 3, longT = 8192;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--model") == 0)
+            model = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--T") == 0)
+            T = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--long") == 0)
+            longT = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] "
+                    "[--long 8192]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 100 || T < 1) return 2;
+    al__set_threads(threads);
+    al_error err = {0};
+    al_model *m;
+    double t0 = al__now();
+    if (al_model_open(model, &m, &err)) {
+        fprintf(stderr, "bench_llama: %s\n", err.msg);
+        return 1;
+    }
+    const al_model_info *in = al_model_get_info(m);
+    printf("model %s (%s, %d layers, %d heads / %d kv heads, d_model %d, d_ff %d): loaded and "
+           "dequantised "
+           "in %.2f s\n",
+           in->name, in->dtype, in->n_layer, in->n_head, in->n_kv_head, in->d_model, in->d_ff,
+           al__now() - t0);
+    int maxT = T > longT ? T : longT;
+    if (maxT > in->n_ctx) maxT = in->n_ctx;
+    if (T > in->n_ctx) T = in->n_ctx;
+    int32_t *tokens = malloc((size_t)maxT * sizeof *tokens);
+    al__rng r;
+    al__rng_seed(&r, 1);
+    for (int t = 0; t < maxT; t++)
+        tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
+    touch tc = {0, 0};
+    time_forward(m, tokens, T, &tc); /* warm-up: page faults, buffers */
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    for (int i = 0; i < reps; i++) ts[i] = time_forward(m, tokens, T, &tc);
+    qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+    double med = ts[reps / 2], mm, att;
+    flops(in, T, &mm, &att);
+    printf("T = %d, %d threads, weights of all %d heads streamed: median %.3f s, min %.3f s per "
+           "forward "
+           "(%d reps)\n",
+           T, threads, in->n_layer * in->n_head, med, ts[0], reps);
+    printf(
+        "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
+        mm / 1e9, att / 1e9, (mm + att) / 1e9, (mm + att) / med / 1e9);
+    if (longT > 0 && longT <= in->n_ctx) {
+        double t = time_forward(m, tokens, longT, &tc);
+        flops(in, longT, &mm, &att);
+        printf("T = %d: %.3f s per forward (1 rep; %.1f G FLOP, %.1f GFLOP/s)\n", longT, t,
+               (mm + att) / 1e9, (mm + att) / t / 1e9);
+    }
+    printf("(checksum %.6g over %ld head captures)\n", tc.sum, tc.heads);
+    free(ts);
+    free(tokens);
+    al_model_free(m);
+    return 0;
+}
