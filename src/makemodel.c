@@ -54,7 +54,12 @@ static void fill_tensor(const al__gpt2_cfg *c, int i, uint64_t seed, float *w, s
         al__rng r;
         al__rng_seed(&r, al__hash64(seed ^ al__hash64(((uint64_t)i << 32) ^ (uint64_t)k)));
         size_t lo = (size_t)k * CHUNK, hi = lo + CHUNK < numel ? lo + CHUNK : numel;
-        for (size_t e = lo; e < hi; e++) w[e] = (float)(mean + std * al__rng_normal(&r));
+        for (size_t e = lo; e < hi; e += 2) { /* Box-Muller: both values of each pair */
+            double u1 = ((double)(al__rng_next(&r) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+            double u2 = (double)(al__rng_next(&r) >> 11) * 0x1.0p-53, rad = sqrt(-2.0 * log(u1));
+            w[e] = (float)(mean + std * rad * cos(6.283185307179586 * u2));
+            if (e + 1 < hi) w[e + 1] = (float)(mean + std * rad * sin(6.283185307179586 * u2));
+        }
     }
 }
 

@@ -309,12 +309,53 @@ static void test_sharded(void **state) {
     rmdir(dir);
 }
 
+/* The GPT-2 124M layout (names with the transformer. prefix, byte sizes) equals the pinned
+ * table's: every parameter is listed there with our size, and the table has nothing else but
+ * the HF buffers and the tied lm_head. */
+static void test_124M_layout(void **state) {
+    (void)state;
+    const char *src = getenv("ATTNLIM_SOURCE_DIR");
+    assert_non_null(src);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/data/gpt2_124M_tensor_sha256.tsv", src);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    al__gpt2_cfg c = {12, 12, 768, 1024, 50257};
+    int seen[4 + 12 * 12] = {0}, params = 0, others = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char name[200];
+        long long bytes;
+        assert_int_equal(sscanf(line, "%199s %lld", name, &bytes), 2);
+        const char *shortname = strncmp(name, "transformer.", 12) ? name : name + 12;
+        int i = al__gpt2_spec_find(&c, shortname);
+        if (i < 0) {
+            assert_true(al__gpt2_is_buffer(shortname));
+            others++;
+            continue;
+        }
+        al__gpt2_spec s;
+        al__gpt2_spec_at(&c, i, &s);
+        assert_string_equal(s.name, shortname);
+        assert_int_equal(4 * s.shape[0] * (s.ndim == 2 ? s.shape[1] : 1), bytes);
+        seen[i]++;
+        params++;
+    }
+    fclose(f);
+    assert_int_equal(params, 148);
+    assert_int_equal(others, 25);
+    for (int i = 0; i < 148; i++) assert_int_equal(seen[i], 1);
+    assert_int_equal(al__gpt2_n_params(&c), 124439808); /* GPT-2 small, without the tied head */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),          cmocka_unit_test(test_every_prefix),
         cmocka_unit_test(test_bad_headers),    cmocka_unit_test(test_header_length_lies),
         cmocka_unit_test(test_gaps_and_empty), cmocka_unit_test(test_half_conversions),
         cmocka_unit_test(test_llmc),           cmocka_unit_test(test_sharded),
+        cmocka_unit_test(test_124M_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
