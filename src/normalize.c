@@ -129,19 +129,22 @@ static int check_input(const al_norm *nm, const double *z, int64_t n, double *zm
     if ((uint64_t)n > (uint64_t)(SIZE_MAX / (8 * sizeof(double))))
         return al__err(err, AL_E_NOMEM, "%s: n = %lld is too large", kind_names[nm->kind],
                        (long long)n);
-    double mx = -INFINITY, bad = 0;
+    uint64_t bad = 0; /* any exponent field all ones: NaN or Inf */
     for (int64_t i = 0; i < n; i++) {
-        double v = z[i];
-        bad += v * 0.0; /* NaN for NaN or +-Inf */
-        mx = v > mx ? v : mx;
+        uint64_t b;
+        memcpy(&b, &z[i], sizeof b);
+        bad |= (uint64_t)((b & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL);
     }
-    if (bad != 0 || isnan(bad)) {
+    if (bad) {
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(z[i]))
                 return al__err(err, AL_E_RANGE, "%s: logit %lld (0-based) is %s",
                                kind_names[nm->kind], (long long)i,
                                isnan(z[i]) ? "NaN" : (z[i] > 0 ? "+Inf" : "-Inf"));
     }
+    double mx = z[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 1; i < n; i++) mx = z[i] > mx ? z[i] : mx;
     *zmax = mx;
     return 0;
 }
@@ -164,15 +167,62 @@ static inline double zdiff(double zi, double zmax) {
     return d < -DBL_MAX ? -DBL_MAX : d;
 }
 
-/* p = softmax(c z) (c > 0; c == 0 gives the uniform row). */
-static void softmax_fwd(const double *z, int64_t n, double zmax, double c, double *p) {
+/* exp(x) for x <= 0 (x may be -inf), within 2 ulp of libm's exp, branch-free so that loops
+ * over it vectorise: x = k ln2 + r (|r| <= ln2/2, ln2 split in two), exp(r) by its Taylor
+ * polynomial of degree 13 (remainder < 4e-18), 2^k (k in [-1077, 0]) as two normal factors so
+ * that subnormal results come out right. */
+static inline double exp_nonpos(double x) {
+    int64_t b, lim;
+    double m746 = -746.0; /* exp(-746) rounds to 0 */
+    memcpy(&b, &x, sizeof b);
+    memcpy(&lim, &m746, sizeof lim);
+    b |= INT64_MIN;        /* x = -|x|: now the bits order like the values (also for -inf) */
+    b = b > lim ? lim : b; /* clamp to -746 with integer ops (vectorises) */
+    memcpy(&x, &b, sizeof x);
+    const double shift = 0x1.8p52;
+    double k = (x * 0x1.71547652b82fep0 + shift) - shift; /* round(x / ln 2) */
+    double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+    double q = 1.0 / 6227020800.0;
+    q = q * r + 1.0 / 479001600.0;
+    q = q * r + 1.0 / 39916800.0;
+    q = q * r + 1.0 / 3628800.0;
+    q = q * r + 1.0 / 362880.0;
+    q = q * r + 1.0 / 40320.0;
+    q = q * r + 1.0 / 5040.0;
+    q = q * r + 1.0 / 720.0;
+    q = q * r + 1.0 / 120.0;
+    q = q * r + 1.0 / 24.0;
+    q = q * r + 1.0 / 6.0;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r + 1.0;
+    double k1 = ((k * 0.5 - 0.25) + shift) - shift, k2 = k - k1; /* floor(k/2), k - floor(k/2) */
+    double t1 = (k1 + 1023.0) + 0x1.0p52, t2 = (k2 + 1023.0) + 0x1.0p52;
+    uint64_t b1, b2;
+    memcpy(&b1, &t1, sizeof b1);
+    memcpy(&b2, &t2, sizeof b2);
+    b1 = (b1 - 0x4330000000000000ULL) << 52; /* the bits of 2^k1 */
+    b2 = (b2 - 0x4330000000000000ULL) << 52;
+    double s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    return q * s1 * s2;
+}
+
+/* sum of a[n] (a vectorised reduction: "omp simd" lets the compiler reorder the additions) */
+static double sum_simd(const double *a, int64_t n) {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = exp(c * zdiff(z[i], zmax));
-        p[i] = e;
-        s += e;
-    }
-    double inv = 1.0 / s; /* s >= 1: the max gives exp(0) */
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i];
+    return s;
+}
+
+/* p = softmax(c z) (c > 0; c == 0 gives the uniform row). */
+static void softmax_fwd(const double *restrict z, int64_t n, double zmax, double c,
+                        double *restrict p) {
+    for (int64_t i = 0; i < n; i++) p[i] = c * (z[i] - zmax);
+    for (int64_t i = 0; i < n; i++) p[i] = exp_nonpos(p[i]);
+    double inv = 1.0 / sum_simd(p, n); /* the sum is >= 1: the max gives exp(0) */
     for (int64_t i = 0; i < n; i++) p[i] *= inv;
 }
 
@@ -472,16 +522,10 @@ static int lin_build(const al_norm *nm, const double *z, int64_t n, double *buf,
 }
 
 static double dot(const double *a, const double *b, int64_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++) s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
 }
 
 /* out = J v (transpose = 0) or J^T v (transpose = 1). */
@@ -583,26 +627,18 @@ static void lin_dense(const lin *L, double *J) {
 /* psi = sum_{i != top} g_i / e_i, dpsi = sum g_i / e_i^2, e_i = (g_i - o) - t. */
 static void secular_sums(const double *g, int64_t n, int64_t top, double o, double t, double *psi,
                          double *dpsi) {
-    double s0 = 0, s1 = 0, d0 = 0, d1 = 0;
+    double s = 0, d = 0;
     for (int pass = 0; pass < 2; pass++) {
         int64_t a = pass ? top + 1 : 0, b = pass ? n : top;
-        int64_t i = a;
-        for (; i + 2 <= b; i += 2) {
-            double e0 = (g[i] - o) - t, e1 = (g[i + 1] - o) - t;
-            double r0 = g[i] / e0, r1 = g[i + 1] / e1;
-            s0 += r0;
-            s1 += r1;
-            d0 += r0 / e0;
-            d1 += r1 / e1;
-        }
-        for (; i < b; i++) {
-            double e = (g[i] - o) - t, r = g[i] / e;
-            s0 += r;
-            d0 += r / e;
+#pragma omp simd reduction(+ : s, d)
+        for (int64_t i = a; i < b; i++) {
+            double inv = 1.0 / ((g[i] - o) - t), r = g[i] * inv;
+            s += r;
+            d += r * inv;
         }
     }
-    *psi = s0 + s1;
-    *dpsi = d0 + d1;
+    *psi = s;
+    *dpsi = d;
 }
 
 double al_norm_rank1_spectral(const double *g, int64_t n) {
@@ -650,14 +686,20 @@ double al_norm_rank1_spectral(const double *g, int64_t n) {
             double B = b + g1 - a * D, disc = B * B + 4 * a * g1 * D;
             next = 2 * g1 * D / (B + sqrt(disc > 0 ? disc : 0));
         }
-        if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-        double lam = near2 ? d2 + next : d1 - next;
-        if (fabs(next - u) <= 2 * DBL_EPSILON * lam) return lam;
+        double lam_u = near2 ? d2 + u : d1 - u;
+        int inside = next > lo && next < hi;
+        /* the step measures the error of u (the iteration converges quadratically) */
+        if (fabs(next - u) <= 1e-13 * lam_u)
+            return inside ? (near2 ? d2 + next : d1 - next) : lam_u;
+        if (!inside) next = 0.5 * (lo + hi);
         u = next;
+        double lam = near2 ? d2 + u : d1 - u;
         double t = near2 ? u : -u; /* lambda - o */
         secular_sums(g, n, top, o, t, &psi, &dpsi);
-        F = psi + g1 / (near2 ? D - u : u);
-        if (F == 0) return lam;
+        double phi = g1 / (near2 ? D - u : u);
+        F = psi + phi;
+        /* F at the level of its rounding error (psi's terms are all negative): converged */
+        if (fabs(F) <= 8 * DBL_EPSILON * (phi - psi)) return lam;
         /* F increases with lambda: y grows with lambda, w shrinks */
         if ((F > 0) == near2)
             hi = u;
