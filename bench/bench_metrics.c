@@ -101,9 +101,31 @@ int main(int argc, char **argv) {
     }
     printf("  check: N=%d dtilde=%.6g dmax=%.6g E=%.6g ns=%.4f [%.4f, %.4f]\n", out[4].N,
            out[4].dtilde, out[4].dmax, out[4].E, out[4].ns_ratio, out[4].ns_lower, out[4].ns_upper);
-#ifdef AL_BENCH_SENSITIVITY
-    AL_BENCH_SENSITIVITY
-#endif
+
+    /* Algorithm 5: 25 T log-spaced over [1e-3, 1e1], eps in {1e-3, 1e-1, 10} */
+    double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];
+    for (int a = 0; a < 25; a++) T[a] = pow(10.0, -3.0 + 4.0 * a / 24.0);
+    al_norm_kind kinds[] = {AL_NORM_SOFTMAX, AL_NORM_SPARSEMAX};
+    for (int c = 0; c < 2; c++) {
+        al_norm nm = {.kind = kinds[c], .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+        double best = INFINITY, best_cpu = INFINITY;
+        int r_s = kinds[c] == AL_NORM_SOFTMAX ? reps : 1;
+        for (int r = 0; r < r_s; r++) {
+            double t0 = al__now(), c0 = cpu_now();
+            if (al_head_sensitivity(z, L, 1, &nm, T, 25, eps, 3, 7, 0, 0, fd, spec, &err)) {
+                fprintf(stderr, "al_head_sensitivity: %s\n", err.msg);
+                return 1;
+            }
+            double dt = al__now() - t0, dc = cpu_now() - c0;
+            if (dt < best) best = dt;
+            if (dc < best_cpu) best_cpu = dc;
+        }
+        printf("sensitivity   L=%d causal, 25 T x 3 eps, %-9s: %.4f s/head wall, %.4f s CPU "
+               "(best of %d)\n",
+               L, al_norm_name(kinds[c]), best, best_cpu, r_s);
+        printf("  check: T=%.3g spec=%.6g fd(eps=1e-3)=%.6g; T=%.3g spec=%.6g fd=%.6g\n", T[0],
+               spec[0], fd[0], T[24], spec[24], fd[72]);
+    }
     free(z);
     free(w);
     free(x);

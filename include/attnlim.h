@@ -203,6 +203,22 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
  * q[L, d_head], k[L, d_head]. */
 int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
                         double *D, al_error *err);
+/* Algorithm 5 on logits z[L, L] (row t uses columns 0..n_t-1; rows with n_t >= 2 enter),
+ * normalizer nm (its temperature field is ignored; temps[n_t] are used, each > 0):
+ *   fd_mean[n_t, n_eps]  mean over rows of || f((z + eps v)/T) - f(z/T) || / eps,
+ *   spec_mean[n_t]       mean over rows of the exact spectral norm of the Jacobian of f(z/T).
+ * v (al_sensitivity_direction) is one per (seed, layer, head, row), reused for every T, eps.
+ * Softmax has a vectorised fast path; other kinds go through al_norm_forward(_spectral).
+ * NaN/Inf logits in the used part are an error naming the row and column. No rows: NaN. */
+int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
+                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
+                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
+/* The direction v[n] of Algorithm 5 for (seed, layer, head, row): n standard normals from the
+ * project's xoshiro256** generator (seeded by SplitMix64 mixing of the four), normalised to
+ * unit length. Exposed so that references can use the same v. Returns 0 (AL_E_INVALID if
+ * v == NULL or n < 1). */
+int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
+                             double *v);
 
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */

@@ -350,10 +350,17 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
     }
 }
 
-/* exp(x) for x <= 0 to ~1 ulp (0 below -708), written so that loops over it vectorise:
+/* exp(x) for x <= 0 (not NaN) to ~1 ulp (0 below -708), written so that loops over it vectorise:
  * x = k ln2 + r, |r| <= ln2/2, a degree-12 Taylor polynomial for e^r, 2^k from the bits. */
 static inline double exp_neg(double x) {
-    double xc = x < -708.0 ? -708.0 : x;
+    /* the clamp and the underflow select are integer selects: the compiler may not
+     * if-convert floating-point compares under -ftrapping-math (it would not vectorise) */
+    uint64_t xb, cb = 0xC086200000000000ull; /* bits of -708.0 */
+    memcpy(&xb, &x, sizeof xb);
+    int under = xb > cb; /* x < -708 for x <= 0 (sign-magnitude order) */
+    xb = under ? cb : xb;
+    double xc;
+    memcpy(&xc, &xb, sizeof xc);
     double t = xc * 1.4426950408889634 + 0x1.8p52;
     double kf = t - 0x1.8p52;
     double r = (xc - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
@@ -373,9 +380,10 @@ static inline double exp_neg(double x) {
     uint64_t tb, sb;
     memcpy(&tb, &t, sizeof tb);
     sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
+    sb = under ? 0 : sb;
     double scale;
     memcpy(&scale, &sb, sizeof scale);
-    return x < -708.0 ? 0.0 : p * scale;
+    return p * scale;
 }
 
 /* ---- one row ------------------------------------------------------------------------------ */
@@ -532,7 +540,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                     ex[q] = ai;
                 }
                 if (N >= 2) {
-#pragma omp simd reduction(+ : sxi, sexp)
+#pragma omp simd reduction(+ : sxi)
                     for (int64_t q = 0; q < N; q++) {
                         double ai = ex[q], sq = A2 - ai * ai, lin = A1 - ai;
                         double xi2 = sq + kf * (lin * lin - sq);
@@ -540,8 +548,12 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                         sxi += xi;
                         double e = xi - rr;
                         e = e > 0 ? e : 0;
-                        sexp += exp_neg(-0.5 * e * e);
+                        ex[q] = -0.5 * e * e;
                     }
+#pragma omp simd
+                    for (int64_t q = 0; q < N; q++) ex[q] = exp_neg(ex[q]);
+#pragma omp simd reduction(+ : sexp)
+                    for (int64_t q = 0; q < N; q++) sexp += ex[q];
                 } else {
                     sexp = 1.0; /* N = 1: xi = 0 */
                 }
