@@ -25,11 +25,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Declared in attnlim.h's metrics section once src/sensitivity.c lands (same signature). Weak
- * until then, so that the tree links: Algorithm 5 reports that it is not available. */
+/* Defined in src/sensitivity.c; declared here until the metrics section of attnlim.h has it
+ * (the same signature, so both declarations agree). */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm, const double *temps,
                         int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                        double *fd_mean, double *spec_mean, al_error *err) __attribute__((weak));
+                        double *fd_mean, double *spec_mean, al_error *err);
 
 /* ---- options and grids ---------------------------------------------------------------------- */
 
@@ -503,9 +503,6 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     }
     double t2 = al__now();
     if (j->want_sens) {
-        if (!al_head_sensitivity)
-            return al__err(err, AL_E_UNSUPPORTED, "Algorithm 5 needs al_head_sensitivity (src/sensitivity.c), "
-                                                  "not built yet: use --experiments without alg5");
         rc = al_head_sensitivity(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
                                  p->o.seed, cap->layer, cap->heads[i],
                                  j->fd + (size_t)hidx * p->nT * p->nE,

@@ -1,0 +1,316 @@
+"""`attnlim reproduce` against an independent numpy fp64 reference (reproduce_ref.py) on a
+small random GPT-2, --quick grids and two windows; plus a golden end-to-end check of every
+output file (JSON, CSV, NPY, SVG structure, PNG), --resume, --normalizer, and bad input."""
+import csv
+import json
+import os
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import reproduce_ref as ref
+
+BIN = os.environ.get("ATTNLIM_BIN")
+RTOL = 1e-6
+
+
+def run(*args, check=True, **kw):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"attnlim {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+    return r
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    assert BIN and os.path.exists(BIN), "ATTNLIM_BIN must point to the attnlim CLI (run through ctest)"
+    d = tmp_path_factory.mktemp("repro")
+    model = str(d / "model")
+    run("make-model", "--layers", "3", "--heads", "4", "--embd", "64", "--ctx", "128", "--vocab", "50257",
+        "--seed", "7", "--format", "safetensors", "--out", model)
+    out = str(d / "out")
+    r = run("reproduce", "--model", model, "--quick", "--windows", "2", "--out", out, "--threads", "2",
+            "--temperatures", "0.001,0.01,0.1,1,10", "--json")
+    summary = json.loads(r.stdout)
+    return {"dir": d, "model": model, "out": out, "summary": summary,
+            "res": json.load(open(os.path.join(out, "results.json")))}
+
+
+def close(a, b, what):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert a.shape == b.shape, f"{what}: shape {a.shape} vs {b.shape}"
+    ok = np.isclose(a, b, rtol=RTOL, atol=1e-12) | (np.isnan(a) & np.isnan(b))
+    assert ok.all(), f"{what}: max rel diff {np.nanmax(np.abs(a - b) / np.maximum(np.abs(b), 1e-300))}"
+
+
+@pytest.fixture(scope="module")
+def reference(work):
+    """The reference over both windows of every L, from `attnlim capture` arrays."""
+    res = work["res"]
+    opts = res["manifest"]["options"]
+    Ls, longL = opts["lengths"], opts["long_length"]
+    N2, N3, N4, Ts = opts["top_n"], opts["critical_n"], opts["separability_n"], opts["temperatures"]
+    nl, nh = res["manifest"]["model"]["n_layer"], res["manifest"]["model"]["n_head"]
+    W = res["manifest"]["windows"]["count"]
+    cap = str(work["dir"] / "cap")
+    out = {}
+    for L in sorted(set(Ls) | {longL}):
+        Nd = sorted({n for n in N3 if n < L} | {5} | (set(n for n in N2 if n < L) if L == longL else set()))
+        acc = {}
+        for w in range(W):
+            shutil.rmtree(cap, ignore_errors=True)
+            ref.capture(BIN, work["model"], "war-and-peace", w, L, cap)
+            for l in range(nl):
+                wts, z, v = (ref.load_layer(cap, l, s) for s in ("weights", "logits", "v"))
+                q, k = ref.load_layer(cap, l, "q"), ref.load_layer(cap, l, "k")
+                for h in range(nh):
+                    dist = ref.head_distance(wts[h], v[h], Nd)
+                    for N, vals in dist.items():
+                        acc.setdefault(("dist", N, l, h), []).append(vals)
+                    if L == longL:
+                        for N, vals in ref.head_separability(wts[h], v[h], N4).items():
+                            acc.setdefault(("sep", N, l, h), []).append(vals)
+                        mx, ent, D = ref.head_vanishing(wts[h], q[h], k[h])
+                        acc.setdefault(("van", l, h), []).append((mx, ent, D))
+                        zz = np.where(np.isfinite(z[h]), z[h], 0.0)
+                        acc.setdefault(("spec", l, h), []).append(ref.head_spectral(zz, Ts))
+        out[L] = {key: np.mean(np.array(v, dtype=float), axis=0) for key, v in acc.items()}
+    return {"by_L": out, "Ls": Ls, "longL": longL, "N2": N2, "N3": N3, "N4": N4, "T": Ts, "nl": nl, "nh": nh}
+
+
+def test_alg1_alg2_per_head(work, reference):
+    out, R = work["out"], reference
+    a1 = [np.load(os.path.join(out, f"alg1_{s}.npy")) for s in ("dtilde", "dmax", "E")]
+    for li, L in enumerate(R["Ls"]):
+        for l in range(R["nl"]):
+            for h in range(R["nh"]):
+                exp = R["by_L"][L][("dist", 5, l, h)]
+                for k in range(3):
+                    close(a1[k][li, l, h], exp[k], f"alg1 L={L} layer {l} head {h} stat {k}")
+    a2 = [np.load(os.path.join(out, f"alg2_{s}.npy")) for s in ("dtilde", "dmax", "E")]
+    for i, N in enumerate(R["N2"]):
+        for l in range(R["nl"]):
+            for h in range(R["nh"]):
+                exp = R["by_L"][R["longL"]][("dist", N, l, h)]
+                for k in range(3):
+                    close(a2[k][i, l, h], exp[k], f"alg2 N={N} layer {l} head {h} stat {k}")
+    # dtilde <= dmax everywhere (softmax weights are non-negative)
+    assert (a1[0] <= a1[1] * (1 + 1e-12)).all() and (a2[0] <= a2[1] * (1 + 1e-12)).all()
+    # the aggregated summaries in results.json are numpy's over heads
+    j = work["res"]["alg1"]
+    for li in range(len(R["Ls"])):
+        col = a1[0][li].ravel()
+        close(j["dtilde"]["mean"][li], col.mean(), "alg1 mean")
+        close(j["dtilde"]["median"][li], np.percentile(col, 50), "alg1 median")
+        close(j["dtilde"]["q1"][li], np.percentile(col, 25), "alg1 q1")
+
+
+def test_alg3_critical_n(work, reference):
+    R, res = reference, work["res"]
+    dt, E = np.load(os.path.join(work["out"], "alg3_dtilde.npy")), np.load(os.path.join(work["out"], "alg3_E.npy"))
+    crit = {0.01: [], 0.05: []}
+    for li, L in enumerate(R["Ls"]):
+        Ns = [n for n in R["N3"] if n < L]
+        rdt = np.array([[R["by_L"][L][("dist", N, l, h)][0] for l in range(R["nl"]) for h in range(R["nh"])] for N in Ns])
+        rE = np.array([[R["by_L"][L][("dist", N, l, h)][2] for l in range(R["nl"]) for h in range(R["nh"])] for N in Ns])
+        close(dt[li, :len(Ns)].reshape(len(Ns), -1), rdt, f"alg3 dtilde L={L}")
+        close(E[li, :len(Ns)].reshape(len(Ns), -1), rE, f"alg3 E L={L}")
+        assert np.isnan(dt[li, len(Ns):]).all()
+        for level in (0.01, 0.05):
+            c, ps = ref.critical_n(Ns, rdt, rE, level)
+            crit[level].append(c)
+            if level == 0.01:
+                close(res["alg3"]["pvalues"][li][:len(Ns)], ps, f"alg3 p-values L={L}")
+    for level, key in ((0.01, "0.01"), (0.05, "0.05")):
+        got = [(-1 if v is None else v) for v in res["alg3"]["critical_n"][key]]
+        assert got == crit[level], f"critical N at {key}: {got} vs reference {crit[level]}"
+        pts = [(L, c) for L, c in zip(R["Ls"], crit[level]) if c > 0]
+        if pts:
+            close(res["alg3"]["slope"][key], ref.slope_origin(*zip(*pts)), f"slope at {key}")
+        else:
+            assert res["alg3"]["slope"][key] is None
+
+
+def test_alg4_separability(work, reference):
+    R = reference
+    a4 = [np.load(os.path.join(work["out"], f"alg4_{s}.npy")) for s in ("ratio", "lower", "upper")]
+    for i, N in enumerate(R["N4"]):
+        for l in range(R["nl"]):
+            for h in range(R["nh"]):
+                exp = R["by_L"][R["longL"]][("sep", N, l, h)]
+                for k in range(3):
+                    close(a4[k][i, l, h], exp[k], f"alg4 N={N} layer {l} head {h} stat {k}")
+    for k in range(3):  # ratios and the reconstructed bounds are fractions
+        assert ((a4[k] >= 0) & (a4[k] <= 1)).all()
+
+
+def test_vanishing(work, reference):
+    R = reference
+    names = ("max_weight", "entropy", "D")
+    arrs = [np.load(os.path.join(work["out"], f"vanishing_{s}.npy")) for s in names]
+    for l in range(R["nl"]):
+        for h in range(R["nh"]):
+            exp = R["by_L"][R["longL"]][("van", l, h)]
+            for k in range(3):
+                close(arrs[k][l, h], exp[k], f"vanishing {names[k]} layer {l} head {h}")
+    v = work["res"]["vanishing"]
+    assert v["band"]["applies"] and v["band"]["inside_fraction"] == 1.0
+
+
+def test_alg5_spectral_and_fd(work, reference):
+    R, res = reference, work["res"]
+    spec = np.load(os.path.join(work["out"], "alg5_spectral.npy"))
+    fd = np.load(os.path.join(work["out"], "alg5_fd.npy"))
+    for l in range(R["nl"]):
+        for h in range(R["nh"]):
+            close(spec[l, h], R["by_L"][R["longL"]][("spec", l, h)], f"alg5 spectral layer {l} head {h}")
+    close(res["alg5"]["spectral"], spec.reshape(-1, spec.shape[-1]).max(axis=0), "alg5 max over heads")
+    close(np.array(res["alg5"]["g"]), fd.reshape(-1, *fd.shape[-2:]).max(axis=0), "alg5 g = max over heads")
+    # a unit direction cannot beat the spectral norm (to first order, eps = 1e-3); 1/(2T) is the supremum
+    T = np.array(R["T"])
+    assert (fd[..., 0] <= spec * (1 + 1e-2) + 1e-9).all()
+    assert (spec <= 1 / (2 * T) * (1 + 1e-9)).all()
+    flagged = res["alg5"]["above_1_over_4T"]
+    want = sum(int(g > 1 / (4 * t)) for t, row in zip(T, res["alg5"]["g"]) for g in row) + \
+        sum(int(s > 1 / (4 * t)) for t, s in zip(T, res["alg5"]["spectral"]))
+    assert len(flagged) == want
+
+
+def _svg_meta(path):
+    root = ET.parse(path).getroot()
+    meta = [e for e in root.iter() if e.tag.endswith("metadata")]
+    assert meta, f"{path}: no metadata"
+    plot = [e for e in meta[0].iter() if e.tag.endswith("plot")][0]
+    axes = [e for e in plot if e.tag.endswith("axis")]
+    series = [e for e in plot if e.tag.endswith("series")]
+    boxes = [e for e in plot if e.tag.endswith("box")]
+    hm = [e for e in plot if e.tag.endswith("heatmap")]
+    paths = [e for e in root.iter() if e.tag.endswith("path")]
+    return plot, axes, series, boxes, hm, paths
+
+
+def _png_size(path):
+    b = open(path, "rb").read(32)
+    assert b[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    assert b[12:16] == b"IHDR"
+    return struct.unpack(">II", b[16:24])
+
+
+def test_golden_files(work):
+    out, res = work["out"], work["res"]
+    for key in ("manifest", "vanishing", "alg1", "alg2", "alg3", "alg4", "alg5", "verdicts"):
+        assert key in res, key
+    assert set(res["alg3"]["critical_n"]) == {"0.01", "0.05"} and set(res["alg3"]["slope"]) == {"0.01", "0.05"}
+    man = res["manifest"]
+    assert man["model"]["random_weights"] is True and len(man["model"]["sha256"]) == 64
+    assert man["options"]["vectors"] == "value" and man["windows"]["count"] == 2
+    assert all(k in man["timings"] for k in ("forward_s", "total_s"))
+    nl, nh = man["model"]["n_layer"], man["model"]["n_head"]
+    # CSVs: tidy, one row per (layer, head, L, N ...)
+    expect_rows = {"alg1.csv": nl * nh * len(man["options"]["lengths"]),
+                   "alg2.csv": nl * nh * len(man["options"]["top_n"]),
+                   "alg4.csv": nl * nh * len(man["options"]["separability_n"]),
+                   "alg5.csv": nl * nh * len(man["options"]["temperatures"]) * (len(man["options"]["eps"]) + 1),
+                   "vanishing.csv": nl * nh * man["options"]["long_length"]}
+    for name, n in expect_rows.items():
+        rows = list(csv.DictReader(open(os.path.join(out, name))))
+        assert len(rows) == n, f"{name}: {len(rows)} rows, expected {n}"
+        assert "layer" in rows[0] and "head" in rows[0]
+    rows = list(csv.DictReader(open(os.path.join(out, "alg3.csv"))))
+    assert len(rows) == sum(1 for L in man["options"]["lengths"] for N in man["options"]["critical_n"] if N < L)
+    # figures
+    figs = ["fig2a", "fig2b", "fig2c", "fig3", "fig4", "vanishing", "vanishing_entropy", "heatmap_dtilde",
+            "heatmap_E", "heatmap_ns_ratio", "heatmap_spectral", "heatmap_max_weight", "heatmap_entropy"]
+    html = open(os.path.join(out, "report.html")).read()
+    md = open(os.path.join(out, "report.md")).read()
+    for f in figs:
+        plot, axes, series, boxes, hm, paths = _svg_meta(os.path.join(out, f + ".svg"))
+        assert len(axes) == 2 and all(a.get("label") for a in axes), f"{f}: axes"
+        assert all(len(a.get("ticks").split()) >= 2 for a in axes), f"{f}: ticks"
+        assert series or boxes or hm, f"{f}: no data"
+        assert len(paths) > 10, f"{f}: nothing drawn"
+        assert _png_size(os.path.join(out, f + ".png")) == (1230, 810)
+        assert f"({f}.svg)" in md
+    assert html.count("data:image/png;base64,") == len(figs)
+    # log axes where the paper has them
+    def scales(f):
+        return [a.get("scale") for a in _svg_meta(os.path.join(out, f + ".svg"))[1]]
+    assert scales("fig4") == ["log", "log"] and scales("fig2c") == ["linear", "linear"]
+    assert scales("fig2a")[0] == "log" and scales("fig2b")[0] == "log" and scales("fig3")[0] == "log"
+    # the figures show the data of results.json
+    _, _, series, _, _, _ = _svg_meta(os.path.join(out, "fig2a.svg"))
+    y = [float(v) for v in series[0].get("y").split()]
+    close(y, res["alg1"]["dtilde"]["mean"], "fig2a series = alg1 mean dtilde")
+    _, _, _, boxes, _, _ = _svg_meta(os.path.join(out, "fig3.svg"))
+    close([float(b.get("median")) for b in boxes], res["alg4"]["ratio"]["median"], "fig3 medians")
+    _, _, _, _, hm, _ = _svg_meta(os.path.join(out, "heatmap_dtilde.svg"))
+    assert hm[0].get("rows") == str(nl) and hm[0].get("cols") == str(nh)
+    # the paper-vs-measured table: 5 claims, each with a verdict; random weights said
+    assert len(res["verdicts"]) == 5
+    for v in res["verdicts"]:
+        assert v["verdict"] in ("holds", "does not hold", "not testable on this model")
+        assert "Random weights" in v["why"]
+    assert "RANDOM WEIGHTS" in md and "[reading]" in md and "| paper's claim |" in md
+    assert work["summary"]["verdicts"] == res["verdicts"]
+
+
+def test_resume_and_options(work):
+    out = work["out"]
+    before = json.load(open(os.path.join(out, "results.json")))
+    r = run("reproduce", "--model", work["model"], "--quick", "--windows", "2", "--out", out, "--threads", "2",
+            "--temperatures", "0.001,0.01,0.1,1,10", "--resume", "--quiet")
+    after = json.load(open(os.path.join(out, "results.json")))
+    for key in ("alg1", "alg2", "alg3", "alg4", "alg5"):
+        assert json.dumps(after[key], sort_keys=True) == json.dumps(before[key], sort_keys=True), key
+    assert r.stderr == ""  # --quiet
+    # a partial result whose options do not match is recomputed, not reused
+    done = os.path.join(out, "partial", "w0_L64", "done.json")
+    key0 = json.load(open(done))["key"]
+    run("reproduce", "--model", work["model"], "--quick", "--out", out, "--seed", "99", "--resume", "--quiet",
+        "--experiments", "alg5", "--temperatures", "0.001,0.01,0.1,1,10")
+    assert json.load(open(done))["key"] != key0
+
+
+def test_normalizer_sparsemax(work):
+    out = str(work["dir"] / "sparse")
+    run("reproduce", "--model", work["model"], "--quick", "--out", out, "--normalizer", "sparsemax",
+        "--experiments", "alg1", "--lengths", "32", "--quiet")
+    res = json.load(open(os.path.join(out, "results.json")))
+    assert res["manifest"]["options"]["normalizer"] == "sparsemax"
+    cap = str(work["dir"] / "cap_sp")
+    ref.capture(BIN, work["model"], "war-and-peace", 0, 32, cap, what="logits,v")
+    got = np.load(os.path.join(out, "alg1_dtilde.npy"))
+    for l in range(3):
+        z, v = ref.load_layer(cap, l, "logits"), ref.load_layer(cap, l, "v")
+        for h in range(4):
+            zz = np.where(np.isfinite(z[h]), z[h], 0.0)
+            w = ref.renormalise(zz, True, ref.sparsemax)
+            close(got[0, l, h], ref.head_distance(w, v[h], [5])[5][0], f"sparsemax dtilde layer {l} head {h}")
+    out2 = str(work["dir"] / "sa")
+    run("reproduce", "--model", work["model"], "--quick", "--out", out2, "--normalizer", "sa-softmax",
+        "--experiments", "alg1", "--lengths", "32", "--quiet")
+    res2 = json.load(open(os.path.join(out2, "results.json")))
+    assert res2["manifest"]["options"]["weights_sum_to_one"] is False
+    assert "do NOT sum to 1" in open(os.path.join(out2, "report.md")).read()
+
+
+def test_bad_input(work, tmp_path):
+    r = run("reproduce", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "nope" in r.stderr
+    r = run("reproduce", "--model", work["model"], "--lengths", "32,4096", "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "4096" in r.stderr
+    small = tmp_path / "small.txt"
+    small.write_text("a few words only")
+    r = run("reproduce", "--model", work["model"], "--quick", "--corpus", str(small), "--out", str(tmp_path / "o"),
+            check=False)
+    assert r.returncode != 0 and "tokens" in r.stderr and "small.txt" in r.stderr
+    r = run("reproduce", "--vectors", "bogus", check=False)
+    assert r.returncode == 2 and "bogus" in r.stderr
+    r = run("reproduce", "--normalizer", "bogus", "--model", work["model"], "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode != 0 and "bogus" in r.stderr
+    assert not (tmp_path / "o" / "results.json").exists()
