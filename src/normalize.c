@@ -545,11 +545,11 @@ static void lin_apply(const lin *L, const double *v, double *out, int transpose)
         const double *x = g;
         if (!transpose) {
             double pv = dot(p, v, n);
-            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * ((1 + x[i]) * v[i] - x[i] * pv);
+            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * (v[i] + x[i] * (v[i] - pv));
         } else {
             double s = 0;
             for (int64_t i = 0; i < n; i++) s += x[i] * p[i] * v[i];
-            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * ((1 + x[i]) * v[i] - s);
+            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * (v[i] + (x[i] * v[i] - s));
         }
         return;
     }
@@ -601,7 +601,7 @@ static void lin_dense(const lin *L, double *J) {
         for (int64_t i = 0; i < n; i++) {
             double a = c * g[i] * p[i];
             for (int64_t j = 0; j < n; j++) J[i * n + j] = -a * p[j];
-            J[i * n + i] = c * p[i] * (1 + g[i] - g[i] * p[i]);
+            J[i * n + i] = c * p[i] * (1 + g[i] * (1 - p[i]));
         }
         return;
     }
