@@ -1,0 +1,458 @@
+/* bert.c: BERT-family encoders (BertModel: all-MiniLM-L6-v2, bert-base, ...) from HF
+ * safetensors + config.json, with the streaming capture, and their WordPiece tokenizer.
+ *
+ * Forward (C = d_model = hidden_size, H heads, d = C / H, F = intermediate_size, eps from
+ * config layer_norm_eps; every matrix is nn.Linear [out, in]):
+ *   x = LN_emb(word[tokens] + position[0..T) + token_type[0])          [T, C]
+ *   per layer (post-LayerNorm):
+ *       q = x Wq^T + bq, k = x Wk^T + bk, v = x Wv^T + bv               [T, C] each
+ *       o = attention(q, k, v)       (bidirectional: n = T keys for every row, 1/sqrt(d))
+ *       x = LN_1(x + o Wo^T + bo)
+ *       x = LN_2(x + gelu_erf(x Wi^T + bi) Wout^T + bout)
+ *   final_hidden = x (the last layer's output). There is no LM head: logits are refused.
+ * Capture: "hidden" is the layer input x (already normalised in a post-LN block) and "embed"
+ * is the normalised embedding (the input of layer 0).
+ * Tensor names: HF BertModel names, with or without the "bert." prefix; pooler and
+ * position_ids are ignored. Every tensor is checked for its dtype and exact shape. */
+#include "model.h"
+#include "ops.h"
+#include "safetensors.h"
+#include "tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct bert_layer {
+    float *wqkv;          /* [3C, C] query | key | value rows */
+    float *bqkv;          /* [3C] */
+    float *wo, *bo;       /* [C, C], [C] attention.output.dense */
+    float *ln1_g, *ln1_b; /* [C] attention.output.LayerNorm */
+    float *wi, *bi;       /* [F, C], [F] intermediate.dense */
+    float *wout, *bout;   /* [C, F], [C] output.dense */
+    float *ln2_g, *ln2_b; /* [C] output.LayerNorm */
+} bert_layer;
+
+typedef struct bert_acts {
+    float *mem;     /* one allocation for the buffers below, sized for n_ctx tokens */
+    float *x;       /* [n_ctx, C] residual stream (normalised after each block) */
+    float *embed;   /* [n_ctx, C] normalised embedding (capture) */
+    float *qkv;     /* [n_ctx, 3C] q | k | v, head h at columns h*d of each */
+    float *atty;    /* [n_ctx, C] concatenated head outputs */
+    float *proj;    /* [n_ctx, C] a projection's output */
+    float *ff;      /* [n_ctx, F] MLP hidden */
+    al__attn_ws ws; /* attention buffers kept across layers */
+} bert_acts;
+
+typedef struct bert {
+    int n_layer, n_head, d_model, d_ff, n_ctx, vocab_size, n_types;
+    float eps;
+    float *arena;         /* all weights as float32 */
+    float *word;          /* [V, C] */
+    float *pos;           /* [n_ctx, C] */
+    float *type0;         /* [C] token-type embedding row 0 (every token is type 0) */
+    float *emb_g, *emb_b; /* [C] embeddings.LayerNorm */
+    bert_layer *layers;   /* [n_layer] */
+    bert_acts *acts;      /* built on the first forward */
+    int lowercase, strip_accents;
+    char dir[4096]; /* the directory of config.json / vocab.txt */
+} bert;
+
+/* ---- config ------------------------------------------------------------------------------------
+ */
+
+static int json_int(const cJSON *j, const char *key, long lo, long hi, int *out, const char *cfg,
+                    al_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v))
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" missing or not a number", cfg, key);
+    double d = v->valuedouble;
+    if (d != floor(d) || d < (double)lo || d > (double)hi)
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" = %g outside %ld..%ld", cfg, key, d, lo, hi);
+    *out = (int)d;
+    return 0;
+}
+
+/* tokenizer_config.json: do_lower_case (default true), strip_accents (null: as lower-case). */
+static void read_tokenizer_config(bert *b) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", b->dir);
+    b->lowercase = 1;
+    b->strip_accents = -1;
+    char *text;
+    size_t len;
+    al_error ignore;
+    if (al__read_file(path, 1 << 20, &text, &len, &ignore) == 0) {
+        cJSON *j = cJSON_ParseWithLength(text, len);
+        free(text);
+        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
+        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
+        if (cJSON_IsBool(lc)) b->lowercase = cJSON_IsTrue(lc);
+        if (cJSON_IsBool(sa)) b->strip_accents = cJSON_IsTrue(sa);
+        cJSON_Delete(j);
+    }
+    if (b->strip_accents < 0) b->strip_accents = b->lowercase;
+}
+
+static int read_config(bert *b, al_model_info *info, al_error *err) {
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", b->dir);
+    char *text;
+    size_t len;
+    int rc = al__read_file(cfg, 1 << 20, &text, &len, err);
+    if (rc) return rc;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", cfg);
+    rc = json_int(j, "hidden_size", 1, 16384, &b->d_model, cfg, err);
+    if (!rc) rc = json_int(j, "num_attention_heads", 1, 1024, &b->n_head, cfg, err);
+    if (!rc) rc = json_int(j, "num_hidden_layers", 1, 512, &b->n_layer, cfg, err);
+    if (!rc) rc = json_int(j, "intermediate_size", 1, 131072, &b->d_ff, cfg, err);
+    if (!rc) rc = json_int(j, "max_position_embeddings", 1, 65536, &b->n_ctx, cfg, err);
+    if (!rc) rc = json_int(j, "vocab_size", 1, 1 << 22, &b->vocab_size, cfg, err);
+    if (!rc) rc = json_int(j, "type_vocab_size", 1, 1024, &b->n_types, cfg, err);
+    if (!rc && b->d_model % b->n_head)
+        rc = al__err(err, AL_E_FORMAT,
+                     "%s: hidden_size %d is not a multiple of num_attention_heads %d", cfg,
+                     b->d_model, b->n_head);
+    b->eps = 1e-12f;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_eps");
+    if (!rc && eps) {
+        if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0) || eps->valuedouble > 1)
+            rc =
+                al__err(err, AL_E_FORMAT, "%s: \"layer_norm_eps\" must be a number in (0, 1]", cfg);
+        else
+            b->eps = (float)eps->valuedouble;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (!rc && act && !(cJSON_IsString(act) && strcmp(act->valuestring, "gelu") == 0))
+        rc = al__err(err, AL_E_UNSUPPORTED,
+                     "%s: hidden_act %s is not supported (only \"gelu\", the erf form)", cfg,
+                     cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    const cJSON *pet = cJSON_GetObjectItemCaseSensitive(j, "position_embedding_type");
+    if (!rc && pet && !(cJSON_IsString(pet) && strcmp(pet->valuestring, "absolute") == 0))
+        rc = al__err(err, AL_E_UNSUPPORTED,
+                     "%s: position_embedding_type %s is not supported (only \"absolute\")", cfg,
+                     cJSON_IsString(pet) ? pet->valuestring : "(not a string)");
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(j, "is_decoder");
+    if (!rc && cJSON_IsTrue(dec))
+        rc = al__err(err, AL_E_UNSUPPORTED,
+                     "%s: is_decoder = true (a causal BERT) is not supported", cfg);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
+    if (!rc) {
+        if (cJSON_IsString(name) && name->valuestring[0])
+            snprintf(info->name, sizeof info->name, "%s", name->valuestring);
+        else
+            snprintf(info->name, sizeof info->name, "bert-L%d-H%d", b->n_layer, b->d_model);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+typedef struct wspec {
+    const char *name; /* without the "bert." prefix; %d = layer */
+    int layer;        /* -1: not per layer */
+    int ndim;
+    int64_t shape[2];
+    float *dst;
+} wspec;
+
+static int load_one(const al__safetensors *st, const char *prefix, const wspec *s, size_t *n_params,
+                    al_error *err) {
+    char name[256], full[300];
+    if (s->layer >= 0)
+        snprintf(name, sizeof name, s->name, s->layer);
+    else
+        snprintf(name, sizeof name, "%s", s->name);
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    const al__st_tensor *t = al__st_find(st, full);
+    if (!t) {
+        const al__st_tensor *any = al__st_at(st, 0);
+        return al__err(err, AL_E_NOTFOUND, "%s: tensor %s is missing",
+                       any ? any->file : "safetensors", full);
+    }
+    if (t->dtype != AL_ST_F32 && t->dtype != AL_ST_F16 && t->dtype != AL_ST_BF16 &&
+        t->dtype != AL_ST_F64)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: tensor %s has dtype %s (expected F32, F16, BF16 or F64)", t->file, full,
+                       t->dtype_name);
+    int rc = al__st_load_f32(st, full, s->ndim, s->shape, s->dst, err);
+    if (rc) return rc;
+    size_t n = (size_t)s->shape[0] * (s->ndim == 2 ? (size_t)s->shape[1] : 1);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(s->dst[i]))
+            return al__err(err, AL_E_RANGE, "%s: tensor %s holds NaN/Inf (first at flat index %zu)",
+                           t->file, full, i);
+    *n_params += n;
+    return 0;
+}
+
+static int load_weights(bert *b, const al__safetensors *st, al_model_info *info, al_error *err) {
+    const int64_t C = b->d_model, F = b->d_ff, L = b->n_layer;
+    /* floats: embeddings, then per layer 3C*C + 3C + C*C + C + 2C + F*C + F + C*F + C + 2C */
+    size_t per_layer = (size_t)(4 * C * C + 2 * C * F + 9 * C + F);
+    size_t emb = (size_t)b->vocab_size * C + (size_t)b->n_ctx * C + 3 * (size_t)C;
+    size_t total;
+    if (!al__mul_ok(per_layer, (size_t)L, &total) || !al__add_ok(total, emb, &total) ||
+        !al__mul_ok(total, sizeof(float), &total))
+        return al__err(err, AL_E_NOMEM, "%s: the model's size overflows", b->dir);
+    b->arena = al__malloc_aligned(total, "BERT weights", err);
+    b->layers = al__calloc((size_t)L, sizeof *b->layers, "BERT layers", err);
+    if (!b->arena || !b->layers) return AL_E_NOMEM;
+
+    const char *prefix = al__st_find(st, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    float *p = b->arena;
+    b->word = p, p += (size_t)b->vocab_size * C;
+    b->pos = p, p += (size_t)b->n_ctx * C;
+    b->type0 = p, p += C;
+    b->emb_g = p, p += C;
+    b->emb_b = p, p += C;
+    size_t n_params = 0;
+    int rc;
+    wspec emb_specs[4] = {
+        {"embeddings.word_embeddings.weight", -1, 2, {b->vocab_size, C}, b->word},
+        {"embeddings.position_embeddings.weight", -1, 2, {b->n_ctx, C}, b->pos},
+        {"embeddings.LayerNorm.weight", -1, 1, {C, 0}, b->emb_g},
+        {"embeddings.LayerNorm.bias", -1, 1, {C, 0}, b->emb_b},
+    };
+    for (int i = 0; i < 4; i++)
+        if ((rc = load_one(st, prefix, &emb_specs[i], &n_params, err))) return rc;
+    { /* token types [n_types, C]: only row 0 is used (every token is of type 0) */
+        float *types =
+            al__malloc((size_t)b->n_types * C * sizeof(float), "token-type embedding", err);
+        if (!types) return AL_E_NOMEM;
+        wspec s = {"embeddings.token_type_embeddings.weight", -1, 2, {b->n_types, C}, types};
+        rc = load_one(st, prefix, &s, &n_params, err);
+        if (rc == 0) memcpy(b->type0, types, (size_t)C * sizeof(float));
+        free(types);
+        if (rc) return rc;
+    }
+    for (int l = 0; l < L; l++) {
+        bert_layer *w = &b->layers[l];
+        w->wqkv = p, p += 3 * C * C;
+        w->bqkv = p, p += 3 * C;
+        w->wo = p, p += C * C;
+        w->bo = p, p += C;
+        w->ln1_g = p, p += C;
+        w->ln1_b = p, p += C;
+        w->wi = p, p += F * C;
+        w->bi = p, p += F;
+        w->wout = p, p += C * F;
+        w->bout = p, p += C;
+        w->ln2_g = p, p += C;
+        w->ln2_b = p, p += C;
+        wspec specs[16] = {
+            {"encoder.layer.%d.attention.self.query.weight", l, 2, {C, C}, w->wqkv},
+            {"encoder.layer.%d.attention.self.key.weight", l, 2, {C, C}, w->wqkv + C * C},
+            {"encoder.layer.%d.attention.self.value.weight", l, 2, {C, C}, w->wqkv + 2 * C * C},
+            {"encoder.layer.%d.attention.self.query.bias", l, 1, {C, 0}, w->bqkv},
+            {"encoder.layer.%d.attention.self.key.bias", l, 1, {C, 0}, w->bqkv + C},
+            {"encoder.layer.%d.attention.self.value.bias", l, 1, {C, 0}, w->bqkv + 2 * C},
+            {"encoder.layer.%d.attention.output.dense.weight", l, 2, {C, C}, w->wo},
+            {"encoder.layer.%d.attention.output.dense.bias", l, 1, {C, 0}, w->bo},
+            {"encoder.layer.%d.attention.output.LayerNorm.weight", l, 1, {C, 0}, w->ln1_g},
+            {"encoder.layer.%d.attention.output.LayerNorm.bias", l, 1, {C, 0}, w->ln1_b},
+            {"encoder.layer.%d.intermediate.dense.weight", l, 2, {F, C}, w->wi},
+            {"encoder.layer.%d.intermediate.dense.bias", l, 1, {F, 0}, w->bi},
+            {"encoder.layer.%d.output.dense.weight", l, 2, {C, F}, w->wout},
+            {"encoder.layer.%d.output.dense.bias", l, 1, {C, 0}, w->bout},
+            {"encoder.layer.%d.output.LayerNorm.weight", l, 1, {C, 0}, w->ln2_g},
+            {"encoder.layer.%d.output.LayerNorm.bias", l, 1, {C, 0}, w->ln2_b},
+        };
+        for (int i = 0; i < 16; i++)
+            if ((rc = load_one(st, prefix, &specs[i], &n_params, err))) return rc;
+    }
+    const al__st_tensor *we = al__st_find(st, "bert.embeddings.word_embeddings.weight");
+    if (!we) we = al__st_find(st, "embeddings.word_embeddings.weight");
+    const char *dt = we->dtype == AL_ST_F16    ? "f16"
+                     : we->dtype == AL_ST_BF16 ? "bf16"
+                     : we->dtype == AL_ST_F64  ? "f64"
+                                               : "f32";
+    snprintf(info->dtype, sizeof info->dtype, "%s", dt);
+    info->n_params = (int64_t)n_params;
+    return 0;
+}
+
+/* ---- activations and forward --------------------------------------------------------------------
+ */
+
+static void free_acts(bert_acts *a) {
+    if (!a) return;
+    free(a->mem);
+    al__attn_ws_free(&a->ws);
+    free(a);
+}
+
+static int build_acts(const bert *b, bert_acts **out, al_error *err) {
+    size_t T = (size_t)b->n_ctx, C = (size_t)b->d_model, F = (size_t)b->d_ff;
+    size_t sizes[6] = {T * C, T * C, 3 * T * C, T * C, T * C, T * F};
+    size_t total = 0, bytes;
+    for (int i = 0; i < 6; i++)
+        if (!al__add_ok(total, (sizes[i] + 15) & ~(size_t)15, &total))
+            return al__err(err, AL_E_NOMEM, "BERT activations: size overflows");
+    if (!al__mul_ok(total, sizeof(float), &bytes))
+        return al__err(err, AL_E_NOMEM, "BERT activations: size overflows");
+    bert_acts *a = al__calloc(1, sizeof *a, "BERT activation state", err);
+    if (!a) return AL_E_NOMEM;
+    a->mem = al__malloc_aligned(bytes, "BERT activations", err);
+    if (!a->mem) {
+        free(a);
+        return AL_E_NOMEM;
+    }
+    float **ptrs[6] = {&a->x, &a->embed, &a->qkv, &a->atty, &a->proj, &a->ff};
+    float *p = a->mem;
+    for (int i = 0; i < 6; i++) {
+        *ptrs[i] = p;
+        p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    *out = a;
+    return 0;
+}
+
+static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                        float *logits, float *final_hidden, al_error *err) {
+    bert *b = m->impl;
+    if (logits)
+        return al__err(
+            err, AL_E_UNSUPPORTED,
+            "%s: a BERT encoder has no language-model head here: no logits, and perplexity "
+            "is not defined for it",
+            m->info.path);
+    if (T < 1 || T > b->n_ctx)
+        return al__err(err, AL_E_INVALID, "%s: window of %d tokens outside 1..%d", m->info.path, T,
+                       b->n_ctx);
+    if (!b->acts) {
+        int rc = build_acts(b, &b->acts, err);
+        if (rc) return rc;
+    }
+    bert_acts *a = b->acts;
+    const int C = b->d_model, H = b->n_head, D = C / H, F = b->d_ff;
+
+    /* embeddings: word + position + token type 0, then LayerNorm */
+    for (int t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= b->vocab_size)
+            return al__err(err, AL_E_INVALID, "token id %d at position %d outside [0, %d)",
+                           (int)tokens[t], t, b->vocab_size);
+        const float *we = b->word + (size_t)tokens[t] * C, *pe = b->pos + (size_t)t * C; /* [C] */
+        float *xt = a->x + (size_t)t * C;
+        for (int c = 0; c < C; c++) xt[c] = we[c] + pe[c] + b->type0[c];
+    }
+    al__layernorm(a->x, a->x, b->emb_g, b->emb_b, T, C, b->eps);
+    int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
+    if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
+
+    for (int l = 0; l < b->n_layer; l++) {
+        const bert_layer *w = &b->layers[l];
+        al__matmul_nt(a->qkv, a->x, w->wqkv, w->bqkv, T, C, 3 * C);
+        al__attn at = {
+            .layer = l,
+            .T = T,
+            .n_head = H,
+            .n_kv_head = H,
+            .d_head = D,
+            .d_model = C,
+            .causal = 0,
+            .q = a->qkv,
+            .q_stride = (size_t)3 * C,
+            .k = a->qkv + C,
+            .k_stride = (size_t)3 * C,
+            .v = a->qkv + 2 * C,
+            .v_stride = (size_t)3 * C,
+            .out = a->atty,
+            .hidden = a->x,
+            .embed = want_embed ? a->embed : NULL,
+            .req = req,
+        };
+        int rc = al__attention_ws(&at, &a->ws, err);
+        if (rc) return rc;
+        al__matmul_nt(a->proj, a->atty, w->wo, w->bo, T, C, C);
+        al__add(a->x, a->proj, (size_t)T * C);
+        al__layernorm(a->x, a->x, w->ln1_g, w->ln1_b, T, C, b->eps);
+        al__matmul_nt(a->ff, a->x, w->wi, w->bi, T, C, F);
+        al__gelu_erf(a->ff, (size_t)T * F);
+        al__matmul_nt(a->proj, a->ff, w->wout, w->bout, T, F, C);
+        al__add(a->x, a->proj, (size_t)T * C);
+        al__layernorm(a->x, a->x, w->ln2_g, w->ln2_b, T, C, b->eps);
+    }
+    if (final_hidden) memcpy(final_hidden, a->x, (size_t)T * C * sizeof(float));
+    return 0;
+}
+
+static void bert_free(bert *b) {
+    if (!b) return;
+    free_acts(b->acts);
+    free(b->arena);
+    free(b->layers);
+    free(b);
+}
+
+static void bert_destroy(al_model *m) {
+    bert_free(m->impl);
+    m->impl = NULL;
+}
+
+static int bert_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
+    bert *b = m->impl;
+    char vocab[4200];
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", b->dir);
+    al__wordpiece *w = NULL;
+    int rc = al__wordpiece_open(vocab, b->lowercase, b->strip_accents, &w, err);
+    if (rc) return al__err_prefix(err, rc, "%s: the model's WordPiece vocabulary", m->info.path);
+    return al__tokenizer_from_wordpiece(w, out, err);
+}
+
+static const al_model_vtable bert_vtable = {bert_forward, bert_destroy, bert_tokenizer};
+
+/* ---- open ---------------------------------------------------------------------------------------
+ */
+
+int al__bert_open_safetensors(al_model *m, const char *path, al_error *err) {
+    m->impl = NULL;
+    bert *b = al__calloc(1, sizeof *b, "BERT model", err);
+    if (!b) return AL_E_NOMEM;
+    struct stat sb;
+    snprintf(b->dir, sizeof b->dir, "%s", path);
+    if (!(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        char *slash = strrchr(b->dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(b->dir, sizeof b->dir, ".");
+    }
+    al__safetensors *st = NULL;
+    int rc = read_config(b, &m->info, err);
+    if (rc == 0) rc = al__st_open(path, &st, err);
+    if (rc == 0) rc = load_weights(b, st, &m->info, err);
+    al__st_close(st);
+    if (rc) {
+        bert_free(b);
+        return rc;
+    }
+    read_tokenizer_config(b);
+    al_model_info *info = &m->info;
+    snprintf(info->family, sizeof info->family, "bert");
+    /* the file opened: model.safetensors of a directory (hashed by al_model_hash) */
+    snprintf(info->path, sizeof info->path, "%s", path);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char file[4200];
+        snprintf(file, sizeof file, "%s/model.safetensors", path);
+        if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode))
+            snprintf(info->path, sizeof info->path, "%s", file);
+    }
+    info->n_layer = b->n_layer;
+    info->n_head = b->n_head;
+    info->n_kv_head = b->n_head;
+    info->d_model = b->d_model;
+    info->d_head = b->d_model / b->n_head;
+    info->d_ff = b->d_ff;
+    info->n_ctx = b->n_ctx;
+    info->vocab_size = b->vocab_size;
+    info->causal = 0;
+    m->vt = &bert_vtable;
+    m->impl = b;
+    return 0;
+}

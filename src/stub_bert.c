@@ -1,7 +1,0 @@
-/* stub_bert.c: placeholder until its module lands (the owner deletes this file). */
-#include "model.h"
-
-int al__bert_open_safetensors(al_model *m, const char *path, al_error *err) {
-    (void)m;
-    return al__err(err, AL_E_UNSUPPORTED, "%s: BERT models are not supported yet", path);
-}
