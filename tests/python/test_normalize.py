@@ -1,0 +1,425 @@
+"""Normalizers (METHOD section 7) against numpy/scipy references written here: forward values,
+dense Jacobians, spectral norms against numpy's dense SVD (n up to 256, every kind), Frobenius
+norms, and the CLI (normalize, jacobian, demo): --help, JSON keys, values, bad input.
+
+The library is reached through ctypes ($ATTNLIM_LIB), the CLI through $ATTNLIM_BIN."""
+import ctypes
+import json
+import os
+import resource
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+import scipy.special
+
+KINDS = ["softmax", "sparsemax", "entmax15", "entmax", "ssmax", "sa-softmax", "sa-softmax-norm"]
+
+
+def _env(name):
+    v = os.environ.get(name)
+    if not v or not os.path.exists(v):
+        pytest.fail("%s is not set to an existing file (run through ctest, or set it by hand)" % name)
+    return v
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
+
+
+class _Norm(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("temperature", ctypes.c_double),
+                ("alpha", ctypes.c_double), ("ssmax_s", ctypes.c_double)]
+
+
+_D = ctypes.POINTER(ctypes.c_double)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lb = ctypes.CDLL(_env("ATTNLIM_LIB"))
+    for fn in ("al_norm_forward", "al_norm_jacobian", "al_norm_jvp", "al_norm_vjp"):
+        getattr(lb, fn).restype = ctypes.c_int
+    lb.al_norm_spectral_norm.restype = ctypes.c_int
+    lb.al_norm_frobenius_norm.restype = ctypes.c_int
+    return lb
+
+
+def _nm(kind, T=1.0, alpha=1.5, s=0.43):
+    return _Norm(KINDS.index(kind), T, alpha, s)
+
+
+def _arr(a):
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return a, a.ctypes.data_as(_D)
+
+
+def forward(lib, kind, z, **kw):
+    z, zp = _arr(z)
+    out = np.zeros(len(z))
+    err = _Err()
+    rc = lib.al_norm_forward(ctypes.byref(_nm(kind, **kw)), zp, ctypes.c_int64(len(z)),
+                             out.ctypes.data_as(_D), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return out
+
+
+def jacobian(lib, kind, z, **kw):
+    z, zp = _arr(z)
+    n = len(z)
+    J = np.zeros((n, n))
+    err = _Err()
+    rc = lib.al_norm_jacobian(ctypes.byref(_nm(kind, **kw)), zp, ctypes.c_int64(n),
+                              J.ctypes.data_as(_D), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return J
+
+
+def product(lib, fn, kind, z, v, **kw):
+    z, zp = _arr(z)
+    v, vp = _arr(v)
+    out = np.zeros(len(z))
+    err = _Err()
+    rc = getattr(lib, fn)(ctypes.byref(_nm(kind, **kw)), zp, ctypes.c_int64(len(z)), vp,
+                          out.ctypes.data_as(_D), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return out
+
+
+def norm(lib, fn, kind, z, **kw):
+    z, zp = _arr(z)
+    out = ctypes.c_double()
+    err = _Err()
+    rc = getattr(lib, fn)(ctypes.byref(_nm(kind, **kw)), zp, ctypes.c_int64(len(z)),
+                          ctypes.byref(out), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return out.value
+
+
+# ---- references (numpy/scipy, written from METHOD section 7) -------------------------------
+
+def ref_threshold(y, power):
+    """tau with sum max(y - tau, 0)^power = 1, by plain bisection (a different algorithm
+    from the library's exact sort-free threshold)."""
+    lo, hi = y.max() - 1.0, y.max()
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid == lo or mid == hi:
+            break
+        if (np.maximum(y - mid, 0) ** power).sum() >= 1:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def ref_forward(kind, z, T=1.0, alpha=1.5, s=0.43):
+    z = np.asarray(z, dtype=np.float64)
+    n = len(z)
+    x = z / T
+    if kind == "softmax":
+        return scipy.special.softmax(x)
+    if kind == "ssmax":
+        return scipy.special.softmax(s * np.log(n) * x)
+    if kind == "sparsemax":
+        return np.maximum(x - ref_threshold(x, 1.0), 0)
+    if kind in ("entmax15", "entmax"):
+        a = 1.5 if kind == "entmax15" else alpha
+        y = (a - 1) * x
+        y = y - y.max()
+        p = np.maximum(y - ref_threshold(y, 1 / (a - 1)), 0) ** (1 / (a - 1))
+        return p / p.sum()
+    sm = scipy.special.softmax(x)
+    if kind == "sa-softmax":
+        return x * sm
+    m, M = min(x.min(), 0.0), max(0.0, x.max())
+    return ((x - m) / (M - m) if M > m else np.zeros(n)) * sm
+
+
+def ref_jacobian(kind, z, T=1.0, alpha=1.5, s=0.43):
+    """dp/dz from the formulas of METHOD section 7, built in numpy."""
+    z = np.asarray(z, dtype=np.float64)
+    n = len(z)
+    p = ref_forward(kind, z, T, alpha, s)
+    c = 1.0 / T
+    if kind in ("softmax", "ssmax", "sparsemax", "entmax15", "entmax"):
+        if kind == "ssmax":
+            c *= s * np.log(n)
+        if kind in ("softmax", "ssmax"):
+            g = p.copy()
+        elif kind == "sparsemax":
+            g = (p > 0).astype(float)
+        else:
+            a = 1.5 if kind == "entmax15" else alpha
+            g = np.zeros(n)
+            g[p > 0] = p[p > 0] ** (2 - a)
+        sg = g.sum()
+        J = -np.outer(g, g) / sg
+        others = sg - g  # diagonal g_i (sum_{j != i} g_j) / sum g, the largest without cancellation
+        t = int(np.argmax(g))
+        others[t] = np.delete(g, t).sum()
+        J[np.diag_indices(n)] = g * others / sg
+        return c * J
+    x = c * z
+    sm = scipy.special.softmax(x)
+    dsm = np.diag(sm) - np.outer(sm, sm)  # d softmax / dx
+    if kind == "sa-softmax":
+        return c * (np.diag(sm) + x[:, None] * dsm)
+    m, M = min(x.min(), 0.0), max(0.0, x.max())
+    if not M > m:
+        return np.zeros((n, n))
+    w = (x - m) / (M - m)
+    dm = np.zeros(n)
+    dM = np.zeros(n)
+    if x.min() < 0:
+        dm[int(np.argmin(x))] = 1
+    if x.max() > 0:
+        dM[int(np.argmax(x))] = 1
+    dw = (np.eye(n) - dm[None, :] - w[:, None] * (dM - dm)[None, :]) / (M - m)
+    return c * (sm[:, None] * dw + w[:, None] * dsm)
+
+
+def rows(seed, count, nmax):
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        n = int(rng.integers(1, nmax + 1)) if i % 4 else int(rng.choice([1, 2, 3, nmax]))
+        sd = float(np.exp(rng.uniform(-2, 2)))
+        z = rng.normal(size=n) * sd
+        if n >= 3 and i % 5 == 0:
+            z[1] = z[0]  # a tie
+        T = float(np.exp(rng.uniform(-2, 2)))
+        yield z, T, float(rng.uniform(1.1, 2.6))
+
+
+# ---- forward ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forward_matches_reference(lib, kind):
+    worst = 0.0
+    for z, T, alpha in rows(1, 200, 300):
+        p = forward(lib, kind, z, T=T, alpha=alpha)
+        ref = ref_forward(kind, z, T=T, alpha=alpha)
+        scale = 1.0 if kind not in ("sa-softmax", "sa-softmax-norm") else 1 + np.abs(z / T).max()
+        worst = max(worst, np.abs(p - ref).max() / scale)
+    assert worst <= 1e-12, worst
+
+
+def test_sparsemax_is_the_simplex_projection(lib):
+    """sparsemax(x) = argmin ||p - x|| over the simplex: checked by the KKT conditions and by
+    scipy's SLSQP on small rows."""
+    from scipy.optimize import minimize
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        n = int(rng.integers(2, 8))
+        x = rng.normal(size=n)
+        p = forward(lib, "sparsemax", x)
+        res = minimize(lambda q: ((q - x) ** 2).sum(), np.full(n, 1.0 / n), jac=lambda q: 2 * (q - x),
+                       bounds=[(0, 1)] * n, constraints=[{"type": "eq", "fun": lambda q: q.sum() - 1}],
+                       method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+        assert res.success
+        np.testing.assert_allclose(p, res.x, atol=1e-6)
+
+
+# ---- Jacobians --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_jacobian_and_products(lib, kind):
+    for z, T, alpha in rows(3, 60, 64):
+        n = len(z)
+        J = jacobian(lib, kind, z, T=T, alpha=alpha)
+        R = ref_jacobian(kind, z, T=T, alpha=alpha)
+        scale = (1 + np.abs(z / T).max()) / T
+        np.testing.assert_allclose(J, R, rtol=0, atol=1e-11 * scale)
+        v = np.random.default_rng(n).normal(size=n)
+        np.testing.assert_allclose(product(lib, "al_norm_jvp", kind, z, v, T=T, alpha=alpha), R @ v,
+                                   rtol=0, atol=1e-11 * scale * (1 + np.abs(v).sum()))
+        np.testing.assert_allclose(product(lib, "al_norm_vjp", kind, z, v, T=T, alpha=alpha), R.T @ v,
+                                   rtol=0, atol=1e-11 * scale * (1 + np.abs(v).sum()))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_jacobian_finite_differences(lib, kind):
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        z = rng.normal(size=n)
+        v = rng.normal(size=n)
+        h = 1e-6
+        pp = forward(lib, kind, z + h * v, alpha=1.4)
+        pm = forward(lib, kind, z - h * v, alpha=1.4)
+        if np.any((pp == 0) != (pm == 0)):
+            continue  # the support changes inside the step
+        if kind == "sa-softmax-norm" and (np.argmax(z + h * v) != np.argmax(z - h * v)
+                                          or np.argmin(z + h * v) != np.argmin(z - h * v)):
+            continue
+        fd = (pp - pm) / (2 * h)
+        jv = product(lib, "al_norm_jvp", kind, z, v, alpha=1.4)
+        np.testing.assert_allclose(jv, fd, rtol=0, atol=1e-6 * (1 + np.abs(jv).max()))
+        checked += 1
+    assert checked >= 30
+
+
+# ---- spectral and Frobenius norms against numpy's dense SVD --------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_spectral_norm_vs_svd(lib, kind):
+    exact = kind not in ("sa-softmax", "sa-softmax-norm")
+    count = 120 if exact else 60
+    for z, T, alpha in rows(5, count, 256):
+        R = ref_jacobian(kind, z, T=T, alpha=alpha)
+        sv = np.linalg.svd(R, compute_uv=False)[0]
+        s = norm(lib, "al_norm_spectral_norm", kind, z, T=T, alpha=alpha)
+        f = norm(lib, "al_norm_frobenius_norm", kind, z, T=T, alpha=alpha)
+        # the SVD is accurate to n eps ||J||; J's terms are of size c (1 + max|z/T|)
+        floor = 1e-14 * len(z) * (1 + (0 if exact else np.abs(z / T).max())) / T
+        assert abs(s - sv) <= (1e-9 if exact else 1e-6) * sv + floor, (kind, len(z), T, s, sv)
+        assert abs(f - np.linalg.norm(R)) <= 1e-9 * np.linalg.norm(R) + floor
+
+
+def test_softmax_bound_property(lib):
+    rng = np.random.default_rng(6)
+    for _ in range(500):
+        n = int(rng.integers(2, 100))
+        T = float(np.exp(rng.uniform(-6, 6)))
+        z = rng.normal(size=n) * float(np.exp(rng.uniform(-3, 3)))
+        s = norm(lib, "al_norm_spectral_norm", "softmax", z, T=T)
+        assert s <= 0.5 / T * (1 + 1e-12)
+
+
+def test_two_equal_logits_exactly_half_over_T(lib):
+    for T in [1e-6, 1e-3, 0.37, 1.0, 10.0, 1e6]:
+        s = norm(lib, "al_norm_spectral_norm", "softmax", [0.2, 0.2], T=T)
+        assert abs(s - 0.5 / T) <= 1e-15 * 0.5 / T
+
+
+def test_errors_name_the_position(lib):
+    for kind in KINDS:
+        with pytest.raises(ValueError, match="logit 3"):
+            forward(lib, kind, [0.0, 1.0, 2.0, np.nan, 4.0])
+        with pytest.raises(ValueError, match="logit 0"):
+            norm(lib, "al_norm_spectral_norm", kind, [np.inf, 1.0])
+        with pytest.raises(ValueError, match="empty"):
+            forward(lib, kind, np.zeros(0))
+
+
+# ---- CLI --------------------------------------------------------------------------------
+
+def run(args, stdin=None):
+    return subprocess.run([_env("ATTNLIM_BIN")] + args, input=stdin, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("cmd", ["normalize", "jacobian", "demo"])
+def test_cli_help(cmd):
+    r = run([cmd, "--help"])
+    assert r.returncode == 0
+    assert "usage: attnlim " + cmd in r.stdout
+
+
+def test_cli_normalize_json_stdin():
+    z = [0.5, -1.0, 2.0, 2.0, 0.25]
+    for kind in KINDS:
+        r = run(["normalize", "--method", kind, "--temperature", "0.7", "--json"], " ".join(map(str, z)))
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert set(out) == {"method", "weights"}
+        assert out["method"] == kind
+        np.testing.assert_allclose(out["weights"], ref_forward(kind, z, T=0.7), rtol=0, atol=1e-12)
+
+
+def test_cli_normalize_npy_rows_and_options():
+    rng = np.random.default_rng(7)
+    Z = rng.normal(size=(4, 9))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "z.npy")
+        np.save(path, Z.astype(np.float32))
+        r = run(["normalize", "--method=entmax", "--alpha", "1.7", "--input", path, "--json"])
+        assert r.returncode == 0, r.stderr
+        W = np.array(json.loads(r.stdout)["weights"])
+        assert W.shape == (4, 9)
+        for i in range(4):
+            np.testing.assert_allclose(W[i], ref_forward("entmax", Z.astype(np.float32)[i], alpha=1.7),
+                                       atol=1e-12)
+        r = run(["normalize", "--method", "ssmax", "--ssmax-s", "0.9", "--input", path, "--json"])
+        W = np.array(json.loads(r.stdout)["weights"])
+        np.testing.assert_allclose(W[2], ref_forward("ssmax", Z.astype(np.float32)[2], s=0.9), atol=1e-12)
+        r = run(["normalize", "--input", path])  # readable form: one row per line
+        assert r.returncode == 0
+        assert len([ln for ln in r.stdout.splitlines() if ln and not ln.startswith("#")]) == 4
+
+
+def test_cli_jacobian_json():
+    z = [0.1, 0.1, -2.0, 0.3]
+    r = run(["jacobian", "--method", "softmax", "--temperature", "0.5", "--json"], " ".join(map(str, z)))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"spectral_norm", "frobenius_norm", "bound_sup", "bound_paper"}
+    R = ref_jacobian("softmax", z, T=0.5)
+    assert abs(out["spectral_norm"] - np.linalg.svd(R, compute_uv=False)[0]) <= 1e-12
+    assert abs(out["frobenius_norm"] - np.linalg.norm(R)) <= 1e-12
+    assert out["bound_sup"] == 1.0 and out["bound_paper"] == 0.5
+    r = run(["jacobian", "--method", "sparsemax", "--full", "--json"], " ".join(map(str, z)))
+    out = json.loads(r.stdout)
+    assert set(out) == {"spectral_norm", "frobenius_norm", "bound_sup", "bound_paper", "jacobian"}
+    assert out["bound_sup"] is None and out["bound_paper"] is None
+    np.testing.assert_allclose(np.array(out["jacobian"]), ref_jacobian("sparsemax", z), atol=1e-14)
+    r = run(["jacobian", "--method", "ssmax", "--json"], " ".join(map(str, z)))
+    out = json.loads(r.stdout)
+    c = 0.43 * np.log(4)
+    assert abs(out["bound_sup"] - c / 2) <= 1e-15 and abs(out["bound_paper"] - c / 4) <= 1e-15
+    r = run(["jacobian", "--method", "softmax"], " ".join(map(str, z)))
+    assert r.returncode == 0 and "spectral norm" in r.stdout
+
+
+def test_cli_bad_input():
+    r = run(["normalize", "--json"], "1 2 nan 4")
+    assert r.returncode != 0 and ("not finite" in r.stderr or "NaN" in r.stderr)
+    r = run(["normalize", "--json"], "")
+    assert r.returncode != 0 and "no numbers" in r.stderr
+    r = run(["normalize", "--input", "/nonexistent/z.npy"])
+    assert r.returncode != 0 and "/nonexistent/z.npy" in r.stderr
+    r = run(["normalize", "--method", "softermax"], "1 2")
+    assert r.returncode == 2 and "softermax" in r.stderr
+    r = run(["jacobian", "--temperature", "0"], "1 2")
+    assert r.returncode == 2 and "temperature" in r.stderr
+    r = run(["jacobian", "--temperature"], "1 2")
+    assert r.returncode == 2
+    r = run(["normalize", "--bogus"], "1 2")
+    assert r.returncode == 2 and "--bogus" in r.stderr
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "z3.npy")
+        np.save(path, np.zeros((2, 2, 2)))
+        r = run(["normalize", "--input", path])
+        assert r.returncode != 0 and "dimensions" in r.stderr
+        path = os.path.join(d, "trunc.npy")
+        np.save(path, np.zeros(10))
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[:-8])
+        r = run(["jacobian", "--input", path])
+        assert r.returncode != 0 and "trunc.npy" in r.stderr
+    r = run(["normalize", "--method", "sa-softmax", "--temperature", "1e-300"], "1e300 1")
+    assert r.returncode != 0 and "logit 0" in r.stderr
+
+
+def test_cli_demo_runs_fast():
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = run(["demo"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert r.returncode == 0, r.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 1.0
+    for word in ["softmax", "sparsemax", "entmax15", "ssmax", "sa-softmax", "1/(2T)"]:
+        assert word in r.stdout
+    r = run(["demo", "--json"])
+    out = json.loads(r.stdout)
+    for row in out["temperature_sweep"]:
+        assert row["spectral_norm"] <= row["bound_sup"] * (1 + 1e-12)
+        assert abs(row["spectral_norm_two_equal"] - 0.5 / row["T"]) <= 1e-12 * 0.5 / row["T"]
