@@ -1,0 +1,98 @@
+/* test_stats.c: closed forms of the statistics (src/stats.c):
+ *  - KS on fully separated samples: D = 1 and p = 2 / binom(m + n, n) (only the two extreme
+ *    lattice paths leave the band), equal and unequal sizes; identical samples: D = 0, p = 1;
+ *  - numpy's linear percentiles on small hand-computed cases; the slope of y = c x;
+ *  - errors: empty input, NaN with its position, a non-increasing N grid. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double binom(int n, int k) {
+    double r = 1;
+    for (int i = 1; i <= k; i++) r = r * (n - k + i) / i;
+    return r;
+}
+
+static void test_ks_separated(void **state) {
+    (void)state;
+    int sizes[][2] = {{1, 1}, {5, 5}, {12, 12}, {3, 7}, {10, 4}, {30, 45}, {144, 144}};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        int m = sizes[c][0], n = sizes[c][1];
+        double *a = malloc(sizeof(double) * m), *b = malloc(sizeof(double) * n);
+        for (int i = 0; i < m; i++) a[i] = i;
+        for (int i = 0; i < n; i++) b[i] = 1000 + i;
+        double D, p;
+        assert_int_equal(al_ks_2samp(a, m, b, n, &D, &p, NULL), 0);
+        assert_float_equal(D, 1.0, 0);
+        double want = 2.0 / binom(m + n, n);
+        if (want > 1) want = 1;
+        assert_true(fabs(p - want) <= 1e-12 * want);
+        assert_int_equal(al_ks_2samp(a, m, a, m, &D, &p, NULL), 0);
+        assert_true(D == 0 && p == 1);
+        free(a);
+        free(b);
+    }
+}
+
+static void test_ks_errors(void **state) {
+    (void)state;
+    double a[3] = {1, 2, 3}, b[2] = {1, NAN}, D, p;
+    al_error err = {0};
+    assert_int_not_equal(al_ks_2samp(a, 0, a, 3, &D, &p, &err), 0);
+    assert_non_null(strstr(err.msg, "empty"));
+    assert_int_not_equal(al_ks_2samp(a, 3, b, 2, &D, &p, &err), 0);
+    assert_non_null(strstr(err.msg, "position 1"));
+}
+
+static void test_percentiles_and_slope(void **state) {
+    (void)state;
+    double x5[5] = {5, 1, 4, 2, 3}, x4[4] = {4, 1, 3, 2};
+    al_five f;
+    assert_int_equal(al_five_number(x5, 5, &f, NULL), 0);
+    assert_true(f.min == 1 && f.q1 == 2 && f.median == 3 && f.q3 == 4 && f.max == 5 && f.mean == 3);
+    assert_int_equal(al_five_number(x4, 4, &f, NULL), 0); /* index 0.75, 1.5, 2.25 */
+    assert_float_equal(f.q1, 1.75, 1e-15);
+    assert_float_equal(f.median, 2.5, 1e-15);
+    assert_float_equal(f.q3, 3.25, 1e-15);
+    double one = 7;
+    assert_int_equal(al_five_number(&one, 1, &f, NULL), 0);
+    assert_true(f.min == 7 && f.q1 == 7 && f.median == 7 && f.q3 == 7 && f.max == 7);
+    double xs[4] = {32, 64, 128, 256}, ys[4];
+    for (int i = 0; i < 4; i++) ys[i] = 0.0625 * xs[i];
+    assert_float_equal(al_slope_origin(xs, ys, 4), 0.0625, 1e-15);
+    al_error err = {0};
+    assert_int_not_equal(al_five_number(x5, 0, &f, &err), 0);
+}
+
+static void test_critical_n_grid(void **state) {
+    (void)state;
+    int N[3] = {1, 4, 2};
+    double a[6] = {1, 2, 3, 4, 5, 6}, pv[3];
+    int crit;
+    al_error err = {0};
+    assert_int_not_equal(al_critical_n(N, 3, a, a, 2, 0.01, pv, &crit, &err), 0);
+    assert_non_null(strstr(err.msg, "increasing"));
+    int N2[2] = {1, 2};
+    double sep[4] = {0, 1, 100, 101}, same[4] = {0, 1, 0, 1}; /* [nN = 2, heads = 2] */
+    assert_int_equal(al_critical_n(N2, 2, sep, same, 2, 0.5, pv, &crit, &err), 0);
+    /* N = 1: identical samples (p = 1); reached at the first N */
+    assert_true(pv[0] == 1 && crit == 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ks_separated),
+        cmocka_unit_test(test_ks_errors),
+        cmocka_unit_test(test_percentiles_and_slope),
+        cmocka_unit_test(test_critical_n_grid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
