@@ -406,3 +406,112 @@ def test_cli_bad_input(tmp_path):
     np.save(tmp_path / "x4.npy", np.array([[1.0, np.nan]] * 4))
     p = run_cli("--weights", w, "--vectors", str(tmp_path / "x4.npy"), "--top-n", "1")
     assert p.returncode != 0 and "row 0, column 1" in p.stderr
+
+
+# ---- Algorithm 5 (METHOD section 6) -----------------------------------------------------------
+
+class Norm(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("temperature", ctypes.c_double),
+                ("alpha", ctypes.c_double), ("ssmax_s", ctypes.c_double)]
+
+
+def _sens_lib(lib):
+    lib.al_head_sensitivity.argtypes = [
+        dp_, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(Norm), dp_, ctypes.c_int, dp_,
+        ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, dp_, dp_, ctypes.POINTER(Err)]
+    lib.al_sensitivity_direction.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
+                                             ctypes.c_int64, ctypes.c_int64, dp_]
+    return lib
+
+
+dp_ = ctypes.POINTER(ctypes.c_double)
+
+
+def c_sensitivity(lib, z, causal, kind, temps, eps, seed, layer, head):
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    temps = np.ascontiguousarray(temps, dtype=np.float64)
+    eps = np.ascontiguousarray(eps, dtype=np.float64)
+    fd = np.zeros(len(temps) * len(eps))
+    spec = np.zeros(len(temps))
+    nm = Norm(kind, 1.0, 1.5, 0.43)
+    err = Err()
+    rc = lib.al_head_sensitivity(_dp(z), z.shape[0], causal, ctypes.byref(nm), _dp(temps),
+                                 len(temps), _dp(eps), len(eps), seed, layer, head, _dp(fd),
+                                 _dp(spec), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return fd.reshape(len(temps), len(eps)), spec
+
+
+def direction(lib, seed, layer, head, row, n):
+    v = np.zeros(n)
+    assert lib.al_sensitivity_direction(seed, layer, head, row, n, _dp(v)) == 0
+    return v
+
+
+def sparsemax_ref(z):
+    """Euclidean projection onto the simplex by sorting (Held et al. / Michelot)."""
+    u = np.sort(z)[::-1]
+    css = np.cumsum(u)
+    k = np.arange(1, len(z) + 1)
+    rho = k[u - (css - 1) / k > 0][-1]
+    tau = (css[rho - 1] - 1) / rho
+    return np.maximum(z - tau, 0)
+
+
+def ref_sensitivity(lib, z, causal, kind, temps, eps, seed, layer, head):
+    L = z.shape[0]
+    fd = np.zeros((len(temps), len(eps)))
+    spec = np.zeros(len(temps))
+    rows = 0
+    for t in range(L):
+        n = t + 1 if causal else L
+        if n < 2:
+            continue
+        rows += 1
+        zt = z[t, :n]
+        v = direction(lib, seed, layer, head, t, n)
+        f = softmax if kind == 0 else sparsemax_ref
+        for a, T in enumerate(temps):
+            p0 = f(zt / T)
+            if kind == 0:
+                J = (np.diag(p0) - np.outer(p0, p0)) / T
+            else:
+                g = (p0 > 0).astype(float)
+                J = (np.diag(g) - np.outer(g, g) / g.sum()) / T
+            spec[a] += np.abs(np.linalg.eigvalsh(J)).max()
+            for e, ep in enumerate(eps):
+                fd[a, e] += np.linalg.norm(f((zt + ep * v) / T) - p0) / ep
+    return fd / rows, spec / rows
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+@pytest.mark.parametrize("kind", [0, 1])  # softmax (fast path), sparsemax (generic path)
+def test_sensitivity_against_reference(lib, causal, kind):
+    _sens_lib(lib)
+    rng = np.random.default_rng(40 + causal + 2 * kind)
+    L = 20
+    z = rng.standard_normal((L, L)) * 2
+    if causal:
+        z = np.where(np.tril(np.ones((L, L))) > 0, z, np.inf)  # never read
+    temps = np.logspace(-3, 1, 7)
+    eps = np.array([1e-3, 1e-1, 10.0])
+    fd, spec = c_sensitivity(lib, z, causal, kind, temps, eps, 5, 3, 7)
+    rfd, rspec = ref_sensitivity(lib, z, causal, kind, temps, eps, 5, 3, 7)
+    # J's natural scale is 1/T; the dense reference forms p_i - p_i^2 with cancellation, so
+    # values far below 1/T (nearly one-hot rows at small T) are compared to 1e-12/T
+    assert np.allclose(spec, rspec, rtol=1e-10, atol=0) or \
+        np.all(np.abs(spec - rspec) <= 1e-10 * rspec + 1e-12 / temps), (spec, rspec)
+    assert np.all(np.abs(fd - rfd) <= 1e-8 * rfd + 1e-12 / temps[:, None]), (fd, rfd)
+
+
+def test_sensitivity_directions(lib):
+    _sens_lib(lib)
+    v = direction(lib, 1, 2, 3, 4, 50)
+    assert abs(np.linalg.norm(v) - 1) < 1e-14
+    assert not np.allclose(v, direction(lib, 1, 2, 3, 5, 50))  # another row
+    assert not np.allclose(v, direction(lib, 1, 2, 4, 4, 50))  # another head
+    assert np.array_equal(v, direction(lib, 1, 2, 3, 4, 50))  # seeded
+    # uniform on the sphere: E[v_i^2] = 1/n, E[v_i] = 0 (over many rows)
+    vs = np.stack([direction(lib, 9, 0, 0, r, 8) for r in range(4000)])
+    assert abs(np.mean(vs[:, 0] ** 2) - 1 / 8) < 0.01 and abs(np.mean(vs[:, 3])) < 0.02
