@@ -47,6 +47,7 @@ size_t al__utf8_valid_len(const unsigned char *s, size_t n);
 #define MAX_TOKENS      (1 << 24) /* vocabulary size cap */
 #define SMALL_PIECE     48        /* pieces up to this many bytes: array scan, cached */
 #define MAX_SPECIALS    4096
+#define MAX_CACHED      (1u << 20) /* distinct pieces cached per call */
 
 /* White_Space (Unicode), spelled out: PCRE2's \s under UCP also matches U+180E, which Rust's
  * regex (tiktoken) and Oniguruma (HF tokenizers) do not treat as a space. */
@@ -663,7 +664,7 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
     if (n > SMALL_PIECE) return bpe_large(c, p, n);
     cache_slot *slot = NULL;
     if (cacheable) {
-        if (c->used * 2 >= c->cap && (rc = cache_grow(c))) return rc;
+        if (c->used * 2 >= c->cap && c->used < MAX_CACHED && (rc = cache_grow(c))) return rc;
         size_t mask = c->cap - 1;
         size_t i = hash_bytes(p, n) & mask;
         while (c->slots[i].key) {
@@ -676,7 +677,7 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
             }
             i = (i + 1) & mask;
         }
-        slot = &c->slots[i];
+        if (c->used < MAX_CACHED) slot = &c->slots[i]; /* bounded memory: then no more adds */
     }
     if ((rc = ivec_reserve(&c->out, n, c->err))) return rc;
     size_t m;

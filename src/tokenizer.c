@@ -55,7 +55,21 @@ int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error 
         return AL_E_NOMEM;
     }
     tk->wp = w;
-    tk->vocab_size = -1; /* unknown to this module: the WordPiece engine checks its own ids */
+    /* the vocabulary size, without reaching into the engine: the largest id that decodes
+     * (the engine range-checks ids), found by binary search */
+    int lo = 0, hi = 1 << 24;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        int32_t id = mid - 1;
+        char *t = NULL;
+        size_t l = 0;
+        if (al__wordpiece_decode(w, &id, 1, &t, &l, NULL) == 0)
+            lo = mid;
+        else
+            hi = mid - 1;
+        free(t);
+    }
+    tk->vocab_size = lo;
     *out = tk;
     return 0;
 }
