@@ -21,6 +21,7 @@ void al__attn_ws_free(al__attn_ws *ws) {
     free(ws->cap);
     free(ws->scratch);
     free(ws->idx);
+    free(ws->pack);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -35,6 +36,113 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
     *have = *buf ? n : 0;
     return *buf ? 0 : AL_E_NOMEM;
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define AL_ATTN_AVX2 1
+/* The two products of a task as register-tiled AVX2 kernels on the packed keys and values
+ * (6 rows x 16 columns of accumulators). They skip the tiles above the causal diagonal, which
+ * sgemm cannot, and avoid re-packing the keys for every block. */
+
+/* 12 named accumulators (6 rows x 2 vectors): named so that they stay in registers */
+#define ACC_DECL                                                                                   \
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,       \
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
+#define ACC_FMA(r, p, x0, x1)                                                                      \
+    do {                                                                                           \
+        __m256 b_ = _mm256_broadcast_ss(p);                                                        \
+        c##r##0 = _mm256_fmadd_ps(b_, x0, c##r##0);                                                \
+        c##r##1 = _mm256_fmadd_ps(b_, x1, c##r##1);                                                \
+    } while (0)
+/* the accumulators into tile[6][16] (times s) */
+#define ACC_STORE(tile, s)                                                                         \
+    do {                                                                                           \
+        _mm256_storeu_ps(tile[0], _mm256_mul_ps(c00, s));                                          \
+        _mm256_storeu_ps(tile[0] + 8, _mm256_mul_ps(c01, s));                                      \
+        _mm256_storeu_ps(tile[1], _mm256_mul_ps(c10, s));                                          \
+        _mm256_storeu_ps(tile[1] + 8, _mm256_mul_ps(c11, s));                                      \
+        _mm256_storeu_ps(tile[2], _mm256_mul_ps(c20, s));                                          \
+        _mm256_storeu_ps(tile[2] + 8, _mm256_mul_ps(c21, s));                                      \
+        _mm256_storeu_ps(tile[3], _mm256_mul_ps(c30, s));                                          \
+        _mm256_storeu_ps(tile[3] + 8, _mm256_mul_ps(c31, s));                                      \
+        _mm256_storeu_ps(tile[4], _mm256_mul_ps(c40, s));                                          \
+        _mm256_storeu_ps(tile[4] + 8, _mm256_mul_ps(c41, s));                                      \
+        _mm256_storeu_ps(tile[5], _mm256_mul_ps(c50, s));                                          \
+        _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s));                                      \
+    } while (0)
+
+/* L[m, kend] (ld lL) = scale * Q[m, D] (ld ldq) @ K^T, the keys packed in panels of 16:
+ * Kp[Tp / 16][D][16] (zero past T). For causal rows only the tiles holding keys
+ * j <= r0 + row are computed. */
+static void qk_tiles(float *L, size_t lL, const float *Q, size_t ldq, const float *Kp, int m,
+                     int kend, int D, float scale, int causal, int r0) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    float tile[6][16];
+    for (int i0 = 0; i0 < m; i0 += 6) {
+        int mr = m - i0 < 6 ? m - i0 : 6;
+        int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
+        const float *q0 = Q + (size_t)i0 * ldq;
+        const float *q1 = Q + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * ldq;
+        const float *q2 = Q + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * ldq;
+        const float *q3 = Q + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * ldq;
+        const float *q4 = Q + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * ldq;
+        const float *q5 = Q + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * ldq;
+        for (int j0 = 0; j0 < jmax; j0 += 16) {
+            ACC_DECL;
+            const float *kp = Kp + (size_t)(j0 / 16) * D * 16;
+            for (int d = 0; d < D; d++, kp += 16) {
+                __m256 k0 = _mm256_loadu_ps(kp), k1 = _mm256_loadu_ps(kp + 8);
+                ACC_FMA(0, q0 + d, k0, k1);
+                ACC_FMA(1, q1 + d, k0, k1);
+                ACC_FMA(2, q2 + d, k0, k1);
+                ACC_FMA(3, q3 + d, k0, k1);
+                ACC_FMA(4, q4 + d, k0, k1);
+                ACC_FMA(5, q5 + d, k0, k1);
+            }
+            ACC_STORE(tile, sc);
+            int nj = kend - j0 < 16 ? kend - j0 : 16;
+            for (int r = 0; r < mr; r++)
+                memcpy(L + (size_t)(i0 + r) * lL + j0, tile[r], (size_t)nj * sizeof(float));
+        }
+    }
+}
+
+/* O[m, D] (ld ldo) = W[m, *] (ld lW) @ V, the values packed in panels of 16 columns:
+ * Vp[Dp / 16][T][16] (zero past D). The rows of a tile read keys below jmax (the weights past
+ * a row's last visible key are zero). */
+static void wv_tiles(float *O, size_t ldo, const float *W, size_t lW, const float *Vp, int T, int m,
+                     int kend, int D, int causal, int r0) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    float tile[6][16];
+    for (int i0 = 0; i0 < m; i0 += 6) {
+        int mr = m - i0 < 6 ? m - i0 : 6;
+        int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
+        const float *w0 = W + (size_t)i0 * lW;
+        const float *w1 = W + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * lW;
+        const float *w2 = W + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * lW;
+        const float *w3 = W + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * lW;
+        const float *w4 = W + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * lW;
+        const float *w5 = W + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * lW;
+        for (int c0 = 0; c0 < D; c0 += 16) {
+            ACC_DECL;
+            const float *vp = Vp + (size_t)(c0 / 16) * T * 16;
+            for (int j = 0; j < jmax; j++, vp += 16) {
+                __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+                ACC_FMA(0, w0 + j, v0, v1);
+                ACC_FMA(1, w1 + j, v0, v1);
+                ACC_FMA(2, w2 + j, v0, v1);
+                ACC_FMA(3, w3 + j, v0, v1);
+                ACC_FMA(4, w4 + j, v0, v1);
+                ACC_FMA(5, w5 + j, v0, v1);
+            }
+            ACC_STORE(tile, one);
+            int nc = D - c0 < 16 ? D - c0 : 16;
+            for (int r = 0; r < mr; r++)
+                memcpy(O + (size_t)(i0 + r) * ldo + c0, tile[r], (size_t)nc * sizeof(float));
+        }
+    }
+}
+#endif
 
 static int wants_capture(const al__attn *a) {
     const al_capture_request *r = a->req;
@@ -95,6 +203,16 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                    "attention scratch", err)))
         return rc;
 
+#ifdef AL_ATTN_AVX2
+    /* keys in panels Kt [G, Tp / 16, D, 16] (zero-padded to Tp = T rounded up to 16) and values
+     * in panels Vp [G, Dp / 16, T, 16] (zero-padded to Dp = D rounded up to 16), packed once
+     * per layer */
+    const size_t Tp = ((size_t)T + 15) & ~(size_t)15, Dp = ((size_t)D + 15) & ~(size_t)15;
+    if ((rc = grow((void **)&ws->pack, &ws->pack_n, (size_t)G * (D * Tp + Dp * T), sizeof(float),
+                   "attention packed keys and values", err)))
+        return rc;
+    float *Kt = ws->pack, *Vp = ws->pack + (size_t)G * D * Tp;
+#endif
     al__blas_single();
     const int n_blocks = (T + B - 1) / B;
     const int n_tasks = n_blocks * H;
@@ -114,6 +232,22 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 if (cv) memcpy(cv + o, a->v + t * a->v_stride + (size_t)g * D, D * sizeof(float));
             }
         }
+#ifdef AL_ATTN_AVX2
+#pragma omp for schedule(static)
+        for (int g = 0; g < G; g++) {
+            float *kt = Kt + (size_t)g * D * Tp, *vp = Vp + (size_t)g * Dp * T;
+            for (int t = 0; t < T; t++) {
+                const float *kr = a->k + t * a->k_stride + (size_t)g * D;
+                float *panel = kt + (size_t)(t / 16) * D * 16 + t % 16; /* [D] at stride 16 */
+                for (int d = 0; d < D; d++) panel[(size_t)d * 16] = kr[d];
+                const float *vr = a->v + t * a->v_stride + (size_t)g * D;
+                for (size_t c = 0; c < Dp; c++)
+                    vp[(c / 16) * T * 16 + (size_t)t * 16 + c % 16] = c < (size_t)D ? vr[c] : 0.0f;
+            }
+            for (size_t t = (size_t)T; t < Tp; t++) /* the last panel's padding */
+                for (int d = 0; d < D; d++) kt[(t / 16) * D * 16 + (size_t)d * 16 + t % 16] = 0.0f;
+        }
+#endif
 #pragma omp for schedule(dynamic, 1)
         for (int task = 0; task < n_tasks; task++) {
             int bi = n_blocks - 1 - task / H, h = task % H, g = kv_head[h], sel = sel_of[h];
@@ -130,9 +264,14 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 W = cw + ((size_t)sel * T + r0) * T, lW = (size_t)T;
             else if (L != scr)
                 W = scr + (size_t)B * T, lW = (size_t)kend;
+#ifdef AL_ATTN_AVX2
+            qk_tiles(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
+                     Kt + (size_t)g * D * Tp, m, kend, D, scale, a->causal, r0);
+#else
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kend, D, scale,
                         a->q + r0 * a->q_stride + (size_t)h * D, (int)a->q_stride,
                         a->k + (size_t)g * D, (int)a->k_stride, 0.0f, L, (int)lL);
+#endif
             const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
             for (int i = 0; i < m; i++) {
                 int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i */
@@ -142,9 +281,14 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 if (lcap)
                     for (int j = n; j < T; j++) Li[j] = -INFINITY;
             }
+#ifdef AL_ATTN_AVX2
+            wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW, Vp + (size_t)g * Dp * T,
+                     T, m, kend, D, a->causal, r0);
+#else
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, kend, 1.0f, W, (int)lW,
                         a->v + (size_t)g * D, (int)a->v_stride, 0.0f,
                         a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
+#endif
         }
     }
     if (!capture) return 0;

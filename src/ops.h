@@ -41,6 +41,7 @@ typedef struct al__attn_ws {
     float *cap;     size_t cap_n;     /* capture arrays q, k, v, logits, weights (floats) */
     float *scratch; size_t scratch_n; /* [threads, 2, AL__ATTN_BLOCK, T] per-thread rows */
     int *idx;       size_t idx_n;     /* heads [n_sel] + kv_head [n_head] */
+    float *pack;    size_t pack_n;    /* keys and values packed in panels of 16 */
 } al__attn_ws;
 #define AL__ATTN_BLOCK 64             /* query rows per task */
 int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);

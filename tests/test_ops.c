@@ -241,7 +241,7 @@ static void check_attention(int T, int H, int G, int D, int causal, unsigned wha
     al__rng r;
     al__rng_seed(&r, (uint64_t)(T * 1000 + H * 10 + G + causal));
     int W = (H + 2 * G) * D, C = H * D;
-    float *qkv = randv(&r, (size_t)T * W, 1.5);
+    float *qkv = randv(&r, (size_t)T * W, 1.5 * pow(8.0 / D, 0.25)); /* logits ~ alike */
     float *hidden = randv(&r, (size_t)T * C, 1.0), *embed = randv(&r, (size_t)T * C, 1.0);
     float *out = malloc((size_t)T * C * sizeof(float));
     double *z = malloc((size_t)H * T * T * sizeof(double)),
@@ -341,6 +341,9 @@ static void test_attention(void **state) {
     check_attention(97, 4, 2, 8, 1, AL_CAP_WEIGHTS, some, &ws); /* weights only */
     check_attention(97, 4, 4, 8, 1, AL_CAP_LOGITS | AL_CAP_K, NULL, &ws); /* logits only */
     check_attention(97, 4, 4, 8, 0, AL_CAP_HIDDEN, NULL, &ws);            /* per-layer only */
+    check_attention(150, 3, 3, 64, 1, all, NULL, &ws);                    /* GPT-2's head width */
+    check_attention(150, 2, 1, 40, 0, all, NULL, &ws); /* width not a multiple of 16 */
+    check_attention(33, 2, 2, 40, 1, all, NULL, &ws);  /* the buffers shrink back */
     al__set_threads(1);
     check_attention(129, 2, 2, 8, 1, all, NULL, &ws); /* one thread */
     al__set_threads(0);
