@@ -48,9 +48,9 @@ static int parse_ids(const char *name, const char *text, size_t len, int32_t **o
         int ok = 1;
         while (j < len && !(text[j] == ' ' || text[j] == '\t' || text[j] == '\n' ||
                             text[j] == '\r' || text[j] == ',')) {
-            if (text[j] < '0' || text[j] > '9' || v > 1000000000LL)
+            if (text[j] < '0' || text[j] > '9')
                 ok = 0;
-            else
+            else if (v <= 1000000000LL) /* larger stays > INT32_MAX: out of range */
                 v = v * 10 + (text[j] - '0');
             j++;
         }
@@ -60,13 +60,18 @@ static int parse_ids(const char *name, const char *text, size_t len, int32_t **o
                            "%s line %d: '%.*s' is not a token id (a non-negative integer)", name,
                            line, (int)(j - i > 40 ? 40 : j - i), text + i);
         }
+        if (v > INT32_MAX) {
+            free(ids);
+            return al__err(err, AL_E_RANGE, "%s line %d: token id %.*s is out of range", name, line,
+                           (int)(j - i > 40 ? 40 : j - i), text + i);
+        }
         if (k == cap) {
             cap *= 2;
             int32_t *nv = realloc(ids, cap * sizeof *nv);
             if (!nv) goto nomem;
             ids = nv;
         }
-        ids[k++] = (int32_t)(v > INT32_MAX ? INT32_MAX : v);
+        ids[k++] = (int32_t)v;
         i = j;
     }
     *out = ids;
