@@ -353,8 +353,8 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
     if (s->band_applies)
         snprintf(
             sub, sizeof sub,
-            "L = %d, one row per n%s; max weight inside the band for %.4g of (head, row) pairs",
-            s->long_L, s->causal ? " (causal: n = t + 1)" : "", s->v_inside);
+            "L = %d, one row per n%s; max weight inside the band for %.4g%% of (head, row) pairs",
+            s->long_L, s->causal ? " (causal: n = t + 1)" : "", 100 * s->v_inside);
     else
         snprintf(sub, sizeof sub,
                  "L = %d; weights from %s: Corollary 1's band is about softmax and is not drawn",
@@ -377,6 +377,19 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
         if (inv[t] < lo) lo = inv[t];
     }
     p.ymin = isfinite(lo) ? lo / 3 : NAN;
+    /* the band can be far outside the data (large D): say so in the legend */
+    int hi_in = 0, lo_in = 0;
+    for (int t = 0; t < n; t++) {
+        hi_in |= s->v_band_hi[t] <= p.ymax;
+        lo_in |= !(s->v_band_lo[t] < p.ymin);
+    }
+    char lhi[96], llo[96];
+    snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s",
+             hi_in ? "" : ": above the chart");
+    snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s",
+             lo_in ? "" : ": below the chart");
+    se[2].label = lhi;
+    se[3].label = llo;
     char path[4200];
     fig_path(s, "vanishing", path, sizeof path);
     int rc = al__plot_write(&p, path, err);
