@@ -516,6 +516,17 @@ def test_rope_pairing_is_hf_layout(smol, ref, hf_tok):
     assert np.exp(good) < 100
 
 
+def test_perplexity_command(cache):
+    """`attnlim perplexity` on SmolLM2 (any family goes through al_model_forward): a pretrained
+    135M model on War and Peace must be far below 100."""
+    d, env, path = cache
+    r = run_cli("perplexity", "--model", "smollm2", "--corpus", "war-and-peace", "--length", "256",
+                "--windows", "1", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    ppl = json.loads(r.stdout)["perplexity"]
+    assert 1 < ppl < 100, ppl
+
+
 # ---- tokenizer -----------------------------------------------------------------------------------------
 
 TORTURE = ("Hello world! It's 2024; we'RE, they'll, I'd, you've, she's DON'T. 1234567 3.14159 ١٢٣ "
