@@ -419,8 +419,11 @@ int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al
     if (rc) return rc;
     if ((rc = norm_scale(nm, n, &c, err))) return rc;
     if (!p) return al__err(err, AL_E_INVALID, "%s: NULL output", kind_names[nm->kind]);
-    double stackbuf[2 * STACK_N], *heap;
-    double *buf = scratch(stackbuf, 2 * STACK_N, n, 2, &heap, err);
+    /* scratch: [2n] for sparsemax / 1.5-entmax (threshold) and the sa forms (x, w); none else */
+    int need = nm->kind == AL_NORM_SPARSEMAX || nm->kind == AL_NORM_ENTMAX15 ||
+               nm->kind == AL_NORM_SA_SOFTMAX || nm->kind == AL_NORM_SA_SOFTMAX_NORM;
+    double stackbuf[2 * STACK_N], *heap = NULL;
+    double *buf = need ? scratch(stackbuf, 2 * STACK_N, n, 2, &heap, err) : stackbuf;
     if (!buf) return AL_E_NOMEM;
     sa_norm_info inf;
     rc = forward_core(nm, z, n, zmax, c, p, buf, buf + n, &inf, buf, err);
@@ -461,20 +464,38 @@ static void lin_sums(lin *L) {
     L->sigma = g[top] + rest;
 }
 
-/* Builds L in buf [4n] (p, g, w, scratch); p_out [n] (optional) receives the forward output. */
-static int lin_build(const al_norm *nm, const double *z, int64_t n, double *buf, lin *L,
-                     double *p_out, al_error *err) {
-    double zmax = 0, c = 0;
-    int rc = check_input(nm, z, n, &zmax, err);
+/* Doubles of scratch per element that lin_build needs for a kind. */
+static int lin_blocks(al_norm_kind k) {
+    switch (k) {
+    case AL_NORM_SOFTMAX:
+    case AL_NORM_SSMAX:
+        return 1; /* p (g = p) */
+    case AL_NORM_ENTMAX:
+        return 2; /* p, g */
+    case AL_NORM_SA_SOFTMAX:
+    case AL_NORM_SA_SOFTMAX_NORM:
+        return 3; /* p, x, w */
+    default:
+        return 4; /* p, g, threshold scratch [2n] */
+    }
+}
+
+/* Builds L in buf [lin_blocks(kind) * n] (p, then g or x, then w or the threshold scratch);
+ * p_out [n] (optional) receives the forward output. z is checked (check_input) and zmax is its
+ * max. */
+static int lin_build(const al_norm *nm, const double *z, int64_t n, double zmax, double *buf,
+                     lin *L, double *p_out, al_error *err) {
+    double c = 0;
+    int rc = norm_scale(nm, n, &c, err);
     if (rc) return rc;
-    if ((rc = norm_scale(nm, n, &c, err))) return rc;
+    int blocks = lin_blocks(nm->kind);
     L->kind = nm->kind;
     L->n = n;
     L->c = c;
     L->p = buf;
-    L->g = buf + n;
-    L->w = buf + 2 * n;
-    double *tmp = buf + 2 * n; /* [2n] (w and the last block) */
+    L->g = blocks >= 2 ? buf + n : buf;
+    L->w = blocks >= 3 ? buf + 2 * n : NULL;
+    double *tmp = L->w; /* [2n] for sparsemax / 1.5-entmax */
     switch (nm->kind) {
     case AL_NORM_SOFTMAX:
     case AL_NORM_SSMAX:
@@ -811,21 +832,23 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
 /* ---- public Jacobian functions ------------------------------------------------------------- */
 
 /* Builds the linearisation with scratch from the stack or heap: a macro-free pair. */
+#define LIN_STACK 4096 /* doubles (32 KB): softmax rows up to 4096, sparsemax up to 1024 */
+
 typedef struct lin_mem {
-    double stack[4 * 512];
+    double stack[LIN_STACK];
     double *heap;
 } lin_mem;
 
+/* Builds the linearisation with scratch on the stack when it fits, else on the heap. */
 static int lin_open(const al_norm *nm, const double *z, int64_t n, lin_mem *m, lin *L,
                     double *p_out, al_error *err) {
     m->heap = NULL;
-    if (n >= 1 && n <= 512) return lin_build(nm, z, n, m->stack, L, p_out, err);
     double zmax;
     int rc = check_input(nm, z, n, &zmax, err);
     if (rc) return rc;
-    double *buf = scratch(m->stack, 4 * 512, n, 4, &m->heap, err);
+    double *buf = scratch(m->stack, LIN_STACK, n, lin_blocks(nm->kind), &m->heap, err);
     if (!buf) return AL_E_NOMEM;
-    return lin_build(nm, z, n, buf, L, p_out, err);
+    return lin_build(nm, z, n, zmax, buf, L, p_out, err);
 }
 
 int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,

@@ -606,6 +606,61 @@ static void test_names(void **state) {
     assert_non_null(strstr(err.msg, "softmaxx"));
 }
 
+/* rows longer than the stack scratch (heap path): closed forms and the KKT support */
+static void test_long_rows(void **state) {
+    (void)state;
+    al_error err;
+    int n = 5000;
+    double *z = malloc(sizeof(double) * n), *p = malloc(sizeof(double) * n),
+           *v = malloc(sizeof(double) * n), *o = malloc(sizeof(double) * n);
+    assert_non_null(z);
+    assert_non_null(p);
+    assert_non_null(v);
+    assert_non_null(o);
+    for (int k = 0; k < N_KINDS; k++) {
+        al_norm nm = make(all_kinds[k], 0.5);
+        if (!al_norm_sums_to_one(&nm)) continue;
+        for (int i = 0; i < n; i++) z[i] = -1.5;
+        double s;
+        assert_int_equal(al_norm_forward_spectral(&nm, z, n, p, &s, &err), 0);
+        for (int i = 0; i < n; i++) assert_true(fabs(p[i] - 1.0 / n) <= 1e-12 / n);
+        double g = all_kinds[k] == AL_NORM_SOFTMAX     ? 1.0 / n
+                   : all_kinds[k] == AL_NORM_SSMAX     ? 0.43 * log((double)n) / n
+                   : all_kinds[k] == AL_NORM_SPARSEMAX ? 1.0
+                                                       : sqrt(1.0 / n);
+        assert_true(fabs(s - g / 0.5) <= 1e-13 * g / 0.5);
+    }
+    rng_t r = {71};
+    for (int i = 0; i < n; i++) z[i] = 3 * rng_normal(&r);
+    for (int q = 1; q <= 2; q++) {
+        al_norm nm = make(q == 1 ? AL_NORM_SPARSEMAX : AL_NORM_ENTMAX15, 0.5);
+        assert_int_equal(al_norm_forward(&nm, z, n, p, &err), 0);
+        double tau = NAN, sum = 0;
+        for (int i = 0; i < n; i++) {
+            double x = (q == 1 ? 1.0 : 0.5) * z[i] / 0.5;
+            sum += p[i];
+            if (p[i] > 0 && isnan(tau)) tau = x - pow(p[i], 1.0 / q);
+        }
+        assert_true(fabs(sum - 1) <= 1e-12);
+        for (int i = 0; i < n; i++) {
+            double x = (q == 1 ? 1.0 : 0.5) * z[i] / 0.5;
+            if (p[i] > 0)
+                assert_true(fabs(x - pow(p[i], 1.0 / q) - tau) <= 1e-12 * (1 + fabs(x)));
+            else
+                assert_true(x <= tau + 1e-12);
+        }
+        for (int i = 0; i < n; i++) v[i] = rng_normal(&r);
+        assert_int_equal(al_norm_jvp(&nm, z, n, v, o, &err), 0);
+        double s;
+        assert_int_equal(al_norm_spectral_norm(&nm, z, n, &s, &err), 0);
+        assert_true(isfinite(s) && s <= 1 / 0.5 * (1 + 1e-12));
+    }
+    free(z);
+    free(p);
+    free(v);
+    free(o);
+}
+
 /* rank-one spectral norm on given g: ties, zeros, adjacent doubles */
 static void test_rank1_edge(void **state) {
     (void)state;
@@ -642,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_rank1_edge),
+        cmocka_unit_test(test_long_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
