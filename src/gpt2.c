@@ -154,12 +154,9 @@ static void gpt2_destroy(al_model *m) {
     m->impl = NULL;
 }
 
-/* The tokenizer module may be absent from a partial build: a weak reference keeps linking. */
-#pragma weak al_tokenizer_open_gpt2
+/* GPT-2's own BPE files (encoder.json + vocab.bpe, found by al_data_find). */
 static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
-    if (!al_tokenizer_open_gpt2)
-        return al__err(err, AL_E_UNSUPPORTED, "%s: the GPT-2 tokenizer is not built in",
-                       m->info.path);
+    (void)m;
     return al_tokenizer_open_gpt2(NULL, out, err);
 }
 

@@ -77,13 +77,27 @@ def save_hf(dirpath, params, cfg, prefix=""):
     return str(dirpath)
 
 
-def save_llmc(path, params, cfg, padded_vocab=None):
-    """llm.c gpt2 checkpoint, version 3 (fp32): 256 int32 header, then the parameters in
-    llm.c's order, each group for all layers, matrices transposed to [out, in], wte padded."""
+def to_bf16(a):
+    """float32 -> bfloat16 bits (uint16), rounding to nearest even."""
+    u = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype("<u2")
+
+
+def bf16_round(params):
+    """The parameters as a bf16 checkpoint stores them (rounded, back in float32)."""
+    return {k: (to_bf16(v).astype("<u4") << 16).view("<f4").reshape(v.shape)
+            for k, v in params.items()}
+
+
+def save_llmc(path, params, cfg, padded_vocab=None, version=3):
+    """llm.c gpt2 checkpoint, version 3 (fp32) or 5 (bf16): 256 int32 header, then the
+    parameters in llm.c's order, each group for all layers, matrices transposed to [out, in],
+    wte padded."""
     L, C, V = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"]
     Vp = padded_vocab or V
     hdr = np.zeros(256, dtype="<i4")
-    hdr[:8] = [20240326, 3, cfg["n_ctx"], V, L, cfg["n_head"], C, Vp]
+    hdr[:8] = [20240326, version, cfg["n_ctx"], V, L, cfg["n_head"], C, Vp]
     wte = np.zeros((Vp, C), dtype=np.float32)
     wte[:V] = params["wte.weight"]
     parts = [wte, params["wpe.weight"]]
@@ -99,7 +113,8 @@ def save_llmc(path, params, cfg, padded_vocab=None):
     with open(path, "wb") as f:
         f.write(hdr.tobytes())
         for a in parts:
-            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+            a = np.ascontiguousarray(a, dtype="<f4")
+            f.write((to_bf16(a) if version == 5 else a).tobytes())
     return str(path)
 
 

@@ -121,6 +121,20 @@ def test_forward_matches_reference(tmp_path, shape, fmt):
         assert np.abs(lg - ref["logits"]).max() <= 1e-4 * scale
 
 
+def test_llmc_bf16(tmp_path):
+    """llm.c version 5 (bf16 weights): the reference runs on the bf16-rounded weights."""
+    L, H, C, ctx, V, seed = SHAPES[1]
+    params, cfg = R.random_gpt2(L, H, C, ctx, V, seed)
+    path = R.save_llmc(tmp_path / "gpt2_bf16.bin", params, cfg, padded_vocab=384, version=5)
+    rounded = R.bf16_round(params)
+    assert any(np.any(rounded[k] != params[k]) for k in params)  # rounding did something
+    win = corpus_ids(ctx, V, 5)
+    hid, lg = c_forward(path, win)
+    ref = R.forward(rounded, cfg, win, capture=False)
+    assert np.abs(hid - ref["final"]).max() <= 1e-4
+    assert np.abs(lg - ref["logits"]).max() <= 1e-4 * max(1.0, np.abs(ref["logits"]).max())
+
+
 def test_transformer_prefix_names(tmp_path):
     path, params, cfg = make(tmp_path, SHAPES[0], "safetensors", prefix="transformer.")
     win = corpus_ids(40, cfg["vocab_size"])
