@@ -144,7 +144,14 @@ int cmd_info(int argc, char **argv) {
     cJSON_AddBoolToObject(j, "causal", in->causal);
     cJSON_AddNumberToObject(j, "n_params", (double)in->n_params);
     int rc = 0;
-    if (!strcmp(in->family, "gpt2")) rc = list_tensors(model, in->path, j, tensors, &err);
+    if (!strcmp(in->family, "gpt2"))
+        rc = list_tensors(in->path, in->path, j, tensors, &err);
+    else if (strcmp(in->family, "llama") &&
+             list_tensors(in->path, in->path, j, tensors,
+                          &err)) { /* other safetensors families: the listing is best effort */
+        cJSON_DeleteItemFromObject(j, "dtypes");
+        cJSON_DeleteItemFromObject(j, "tensors");
+    }
     al_model_free(m);
     if (rc) {
         cJSON_Delete(j);
