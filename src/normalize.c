@@ -118,6 +118,20 @@ void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bou
 
 /* ---- input checks and scratch ------------------------------------------------------------- */
 
+/* max of a[n] (n >= 1) and the first index holding a value (vectorised loops) */
+static double max_simd(const double *a, int64_t n) {
+    double m = a[0];
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++) m = a[i] > m ? a[i] : m;
+    return m;
+}
+
+static int64_t find_first(const double *a, int64_t n, double v) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] == v) return i;
+    return 0;
+}
+
 /* Checks nm, n and z (NaN/Inf names the position); *zmax = max z. */
 static int check_input(const al_norm *nm, const double *z, int64_t n, double *zmax, al_error *err) {
     int rc = al_norm_check(nm, err);
@@ -129,22 +143,19 @@ static int check_input(const al_norm *nm, const double *z, int64_t n, double *zm
     if ((uint64_t)n > (uint64_t)(SIZE_MAX / (8 * sizeof(double))))
         return al__err(err, AL_E_NOMEM, "%s: n = %lld is too large", kind_names[nm->kind],
                        (long long)n);
-    uint64_t bad = 0; /* any exponent field all ones: NaN or Inf */
+    double mx = z[0], bad = 0; /* bad: sum of z * 0, NaN iff some z is NaN or +-Inf */
+#pragma omp simd reduction(max : mx) reduction(+ : bad)
     for (int64_t i = 0; i < n; i++) {
-        uint64_t b;
-        memcpy(&b, &z[i], sizeof b);
-        bad |= (uint64_t)((b & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL);
+        mx = z[i] > mx ? z[i] : mx;
+        bad += z[i] * 0.0;
     }
-    if (bad) {
+    if (bad != 0 || isnan(bad)) {
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(z[i]))
                 return al__err(err, AL_E_RANGE, "%s: logit %lld (0-based) is %s",
                                kind_names[nm->kind], (long long)i,
                                isnan(z[i]) ? "NaN" : (z[i] > 0 ? "+Inf" : "-Inf"));
     }
-    double mx = z[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t i = 1; i < n; i++) mx = z[i] > mx ? z[i] : mx;
     *zmax = mx;
     return 0;
 }
@@ -181,21 +192,23 @@ static inline double exp_nonpos(double x) {
     memcpy(&x, &b, sizeof x);
     const double shift = 0x1.8p52;
     double k = (x * 0x1.71547652b82fep0 + shift) - shift; /* round(x / ln 2) */
-    double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
-    double q = 1.0 / 6227020800.0;
-    q = q * r + 1.0 / 479001600.0;
-    q = q * r + 1.0 / 39916800.0;
-    q = q * r + 1.0 / 3628800.0;
-    q = q * r + 1.0 / 362880.0;
-    q = q * r + 1.0 / 40320.0;
-    q = q * r + 1.0 / 5040.0;
-    q = q * r + 1.0 / 720.0;
-    q = q * r + 1.0 / 120.0;
-    q = q * r + 1.0 / 24.0;
-    q = q * r + 1.0 / 6.0;
-    q = q * r + 0.5;
-    q = q * r + 1.0;
-    q = q * r + 1.0;
+    double r = fma(-k, 1.90821492927058770002e-10, fma(-k, 6.93147180369123816490e-01, x));
+    static const double inv_fact[14] = {1.0,
+                                        1.0,
+                                        0.5,
+                                        1.0 / 6,
+                                        1.0 / 24,
+                                        1.0 / 120,
+                                        1.0 / 720,
+                                        1.0 / 5040,
+                                        1.0 / 40320,
+                                        1.0 / 362880,
+                                        1.0 / 3628800,
+                                        1.0 / 39916800,
+                                        1.0 / 479001600,
+                                        1.0 / 6227020800.0};
+    double q = inv_fact[13];
+    for (int j = 12; j >= 0; j--) q = fma(q, r, inv_fact[j]);    /* Horner, fused */
     double k1 = ((k * 0.5 - 0.25) + shift) - shift, k2 = k - k1; /* floor(k/2), k - floor(k/2) */
     double t1 = (k1 + 1023.0) + 0x1.0p52, t2 = (k2 + 1023.0) + 0x1.0p52;
     uint64_t b1, b2;
@@ -454,11 +467,8 @@ static int is_rank1(al_norm_kind k) {
  * when one entry dominates, e.g. 1 - p_top for a peaked softmax). */
 static void lin_sums(lin *L) {
     const double *g = L->g;
-    int64_t top = 0;
-    for (int64_t i = 1; i < L->n; i++)
-        if (g[i] > g[top]) top = i;
-    double rest = 0;
-    for (int64_t i = 0; i < L->n; i++) rest += i == top ? 0.0 : g[i];
+    int64_t n = L->n, top = find_first(g, n, max_simd(g, n));
+    double rest = sum_simd(g, top) + sum_simd(g + top + 1, n - top - 1);
     L->top = top;
     L->rest = rest;
     L->sigma = g[top] + rest;
@@ -664,23 +674,17 @@ static void secular_sums(const double *g, int64_t n, int64_t top, double o, doub
 
 double al_norm_rank1_spectral(const double *g, int64_t n) {
     if (!g || n < 2) return 0;
-    int64_t top = 0;
-    double d1 = g[0];
-    for (int64_t i = 1; i < n; i++)
-        if (g[i] > d1) {
-            d1 = g[i];
-            top = i;
-        }
+    double d1 = max_simd(g, n);
     if (!(d1 > 0)) return 0;
-    double d2 = 0;
-    int ties = 0;
+    int64_t top = find_first(g, n, d1), count1 = 0;
+    double d2 = 0; /* the largest entry below d1 (0 if none) */
+#pragma omp simd reduction(max : d2) reduction(+ : count1)
     for (int64_t i = 0; i < n; i++) {
-        if (i == top) continue;
-        if (g[i] == d1)
-            ties = 1;
-        else if (g[i] > d2)
-            d2 = g[i];
+        count1 += g[i] == d1;
+        double u = g[i] < d1 ? g[i] : 0.0;
+        d2 = u > d2 ? u : d2;
     }
+    int ties = count1 >= 2;
     if (ties) return d1;     /* eigenvalue d1 with multiplicity >= 1 */
     if (!(d2 > 0)) return 0; /* a single non-zero entry */
     double D = d1 - d2, g1 = d1;
