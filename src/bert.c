@@ -13,7 +13,11 @@
  * Capture: "hidden" is the layer input x (already normalised in a post-LN block) and "embed"
  * is the normalised embedding (the input of layer 0).
  * Tensor names: HF BertModel names, with or without the "bert." prefix; pooler and
- * position_ids are ignored. Every tensor is checked for its dtype and exact shape. */
+ * position_ids are ignored. Every tensor is checked for its dtype and exact shape.
+ * Windows of a corpus (capture, reproduce): the corpus is tokenized once as one text, so its
+ * ids are [CLS] body [SEP], and window k = ids [kL, (k+1)L) is used as is (METHOD section 1):
+ * window 0 starts with [CLS], no window is re-wrapped; sentences (attnlim embed) get their own
+ * [CLS] ... [SEP]. Every token has token type 0 and attends to all T tokens of its window. */
 #include "model.h"
 #include "ops.h"
 #include "safetensors.h"
