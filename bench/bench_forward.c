@@ -216,6 +216,30 @@ int main(int argc, char **argv) {
         printf("attnlim   : %.3f s without capture (one run)\n", nocap);
     }
 
+    /* the matmuls alone (the forward's four per layer, same layout and threads) */
+    {
+        const al__gpt2 *g = m->impl;
+        size_t big = (size_t)T * 4 * C;
+        float *xa = calloc(big, sizeof(float)), *ya = calloc(big, sizeof(float));
+        double best = 1e30;
+        for (int rep = 0; rep < 2; rep++) {
+            double s = al__now();
+            for (int l = 0; l < L; l++) {
+                const al__gpt2_layer *w = &g->layers[l];
+                al__matmul_nt(ya, xa, w->attn_w, w->attn_b, T, C, 3 * C);
+                al__matmul_nt(ya, xa, w->proj_w, w->proj_b, T, C, C);
+                al__matmul_nt(ya, xa, w->fc_w, w->fc_b, T, C, 4 * C);
+                al__matmul_nt(ya, xa, w->fcproj_w, w->fcproj_b, T, 4 * C, C);
+            }
+            double e = al__now() - s;
+            best = e < best ? e : best;
+        }
+        printf("matmuls   : %.3f s per forward's worth (best of 2): %.1f GFLOP/s\n", best,
+               mm_flop / best / 1e9);
+        free(xa);
+        free(ya);
+    }
+
     /* loops */
     double loops = 0;
     if (do_loops && in->family[0] && ((al__gpt2 *)m->impl)->out_in) {
