@@ -2,6 +2,7 @@
  * file is checked against the bytes that remain before it is used. */
 #include "gguf.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,6 +234,27 @@ static int parse_tensor_info(cursor *c, al__gguf_tensor *t, al_error *err) {
     return rd_u64(c, &t->offset, "a tensor offset", err);
 }
 
+static int cmp_strp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that occurs twice among n records (a char* at byte offset off of each), by
+ * sorting (O(n log n): a file may hold a million names). *dup = NULL when all differ. */
+static int find_duplicate(const void *recs, size_t n, size_t size, size_t off, const char **dup,
+                          al_error *err) {
+    *dup = NULL;
+    if (n < 2) return 0;
+    const char **names = al__malloc(n * sizeof *names, "GGUF name index", err);
+    if (!names) return AL_E_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        memcpy(&names[i], (const char *)recs + i * size + off, sizeof(char *));
+    qsort(names, n, sizeof *names, cmp_strp);
+    for (size_t i = 1; i < n && !*dup; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) *dup = names[i];
+    free(names);
+    return 0;
+}
+
 static int parse(al__gguf *g, al_error *err) {
     cursor c = {g->data, g->size, 0, g->name};
     int rc;
@@ -261,11 +283,12 @@ static int parse(al__gguf *g, al_error *err) {
     for (uint64_t i = 0; i < nkv; i++) {
         g->n_kv = (int64_t)i + 1;
         if ((rc = parse_kv(&c, &g->kv[i], err))) return rc;
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(g->kv[j].key, g->kv[i].key) == 0)
-                return al__err(err, AL_E_FORMAT, "%s: metadata key '%s' appears twice", g->name,
-                               g->kv[i].key);
     }
+    const char *dup;
+    if ((rc = find_duplicate(g->kv, (size_t)g->n_kv, sizeof *g->kv, offsetof(al__gguf_kv, key),
+                             &dup, err)))
+        return rc;
+    if (dup) return al__err(err, AL_E_FORMAT, "%s: metadata key '%s' appears twice", g->name, dup);
     g->alignment = 32;
     const al__gguf_kv *al = al__gguf_find(g, "general.alignment");
     if (al) {
@@ -300,10 +323,11 @@ static int parse(al__gguf *g, al_error *err) {
                 "(truncated file?)",
                 g->name, t->name, (unsigned long long)t->offset, t->nbytes, data_size);
         t->data = g->data + off + t->offset;
-        for (int64_t j = 0; j < i; j++)
-            if (strcmp(g->tensors[j].name, t->name) == 0)
-                return al__err(err, AL_E_FORMAT, "%s: tensor '%s' appears twice", g->name, t->name);
     }
+    if ((rc = find_duplicate(g->tensors, (size_t)g->n_tensors, sizeof *g->tensors,
+                             offsetof(al__gguf_tensor, name), &dup, err)))
+        return rc;
+    if (dup) return al__err(err, AL_E_FORMAT, "%s: tensor '%s' appears twice", g->name, dup);
     return 0;
 }
 
