@@ -136,7 +136,7 @@ int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, 
                 al_error *err);
 /* J[n, n], J[i*n+j] = dp_i/dz_j. */
 int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err);
-/* Largest singular value of J: exact (secular equation, ~1e-15 relative) for softmax, sparsemax,
+/* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax, sparsemax,
  * entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms. */
 int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
                           al_error *err);
@@ -494,6 +494,13 @@ typedef struct al_diag_opts {
     int threads;
     const char *normalizer;  /* NULL = softmax */
 } al_diag_opts;
+
+/* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64
+ * (N < L), mean exact Jacobian spectral norm at T = 1; flags "collapsed" (mean max weight > 0.9
+ * or H / log n < 0.1), "vanishing" (H / log n > 0.95: near uniform), "sink" (mean weight on
+ * token 0 > 0.5). *json (malloc'ed) receives the report as JSON text; with out_dir,
+ * diagnose.json and diagnose.md are written there too. */
+int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
 
 #ifdef __cplusplus
 }

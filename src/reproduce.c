@@ -27,9 +27,9 @@
 
 /* Defined in src/sensitivity.c; declared here until the metrics section of attnlim.h has it
  * (the same signature, so both declarations agree). */
-int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm, const double *temps,
-                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                        double *fd_mean, double *spec_mean, al_error *err);
+int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
+                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
+                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
 
 /* ---- options and grids ---------------------------------------------------------------------- */
 
@@ -2268,5 +2268,270 @@ done:
     free(text);
     if (tk) al_tokenizer_free(tk);
     if (m) al_model_free(m);
+    return rc;
+}
+
+/* ---- al_diagnose: per-head health on one window
+ * ------------------------------------------------------ */
+
+#define DIAG_NS 4
+static const int diag_N[DIAG_NS] = {1, 4, 16, 64};
+
+typedef struct diag_ctx {
+    int L, n_head, n_threads, dx, nN;
+    int Ns[DIAG_NS];
+    const al_norm *nm; /* NULL: the model's weights */
+    al_norm soft;
+    double *max_w, *ent, *sink, *spec; /* [H] */
+    double *ns;                        /* [H, nN] */
+    scratch *sc;                       /* [n_threads] */
+} diag_ctx;
+
+static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_error *err) {
+    int64_t L = cap->T;
+    size_t LL = (size_t)L * L;
+    int h = cap->layer * c->n_head + cap->heads[i];
+    const float *z = cap->logits + (size_t)i * LL;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        for (int64_t u = 0; u < L; u++) sc->z[(size_t)t * L + u] = u < n ? z[(size_t)t * L + u] : 0;
+    }
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        double *wr = sc->w + (size_t)t * L;
+        if (c->nm) {
+            int rc = al_norm_forward(c->nm, sc->z + (size_t)t * L, n, wr, err);
+            if (rc) return rc;
+        } else {
+            to_double(cap->weights + (size_t)i * LL + (size_t)t * L, wr, (size_t)n);
+        }
+        for (int64_t u = n; u < L; u++) wr[u] = 0;
+    }
+    to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
+    double *rmax = sc->q, *rent = sc->k; /* [L] each (q, k scratch are >= L doubles) */
+    row_stats(sc->w, L, cap->causal, rmax, rent);
+    double sm = 0, se = 0, ss = 0;
+    int ce = 0;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        sm += rmax[t];
+        ss += sc->w[(size_t)t * L];
+        if (n >= 2) se += rent[t] / log((double)n), ce++;
+    }
+    c->max_w[h] = sm / L;
+    c->sink[h] = ss / L;
+    c->ent[h] = ce ? se / ce : NAN;
+    if (c->nN > 0) {
+        al_metrics_opts mo = {
+            .top_n = c->Ns, .n_top = c->nN, .separability = 1, .causal = cap->causal};
+        int rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        if (rc) return rc;
+        for (int k = 0; k < c->nN; k++) c->ns[(size_t)h * c->nN + k] = sc->st[k].ns_ratio;
+    }
+    double T1 = 1.0;
+    return al_head_sensitivity(sc->z, L, cap->causal, c->nm ? c->nm : &c->soft, &T1, 1, NULL, 0, 0,
+                               cap->layer, cap->heads[i], NULL, &c->spec[h], err);
+}
+
+static int diag_observe(void *user, const al_capture *cap, al_error *err) {
+    diag_ctx *c = user;
+    int failed = 0;
+    al_error first = {0};
+#pragma omp parallel num_threads(c->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        al_error e = {0};
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < cap->n_sel; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            if (diag_head(c, cap, i, &c->sc[tid], &e)) {
+#pragma omp critical(diag_err)
+                {
+                    if (!failed) first = e;
+                    failed = 1;
+                }
+            }
+        }
+    }
+    if (failed) {
+        if (err) *err = first;
+        return first.code ? (int)first.code : AL_E_INVALID;
+    }
+    return 0;
+}
+
+static int diag_report(const al_diag_opts *o, const al_model_info *mi, diag_ctx *c, int L,
+                       char **json, al_error *err) {
+    int H = mi->n_layer * mi->n_head;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "attnlim.diagnose/1");
+    cJSON *mo = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(mo, "name", mi->name);
+    cJSON_AddStringToObject(mo, "path", mi->path);
+    cJSON_AddStringToObject(mo, "sha256", mi->sha256);
+    cJSON_AddNumberToObject(mo, "n_layer", mi->n_layer);
+    cJSON_AddNumberToObject(mo, "n_head", mi->n_head);
+    cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
+    cJSON_AddNumberToObject(root, "window", o->window);
+    cJSON_AddNumberToObject(root, "L", L);
+    cJSON_AddStringToObject(root, "normalizer",
+                            o->normalizer ? o->normalizer : "softmax (the model's own weights)");
+    cJSON_AddItemToObject(root, "separability_N", jarr_i(c->Ns, (size_t)c->nN));
+    cJSON *th = cJSON_AddObjectToObject(root, "flag_rules");
+    cJSON_AddStringToObject(th, "collapsed", "mean max weight > 0.9 or mean H / log n < 0.1");
+    cJSON_AddStringToObject(th, "vanishing",
+                            "mean H / log n > 0.95 (near uniform: attention vanishes)");
+    cJSON_AddStringToObject(th, "sink", "mean weight on token 0 > 0.5");
+    cJSON *heads = cJSON_AddArrayToObject(root, "heads");
+    int n_coll = 0, n_van = 0, n_sink = 0;
+    for (int h = 0; h < H; h++) {
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddNumberToObject(it, "layer", h / mi->n_head);
+        cJSON_AddNumberToObject(it, "head", h % mi->n_head);
+        cJSON_AddItemToObject(it, "mean_max_weight", jnum(c->max_w[h]));
+        cJSON_AddItemToObject(it, "mean_entropy_over_log_n", jnum(c->ent[h]));
+        cJSON_AddItemToObject(it, "mean_weight_on_token0", jnum(c->sink[h]));
+        cJSON_AddItemToObject(it, "ns_ratio", jarr_d(c->ns + (size_t)h * c->nN, (size_t)c->nN));
+        cJSON_AddItemToObject(it, "jacobian_spectral_T1", jnum(c->spec[h]));
+        cJSON *fl = cJSON_AddArrayToObject(it, "flags");
+        if (c->max_w[h] > 0.9 || c->ent[h] < 0.1)
+            cJSON_AddItemToArray(fl, cJSON_CreateString("collapsed")), n_coll++;
+        if (c->ent[h] > 0.95) cJSON_AddItemToArray(fl, cJSON_CreateString("vanishing")), n_van++;
+        if (c->sink[h] > 0.5) cJSON_AddItemToArray(fl, cJSON_CreateString("sink")), n_sink++;
+        cJSON_AddItemToArray(heads, it);
+    }
+    cJSON *sm = cJSON_AddObjectToObject(root, "summary");
+    cJSON_AddNumberToObject(sm, "heads", H);
+    cJSON_AddNumberToObject(sm, "collapsed", n_coll);
+    cJSON_AddNumberToObject(sm, "vanishing", n_van);
+    cJSON_AddNumberToObject(sm, "sink", n_sink);
+    *json = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!*json) return al__err(err, AL_E_NOMEM, "out of memory printing the diagnosis");
+    if (!o->out_dir) return 0;
+    int rc = al__mkdirs(o->out_dir, err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/diagnose.json", o->out_dir);
+    if (!rc) rc = al__write_file_atomic(path, *json, strlen(*json), err);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/diagnose.md", o->out_dir);
+    al__afile f;
+    if ((rc = al__afile_open(&f, path, err))) return rc;
+    al__afile_printf(
+        &f, err,
+        "# Attention health: %s\n\nWindow %d of %s, L = %d, normalizer %s. %d heads: %d collapsed, "
+        "%d "
+        "vanishing, %d sinks.\n\nFlags: collapsed = mean max weight > 0.9 or mean H/log n < 0.1; "
+        "vanishing = mean H/log n > 0.95 (near uniform); sink = mean weight on token 0 > 0.5.\n\n"
+        "| layer | head | max weight | H / log n | weight on token 0 |",
+        mi->name, o->window, o->corpus ? o->corpus : "war-and-peace", L,
+        o->normalizer ? o->normalizer : "softmax", H, n_coll, n_van, n_sink);
+    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, " N_s/N (N=%d) |", c->Ns[k]);
+    al__afile_printf(&f, err, " Jacobian norm at T=1 | flags |\n|---|---|---|---|---|");
+    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, "---|");
+    al__afile_printf(&f, err, "---|---|\n");
+    for (int h = 0; h < H; h++) {
+        al__afile_printf(&f, err, "| %d | %d | %.4f | %.4f | %.4f |", h / mi->n_head,
+                         h % mi->n_head, c->max_w[h], c->ent[h], c->sink[h]);
+        for (int k = 0; k < c->nN; k++)
+            al__afile_printf(&f, err, " %.4f |", c->ns[(size_t)h * c->nN + k]);
+        al__afile_printf(&f, err, " %.4f | %s%s%s |\n", c->spec[h],
+                         (c->max_w[h] > 0.9 || c->ent[h] < 0.1) ? "collapsed " : "",
+                         c->ent[h] > 0.95 ? "vanishing " : "", c->sink[h] > 0.5 ? "sink" : "");
+    }
+    return al__afile_commit(&f, err);
+}
+
+int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
+    *json = NULL;
+    al_model *m = NULL;
+    al_tokenizer *tk = NULL;
+    char *text = NULL;
+    int32_t *tokens = NULL;
+    size_t n_tokens = 0, text_len = 0;
+    diag_ctx c;
+    memset(&c, 0, sizeof c);
+    al_norm nm;
+    int rc = al_model_open(o->model ? o->model : "gpt2", &m, err);
+    if (rc) goto done;
+    if ((rc = al_model_hash(m, err))) goto done;
+    const al_model_info *mi = al_model_get_info(m);
+    int L = o->length > 0 ? o->length : (mi->n_ctx < 1024 ? mi->n_ctx : 1024);
+    if (L < 2 || L > mi->n_ctx) {
+        rc = al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
+                     mi->n_ctx);
+        goto done;
+    }
+    if (o->normalizer) {
+        if ((rc = al_norm_parse(o->normalizer, &nm, err))) goto done;
+        c.nm = &nm;
+    }
+    if ((rc = al_model_tokenizer(m, &tk, err))) goto done;
+    if ((rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &text,
+                             &text_len, err)))
+        goto done;
+    if ((rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err))) goto done;
+    if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > n_tokens) {
+        rc = al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
+                     o->corpus ? o->corpus : "war-and-peace", n_tokens, o->window, L,
+                     (size_t)(o->window + 1) * L);
+        goto done;
+    }
+    int H = mi->n_layer * mi->n_head;
+    c.L = L;
+    c.n_head = mi->n_head;
+    c.dx = mi->d_head;
+    c.soft = al_norm_default(AL_NORM_SOFTMAX);
+    c.n_threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    for (int k = 0; k < DIAG_NS; k++)
+        if (diag_N[k] < L) c.Ns[c.nN++] = diag_N[k];
+    if (!(c.max_w = alloc_nan((size_t)H, err)) || !(c.ent = alloc_nan((size_t)H, err)) ||
+        !(c.sink = alloc_nan((size_t)H, err)) || !(c.spec = alloc_nan((size_t)H, err)) ||
+        !(c.ns = alloc_nan((size_t)H * DIAG_NS, err))) {
+        rc = AL_E_NOMEM;
+        goto done;
+    }
+    if (!(c.sc = al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err))) {
+        rc = AL_E_NOMEM;
+        goto done;
+    }
+    size_t LL = (size_t)L * L, dq = (size_t)L * (mi->d_head > 1 ? mi->d_head : 1);
+    for (int t = 0; t < c.n_threads; t++) {
+        scratch *s = &c.sc[t];
+        if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
+            !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
+            !(s->x = al__malloc(dq * sizeof(double), "head vectors", err)) ||
+            !(s->q = al__malloc(dq * sizeof(double), "row max", err)) ||
+            !(s->k = al__malloc(dq * sizeof(double), "row entropy", err)) ||
+            !(s->st = al__malloc((DIAG_NS + 1) * sizeof(al_topn_stats), "stats", err))) {
+            rc = AL_E_NOMEM;
+            goto done;
+        }
+    }
+    al_capture_request req = {.what =
+                                  AL_CAP_LOGITS | AL_CAP_V | (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                              .fn = diag_observe,
+                              .user = &c};
+    if ((rc = al_model_forward(m, tokens + (size_t)o->window * L, L, &req, NULL, NULL, err)))
+        goto done;
+    rc = diag_report(o, mi, &c, L, json, err);
+done:
+    free_scratch(c.sc, c.n_threads);
+    free(c.max_w);
+    free(c.ent);
+    free(c.sink);
+    free(c.spec);
+    free(c.ns);
+    free(tokens);
+    free(text);
+    if (tk) al_tokenizer_free(tk);
+    if (m) al_model_free(m);
+    if (rc && *json) {
+        free(*json);
+        *json = NULL;
+    }
     return rc;
 }

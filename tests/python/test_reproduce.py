@@ -314,3 +314,38 @@ def test_bad_input(work, tmp_path):
     r = run("reproduce", "--normalizer", "bogus", "--model", work["model"], "--out", str(tmp_path / "o"), check=False)
     assert r.returncode != 0 and "bogus" in r.stderr
     assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_diagnose(work, tmp_path):
+    out = str(tmp_path / "diag")
+    r = run("diagnose", "--model", work["model"], "--length", "64", "--window", "1", "--out", out, "--json")
+    d = json.loads(r.stdout)
+    assert json.load(open(os.path.join(out, "diagnose.json"))) == d
+    md = open(os.path.join(out, "diagnose.md")).read()
+    assert md.count("\n| ") == 1 + 12  # header + one row per head
+    cap = str(tmp_path / "cap")
+    ref.capture(BIN, work["model"], "war-and-peace", 1, 64, cap, what="weights,logits,v,q,k")
+    Ns = d["separability_N"]
+    assert Ns == [1, 4, 16]
+    for item in d["heads"]:
+        l, h = item["layer"], item["head"]
+        w, z, v = (ref.load_layer(cap, l, s)[h] for s in ("weights", "logits", "v"))
+        mx, ent, _ = ref.head_vanishing(w, ref.load_layer(cap, l, "q")[h], ref.load_layer(cap, l, "k")[h])
+        n = np.arange(1, 65)
+        close(item["mean_max_weight"], mx.mean(), "diagnose max weight")
+        close(item["mean_entropy_over_log_n"], (ent[1:] / np.log(n[1:])).mean(), "diagnose entropy")
+        close(item["mean_weight_on_token0"], w[:, 0].mean(), "diagnose sink")
+        sep = ref.head_separability(w, v, Ns)
+        close(item["ns_ratio"], [sep[N][0] for N in Ns], "diagnose N_s/N")
+        close(item["jacobian_spectral_T1"], ref.head_spectral(np.where(np.isfinite(z), z, 0.0), [1.0])[0],
+              "diagnose spectral")
+        want = set()
+        if item["mean_max_weight"] > 0.9 or item["mean_entropy_over_log_n"] < 0.1:
+            want.add("collapsed")
+        if item["mean_entropy_over_log_n"] > 0.95:
+            want.add("vanishing")
+        if item["mean_weight_on_token0"] > 0.5:
+            want.add("sink")
+        assert set(item["flags"]) == want
+    r = run("diagnose", "--model", work["model"], "--length", "4096", check=False)
+    assert r.returncode != 0 and "4096" in r.stderr
