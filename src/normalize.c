@@ -336,6 +336,11 @@ static void entmax_fwd(const double *z, int64_t n, double zmax, double c, double
         else
             hi = tau;
         double next = fp > 0 ? tau + f / fp : 0.5 * (lo + hi);
+        /* a Newton step at rounding level: tau is converged (its error is about the step) */
+        if (fp > 0 && fabs(f / fp) <= 4 * DBL_EPSILON * fabs(tau)) {
+            if (next > lo && next < hi) tau = next;
+            break;
+        }
         if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
         if (fabs(next - tau) <= 2 * DBL_EPSILON * fabs(tau) ||
             hi - lo <= 2 * DBL_EPSILON * fabs(tau)) {
