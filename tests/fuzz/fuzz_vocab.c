@@ -13,14 +13,25 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static char g_dir[256]; /* created once per process (harness state), removed at exit */
+
+static void cleanup(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/encoder.json", g_dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/vocab.bpe", g_dir);
+    unlink(p);
+    rmdir(g_dir);
+}
+
 static const char *workdir(void) {
-    static char dir[256]; /* created once per process (harness state) */
-    if (!dir[0]) {
+    if (!g_dir[0]) {
         const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        snprintf(dir, sizeof dir, "%s/al_fuzz_vocab_XXXXXX", base);
-        if (!mkdtemp(dir)) abort();
+        snprintf(g_dir, sizeof g_dir, "%s/al_fuzz_vocab_XXXXXX", base);
+        if (!mkdtemp(g_dir)) abort();
+        atexit(cleanup);
     }
-    return dir;
+    return g_dir;
 }
 
 static void put(const char *path, const void *p, size_t n) {
