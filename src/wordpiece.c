@@ -1178,6 +1178,12 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
     return 0;
 }
 
+/* The number of tokens (ids 0..n-1). Declared here until src/tokenizer.h declares it. */
+int al__wordpiece_vocab_size(const al__wordpiece *w);
+int al__wordpiece_vocab_size(const al__wordpiece *w) {
+    return w ? w->n_vocab : 0;
+}
+
 /* Tokens joined by spaces; "##" pieces glued to the previous token. */
 int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text,
                          size_t *len, al_error *err) {
