@@ -293,7 +293,7 @@ static int fig4(const al__summary *s, al_error *err) {
                               .style = AL__S_DASHED,
                               .color = -1};
     se[nE + 2] = (al__series){
-        .label = "supremum 1/(2T)", .n = nT, .x = s->T, .y = sb, .style = AL__S_DASHED, .color = 7};
+        .label = "supremum 1/(2T)", .n = nT, .x = s->T, .y = sb, .style = AL__S_DASHED, .color = 5};
     char sub[200];
     snprintf(sub, sizeof sub,
              "L = %d; g = max over heads of the per-head mean over rows; %d measured values above "
