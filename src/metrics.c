@@ -22,6 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a*b + c in one rounding where the machine has FMA (ISO C mode does not contract). */
+#ifdef __FMA__
+#define FMA(a, b, c) fma(a, b, c)
+#else
+#define FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* ---- per-call state -------------------------------------------------------------------- */
 
 typedef struct grid {
@@ -208,145 +215,110 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
 
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
 
-/* Selected indices are added in batches (those between two N of the grid), four Gram rows
- * per pass, so that c, D, cu, md are loaded and stored once per four rows. */
-typedef struct batch4 {
-    const double *g[4]; /* Gram rows G[j, 0..n-1] of the selected j */
-    double a[4];        /* alpha_j */
-    double gjj[4];      /* |x_j|^2 (-inf for an unused slot) */
-    double ainv[4];     /* alpha_j / |x_j| */
-    double inv[4];      /* 1 / |x_j| */
-    double un[4];       /* |u_j|^2 (+inf for an unused slot) */
-} batch4;
+/* Selected indices are added in batches (those between two N of the grid), up to eight Gram
+ * rows per pass, so that c, D, cu, md are loaded and stored once per pass. */
+typedef struct batch {
+    const double *g[8]; /* Gram rows G[j, 0..n-1] of the selected j */
+    double a[8];        /* alpha_j */
+    double gjj[8];      /* |x_j|^2 */
+    double inv[8];      /* 1 / |x_j| (0 for a zero vector) */
+    double un[8];       /* |u_j|^2 */
+} batch;
 
-static void update_dist4(double *restrict c, double *restrict D, const double *restrict gd,
-                         const batch4 *b, int64_t n) {
-    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
-                           *restrict g3 = b->g[3];
-    double a0 = b->a[0], a1 = b->a[1], a2 = b->a[2], a3 = b->a[3];
-    double h0 = b->gjj[0], h1 = b->gjj[1], h2 = b->gjj[2], h3 = b->gjj[3];
+/* One pass over B rows (B a constant at every call, so the row loop unrolls and the i loop
+ * vectorises), with e_q = g_q / |x_q| shared by both halves:
+ * dist: c += sum_q a_q g_q, D = max(D, |x_i|^2 + max_q (gjj_q - 2 g_q));
+ * sep: cu += sum_q a_q e_q, md = min(md, un_i + min_q (un_q - 2 inv_i e_q)). */
+static inline __attribute__((always_inline)) void
+update_rows(double *restrict c, double *restrict D, double *restrict cu, double *restrict md,
+            const double *restrict gd, const double *restrict inv, const double *restrict un,
+            const batch *b, int B, int dist, int sep, int64_t n) {
+    const double *g[8];
+    double a[8], gjj[8], iq[8], uq[8];
+    for (int q = 0; q < B; q++) {
+        g[q] = b->g[q];
+        a[q] = b->a[q];
+        gjj[q] = b->gjj[q];
+        iq[q] = b->inv[q];
+        uq[q] = b->un[q];
+    }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
-        c[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
-        double m0 = h0 - 2.0 * v0, m1 = h1 - 2.0 * v1, m2 = h2 - 2.0 * v2, m3 = h3 - 2.0 * v3;
-        m0 = m0 > m1 ? m0 : m1;
-        m2 = m2 > m3 ? m2 : m3;
-        m0 = m0 > m2 ? m0 : m2;
-        double dd = gd[i] + m0;
-        D[i] = D[i] > dd ? D[i] : dd;
+        double m2w = -2.0 * inv[i];
+        double v = g[0][i], e = iq[0] * v;
+        double sc = a[0] * v, mx = FMA(-2.0, v, gjj[0]);
+        double su = a[0] * e, mn = FMA(m2w, e, uq[0]);
+#pragma GCC unroll 8
+        for (int q = 1; q < B; q++) {
+            v = g[q][i];
+            if (dist) {
+                sc = FMA(a[q], v, sc);
+                double h = FMA(-2.0, v, gjj[q]);
+                mx = mx > h ? mx : h;
+            }
+            if (sep) {
+                e = iq[q] * v;
+                su = FMA(a[q], e, su);
+                double h = FMA(m2w, e, uq[q]);
+                mn = mn < h ? mn : h;
+            }
+        }
+        if (dist) {
+            c[i] += sc;
+            double dd = gd[i] + mx;
+            D[i] = D[i] > dd ? D[i] : dd;
+        }
+        if (sep) {
+            cu[i] += su;
+            double dd = un[i] + mn;
+            md[i] = md[i] < dd ? md[i] : dd;
+        }
     }
 }
 
-static void update_sep4(double *restrict cu, double *restrict md, const double *restrict inv,
-                        const double *restrict un, const batch4 *b, int64_t n) {
-    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
-                           *restrict g3 = b->g[3];
-    double a0 = b->ainv[0], a1 = b->ainv[1], a2 = b->ainv[2], a3 = b->ainv[3];
-    double i0 = -2.0 * b->inv[0], i1 = -2.0 * b->inv[1], i2 = -2.0 * b->inv[2],
-           i3 = -2.0 * b->inv[3];
-    double u0 = b->un[0], u1 = b->un[1], u2 = b->un[2], u3 = b->un[3];
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
-        cu[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
-        double w = inv[i];
-        double m0 = u0 + i0 * w * v0, m1 = u1 + i1 * w * v1, m2 = u2 + i2 * w * v2,
-               m3 = u3 + i3 * w * v3;
-        m0 = m0 < m1 ? m0 : m1;
-        m2 = m2 < m3 ? m2 : m3;
-        m0 = m0 < m2 ? m0 : m2;
-        double dd = un[i] + m0;
-        md[i] = md[i] < dd ? md[i] : dd;
+#define AL_UPDATE_VARIANTS(B)                                                                      \
+    static void update_both##B(double *c, double *D, double *cu, double *md, const double *gd,     \
+                               const double *inv, const double *un, const batch *b, int64_t n) {   \
+        update_rows(c, D, cu, md, gd, inv, un, b, B, 1, 1, n);                                     \
+    }                                                                                              \
+    static void update_dist##B(double *c, double *D, double *cu, double *md, const double *gd,     \
+                               const double *inv, const double *un, const batch *b, int64_t n) {   \
+        update_rows(c, D, cu, md, gd, inv, un, b, B, 1, 0, n);                                     \
+    }                                                                                              \
+    static void update_sep##B(double *c, double *D, double *cu, double *md, const double *gd,      \
+                              const double *inv, const double *un, const batch *b, int64_t n) {    \
+        update_rows(c, D, cu, md, gd, inv, un, b, B, 0, 1, n);                                     \
     }
-}
+AL_UPDATE_VARIANTS(1)
+AL_UPDATE_VARIANTS(2)
+AL_UPDATE_VARIANTS(4)
+AL_UPDATE_VARIANTS(8)
+#undef AL_UPDATE_VARIANTS
 
-/* Both updates in one pass over the four Gram rows. */
-static void update_both4(double *restrict c, double *restrict D, double *restrict cu,
-                         double *restrict md, const double *restrict gd, const double *restrict inv,
-                         const double *restrict un, const batch4 *b, int64_t n) {
-    const double *restrict g0 = b->g[0], *restrict g1 = b->g[1], *restrict g2 = b->g[2],
-                           *restrict g3 = b->g[3];
-    double a0 = b->a[0], a1 = b->a[1], a2 = b->a[2], a3 = b->a[3];
-    double h0 = b->gjj[0], h1 = b->gjj[1], h2 = b->gjj[2], h3 = b->gjj[3];
-    double e0 = b->ainv[0], e1 = b->ainv[1], e2 = b->ainv[2], e3 = b->ainv[3];
-    double i0 = -2.0 * b->inv[0], i1 = -2.0 * b->inv[1], i2 = -2.0 * b->inv[2],
-           i3 = -2.0 * b->inv[3];
-    double u0 = b->un[0], u1 = b->un[1], u2 = b->un[2], u3 = b->un[3];
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        double v0 = g0[i], v1 = g1[i], v2 = g2[i], v3 = g3[i];
-        c[i] += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
-        cu[i] += e0 * v0 + e1 * v1 + e2 * v2 + e3 * v3;
-        double m0 = h0 - 2.0 * v0, m1 = h1 - 2.0 * v1, m2 = h2 - 2.0 * v2, m3 = h3 - 2.0 * v3;
-        m0 = m0 > m1 ? m0 : m1;
-        m2 = m2 > m3 ? m2 : m3;
-        m0 = m0 > m2 ? m0 : m2;
-        double dd = gd[i] + m0;
-        D[i] = D[i] > dd ? D[i] : dd;
-        double w = inv[i];
-        double q0 = u0 + i0 * w * v0, q1 = u1 + i1 * w * v1, q2 = u2 + i2 * w * v2,
-               q3 = u3 + i3 * w * v3;
-        q0 = q0 < q1 ? q0 : q1;
-        q2 = q2 < q3 ? q2 : q3;
-        q0 = q0 < q2 ? q0 : q2;
-        double de = un[i] + q0;
-        md[i] = md[i] < de ? md[i] : de;
-    }
-}
-
-static void update_dist1(double *restrict c, double *restrict D, const double *restrict grow,
-                         const double *restrict gd, double a, double gjj, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        double g = grow[i];
-        c[i] += a * g;
-        double dd = gd[i] + gjj - 2.0 * g;
-        D[i] = D[i] > dd ? D[i] : dd;
-    }
-}
-
-static void update_sep1(double *restrict cu, double *restrict md, const double *restrict grow,
-                        const double *restrict inv, const double *restrict un, double ainv,
-                        double invj, double unj, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        double g = grow[i];
-        cu[i] += ainv * g;
-        double dd = un[i] + unj - 2.0 * inv[i] * invj * g;
-        md[i] = md[i] < dd ? md[i] : dd;
-    }
-}
+typedef void (*update_fn)(double *, double *, double *, double *, const double *, const double *,
+                          const double *, const batch *, int64_t);
 
 /* Adds the selected sel[k0..k1-1] to the running state. */
 static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
                       rowws *w, int64_t k0, int64_t k1) {
-    int64_t k = k0;
-    for (; k + 4 <= k1; k += 4) {
-        batch4 b;
-        for (int q = 0; q < 4; q++) {
+    static const update_fn both[4] = {update_both1, update_both2, update_both4, update_both8};
+    static const update_fn dist[4] = {update_dist1, update_dist2, update_dist4, update_dist8};
+    static const update_fn sep[4] = {update_sep1, update_sep2, update_sep4, update_sep8};
+    const update_fn *tab = o->distance && o->separability ? both : o->distance ? dist : sep;
+    for (int64_t k = k0; k < k1;) {
+        int64_t left = k1 - k;
+        int lg = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0, B = 1 << lg;
+        batch b;
+        for (int q = 0; q < B; q++) {
             int64_t j = w->sel[k + q];
             b.g[q] = rc->G + j * rc->ldg;
             b.a[q] = a[j];
             b.gjj[q] = rc->gd[j];
             b.inv[q] = rc->inv[j];
-            b.ainv[q] = a[j] * rc->inv[j];
             b.un[q] = rc->un[j];
         }
-        if (o->distance && o->separability)
-            update_both4(w->c, w->D, w->cu, w->md, rc->gd, rc->inv, rc->un, &b, n);
-        else if (o->distance)
-            update_dist4(w->c, w->D, rc->gd, &b, n);
-        else
-            update_sep4(w->cu, w->md, rc->inv, rc->un, &b, n);
-    }
-    for (; k < k1; k++) {
-        int64_t j = w->sel[k];
-        const double *grow = rc->G + j * rc->ldg;
-        if (o->distance) update_dist1(w->c, w->D, grow, rc->gd, a[j], rc->gd[j], n);
-        if (o->separability)
-            update_sep1(w->cu, w->md, grow, rc->inv, rc->un, a[j] * rc->inv[j], rc->inv[j],
-                        rc->un[j], n);
+        tab[lg](w->c, w->D, w->cu, w->md, rc->gd, rc->inv, rc->un, &b, n);
+        k += B;
     }
 }
 
@@ -363,20 +335,20 @@ static inline double exp_neg(double x) {
     memcpy(&xc, &xb, sizeof xc);
     double t = xc * 1.4426950408889634 + 0x1.8p52;
     double kf = t - 0x1.8p52;
-    double r = (xc - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
+    double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, xc));
     double p = 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    p = FMA(p, r, 1.0 / 39916800.0);
+    p = FMA(p, r, 1.0 / 3628800.0);
+    p = FMA(p, r, 1.0 / 362880.0);
+    p = FMA(p, r, 1.0 / 40320.0);
+    p = FMA(p, r, 1.0 / 5040.0);
+    p = FMA(p, r, 1.0 / 720.0);
+    p = FMA(p, r, 1.0 / 120.0);
+    p = FMA(p, r, 1.0 / 24.0);
+    p = FMA(p, r, 1.0 / 6.0);
+    p = FMA(p, r, 0.5);
+    p = FMA(p, r, 1.0);
+    p = FMA(p, r, 1.0);
     uint64_t tb, sb;
     memcpy(&tb, &t, sizeof tb);
     sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
@@ -499,13 +471,13 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
 #pragma omp simd reduction(+ : dt, b, es) reduction(max : d1)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i], p = ai * ai * gd[i];
-                double t2 = p - 2.0 * ai * c[i] + ss;
+                double t2 = FMA(-2.0 * ai, c[i], p + ss);
                 t2 = t2 > 0 ? t2 : 0;
-                dt += ns[i] * sqrt(t2);
-                b += ns[i] * ai;
+                dt = FMA(ns[i], sqrt(t2), dt);
+                b = FMA(ns[i], ai, b);
                 double dd = ns[i] * D[i];
                 d1 = d1 > dd ? d1 : dd;
-                double e2 = f2 * p - fc2 * ai * xs[i] + cc2SS;
+                double e2 = FMA(f2, p, FMA(-fc2 * ai, xs[i], cc2SS));
                 es += sqrt(e2 > 0 ? e2 : 0);
             }
             r.dtilde = dt;
@@ -520,8 +492,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
 #pragma omp simd reduction(min : r2)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i];
-                double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
-                v = ns[i] * v + (1.0 - ns[i]) * 1e300; /* selected: out of the min */
+                double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
+                v = FMA(ns[i], v, (1.0 - ns[i]) * 1e300); /* selected: out of the min */
                 r2 = r2 < v ? r2 : v;
             }
             if (!(r2 > 4.0 * 2.220446049250313e-16 * (fabs(ssu) + amax2))) {
@@ -535,7 +507,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 for (int64_t q = 0; q < N; q++) {
                     int64_t i = w->sel[q];
                     double ai = a[i];
-                    double v = ssu - 2.0 * ai * inv[i] * cu[i] + ai * ai * un[i];
+                    double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
                     cnt += (v > 0 ? v : 0) < r2;
                     ex[q] = ai;
                 }

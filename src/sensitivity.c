@@ -15,6 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a*b + c in one rounding where the machine has FMA (ISO C mode does not contract). */
+#ifdef __FMA__
+#define FMA(a, b, c) fma(a, b, c)
+#else
+#define FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* exp(x) for x <= 0 (not NaN) to ~1 ulp (0 below -708), vectorisable: x = k ln2 + r, |r| <= ln2/2,
  * a degree-12 Taylor polynomial for e^r and 2^k built from the bits. */
 static inline double exp_neg(double x) {
@@ -28,20 +35,20 @@ static inline double exp_neg(double x) {
     memcpy(&xc, &xb, sizeof xc);
     double t = xc * 1.4426950408889634 + 0x1.8p52;
     double kf = t - 0x1.8p52;
-    double r = (xc - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
+    double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, xc));
     double p = 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    p = FMA(p, r, 1.0 / 39916800.0);
+    p = FMA(p, r, 1.0 / 3628800.0);
+    p = FMA(p, r, 1.0 / 362880.0);
+    p = FMA(p, r, 1.0 / 40320.0);
+    p = FMA(p, r, 1.0 / 5040.0);
+    p = FMA(p, r, 1.0 / 720.0);
+    p = FMA(p, r, 1.0 / 120.0);
+    p = FMA(p, r, 1.0 / 24.0);
+    p = FMA(p, r, 1.0 / 6.0);
+    p = FMA(p, r, 0.5);
+    p = FMA(p, r, 1.0);
+    p = FMA(p, r, 1.0);
     uint64_t tb, sb;
     memcpy(&tb, &t, sizeof tb);
     sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
