@@ -316,8 +316,8 @@ static void sparse_fwd(const double *z, int64_t n, double zmax, double c, int q,
  * tau in [-1, -n^(1-alpha)] by bisection with Newton steps, then p / sum(p). */
 static void entmax_fwd(const double *z, int64_t n, double zmax, double c, double alpha, double *p) {
     double am1 = alpha - 1, beta = 1.0 / am1;
-    for (int64_t i = 0; i < n; i++) p[i] = am1 * c * zdiff(z[i], zmax);
-    double lo = -1.0, hi = -pow((double)n, -am1); /* f(lo) >= 0 >= f(hi) */
+    for (int64_t i = 0; i < n; i++) p[i] = am1 * (c * zdiff(z[i], zmax)); /* 0 at the max */
+    double lo = -1.0, hi = -pow((double)n, -am1);                         /* f(lo) >= 0 >= f(hi) */
     double tau = 0.5 * (lo + hi);
     for (int it = 0; it < 400; it++) {
         double f = -1.0, fp = 0;

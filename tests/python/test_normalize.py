@@ -423,3 +423,14 @@ def test_cli_demo_runs_fast():
     for row in out["temperature_sweep"]:
         assert row["spectral_norm"] <= row["bound_sup"] * (1 + 1e-12)
         assert abs(row["spectral_norm_two_equal"] - 0.5 / row["T"]) <= 1e-12 * 0.5 / row["T"]
+
+
+def test_entmax_limits(lib):
+    """alpha-entmax: alpha = 2 is sparsemax, alpha -> 1 tends to softmax, alpha = 1.5 is entmax15."""
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        z = rng.normal(size=int(rng.integers(1, 50))) * 2
+        np.testing.assert_allclose(forward(lib, "entmax", z, alpha=2.0), ref_forward("sparsemax", z), atol=1e-12)
+        np.testing.assert_allclose(forward(lib, "entmax", z, alpha=1.5), forward(lib, "entmax15", z), atol=1e-12)
+        np.testing.assert_allclose(forward(lib, "entmax", z, alpha=1 + 1e-7), scipy.special.softmax(z),
+                                   atol=1e-5)
