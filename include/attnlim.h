@@ -123,6 +123,8 @@ al_norm al_norm_default(al_norm_kind kind);
 int al_norm_parse(const char *name, al_norm *out, al_error *err);
 const char *al_norm_name(al_norm_kind kind);
 int al_norm_sums_to_one(const al_norm *nm); /* 0 for the sa-softmax forms */
+/* sa-softmax-norm: when max(0, x_max) == min(x_min, 0) (all z = 0) the factor is 0/0 and is
+ * taken as 0 (output and Jacobian 0); its derivative follows the first index of a tied min/max. */
 /* Checks temperature, alpha and s (an error names the bad field). */
 int al_norm_check(const al_norm *nm, al_error *err);
 
