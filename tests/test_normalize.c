@@ -307,6 +307,14 @@ static void test_finite_differences(void **state) {
                     assert_true(fabs(Jv - jv[i]) <= 1e-12 * (1 + scale) / T);
                     assert_true(fabs(Ju - ju[i]) <= 1e-12 * (1 + fabs(ju[i])) / T);
                 }
+                /* the VJP by finite differences: u . (dp along v) = (J^T u) . v */
+                double ufd = 0, vju = 0, su = 0;
+                for (int i = 0; i < n; i++) {
+                    ufd += u[i] * (pp[i] - pm[i]) / (2 * h);
+                    vju += ju[i] * v[i];
+                    su += fabs(u[i]) * (1 + scale);
+                }
+                assert_true(fabs(ufd - vju) <= 1e-6 * (1 + su) / T);
                 checked++;
             }
     assert_true(checked > 10 * skipped);
