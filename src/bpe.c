@@ -51,9 +51,10 @@ size_t al__utf8_valid_len(const unsigned char *s, size_t n);
 
 /* White_Space (Unicode), spelled out: PCRE2's \s under UCP also matches U+180E, which Rust's
  * regex (tiktoken) and Oniguruma (HF tokenizers) do not treat as a space. */
-#define WS                                                                                         \
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{"   \
-    "202F}\\x{205F}\\x{3000}"
+/* clang-format off */
+#define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}" \
+           "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* clang-format on */
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static const char PAT_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS
