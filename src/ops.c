@@ -116,10 +116,10 @@ static inline float vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t ti, pi;
+    uint32_t ti, pi; /* unsigned: the shift of a negative n is well defined (mod 2^32) */
     memcpy(&ti, &t, 4);
     memcpy(&pi, &p, 4);
-    pi += (ti - 0x4B400000) << 23; /* 0x4B400000 = bits of the shift: ti - it = n */
+    pi += (ti - 0x4B400000u) << 23; /* 0x4B400000 = bits of the shift: ti - it = n */
     memcpy(&p, &pi, 4);
     return p;
 }
