@@ -98,9 +98,11 @@ int main(int argc, char **argv) {
         printf("head metrics  L=%d d=%d causal, %d N values, %-22s: %.4f s/head wall, %.4f s "
                "CPU (best of %d)\n",
                L, d, nN, cfg[c].name, best, best_cpu, reps);
+        if (c == 0)
+            printf("  check: N=%d dtilde=%.6g dmax=%.6g E=%.6g ns=%.4f [%.4f, %.4f]\n", out[4].N,
+                   out[4].dtilde, out[4].dmax, out[4].E, out[4].ns_ratio, out[4].ns_lower,
+                   out[4].ns_upper);
     }
-    printf("  check: N=%d dtilde=%.6g dmax=%.6g E=%.6g ns=%.4f [%.4f, %.4f]\n", out[4].N,
-           out[4].dtilde, out[4].dmax, out[4].E, out[4].ns_ratio, out[4].ns_lower, out[4].ns_upper);
 
     /* Algorithm 5: 25 T log-spaced over [1e-3, 1e1], eps in {1e-3, 1e-1, 10} */
     double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];

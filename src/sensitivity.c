@@ -36,19 +36,15 @@ static inline double exp_neg(double x) {
     double t = xc * 1.4426950408889634 + 0x1.8p52;
     double kf = t - 0x1.8p52;
     double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, xc));
-    double p = 1.0 / 479001600.0;
-    p = FMA(p, r, 1.0 / 39916800.0);
-    p = FMA(p, r, 1.0 / 3628800.0);
-    p = FMA(p, r, 1.0 / 362880.0);
-    p = FMA(p, r, 1.0 / 40320.0);
-    p = FMA(p, r, 1.0 / 5040.0);
-    p = FMA(p, r, 1.0 / 720.0);
-    p = FMA(p, r, 1.0 / 120.0);
-    p = FMA(p, r, 1.0 / 24.0);
-    p = FMA(p, r, 1.0 / 6.0);
-    p = FMA(p, r, 0.5);
-    p = FMA(p, r, 1.0);
-    p = FMA(p, r, 1.0);
+    /* Estrin's scheme: a shallow dependency chain (the Horner chain is latency-bound) */
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double p01 = FMA(r, 1.0, 1.0), p23 = FMA(r, 1.0 / 6.0, 0.5);
+    double p45 = FMA(r, 1.0 / 120.0, 1.0 / 24.0), p67 = FMA(r, 1.0 / 5040.0, 1.0 / 720.0);
+    double p89 = FMA(r, 1.0 / 362880.0, 1.0 / 40320.0);
+    double p1011 = FMA(r, 1.0 / 39916800.0, 1.0 / 3628800.0);
+    double q0 = FMA(p23, r2, p01), q1 = FMA(p67, r2, p45), q2 = FMA(p1011, r2, p89);
+    double s0 = FMA(q1, r4, q0), s1 = FMA(1.0 / 479001600.0, r4, q2);
+    double p = FMA(s1, r8, s0);
     uint64_t tb, sb;
     memcpy(&tb, &t, sizeof tb);
     sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
@@ -58,44 +54,40 @@ static inline double exp_neg(double x) {
     return p * scale;
 }
 
-/* p[n] = softmax((z + eps v) / T) (v may be NULL: eps ignored). */
-__attribute__((noinline)) static void softmax_t(const double *restrict z, const double *restrict v,
-                                                double eps, double T, int64_t n,
-                                                double *restrict p) {
-    double mx = -INFINITY;
-    if (v) {
-#pragma omp simd reduction(max : mx)
-        for (int64_t i = 0; i < n; i++) {
-            double q = z[i] + eps * v[i];
-            mx = mx > q ? mx : q;
-        }
-    } else {
-#pragma omp simd reduction(max : mx)
-        for (int64_t i = 0; i < n; i++) mx = mx > z[i] ? mx : z[i];
-    }
+/* e[n] = exp((z - mx) / T), returns sum e (mx = max z: every exponent <= 0). */
+static double exp_shifted(const double *restrict z, double mx, double T, int64_t n,
+                          double *restrict e) {
     double invT = 1.0 / T, s = 0;
-    if (v) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) p[i] = exp_neg(((z[i] + eps * v[i]) - mx) * invT);
-    } else {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) p[i] = exp_neg((z[i] - mx) * invT);
-    }
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += p[i];
-    double is = 1.0 / s;
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) p[i] *= is;
+    for (int64_t i = 0; i < n; i++) {
+        double q = exp_neg((z[i] - mx) * invT);
+        e[i] = q;
+        s += q;
+    }
+    return s;
 }
 
-static double dist2(const double *restrict a, const double *restrict b, int64_t n) {
+static double max_of(const double *z, int64_t n) {
+    double mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = mx > z[i] ? mx : z[i];
+    return mx;
+}
+
+/* || a / sa - b / sb ||^2 */
+static double dist2_scaled(const double *restrict a, double ia, const double *restrict b, double ib,
+                           int64_t n) {
     double s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++) {
-        double e = a[i] - b[i];
-        s += e * e;
+        double e = FMA(a[i], ia, -b[i] * ib);
+        s = FMA(e, e, s);
     }
     return s;
+}
+
+static double dist2(const double *restrict a, const double *restrict b, int64_t n) {
+    return dist2_scaled(a, 1.0, b, 1.0, n);
 }
 
 int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
@@ -108,9 +100,17 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
     al__rng r;
     al__rng_seed(&r, h);
     double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        v[i] = al__rng_normal(&r);
+    for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, both normals of each pair */
+        double u1, u2 = al__rng_uniform(&r);
+        do u1 = al__rng_uniform(&r);
+        while (u1 <= 0);
+        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        v[i] = rad * cos(th);
         s += v[i] * v[i];
+        if (i + 1 < n) {
+            v[i + 1] = rad * sin(th);
+            s += v[i + 1] * v[i + 1];
+        }
     }
     if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
         for (int64_t i = 0; i < n; i++) v[i] = i == 0;
@@ -147,15 +147,19 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
     if (rc) return rc;
     int fast = nm->kind == AL_NORM_SOFTMAX;
 
-    double *buf = al__malloc((size_t)L * 4 * sizeof(double), "sensitivity scratch", err);
+    size_t per = (size_t)L * (size_t)(3 + 2 * n_eps); /* v, p0, p1, zp[n_eps], mx slots */
+    double *buf = al__malloc(per * sizeof(double), "sensitivity scratch", err);
     double *acc = al__calloc((size_t)n_t * (size_t)(n_eps + 1), sizeof(double), "sensitivity sums",
                              err); /* [n_t, n_eps + 1]: fd..., spectral */
-    if (!buf || !acc) {
+    double *mxe = al__malloc((size_t)(n_eps > 0 ? n_eps : 1) * sizeof(double), "sensitivity", err);
+    if (!buf || !acc || !mxe) {
         free(buf);
         free(acc);
+        free(mxe);
         return AL_E_NOMEM;
     }
-    double *v = buf, *zp = buf + L, *p0 = buf + 2 * L, *p1 = buf + 3 * L; /* [L] each */
+    double *v = buf, *p0 = buf + L, *p1 = buf + 2 * L; /* [L] each */
+    double *zp = buf + 3 * (size_t)L;                  /* [n_eps, L]: z + eps v */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
     for (int64_t t = t0; t < L; t++) {
@@ -164,45 +168,48 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
         const double *zt = z + t * L; /* [n] */
         for (int64_t j = 0; j < n; j++)
             if (!isfinite(zt[j])) {
-                free(buf);
-                free(acc);
-                return al__err(err, AL_E_RANGE,
-                               "sensitivity: logits: non-finite value %g at row %lld, column %lld",
-                               zt[j], (long long)t, (long long)j);
+                rc = al__err(err, AL_E_RANGE,
+                             "sensitivity: logits: non-finite value %g at row %lld, column %lld",
+                             zt[j], (long long)t, (long long)j);
+                goto fail;
             }
         al_sensitivity_direction(seed, layer, head, t, n, v);
+        double mx0 = max_of(zt, n);
+        for (int e = 0; e < n_eps; e++) {
+            double *ze = zp + (size_t)e * (size_t)L;
+            for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps[e], v[j], zt[j]);
+            mxe[e] = max_of(ze, n);
+        }
         for (int a = 0; a < n_t; a++) {
             double T = temps[a], spec;
             double *row = acc + (size_t)a * (size_t)(n_eps + 1);
             if (fast) {
-                softmax_t(zt, NULL, 0, T, n, p0);
-                spec = al_norm_rank1_spectral(p0, n) / T;
-            } else {
-                al_norm nmT = base;
-                nmT.temperature = T;
-                rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec, err);
-                if (rc) goto fail_row;
+                /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
+                double s0 = exp_shifted(zt, mx0, T, n, p0);
+                spec = al_norm_rank1_spectral(p0, n) / (s0 * T);
+                row[n_eps] += spec;
+                for (int e = 0; e < n_eps; e++) {
+                    double s1 = exp_shifted(zp + (size_t)e * (size_t)L, mxe[e], T, n, p1);
+                    row[e] += sqrt(dist2_scaled(p1, 1.0 / s1, p0, 1.0 / s0, n)) / eps[e];
+                }
+                continue;
             }
+            al_norm nmT = base;
+            nmT.temperature = T;
+            rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec, err);
+            if (rc) goto fail_row;
             row[n_eps] += spec;
             for (int e = 0; e < n_eps; e++) {
-                if (fast) {
-                    softmax_t(zt, v, eps[e], T, n, p1);
-                } else {
-                    al_norm nmT = base;
-                    nmT.temperature = T;
-                    for (int64_t j = 0; j < n; j++) zp[j] = zt[j] + eps[e] * v[j];
-                    rc = al_norm_forward(&nmT, zp, n, p1, err);
-                    if (rc) goto fail_row;
-                }
+                rc = al_norm_forward(&nmT, zp + (size_t)e * (size_t)L, n, p1, err);
+                if (rc) goto fail_row;
                 row[e] += sqrt(dist2(p1, p0, n)) / eps[e];
             }
         }
         rows++;
         continue;
     fail_row:
-        free(buf);
-        free(acc);
-        return al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
+        rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
+        goto fail;
     }
     double r = rows > 0 ? (double)rows : NAN;
     for (int a = 0; a < n_t; a++) {
@@ -212,5 +219,11 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
     }
     free(buf);
     free(acc);
+    free(mxe);
     return 0;
+fail:
+    free(buf);
+    free(acc);
+    free(mxe);
+    return rc;
 }
