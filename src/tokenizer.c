@@ -118,6 +118,37 @@ static int line_of(const char *buf, const char *at) {
     return line;
 }
 
+/* Line of the k-th member (0-based) of the top-level JSON object, by a scan of the raw text
+ * (cJSON keeps no positions). */
+static int member_line(const char *buf, size_t len, int k) {
+    int depth = 0, line = 1, idx = -1, expect_key = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (c == '\n') line++;
+        if (c == '"') {
+            if (depth == 1 && expect_key) {
+                if (++idx == k) return line;
+                expect_key = 0;
+            }
+            for (i++; i < len && buf[i] != '"'; i++) {
+                if (buf[i] == '\\')
+                    i++;
+                else if (buf[i] == '\n')
+                    line++;
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+            if (depth == 1 && c == '{') expect_key = 1;
+        } else if (c == '}' || c == ']')
+            depth--;
+        else if (c == ',' && depth == 1)
+            expect_key = 1;
+    }
+    return line;
+}
+
 /* encoder.json -> tokens[V] (strings owned by the cJSON tree *root). */
 static int read_encoder(const char *path, cJSON **root, const char ***tokens_out, int *n_out,
                         al_error *err) {
@@ -162,25 +193,29 @@ static int read_encoder(const char *path, cJSON **root, const char ***tokens_out
         cJSON_Delete(j);
         return AL_E_NOMEM;
     }
-    for (cJSON *e = j->child; e; e = e->next) {
+    int k = 0;
+    for (cJSON *e = j->child; e; e = e->next, k++) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
         const char *key = e->string ? e->string : "";
-        if (!cJSON_IsNumber(e) || v != (double)(long long)v || v < 0 || v >= n) {
+        if (!cJSON_IsNumber(e) || !(v >= 0 && v < n) || v != (double)(int)v) {
             rc = al__err(err, AL_E_FORMAT,
-                         "%s: token '%.100s' has id %s (expected an integer in 0..%d: the ids of "
-                         "%d tokens must be exactly 0..%d)",
-                         path, key, cJSON_IsNumber(e) ? "out of range" : "that is not a number",
-                         n - 1, n, n - 1);
+                         "%s line %d: token '%.100s' has an id %s (expected an integer in 0..%d: "
+                         "the ids of %d tokens must be exactly 0..%d)",
+                         path, member_line(buf, len, k), key,
+                         cJSON_IsNumber(e) ? "out of range" : "that is not a number", n - 1, n,
+                         n - 1);
             break;
         }
         int id = (int)v;
         if (tokens[id]) {
-            rc = al__err(err, AL_E_FORMAT, "%s: id %d is given to both '%.100s' and '%.100s'", path,
-                         id, tokens[id], key);
+            rc = al__err(err, AL_E_FORMAT,
+                         "%s line %d: id %d is given to both '%.100s' and '%.100s'", path,
+                         member_line(buf, len, k), id, tokens[id], key);
             break;
         }
         if (!*key) {
-            rc = al__err(err, AL_E_FORMAT, "%s: id %d has an empty token string", path, id);
+            rc = al__err(err, AL_E_FORMAT, "%s line %d: id %d has an empty token string", path,
+                         member_line(buf, len, k), id);
             break;
         }
         tokens[id] = key;

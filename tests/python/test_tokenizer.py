@@ -504,6 +504,8 @@ def test_bad_vocab_files(tmp_path):
     j["hello"] = 99999999
     d = vocab_dir(tmp_path, "range", json.dumps(j).encode(), bpe)
     fails(run("--vocab", str(d), "-", stdin=b"x"), "encoder.json", "hello")
+    d = vocab_dir(tmp_path, "range2", b'{"a": 0,\n"b": 1e300,\n"c": 1}', bpe)
+    fails(run("--vocab", str(d), "-", stdin=b"x"), "encoder.json line 2", "'b'", "out of range")
     j = json.loads(enc)
     j["Ġthe"] = 0
     j["!"] = 1
