@@ -211,7 +211,13 @@ static int check_names(const al__safetensors *st, const al__gpt2_cfg *c, const c
     int unknown = 0;
     const char *first = NULL;
     for (int i = 0; i < al__st_count(st); i++) {
-        const char *nm = hf_short(al__st_at(st, i)->name);
+        const char *full = al__st_at(st, i)->name, *nm = hf_short(full);
+        char prefixed[300];
+        snprintf(prefixed, sizeof prefixed, "transformer.%s", full);
+        if (nm == full && al__st_find(st, prefixed))
+            return al__err(err, AL_E_FORMAT,
+                           "%s: tensor %s is there both with and without the transformer. prefix",
+                           path, full);
         if (al__gpt2_spec_find(c, nm) >= 0 || al__gpt2_is_buffer(nm)) continue;
         if (!unknown) first = al__st_at(st, i)->name;
         unknown++;
@@ -267,7 +273,11 @@ int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err) {
         char full[96];
         snprintf(full, sizeof full, "%s%s", prefix, s.name);
         const al__st_tensor *t = ts[i] = al__st_find(st, full);
-        if (!t) t = ts[i] = al__st_find(st, *prefix ? s.name : "");
+        if (!t) { /* the other naming style (a file may mix them) */
+            char other[96];
+            snprintf(other, sizeof other, "%s%s", *prefix ? "" : "transformer.", s.name);
+            t = ts[i] = al__st_find(st, other);
+        }
         if (!t) {
             rc = al__err(err, AL_E_FORMAT,
                          "%s: tensor %s is missing (config: n_layer=%d, n_embd=%d)", path, full,

@@ -281,6 +281,19 @@ def test_lm_head_tied_and_bare_file(tmp_path):
     m = Model(d / "model.safetensors")  # the file itself, config.json beside it
     assert np.array_equal(m.tensor("transformer.wte.weight"), p["wte.weight"])
     m.close()
+    # both naming styles mixed in one file
+    mixed = [(("transformer." if i % 2 else "") + k, v, "F32") for i, (k, v) in enumerate(p.items())]
+    d2 = tmp_path / "mixed"
+    d2.mkdir()
+    write_safetensors(d2 / "model.safetensors", mixed)
+    (d2 / "config.json").write_text(json.dumps(config(L, H, C, T, V)))
+    m = Model(d2)
+    for k, v in p.items():
+        assert np.array_equal(m.tensor(k), v), k
+    m.close()
+    # the same tensor under both names is ambiguous
+    write_safetensors(d2 / "model.safetensors", mixed + [("transformer.wte.weight", p["wte.weight"], "F32")])
+    expect_fail(d2, "wte.weight", "both with and without")
 
 
 def test_sharded(tmp_path):
