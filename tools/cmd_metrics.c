@@ -32,7 +32,8 @@ static void usage(void) {
         "                 \"E\", \"E_mc\", \"E_mc_se\", \"ns_ratio\", \"ns_lower\", "
         "\"ns_upper\"}],\n"
         "                 \"max_weight\", \"entropy\", ...}; 2-D: means over the rows with n > N\n"
-        "                 (max_weight, entropy: over every row). null = not defined.\n\n"
+        "                 (max_weight, entropy: over every row; normalized_entropy H / log n:\n"
+        "                 over the rows with n >= 2). null = not defined.\n\n"
         "dtilde, dmax and the separability bounds are reconstructions [reading] of formulas\n"
         "the paper does not print (docs/METHOD.md). dmax is a bound only for non-negative\n"
         "weights (\"dmax_is_bound\").\n");
@@ -233,10 +234,16 @@ int cmd_metrics(int argc, char **argv) {
         status = cli_fail("metrics", &err);
         goto done;
     }
-    double mean_max = 0, mean_ent = 0;
+    double mean_max = 0, mean_ent = 0, mean_hn = 0; /* H / log n over the rows with n >= 2 */
+    int64_t n_hn = 0;
     for (int64_t t = 0; t < rows; t++) {
         mean_max += rmax[t] / (double)rows;
         mean_ent += rent[t] / (double)rows;
+        int64_t nt = mo.causal ? t + 1 : n;
+        if (nt >= 2) {
+            mean_hn += rent[t] / log((double)nt);
+            n_hn++;
+        }
     }
     if (o.json) {
         obj = cJSON_CreateObject();
@@ -246,6 +253,8 @@ int cmd_metrics(int argc, char **argv) {
         cJSON_AddBoolToObject(obj, "dmax_is_bound", nonneg);
         cJSON_AddItemToObject(obj, "max_weight", cli_json_num(mean_max));
         cJSON_AddItemToObject(obj, "entropy", cli_json_num(mean_ent));
+        cJSON_AddItemToObject(obj, "normalized_entropy",
+                              cli_json_num(n_hn ? mean_hn / (double)n_hn : NAN));
         cJSON_AddItemToObject(obj, "results", results_json(st, o.n_top, o.mc > 0));
     } else {
         printf("# %s: %lld row(s) of %lld keys, d = %lld%s; max_weight %.6g, entropy %.6g "
@@ -270,6 +279,8 @@ int cmd_metrics(int argc, char **argv) {
                 cJSON_AddNumberToObject(e, "n", (double)nt);
                 cJSON_AddItemToObject(e, "max_weight", cli_json_num(rmax[t]));
                 cJSON_AddItemToObject(e, "entropy", cli_json_num(rent[t]));
+                cJSON_AddItemToObject(e, "normalized_entropy",
+                                      cli_json_num(nt >= 2 ? rent[t] / log((double)nt) : NAN));
                 cJSON_AddItemToObject(e, "results", results_json(st, o.n_top, o.mc > 0));
                 cJSON_AddItemToArray(rarr, e);
             } else {

@@ -361,6 +361,7 @@ def test_cli_head_json(tmp_path):
     assert close(j["max_weight"], np.mean([w[t, :t + 1].max() for t in rows]))
     ent = [-np.sum(w[t, :t + 1] * np.log(w[t, :t + 1])) for t in rows]
     assert close(j["entropy"], np.mean(ent))
+    assert close(j["normalized_entropy"], np.mean([ent[t] / np.log(t + 1) for t in range(1, L)]))
     p = run_cli("--weights", str(tmp_path / "w.npy"), "--vectors", str(tmp_path / "x.npy"),
                 "--top-n", "2", "--causal", "--per-row", "--json")
     assert p.returncode == 0, p.stderr
