@@ -768,7 +768,10 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
         *out = fabs(J);
         return 0;
     }
-    int mcap = n < 160 ? (int)n : 160;
+    /* basis of at most 160 vectors and ~32 MB (restarts make up for a short basis) */
+    int64_t mlim = (int64_t)4000000 / n;
+    int mcap = (int)(n < 160 ? n : 160);
+    if (mcap > 20 && mcap > mlim) mcap = mlim > 20 ? (int)mlim : 20;
     size_t nn = (size_t)n;
     size_t need = nn * (size_t)(mcap + 3) + (size_t)mcap * (size_t)mcap + 8 * (size_t)mcap + 8;
     double *mem = al__malloc(need * sizeof(double), "Lanczos basis", err);
