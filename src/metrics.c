@@ -71,13 +71,18 @@ typedef struct rowctx {
     int64_t d;
     const double *G; /* Gram rows: G[j * ldg + i] = x_j . x_i */
     int64_t ldg;
-    const double *gd;  /* [n] |x_i|^2 */
-    const double *inv; /* [n] 1/|x_i| (0 for a zero vector) */
-    const double *un;  /* [n] 1 if x_i != 0 else 0 (|u_i|^2) */
-    const double *xs;  /* [n] x_i . S for this row (distance only) */
-    double SS;         /* |S|^2 for this row */
-    int64_t row;       /* row index (Monte-Carlo seeding) */
+    const double *const *grow; /* or, when not NULL: grow[j] = the Gram row of x_j (selected j) */
+    const double *gd;          /* [n] |x_i|^2 */
+    const double *inv;         /* [n] 1/|x_i| (0 for a zero vector) */
+    const double *un;          /* [n] 1 if x_i != 0 else 0 (|u_i|^2) */
+    const double *xs;          /* [n] x_i . S for this row (distance only) */
+    double SS;                 /* |S|^2 for this row */
+    int64_t row;               /* row index (Monte-Carlo seeding) */
 } rowctx;
+
+static inline const double *gram_row(const rowctx *rc, int64_t j) {
+    return rc->grow ? rc->grow[j] : rc->G + j * rc->ldg;
+}
 
 static void free_rowws(rowws *w) {
     free(w->c);
@@ -311,7 +316,7 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
         batch b;
         for (int q = 0; q < B; q++) {
             int64_t j = w->sel[k + q];
-            b.g[q] = rc->G + j * rc->ldg;
+            b.g[q] = gram_row(rc, j);
             b.a[q] = a[j];
             b.gjj[q] = rc->gd[j];
             b.inv[q] = rc->inv[j];
@@ -437,7 +442,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         if (o->separability) /* pairs inside the batch (their Gram rows are in cache now) */
             for (int64_t q = k + 1; q < N; q++) {
                 int64_t j = w->sel[q];
-                const double *gj = rc->G + j * rc->ldg;
+                const double *gj = gram_row(rc, j);
                 for (int64_t p = k; p < q; p++) {
                     int64_t i = w->sel[p];
                     double dd = rc->un[i] + rc->un[j] - 2.0 * rc->inv[i] * rc->inv[j] * gj[i];
@@ -635,16 +640,24 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
                            (long long)i);
     if ((rc = check_x(x, n, d, err))) return rc;
 
+    /* Only the Gram rows of the selected keys are needed: Gs[k, :] = x_{sel[k]} . X^T for the
+     * K = min(max N, n - 1) largest weights (memory K n instead of n^2). */
     grid g;
     if ((rc = build_grid(&g, o, err))) return rc;
+    int64_t K = g.n_max < n - 1 ? g.n_max : n - 1;
+    if (K < 1) K = 1;
     rowws w;
     accum *acc = al__calloc((size_t)(o->n_top > 0 ? o->n_top : 1), sizeof(accum), "metrics", err);
-    double *G = al__malloc((size_t)n * (size_t)n * sizeof(double), "metrics Gram matrix", err);
+    double *Gs = al__malloc((size_t)K * (size_t)n * sizeof(double), "metrics Gram rows", err);
+    double *Xs = al__malloc((size_t)K * (size_t)d * sizeof(double), "metrics vectors", err);
+    const double **grow = al__calloc((size_t)n, sizeof(double *), "metrics Gram rows", err);
     double *vec = al__malloc((size_t)n * 4 * sizeof(double), "metrics norms", err); /* [4, n] */
     double *S = al__malloc((size_t)d * sizeof(double), "metrics output", err);      /* [d] */
-    if (!acc || !G || !vec || !S || build_rowws(&w, n, d, err)) {
+    if (!acc || !Gs || !Xs || !grow || !vec || !S || build_rowws(&w, n, d, err)) {
         free(acc);
-        free(G);
+        free(Gs);
+        free(Xs);
+        free(grow);
         free(vec);
         free(S);
         free_grid(&g);
@@ -652,9 +665,16 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
     }
     double *gd = vec, *inv = vec + n, *un = vec + 2 * n, *xs = vec + 3 * n;
     vector_norms(x, n, d, gd, inv, un);
-    blas_single();
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)d, 1.0, x, (int)d, x,
-                (int)d, 0.0, G, (int)n);
+    if (n >= 2) {
+        top_k(alpha, n, K, w.sel, w.kv); /* the same selection row_pass makes */
+        for (int64_t k = 0; k < K; k++) {
+            memcpy(Xs + k * d, x + w.sel[k] * d, (size_t)d * sizeof(double));
+            grow[w.sel[k]] = Gs + k * n;
+        }
+        blas_single();
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)K, (int)n, (int)d, 1.0, Xs,
+                    (int)d, x, (int)d, 0.0, Gs, (int)n);
+    }
     for (int64_t k = 0; k < d; k++) S[k] = 0;
     for (int64_t j = 0; j < n; j++)
         for (int64_t k = 0; k < d; k++) S[k] += alpha[j] * x[j * d + k];
@@ -665,21 +685,15 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
         for (int64_t k = 0; k < d; k++) s += x[i * d + k] * S[k];
         xs[i] = s;
     }
-    rowctx ctx = {.x = x,
-                  .d = d,
-                  .G = G,
-                  .ldg = n,
-                  .gd = gd,
-                  .inv = inv,
-                  .un = un,
-                  .xs = xs,
-                  .SS = SS,
-                  .row = 0};
+    rowctx ctx = {
+        .x = x, .d = d, .grow = grow, .gd = gd, .inv = inv, .un = un, .xs = xs, .SS = SS, .row = 0};
     row_pass(alpha, n, &ctx, o, &g, &w, acc);
     finish(o, acc, out);
     free_rowws(&w);
     free(acc);
-    free(G);
+    free(Gs);
+    free(Xs);
+    free(grow);
     free(vec);
     free(S);
     free_grid(&g);
