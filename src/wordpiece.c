@@ -11,9 +11,10 @@
  *      pieces, continuation pieces prefixed "##"; a word with an unmatched rest -> [UNK];
  *   7. [CLS] ... [SEP] around.
  * Invalid UTF-8 bytes become U+FFFD and are dropped by step 1 (as decoding with
- * errors="replace" before HF tokenizers does). Limits (documented): NFD's canonical
- * reordering is not applied to the few spacing marks that have a combining class (they keep
- * their order); special-token strings such as "[SEP]" inside the text are tokenized as text.
+ * errors="replace" before HF tokenizers does). The special tokens [PAD] [UNK] [CLS] [SEP]
+ * [MASK] written in the text are recognised as such (as HF does with BERT's added tokens),
+ * before any normalisation. Limit: NFD's canonical reordering is not applied to the few
+ * spacing marks that have a combining class (they keep their order).
  * The Unicode tables below are generated from Python's unicodedata (see tests/python/bert_ref.py);
  * vocab.txt: one token per line, id = line number from 0, a trailing "\r" is ignored, and a
  * token repeated later takes the later id (as BertTokenizer's load_vocab). */
@@ -1132,6 +1133,18 @@ static int push_char(const al__wordpiece *w, wp_word *wd, wp_ids *ids, uint32_t 
     return 0;
 }
 
+/* The id of the special token ([PAD] [UNK] [CLS] [SEP] [MASK], when in the vocabulary) that
+ * text[0..len) starts with, or -1. Matched case-sensitively in the raw text, anywhere (HF's
+ * added tokens of BERT: not normalised, not single-word). */
+static int match_special(const al__wordpiece *w, const char *text, size_t len) {
+    static const char *const names[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (int i = 0; i < 5; i++) {
+        size_t n = strlen(names[i]);
+        if (len >= n && memcmp(text, names[i], n) == 0) return vocab_find(w, names[i], n);
+    }
+    return -1;
+}
+
 int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, int32_t **out,
                          size_t *n, al_error *err) {
     *out = NULL;
@@ -1144,6 +1157,12 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
     const unsigned char *s = (const unsigned char *)text;
     size_t pos = 0;
     while (rc == 0 && pos < len) {
+        int special = s[pos] == '[' ? match_special(w, text + pos, len - pos) : -1;
+        if (special >= 0) { /* a special token written in the text, as HF's added tokens */
+            if ((rc = flush_word(w, wd, &ids, err)) == 0) rc = ids_push(&ids, special, err);
+            pos += w->tok_len[special];
+            continue;
+        }
         uint32_t cp;
         pos += utf8_decode(s + pos, len - pos, &cp);
         uint32_t cls = char_class(cp);

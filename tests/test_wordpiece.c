@@ -81,6 +81,8 @@ static void test_word_pieces(void **state) {
     EXPECT(w, "x$x", 2, 15, 1, 15, 3);        /* ASCII symbol '$' is punctuation for BERT */
     EXPECT(w, "«x»", 2, 26, 15, 1, 3);        /* Unicode Pi/Pf are punctuation */
     EXPECT(w, "¿x", 2, 27, 15, 3);
+    EXPECT(w, "x[SEP]x [CLS]", 2, 15, 3, 15, 2, 3); /* special tokens in the raw text */
+    EXPECT(w, "[MASK]", 2, 1, 1, 1, 3); /* not in this vocabulary: "[", "mask", "]" unknown */
     al__wordpiece_free(w);
 }
 
