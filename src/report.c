@@ -323,45 +323,55 @@ static int fig4(const al__summary *s, al_error *err) {
 static int fig_vanishing(const al__summary *s, al_error *err) {
     int n = s->vL;
     if (n <= 0) return 0;
-    double *inv = al__malloc(sizeof(double) * (size_t)n, "figure", err);
+    /* causal: row t sees n = t + 1 keys, the x axis is n. Bidirectional: every row sees n = L
+     * keys; the x axis is then the row position t + 1 (n is constant). */
+    double *inv = al__malloc(sizeof(double) * (size_t)n * 2, "figure", err);
     if (!inv) return AL_E_NOMEM;
-    for (int t = 0; t < n; t++) inv[t] = 1.0 / s->v_n[t];
+    double *xs = inv + n;
+    for (int t = 0; t < n; t++) {
+        inv[t] = 1.0 / s->v_n[t];
+        xs[t] = s->causal ? s->v_n[t] : t + 1;
+    }
+    const char *xl = s->causal ? "n (keys seen by the row)"
+                               : "row position t + 1 (bidirectional: every row sees n = L keys)";
     al__series se[4] = {
         {.label = "max weight (median, IQR over heads)",
          .n = n,
-         .x = s->v_n,
+         .x = xs,
          .y = s->v_max_med,
          .lo = s->v_max_q1,
          .hi = s->v_max_q3,
          .style = AL__S_LINE,
          .color = 0},
-        {.label = "uniform 1/n", .n = n, .x = s->v_n, .y = inv, .style = AL__S_DASHED, .color = -1},
+        {.label = "uniform 1/n", .n = n, .x = xs, .y = inv, .style = AL__S_DASHED, .color = -1},
         {.label = "Corollary 1: e^(2D)/n (median D)",
          .n = n,
-         .x = s->v_n,
+         .x = xs,
          .y = s->v_band_hi,
          .style = AL__S_DASHED,
          .color = 3},
         {.label = "Corollary 1: e^(-2D)/n (median D)",
          .n = n,
-         .x = s->v_n,
+         .x = xs,
          .y = s->v_band_lo,
          .style = AL__S_DASHED,
          .color = 2},
     };
     char sub[200];
     if (s->band_applies)
-        snprintf(
-            sub, sizeof sub,
-            "L = %d, one row per n%s; max weight inside the band for %.4g%% of (head, row) pairs",
-            s->long_L, s->causal ? " (causal: n = t + 1)" : "", 100 * s->v_inside);
+        snprintf(sub, sizeof sub,
+                 "L = %d, %s; max weight inside the band for %.4g%% of (head, row) pairs",
+                 s->long_L,
+                 s->causal ? "one row per n (causal: n = t + 1)" : "every row sees n = L keys",
+                 100 * s->v_inside);
     else
         snprintf(sub, sizeof sub,
                  "L = %d; weights from %s: Corollary 1's band is about softmax and is not drawn",
                  s->long_L, s->normalizer);
-    al__plot p = {.title = "Vanishing attention: max weight against n",
+    al__plot p = {.title = s->causal ? "Vanishing attention: max weight against n"
+                                     : "Vanishing attention: max weight per row",
                   .subtitle = sub,
-                  .xlabel = "n (keys seen by the row)",
+                  .xlabel = xl,
                   .ylabel = "max attention weight",
                   .xlog = 1,
                   .ylog = 1,
@@ -396,15 +406,16 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
     if (!rc) {
         al__series e = {.label = "H / log n (median, IQR over heads)",
                         .n = n,
-                        .x = s->v_n,
+                        .x = xs,
                         .y = s->v_ent_med,
                         .lo = s->v_ent_q1,
                         .hi = s->v_ent_q3,
                         .style = AL__S_LINE,
                         .color = 0};
-        al__plot q = {.title = "Vanishing attention: normalised entropy against n",
+        al__plot q = {.title = s->causal ? "Vanishing attention: normalised entropy against n"
+                                         : "Vanishing attention: normalised entropy per row",
                       .subtitle = "1 = uniform over the n keys",
-                      .xlabel = "n (keys seen by the row)",
+                      .xlabel = xl,
                       .ylabel = "entropy / log n",
                       .xlog = 1,
                       .xmin = NAN,

@@ -194,42 +194,77 @@ def load_layer(dir_, layer, what):
     return np.load(os.path.join(dir_, f"layer{layer}.{what}.npy")).astype(np.float64)
 
 
-# ---- speed: python reproduce_ref.py bench CAPTURE_DIR L HEADS --------------------------------------
+# ---- speed: python reproduce_ref.py bench BIN MODEL OUTDIR [rows] ----------------------------------
 
-def bench(cap_dir, heads, Ns_dist, Ns_sep, Ts):
-    """Times the reference on `heads` heads of layer 0 of one capture; returns seconds per head
-    for (distance grid, separability grid, spectral over T, vanishing)."""
-    w = load_layer(cap_dir, 0, "weights")
-    z = load_layer(cap_dir, 0, "logits")
-    v = load_layer(cap_dir, 0, "v")
-    q = load_layer(cap_dir, 0, "q")
-    k = load_layer(cap_dir, 0, "k")
-    times = np.zeros(4)
-    for h in range(heads):
-        t0 = time.perf_counter()
-        head_distance(w[h], v[h], Ns_dist)
-        t1 = time.perf_counter()
-        head_separability(w[h], v[h], Ns_sep)
-        t2 = time.perf_counter()
-        zz = np.where(np.isfinite(z[h]), z[h], 0)
-        head_spectral(zz, Ts)
-        t3 = time.perf_counter()
-        head_vanishing(w[h], q[h], k[h])
-        t4 = time.perf_counter()
-        times += [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
-    return times / heads
+def crit_grid():
+    return list(range(1, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4)) + list(range(72, 129, 8)) + \
+        list(range(144, 257, 16))
+
+
+def bench_estimate(bin_path, model, work, sample_rows=8, heads_total=None):
+    """Estimates the time of the reference over every algorithm of the default grids (one
+    window per L) from timings of `sample_rows` evenly spaced rows of head 0 of layer 0 at
+    each L, scaled to all rows and all heads (the per-row cost depends on n and N, not on the
+    head). Returns a dict of seconds."""
+    Ls, longL = [32, 64, 128, 256, 512, 1024], 1024
+    N2, N4 = [1, 5, 10, 20, 100], [1, 2, 4, 8, 16, 32, 64, 128]
+    Ts = list(np.logspace(-3, 1, 25))
+    eps = [1e-3, 1e-1, 10.0]
+    est = {"distance": 0.0, "separability": 0.0, "sensitivity": 0.0, "vanishing": 0.0}
+    for L in Ls:
+        cap = os.path.join(work, f"cap{L}")
+        subprocess.run([bin_path, "capture", "--model", model, "--corpus", "war-and-peace", "--length", str(L),
+                        "--layers", "0", "--heads", "0", "--what", "weights,logits,v,q,k", "--out", cap],
+                       check=True, stdout=subprocess.DEVNULL)
+        man = json.load(open(os.path.join(cap, "manifest.json")))
+        w, z, v = (load_layer(cap, 0, s)[0] for s in ("weights", "logits", "v"))
+        q, k = load_layer(cap, 0, "q")[0], load_layer(cap, 0, "k")[0]
+        Nd = sorted({n for n in crit_grid() if n < L} | {5} | ({n for n in N2 if n < L} if L == longL else set()))
+        rows = np.unique(np.linspace(0, L - 1, sample_rows).astype(int))
+        scale = L / len(rows)
+        for t in rows:
+            n = t + 1
+            t0 = time.perf_counter()
+            for N in Nd:
+                if n > N:
+                    distance_row(w[t, :n], v[:n], N)
+            est["distance"] += (time.perf_counter() - t0) * scale
+            if L != longL:
+                continue
+            t0 = time.perf_counter()
+            for N in N4:
+                if n > N:
+                    separability_row(w[t, :n], v[:n], N)
+            est["separability"] += (time.perf_counter() - t0) * scale
+            t0 = time.perf_counter()
+            if n >= 2:
+                rng = np.random.default_rng(t)
+                d = rng.standard_normal(n)
+                d /= np.linalg.norm(d)
+                for T in Ts:
+                    a = softmax(z[t, :n] / T)
+                    J = (np.diag(a) - np.outer(a, a)) / T
+                    np.linalg.eigvalsh(J)[-1]      # symmetric: eigvalsh, cheaper than an SVD
+                    for e in eps:
+                        np.linalg.norm(softmax((z[t, :n] + e * d) / T) - a) / e
+            est["sensitivity"] += (time.perf_counter() - t0) * scale
+            t0 = time.perf_counter()
+            a = w[t, :n]
+            a.max(), -(a[a > 0] * np.log(a[a > 0])).sum()
+            np.linalg.norm(q[t]) * np.linalg.norm(k[:n], axis=1).max()
+            est["vanishing"] += (time.perf_counter() - t0) * scale
+    H = heads_total if heads_total else 1
+    out = {key: val * H for key, val in est.items()}
+    out["total"] = sum(out.values())
+    out["heads"] = H
+    out["sample_rows_per_L"] = sample_rows
+    return out
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "bench":
-        cap, heads = sys.argv[2], int(sys.argv[3])
-        which = sys.argv[4] if len(sys.argv) > 4 else "all"
-        dist = [int(a) for a in os.environ.get("REF_DIST_N", "1,5,10,20,100").split(",")]
-        sep = [int(a) for a in os.environ.get("REF_SEP_N", "1,2,4,8,16,32,64,128").split(",")]
-        Ts = [float(a) for a in os.environ.get("REF_T", "0.001,0.01,0.1,1,10").split(",")]
-        t = bench(cap, heads, dist, sep, Ts)
-        print(json.dumps({"heads": heads, "dist_N": dist, "sep_N": sep, "T": Ts,
-                          "seconds_per_head": {"distance": t[0], "separability": t[1],
-                                               "spectral": t[2], "vanishing": t[3]}}))
+    if len(sys.argv) >= 5 and sys.argv[1] == "bench":
+        rows = int(sys.argv[5]) if len(sys.argv) > 5 else 8
+        heads = int(sys.argv[6]) if len(sys.argv) > 6 else 144
+        print(json.dumps(bench_estimate(sys.argv[2], sys.argv[3], sys.argv[4], rows, heads)))
     else:
         print(__doc__)
