@@ -434,3 +434,47 @@ def test_entmax_limits(lib):
         np.testing.assert_allclose(forward(lib, "entmax", z, alpha=1.5), forward(lib, "entmax15", z), atol=1e-12)
         np.testing.assert_allclose(forward(lib, "entmax", z, alpha=1 + 1e-7), scipy.special.softmax(z),
                                    atol=1e-5)
+
+
+def _lambda_max_decimal(g):
+    """lambda_max of diag(g) - g g^T / sum(g) by bisection on the secular equation
+    sum_i g_i / (g_i - lambda) = 0 in 80-digit decimal arithmetic (stdlib), with equal entries
+    grouped; the repeated-largest and single-entry cases are the closed forms."""
+    import decimal
+    from collections import Counter
+    ctx = decimal.Context(prec=80)
+    cnt = Counter(float(x) for x in g if x > 0)
+    vals = sorted(cnt, reverse=True)
+    if not vals or (len(vals) == 1 and cnt[vals[0]] == 1):
+        return 0.0
+    if cnt[vals[0]] >= 2:
+        return vals[0]
+    terms = [(decimal.Decimal(v), cnt[v]) for v in vals]
+    lo, hi = terms[1][0], terms[0][0]
+    for _ in range(250):  # geometric bisection: relative width (hi/lo)^(2^-250), far below 1e-17
+        mid = ctx.sqrt(ctx.multiply(lo, hi))
+        F = sum((ctx.divide(ctx.multiply(v, c), ctx.subtract(v, mid)) for v, c in terms), decimal.Decimal(0))
+        if F > 0:
+            hi = mid
+        else:
+            lo = mid
+    return float(ctx.sqrt(ctx.multiply(lo, hi)))
+
+
+def test_rank1_spectral_vs_high_precision(lib):
+    """The secular-equation solver on adversarial vectors (near-ties at the top, entries spanning
+    300 decades, a dominant entry with many tiny ones) against an 80-digit reference."""
+    lib.al_norm_rank1_spectral.restype = ctypes.c_double
+    rng = np.random.default_rng(9)
+    cases = [[1, 1 - 1e-15, 1 - 2e-15, 0.3], [1, 1e-300, 1e-300], [0.5, 0.49999999999] + [1e-20] * 50,
+             [1.0] + [1e-12] * 1000, list(np.exp(-rng.uniform(0, 700, size=60))),
+             [0.7, 0.7 * (1 + 2 ** -52), 0.1], [0.25, 0.25, 0.5], [0.0, 0.0, 0.3], [2.0, 1.0]]
+    for _ in range(25):
+        z = rng.normal(size=int(rng.integers(2, 40))) * float(rng.choice([0.01, 1, 10, 100]))
+        p = scipy.special.softmax(z)
+        cases += [list(p), list(np.sqrt(p))]
+    for g in cases:
+        g = np.ascontiguousarray(g, dtype=np.float64)
+        got = lib.al_norm_rank1_spectral(g.ctypes.data_as(_D), ctypes.c_int64(len(g)))
+        ref = _lambda_max_decimal(g)
+        assert abs(got - ref) <= 1e-13 * ref + (0 if ref > 0 else 1e-300), (list(g[:4]), got, ref)
