@@ -5,15 +5,17 @@
  *   G  = X X^T            [L, L]  one GEMM; every row shares it (row t reads G[:n, :n]);
  *   S  = W X              [L, d]  attention outputs (triangular multiply when causal);
  *   XS = S X^T            [L, L]  XS[t, i] = x_i . S_t  (for the analytic E).
- * Then per row: the top K = min(max N, n - 1) weights are selected once (a heap; ties to the
- * lower index), and N walks 1, 2, ..., K adding one selected index j at a time:
+ * Then per row: the top K = min(max N, n - 1) weights are selected once (quickselect and a
+ * sort; ties to the lower index), and N walks up the grid adding the selected indices j
+ * between two grid points as one batch (up to 8 Gram rows per pass over i):
  *   c_i   += alpha_j G[j, i]                  c_i = x_i . s
  *   D_i    = max(D_i, |x_i|^2 + |x_j|^2 - 2 G[j, i])       max_{j in I} |x_i - x_j|^2
  *   cu_i  += (alpha_j / |x_j|) G[j, i]         u_i . s_u = cu_i / |x_i|
- *   md_i   = min(md_i, |u_i - u_j|^2)          min distance to the selected unit vectors
- * which is O(n) per step; at each N of the grid every metric is an O(n) masked sum:
- *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0).
- * So a row costs O(n K) instead of O(n d) per N and per subset.
+ * and delta^2 (minimum pairwise distance of the selected unit vectors) by a running minimum
+ * over the new pairs. At each N of the grid every metric is an O(n) masked reduction:
+ *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0),
+ * |s|^2 = sum_{j in I} alpha_j c_j. So a row costs O(n K) for the whole grid instead of
+ * O(n N d) per N. Zero vectors have u = 0 (|u|^2 = 0) in the separability metrics.
  */
 #include "internal.h"
 
@@ -55,7 +57,8 @@ typedef struct rowws {
     double *c;     /* [cap] x_i . s */
     double *D;     /* [cap] max_{j in I} |x_i - x_j|^2 */
     double *cu;    /* [cap] sum_{j in I} alpha_j G_ij / |x_j| */
-    double *md;    /* [cap] min_{j in I} |u_i - u_j|^2 */
+    double *sinv;  /* [cap] 1/|x_j| in selection order */
+    double *sun;   /* [cap] |u_j|^2 in selection order */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
     int64_t *sel;  /* [cap] selected indices, best first */
     kv *kv;        /* [cap] top-K scratch */
@@ -88,7 +91,8 @@ static void free_rowws(rowws *w) {
     free(w->c);
     free(w->D);
     free(w->cu);
-    free(w->md);
+    free(w->sinv);
+    free(w->sun);
     free(w->nsel);
     free(w->sel);
     free(w->kv);
@@ -106,7 +110,8 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->c = al__malloc(nd, "metrics row scratch", err);
     w->D = al__malloc(nd, "metrics row scratch", err);
     w->cu = al__malloc(nd, "metrics row scratch", err);
-    w->md = al__malloc(nd, "metrics row scratch", err);
+    w->sinv = al__malloc(nd, "metrics row scratch", err);
+    w->sun = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
     w->kv = al__malloc((size_t)cap * sizeof(kv), "metrics row scratch", err);
@@ -114,8 +119,8 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->perm = al__malloc(ni, "metrics row scratch", err);
     w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->md || !w->nsel || !w->sel || !w->kv || !w->xi || !w->perm ||
-        !w->mark || !w->sv) {
+    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
+        !w->xi || !w->perm || !w->mark || !w->sv) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -221,7 +226,7 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
 
 /* Selected indices are added in batches (those between two N of the grid), up to eight Gram
- * rows per pass, so that c, D, cu, md are loaded and stored once per pass. */
+ * rows per pass, so that c, D, cu are loaded and stored once per pass. */
 typedef struct batch {
     const double *g[8]; /* Gram rows G[j, 0..n-1] of the selected j */
     double a[8];        /* alpha_j */
@@ -231,28 +236,24 @@ typedef struct batch {
 } batch;
 
 /* One pass over B rows (B a constant at every call, so the row loop unrolls and the i loop
- * vectorises), with e_q = g_q / |x_q| shared by both halves:
+ * vectorises):
  * dist: c += sum_q a_q g_q, D = max(D, |x_i|^2 + max_q (gjj_q - 2 g_q));
- * sep: cu += sum_q a_q e_q, md = min(md, un_i + min_q (un_q - 2 inv_i e_q)). */
+ * sep: cu += sum_q (a_q / |x_q|) g_q. */
 static inline __attribute__((always_inline)) void
-update_rows(double *restrict c, double *restrict D, double *restrict cu, double *restrict md,
-            const double *restrict gd, const double *restrict inv, const double *restrict un,
+update_rows(double *restrict c, double *restrict D, double *restrict cu, const double *restrict gd,
             const batch *b, int B, int dist, int sep, int64_t n) {
     const double *g[8];
-    double a[8], gjj[8], iq[8], uq[8];
+    double a[8], gjj[8], ai[8];
     for (int q = 0; q < B; q++) {
         g[q] = b->g[q];
         a[q] = b->a[q];
         gjj[q] = b->gjj[q];
-        iq[q] = b->inv[q];
-        uq[q] = b->un[q];
+        ai[q] = b->a[q] * b->inv[q];
     }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        double m2w = -2.0 * inv[i];
-        double v = g[0][i], e = iq[0] * v;
-        double sc = a[0] * v, mx = FMA(-2.0, v, gjj[0]);
-        double su = a[0] * e, mn = FMA(m2w, e, uq[0]);
+        double v = g[0][i];
+        double sc = a[0] * v, mx = FMA(-2.0, v, gjj[0]), su = ai[0] * v;
 #pragma GCC unroll 8
         for (int q = 1; q < B; q++) {
             v = g[q][i];
@@ -261,38 +262,29 @@ update_rows(double *restrict c, double *restrict D, double *restrict cu, double 
                 double h = FMA(-2.0, v, gjj[q]);
                 mx = mx > h ? mx : h;
             }
-            if (sep) {
-                e = iq[q] * v;
-                su = FMA(a[q], e, su);
-                double h = FMA(m2w, e, uq[q]);
-                mn = mn < h ? mn : h;
-            }
+            if (sep) su = FMA(ai[q], v, su);
         }
         if (dist) {
             c[i] += sc;
             double dd = gd[i] + mx;
             D[i] = D[i] > dd ? D[i] : dd;
         }
-        if (sep) {
-            cu[i] += su;
-            double dd = un[i] + mn;
-            md[i] = md[i] < dd ? md[i] : dd;
-        }
+        if (sep) cu[i] += su;
     }
 }
 
 #define AL_UPDATE_VARIANTS(B)                                                                      \
-    static void update_both##B(double *c, double *D, double *cu, double *md, const double *gd,     \
-                               const double *inv, const double *un, const batch *b, int64_t n) {   \
-        update_rows(c, D, cu, md, gd, inv, un, b, B, 1, 1, n);                                     \
+    static void update_both##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
+                               int64_t n) {                                                        \
+        update_rows(c, D, cu, gd, b, B, 1, 1, n);                                                  \
     }                                                                                              \
-    static void update_dist##B(double *c, double *D, double *cu, double *md, const double *gd,     \
-                               const double *inv, const double *un, const batch *b, int64_t n) {   \
-        update_rows(c, D, cu, md, gd, inv, un, b, B, 1, 0, n);                                     \
+    static void update_dist##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
+                               int64_t n) {                                                        \
+        update_rows(c, D, cu, gd, b, B, 1, 0, n);                                                  \
     }                                                                                              \
-    static void update_sep##B(double *c, double *D, double *cu, double *md, const double *gd,      \
-                              const double *inv, const double *un, const batch *b, int64_t n) {    \
-        update_rows(c, D, cu, md, gd, inv, un, b, B, 0, 1, n);                                     \
+    static void update_sep##B(double *c, double *D, double *cu, const double *gd, const batch *b,  \
+                              int64_t n) {                                                         \
+        update_rows(c, D, cu, gd, b, B, 0, 1, n);                                                  \
     }
 AL_UPDATE_VARIANTS(1)
 AL_UPDATE_VARIANTS(2)
@@ -300,8 +292,7 @@ AL_UPDATE_VARIANTS(4)
 AL_UPDATE_VARIANTS(8)
 #undef AL_UPDATE_VARIANTS
 
-typedef void (*update_fn)(double *, double *, double *, double *, const double *, const double *,
-                          const double *, const batch *, int64_t);
+typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, int64_t);
 
 /* Adds the selected sel[k0..k1-1] to the running state. */
 static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
@@ -322,7 +313,7 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
             b.inv[q] = rc->inv[j];
             b.un[q] = rc->un[j];
         }
-        tab[lg](w->c, w->D, w->cu, w->md, rc->gd, rc->inv, rc->un, &b, n);
+        tab[lg](w->c, w->D, w->cu, rc->gd, &b, n);
         k += B;
     }
 }
@@ -419,11 +410,14 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     const int *Ns = o->top_n;
     while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
     top_k(a, n, K, w->sel, w->kv);
+    for (int64_t q = 0; q < K; q++) {
+        w->sinv[q] = rc->inv[w->sel[q]];
+        w->sun[q] = rc->un[w->sel[q]];
+    }
     for (int64_t i = 0; i < n; i++) {
         w->c[i] = 0;
         w->D[i] = 0;
         w->cu[i] = 0;
-        w->md[i] = INFINITY;
         w->nsel[i] = 1.0;
     }
     double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
@@ -431,23 +425,22 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     int64_t k = 0; /* selected so far: sel[0..k-1] */
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
         int N = Ns[g->ord[gp]];
-        /* the batch sel[k..N-1]: its minimum distances to the earlier selected (md, read
-         * before the batch enters md) and among itself */
-        if (o->separability && k >= 1)
-            for (int64_t q = k; q < N; q++) {
-                double dd = w->md[w->sel[q]];
-                delta2 = dd < delta2 ? dd : delta2;
-            }
         add_batch(a, n, rc, o, w, k, N);
-        if (o->separability) /* pairs inside the batch (their Gram rows are in cache now) */
-            for (int64_t q = k + 1; q < N; q++) {
+        /* delta^2: the new sel[k..N-1] against every earlier selected (their Gram rows were
+         * just streamed by add_batch, so the gathers hit the cache) */
+        if (o->separability)
+            for (int64_t q = (k > 1 ? k : 1); q < N; q++) {
                 int64_t j = w->sel[q];
                 const double *gj = gram_row(rc, j);
-                for (int64_t p = k; p < q; p++) {
-                    int64_t i = w->sel[p];
-                    double dd = rc->un[i] + rc->un[j] - 2.0 * rc->inv[i] * rc->inv[j] * gj[i];
-                    delta2 = dd < delta2 ? dd : delta2;
+                double unj = rc->un[j], m2ij = -2.0 * rc->inv[j], dmin = INFINITY;
+                const int64_t *sel = w->sel;
+                const double *sinv = w->sinv, *sun = w->sun;
+#pragma omp simd reduction(min : dmin)
+                for (int64_t p = 0; p < q; p++) {
+                    double dd = FMA(m2ij * sinv[p], gj[sel[p]], sun[p] + unj);
+                    dmin = dmin < dd ? dmin : dd;
                 }
+                delta2 = dmin < delta2 ? dmin : delta2;
             }
         for (; k < N; k++) {
             int64_t j = w->sel[k];
