@@ -270,6 +270,20 @@ static int load_weights(bert *b, const al__safetensors *st, al_model_info *info,
         for (int i = 0; i < 16; i++)
             if ((rc = load_one(st, prefix, &specs[i], &n_params, err))) return rc;
     }
+    /* a lying checkpoint: layers beyond config.json's num_hidden_layers */
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < al__st_count(st); i++) {
+        const al__st_tensor *t = al__st_at(st, i);
+        const char *nm = t->name;
+        if (strncmp(nm, prefix, plen) != 0 || strncmp(nm + plen, "encoder.layer.", 14) != 0)
+            continue;
+        long idx = strtol(nm + plen + 14, NULL, 10);
+        if (idx < 0 || idx >= L)
+            return al__err(
+                err, AL_E_FORMAT,
+                "%s: tensor %s is of layer %ld, but config.json has num_hidden_layers = %d",
+                t->file, nm, idx, (int)L);
+    }
     const al__st_tensor *we = al__st_find(st, "bert.embeddings.word_embeddings.weight");
     if (!we) we = al__st_find(st, "embeddings.word_embeddings.weight");
     const char *dt = we->dtype == AL_ST_F16    ? "f16"

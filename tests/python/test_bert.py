@@ -498,6 +498,12 @@ def test_bad_checkpoints(tmp_path):
     del cfg["hidden_act"], cfg["num_hidden_layers"]
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     assert "num_hidden_layers" in open_error(d)
+    d = tiny_bert(str(tmp_path / "d"), layers=3)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["num_hidden_layers"] = 2
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    msg = open_error(d)
+    assert "encoder.layer.2." in msg and "num_hidden_layers = 2" in msg, msg
     # through the CLI: non-zero exit, the message names the tensor
     d = tiny_bert(str(tmp_path / "e"), drop="embeddings.LayerNorm.weight")
     p = run("embed", "--model", d, "--text", "hello", check=False)
