@@ -186,12 +186,11 @@ static void test_one_dominant_logit(void **state) {
 static int brute_sparse(const double *x, int n, int q, double *p) {
     int found = 0;
     for (unsigned mask = 1; mask < (1u << n); mask++) {
-        double k = 0, s = 0, ss = 0;
+        double k = 0, s = 0;
         for (int i = 0; i < n; i++)
             if (mask >> i & 1) {
                 k++;
                 s += x[i];
-                ss += x[i] * x[i];
             }
         double tau;
         if (q == 1)
