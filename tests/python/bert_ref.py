@@ -58,9 +58,10 @@ def _gelu_erf(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
-def bert_forward(model_dir, ids):
+def bert_forward(model_dir, ids, inputs=None):
     """ids [T] -> (hidden [T, C] last layer output, weights [n_layer, n_head, T, T],
-    logits [n_layer, n_head, T, T]) in float64."""
+    logits [n_layer, n_head, T, T]) in float64. inputs, if a list, receives each layer's
+    input [T, C] (layer 0: the normalised embedding)."""
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     W = load_safetensors(os.path.join(model_dir, "model.safetensors"))
@@ -82,6 +83,8 @@ def bert_forward(model_dir, ids):
     all_w, all_z = [], []
     for l in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{l}."
+        if inputs is not None:
+            inputs.append(x)
 
         def lin(v, name):
             return v @ w(p + name + ".weight").T + w(p + name + ".bias")

@@ -106,9 +106,12 @@ class Model:
         toks = (ctypes.c_int32 * T)(*ids)
         hidden = np.zeros((T, C), np.float32)
         weights, embeds = {}, {}
+        self.hidden_in = {}
 
         def obs(user, cap, err):
             c = cap.contents
+            if c.hidden:
+                self.hidden_in[c.layer] = np.ctypeslib.as_array(c.hidden, shape=(c.T, c.d_model)).copy()
             if c.weights:
                 weights[c.layer] = np.ctypeslib.as_array(c.weights, shape=(c.n_sel, c.T, c.T)).copy()
             if c.embed:
@@ -466,6 +469,14 @@ def test_tiny_random_bert_matches_numpy(tmp_path, prefix, dtype):
             for l in range(2):
                 assert np.max(np.abs(weights[l] - ref_w[l])) < 1e-5
         assert m.tokenize(b"Hello worlds, a!") == [2, 5, 6, 7, 8, 10, 9, 3]
+        # capture of "hidden" (each layer's input) and "embed" (the normalised embedding)
+        ids = [2, 5, 6, 7, 3]
+        _, _, embeds = m.forward(ids, CAP_HIDDEN | CAP_EMBED)
+        inputs = []
+        bert_ref.bert_forward(d, ids, inputs)
+        for l in range(2):
+            assert np.max(np.abs(m.hidden_in[l] - inputs[l])) < 1e-4 * np.max(np.abs(inputs[l]))
+            assert np.max(np.abs(embeds[l] - inputs[0])) < 1e-4 * np.max(np.abs(inputs[0]))
         assert m.info.dtype == (b"f16" if dtype == "F16" else b"f32")
     finally:
         m.close()
