@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* From cmd_normalize.c (the shared option parser). */
+/* From cmd_normalize.c (the shared option parser; keep this struct identical to the one there:
+ * tools/cli.h, where it would belong, is not this module's file). */
 typedef struct norm_opts {
     al_norm nm;
     const char *input;
