@@ -54,25 +54,38 @@ def _lib():
 LIBC = _lib()
 
 
-def c_forward(path, tokens):
-    """(final_hidden [T, C], logits [T, V]) from al_model_forward."""
-    m, err = ctypes.c_void_p(), Err()
-    assert LIBC.al_model_open(str(path).encode(), ctypes.byref(m), ctypes.byref(err)) == 0, \
-        err.msg.decode()
-    try:
-        info = LIBC.al_model_get_info(m).contents
-        T = len(tokens)
+class CModel:
+    """An al_model opened through the C API; forward() returns (final_hidden, logits)."""
+
+    def __init__(self, path):
+        self.m, err = ctypes.c_void_p(), Err()
+        rc = LIBC.al_model_open(str(path).encode(), ctypes.byref(self.m), ctypes.byref(err))
+        assert rc == 0, err.msg.decode()
+        self.info = LIBC.al_model_get_info(self.m).contents
+
+    def forward(self, tokens):
+        err, T = Err(), len(tokens)
         ids = np.ascontiguousarray(tokens, dtype=np.int32)
-        hid = np.zeros((T, info.d_model), np.float32)
-        lg = np.zeros((T, info.vocab_size), np.float32)
+        hid = np.zeros((T, self.info.d_model), np.float32)
+        lg = np.zeros((T, self.info.vocab_size), np.float32)
         fp = ctypes.POINTER(ctypes.c_float)
-        rc = LIBC.al_model_forward(m, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), T, None,
-                                   lg.ctypes.data_as(fp), hid.ctypes.data_as(fp),
+        rc = LIBC.al_model_forward(self.m, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), T,
+                                   None, lg.ctypes.data_as(fp), hid.ctypes.data_as(fp),
                                    ctypes.byref(err))
         assert rc == 0, err.msg.decode()
         return hid, lg
+
+    def close(self):
+        LIBC.al_model_free(self.m)
+
+
+def c_forward(path, tokens):
+    """(final_hidden [T, C], logits [T, V]) from al_model_forward on a freshly opened model."""
+    m = CModel(path)
+    try:
+        return m.forward(tokens)
     finally:
-        LIBC.al_model_free(m)
+        m.close()
 
 
 def run(*args, ok=True):
@@ -112,13 +125,17 @@ def test_forward_matches_reference(tmp_path, shape, fmt):
     path, params, cfg = make(tmp_path, shape, fmt)
     ids = corpus_ids(4 * shape[3], shape[4], seed=shape[5])
     ctx = shape[3]
-    for T, k in ((ctx, 0), (ctx // 2 + 3, 1), (1, 5)):  # several windows and lengths
-        win = ids[k * T:(k + 1) * T]
-        ref = R.forward(params, cfg, win, capture=False)
-        hid, lg = c_forward(path, win)
-        assert np.abs(hid - ref["final"]).max() <= 1e-4
-        scale = max(1.0, np.abs(ref["logits"]).max())
-        assert np.abs(lg - ref["logits"]).max() <= 1e-4 * scale
+    m = CModel(path)  # one model, forwards of several lengths in turn (buffers reused)
+    try:
+        for T, k in ((ctx, 0), (ctx // 2 + 3, 1), (1, 5), (ctx, 3)):  # several windows
+            win = ids[k * T:(k + 1) * T]
+            ref = R.forward(params, cfg, win, capture=False)
+            hid, lg = m.forward(win)
+            assert np.abs(hid - ref["final"]).max() <= 1e-4
+            scale = max(1.0, np.abs(ref["logits"]).max())
+            assert np.abs(lg - ref["logits"]).max() <= 1e-4 * scale
+    finally:
+        m.close()
 
 
 def test_llmc_bf16(tmp_path):
