@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct touch {
     double sum;
@@ -41,14 +42,23 @@ static void flops(const al_model_info *in, int T, double *mm, double *att) {
     *att = 2.0 * 2.0 * in->n_layer * in->n_head * in->d_head * ((double)T * (T + 1) / 2);
 }
 
-static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc) {
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
+ * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
+static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
     al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, consume, tc};
     al_error err = {0};
-    double t0 = al__now();
+    double t0 = al__now(), c0 = cpu_now();
     if (al_model_forward(m, tokens, T, &req, NULL, NULL, &err)) {
         fprintf(stderr, "bench_llama: %s\n", err.msg);
         exit(1);
     }
+    *cpu = cpu_now() - c0;
     return al__now() - t0;
 }
 
@@ -96,12 +106,15 @@ int main(int argc, char **argv) {
     al__rng_seed(&r, 1);
     for (int t = 0; t < maxT; t++)
         tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
+    setvbuf(stdout, NULL, _IOLBF, 0);
     touch tc = {0, 0};
-    time_forward(m, tokens, T, &tc); /* warm-up: page faults, buffers */
-    double *ts = malloc((size_t)reps * sizeof *ts);
-    for (int i = 0; i < reps; i++) ts[i] = time_forward(m, tokens, T, &tc);
+    double cpu;
+    time_forward(m, tokens, T, &tc, &cpu); /* warm-up: page faults, buffers */
+    double *ts = malloc((size_t)reps * sizeof *ts), *cs = malloc((size_t)reps * sizeof *cs);
+    for (int i = 0; i < reps; i++) ts[i] = time_forward(m, tokens, T, &tc, &cs[i]);
     qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-    double med = ts[reps / 2], mm, att;
+    qsort(cs, (size_t)reps, sizeof *cs, cmp_double);
+    double med = ts[reps / 2], cmed = cs[reps / 2] / threads, mm, att;
     flops(in, T, &mm, &att);
     printf("T = %d, %d threads, weights of all %d heads streamed: median %.3f s, min %.3f s per "
            "forward "
@@ -110,14 +123,21 @@ int main(int argc, char **argv) {
     printf(
         "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
         mm / 1e9, att / 1e9, (mm + att) / 1e9, (mm + att) / med / 1e9);
+    printf(
+        "CPU time per forward / %d threads: median %.3f s (%.1f GFLOP/s; the wall time of an idle "
+        "machine)\n",
+        threads, cmed, (mm + att) / cmed / 1e9);
     if (longT > 0 && longT <= in->n_ctx) {
-        double t = time_forward(m, tokens, longT, &tc);
+        double t = time_forward(m, tokens, longT, &tc, &cpu);
         flops(in, longT, &mm, &att);
-        printf("T = %d: %.3f s per forward (1 rep; %.1f G FLOP, %.1f GFLOP/s)\n", longT, t,
-               (mm + att) / 1e9, (mm + att) / t / 1e9);
+        printf("T = %d: %.3f s per forward, CPU %.3f s / %d threads = %.3f s (1 rep; %.1f G FLOP, "
+               "%.1f GFLOP/s by CPU time)\n",
+               longT, t, cpu, threads, cpu / threads, (mm + att) / 1e9,
+               (mm + att) / (cpu / threads) / 1e9);
     }
     printf("(checksum %.6g over %ld head captures)\n", tc.sum, tc.heads);
     free(ts);
+    free(cs);
     free(tokens);
     al_model_free(m);
     return 0;
