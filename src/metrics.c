@@ -65,6 +65,8 @@ typedef struct rowws {
     double *xi;    /* [cap] separability scratch */
     int64_t *perm; /* [cap] Monte-Carlo permutation */
     int64_t *mark; /* [cap] Monte-Carlo selection stamp */
+    double *mcc;   /* [cap] Monte-Carlo x_i . s */
+    double *mns;   /* [cap] Monte-Carlo 1 if i not in the sample, else 0 */
     double *sv;    /* [d] Monte-Carlo s */
 } rowws;
 
@@ -99,6 +101,8 @@ static void free_rowws(rowws *w) {
     free(w->xi);
     free(w->perm);
     free(w->mark);
+    free(w->mcc);
+    free(w->mns);
     free(w->sv);
     memset(w, 0, sizeof *w);
 }
@@ -118,9 +122,11 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->xi = al__malloc(nd, "metrics row scratch", err);
     w->perm = al__malloc(ni, "metrics row scratch", err);
     w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
+    w->mcc = al__malloc(nd, "metrics row scratch", err);
+    w->mns = al__malloc(nd, "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
     if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
-        !w->xi || !w->perm || !w->mark || !w->sv) {
+        !w->xi || !w->perm || !w->mark || !w->mcc || !w->mns || !w->sv) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -374,23 +380,47 @@ static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w
             w->perm[j] = t;
         }
         int64_t stamp = (int64_t)s + 1 + (int64_t)N * 1000003;
-        for (int64_t k = 0; k < d; k++) w->sv[k] = 0;
-        for (int64_t k = 0; k < N; k++) {
-            int64_t j = w->perm[k];
-            w->mark[j] = stamp;
-            const double *xj = rc->x + j * d;
-            for (int64_t q = 0; q < d; q++) w->sv[q] += a[j] * xj[q];
-        }
+        for (int64_t k = 0; k < N; k++) w->mark[w->perm[k]] = stamp;
         double tot = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (w->mark[i] == stamp) continue;
-            const double *xi = rc->x + i * d;
-            double t2 = 0;
-            for (int64_t q = 0; q < d; q++) {
-                double e = a[i] * xi[q] - w->sv[q];
-                t2 += e * e;
+        if (rc->G && N < d) {
+            /* via the Gram rows: c_i = x_i . s in N n, |s|^2 = sum_{j in I} alpha_j c_j */
+            double *cc = w->mcc, *ns = w->mns, ss = 0;
+            for (int64_t i = 0; i < n; i++) {
+                cc[i] = 0;
+                ns[i] = w->mark[i] == stamp ? 0.0 : 1.0;
             }
-            tot += sqrt(t2);
+            for (int64_t k = 0; k < N; k++) {
+                int64_t j = w->perm[k];
+                const double *gj = rc->G + j * rc->ldg;
+                double aj = a[j];
+#pragma omp simd
+                for (int64_t i = 0; i < n; i++) cc[i] = FMA(aj, gj[i], cc[i]);
+            }
+            for (int64_t k = 0; k < N; k++) ss += a[w->perm[k]] * cc[w->perm[k]];
+            const double *gd = rc->gd;
+#pragma omp simd reduction(+ : tot)
+            for (int64_t i = 0; i < n; i++) {
+                double t2 = FMA(-2.0 * a[i], cc[i], FMA(a[i] * a[i], gd[i], ss));
+                tot = FMA(ns[i], sqrt(t2 > 0 ? t2 : 0), tot);
+            }
+        } else {
+            /* directly: s in d-space, then |alpha_i x_i - s| in (n - N) d */
+            for (int64_t k = 0; k < d; k++) w->sv[k] = 0;
+            for (int64_t k = 0; k < N; k++) {
+                int64_t j = w->perm[k];
+                const double *xj = rc->x + j * d;
+                for (int64_t q = 0; q < d; q++) w->sv[q] += a[j] * xj[q];
+            }
+            for (int64_t i = 0; i < n; i++) {
+                if (w->mark[i] == stamp) continue;
+                const double *xi = rc->x + i * d;
+                double t2 = 0;
+                for (int64_t q = 0; q < d; q++) {
+                    double e = a[i] * xi[q] - w->sv[q];
+                    t2 += e * e;
+                }
+                tot += sqrt(t2);
+            }
         }
         double dlt = tot - m; /* Welford */
         m += dlt / (double)(s + 1);

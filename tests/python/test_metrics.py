@@ -299,6 +299,29 @@ def test_head_against_reference(lib, causal, seed):
         assert close(rent[t], -np.sum(a[a > 0] * np.log(a[a > 0])), atol=1e-12)
 
 
+@pytest.mark.parametrize("d", [3, 12])  # N < d: Monte-Carlo via Gram rows; N >= d: directly
+def test_head_monte_carlo_against_exact_expectation(lib, d):
+    rng = np.random.default_rng(50 + d)
+    L, N = 9, 4
+    x = rng.standard_normal((L, d))
+    z = np.where(np.tril(np.ones((L, L))) > 0, rng.standard_normal((L, L)), -np.inf)
+    w = softmax(z)
+    exact = []
+    for t in range(N, L):  # rows with n = t + 1 > N
+        n = t + 1
+        a = w[t, :n]
+        vals = []
+        for I in itertools.combinations(range(n), N):
+            s = sum(a[i] * x[i] for i in I)
+            vals.append(sum(np.linalg.norm(a[i] * x[i] - s) for i in range(n) if i not in I))
+        exact.append(np.mean(vals))
+    got, _, _ = c_head(lib, w, x, [N], 1, mc=3000, seed=5, separability=0)
+    g = got[0]
+    assert g["rows"] == L - N
+    assert abs(g["E_mc"] - np.mean(exact)) <= 4.5 * g["E_mc_se"], (g["E_mc"], np.mean(exact))
+    assert g["E_mc"] >= g["E"] - 4 * g["E_mc_se"]
+
+
 def test_head_flags_and_nan(lib):
     rng = np.random.default_rng(5)
     L, d = 10, 3
