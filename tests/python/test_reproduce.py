@@ -209,7 +209,7 @@ def test_golden_files(work):
     man = res["manifest"]
     assert man["model"]["random_weights"] is True and len(man["model"]["sha256"]) == 64
     assert man["options"]["vectors"] == "value" and man["windows"]["count"] == 2
-    assert all(k in man["timings"] for k in ("forward_s", "total_s"))
+    assert all(k in man["timings"] for k in ("forward_cpu_s", "jobs_wall_s", "total_s"))
     nl, nh = man["model"]["n_layer"], man["model"]["n_head"]
     # CSVs: tidy, one row per (layer, head, L, N ...)
     expect_rows = {"alg1.csv": nl * nh * len(man["options"]["lengths"]),
