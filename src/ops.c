@@ -200,6 +200,7 @@ void al__silu_mul(float *gate, const float *up, size_t n) {
 }
 
 void al__add(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= 262144 && !omp_in_parallel())
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
