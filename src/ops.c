@@ -205,7 +205,7 @@ void al__add(float *y, const float *x, size_t n) {
 }
 
 void al__softmax_row(float *w, const float *z, int n) {
-    /* max and sum in 8 independent lanes (vectorisable, still exact order per lane) */
+    /* max in 8 independent lanes (vectorised) */
     float mx8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                     -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int n8 = n & ~7;
@@ -220,18 +220,33 @@ void al__softmax_row(float *w, const float *z, int n) {
     float mx = -INFINITY;
     for (int l = 0; l < 8; l++) mx = mx8[l] > mx ? mx8[l] : mx;
     for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
-    int j0 = 0;
+    double s = 0.0;
 #ifdef __AVX2__
-    for (__m256 m8 = _mm256_set1_ps(mx); j0 + 8 <= n; j0 += 8)
-        _mm256_storeu_ps(w + j0, vexp8(_mm256_sub_ps(_mm256_loadu_ps(z + j0), m8)));
-#endif
-    for (int j = j0; j < n; j++) w[j] = vexpf(z[j] - mx);
+    /* exp and its sum in one pass (the sum in double, 8 lanes) */
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    const __m256 m8 = _mm256_set1_ps(mx);
+    for (int j = 0; j < n8; j += 8) {
+        __m256 e = vexp8(_mm256_sub_ps(_mm256_loadu_ps(z + j), m8));
+        _mm256_storeu_ps(w + j, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double s4[4];
+    _mm256_storeu_pd(s4, _mm256_add_pd(s0, s1));
+    s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+#else
     double s8[8] = {0};
     for (int j = 0; j < n8; j += 8)
-        for (int l = 0; l < 8; l++) s8[l] += w[j + l];
-    double s = 0.0;
+        for (int l = 0; l < 8; l++) {
+            w[j + l] = vexpf(z[j + l] - mx);
+            s8[l] += w[j + l];
+        }
     for (int l = 0; l < 8; l++) s += s8[l];
-    for (int j = n8; j < n; j++) s += w[j];
+#endif
+    for (int j = n8; j < n; j++) {
+        w[j] = vexpf(z[j] - mx);
+        s += w[j];
+    }
     float inv = (float)(1.0 / s);
     for (int j = 0; j < n; j++) w[j] *= inv;
 }
