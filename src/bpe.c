@@ -672,7 +672,8 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
             cache_slot *s = &c->slots[i];
             if (s->klen == n && memcmp(s->key, p, n) == 0) {
                 if ((rc = ivec_reserve(&c->out, s->n, c->err))) return rc;
-                memcpy(c->out.v + c->out.n, c->cache_ids.v + s->start, s->n * sizeof(int32_t));
+                if (s->n) /* a piece of bytes without tokens caches zero ids */
+                    memcpy(c->out.v + c->out.n, c->cache_ids.v + s->start, s->n * sizeof(int32_t));
                 c->out.n += s->n;
                 return 0;
             }
@@ -685,7 +686,7 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
     bpe_small(b, p, n, c->out.v + c->out.n, &m);
     if (slot) {
         if ((rc = ivec_reserve(&c->cache_ids, m, c->err))) return rc;
-        memcpy(c->cache_ids.v + c->cache_ids.n, c->out.v + c->out.n, m * sizeof(int32_t));
+        if (m) memcpy(c->cache_ids.v + c->cache_ids.n, c->out.v + c->out.n, m * sizeof(int32_t));
         *slot = (cache_slot){p, (uint32_t)n, (uint32_t)m, c->cache_ids.n};
         c->cache_ids.n += m;
         c->used++;

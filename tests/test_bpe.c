@@ -300,6 +300,11 @@ static void test_special_and_missing_bytes(void **state) {
     assert_int_equal(n, 1);
     assert_int_equal(ids[0], vocab_id(&v, "ab"));
     free(ids);
+    /* a piece made only of such bytes gives no ids, also when it comes again (cached) */
+    encode(tk, "zz.zz", 5, 0, &ids, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], vocab_id(&v, "."));
+    free(ids);
     /* decode */
     int32_t good[2] = {vocab_id(&v, "ab"), sp};
     char *text;
