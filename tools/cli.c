@@ -152,12 +152,23 @@ int cli_read_array(const char *path, al_array *out, al_error *err) {
     }
     buf[n] = 0;
     int rc;
-    if (n >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
+    if (n >= 1 && (unsigned char)buf[0] == 0x93) { /* .npy (a text file cannot start so) */
         al_array raw;
         rc = al_npy_parse(buf, n, name, &raw, err);
         if (rc == 0) {
             rc = al_array_to_f64(&raw, out, err);
             al_array_free(&raw);
+        }
+        if (rc == 0) { /* NaN/Inf are refused here, naming the file and the position */
+            const double *v = out->data;
+            int64_t cnt = al_array_numel(out);
+            for (int64_t i = 0; i < cnt; i++)
+                if (!isfinite(v[i])) {
+                    rc = set_err(err, AL_E_RANGE, "%s: element %lld (flat, 0-based) is %s", name, (long long)i,
+                                 isnan(v[i]) ? "NaN" : "infinite");
+                    al_array_free(out);
+                    break;
+                }
         }
     } else
         rc = cli_parse_numbers(buf, n, name, out, err);
