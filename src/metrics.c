@@ -167,7 +167,7 @@ static int build_grid(grid *g, const al_metrics_opts *o, al_error *err) {
 
 /* x ranks before y: larger weight, ties to the lower index (a strict total order) */
 static inline int kv_before(kv x, kv y) {
-    return x.v > y.v || (x.v == y.v && x.i < y.i);
+    return (x.v > y.v) | ((x.v == y.v) & (x.i < y.i)); /* no branches: unpredictable */
 }
 
 /* Lomuto partition of s[lo..hi] (branch-free loop) around the median of three; returns the
@@ -217,6 +217,7 @@ static void kv_sort(kv *s, int64_t lo, int64_t hi) {
 static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
     for (int64_t i = 0; i < n; i++) s[i] = (kv){a[i], i};
     int64_t lo = 0, hi = n - 1;
+    if (K >= n - 1) hi = 0; /* everything is sorted below */
     while (lo < hi) {
         int64_t p = kv_partition(s, lo, hi);
         if (p == K || p == K - 1) break;
@@ -225,7 +226,7 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
         else
             hi = p - 1;
     }
-    kv_sort(s, 0, K - 1);
+    kv_sort(s, 0, K >= n - 1 ? n - 1 : K - 1);
     for (int64_t q = 0; q < K; q++) sel[q] = s[q].i;
 }
 
