@@ -637,3 +637,16 @@ def test_sharded_missing_shard(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config(L, H, C, T, V)))
     expect_fail(tmp_path, "b.safetensors", "missing")
     expect_fail(tmp_path, "b.safetensors", cmd="verify")
+
+
+def test_cli_usage(tmp_path):
+    for cmd in ("verify", "info", "make-model"):
+        assert "usage: attnlim " + cmd in run(cmd, "--help", check=0).stdout
+    assert "--model" in run("verify", check=2).stderr
+    assert "--out" in run("make-model", "--preset", "124M", check=2).stderr
+    assert "safetensors or llmc" in run("make-model", "--preset", "124M", "--format", "gguf", "--out", tmp_path / "x",
+                                        check=2).stderr
+    r = run("make-model", "--layers", 2, "--heads", 3, "--embd", 8, "--ctx", 4, "--vocab", 10, "--out", tmp_path / "x",
+            check=1)
+    assert "n_head 3 does not divide n_embd 8" in r.stderr and not (tmp_path / "x").exists()
+    assert "/nonexistent" in run("verify", "--model", "/nonexistent", check=1).stderr
