@@ -255,6 +255,21 @@ static double sparse_threshold(const double *y, int64_t n, int q, double *buf) {
     for (int64_t i = 0; i < n; i++)
         if (y[i] > -1.0) A[m++] = y[i];
     double cnt = 0, s = 0, ss = 0; /* sums over the values known to be in the support */
+    /* near-uniform rows: when the smallest candidate passes, every candidate is in the support */
+    double vmin = A[0], cs = 0, css = 0, cmin = 0;
+    for (int64_t j = 0; j < m; j++) vmin = A[j] < vmin ? A[j] : vmin;
+    for (int64_t j = 0; j < m; j++) {
+        double d = A[j] - vmin;
+        cmin += q == 1 ? d : d * d;
+        cs += A[j];
+        css += A[j] * A[j];
+    }
+    if (cmin < 1.0) {
+        cnt = (double)m;
+        s = cs;
+        ss = css;
+        m = 0;
+    }
     while (m > 0) {
         double *dst = (src >= A && src < A + n) ? B : A;
         double a0 = src[0], a1 = src[m / 2], a2 = src[m - 1]; /* median of three */
@@ -262,19 +277,20 @@ static double sparse_threshold(const double *y, int64_t n, int q, double *buf) {
             a0 < a1 ? (a1 < a2 ? a1 : (a0 < a2 ? a2 : a0)) : (a0 < a2 ? a0 : (a1 < a2 ? a2 : a1));
         int64_t ng = 0, nl = 0, ne = 0;
         double cg = 0, gs = 0, gss = 0;
-        for (int64_t j = 0; j < m; j++) {
-            double u = src[j];
-            if (u > v) {
-                dst[ng++] = u;
-                double d = u - v;
-                cg += q == 1 ? d : d * d;
-                gs += u;
-                gss += u * u;
-            } else if (u < v)
-                dst[n - 1 - nl++] = u;
-            else
-                ne++;
+        for (int64_t j = 0; j < m; j++) { /* branch-free 3-way partition: G to the front, L to
+                                             the back of dst (both slots written, one kept) */
+            double u = src[j], d = u - v;
+            int gt = u > v, lt = u < v;
+            dst[ng] = u;
+            dst[n - 1 - nl] = u;
+            ng += gt;
+            nl += lt;
+            double w = (double)gt; /* 0 or 1, no branch */
+            cg += w * (q == 1 ? d : d * d);
+            gs += w * u;
+            gss += w * u * u;
         }
+        ne = m - ng - nl;
         double cacc = q == 1 ? s - cnt * v : ss - 2 * v * s + cnt * v * v;
         if (cacc + cg < 1.0) { /* v passes: everything >= v is in the support */
             cnt += (double)(ng + ne);
