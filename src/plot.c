@@ -383,6 +383,17 @@ static void draw_series(cairo_t *cr, const frame *f, const al__series *se, int i
         cairo_stroke(cr);
         cairo_set_dash(cr, NULL, 0, 0);
     }
+    if (se->style & AL__S_RING) {
+        set_color(cr, se->color, 1.0);
+        cairo_set_line_width(cr, 1.6);
+        for (int i = 0; i < se->n; i++) {
+            if (!(ok_x(f, se->x[i]) && ok_y(f, se->y[i]))) continue;
+            cairo_new_sub_path(cr);
+            cairo_arc(cr, fx(f, se->x[i]), fy(f, se->y[i]), 7.5, 0, 2 * M_PI);
+        }
+        cairo_stroke(cr);
+        return;
+    }
     if (se->style & AL__S_MARKERS) {
         for (int i = 0; i < se->n; i++) {
             if (!(ok_x(f, se->x[i]) && ok_y(f, se->y[i]))) continue;
@@ -559,7 +570,13 @@ static void draw_legend(cairo_t *cr, const frame *f, const al__plot *p) {
                 cairo_stroke(cr);
                 cairo_set_dash(cr, NULL, 0, 0);
             }
-            if (it->style & AL__S_MARKERS) {
+            if (it->style & AL__S_RING) {
+                set_color(cr, it->color, 1);
+                cairo_set_line_width(cr, 1.6);
+                cairo_new_sub_path(cr);
+                cairo_arc(cr, (x0 + x1) / 2, y, 6.0, 0, 2 * M_PI);
+                cairo_stroke(cr);
+            } else if (it->style & AL__S_MARKERS) {
                 marker(cr, it->kind, (x0 + x1) / 2, y, 4.0);
                 set_color(cr, it->color, 1);
                 cairo_fill(cr);

@@ -16,6 +16,7 @@ enum {
     AL__S_MARKERS = 1u << 1, /* a marker at every point */
     AL__S_DASHED = 1u << 2,  /* dashed line (theory curves, bounds) */
     AL__S_THIN = 1u << 3,    /* thin line, no markers (many series) */
+    AL__S_RING = 1u << 4,    /* markers drawn as open rings around other points (highlights) */
 };
 
 typedef struct al__series {

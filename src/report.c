@@ -253,9 +253,9 @@ static int fig3(const al__summary *s, al_error *err) {
 static int fig4(const al__summary *s, al_error *err) {
     int nT = s->nT, nE = s->nE;
     if (nT <= 0) return 0;
-    int ns = nE + 3;
+    int ns = nE + 4;
     al__series *se = al__calloc((size_t)ns, sizeof(al__series), "figure", err);
-    double *buf = al__malloc(sizeof(double) * (size_t)nT * (nE + 2), "figure", err);
+    double *buf = al__malloc(sizeof(double) * (size_t)nT * (2 * nE + 6), "figure", err);
     char(*labels)[64] = al__malloc(64 * (size_t)(nE + 1), "figure", err);
     if (!se || !buf || !labels) {
         free(se);
@@ -294,6 +294,20 @@ static int fig4(const al__summary *s, al_error *err) {
                               .color = -1};
     se[nE + 2] = (al__series){
         .label = "supremum 1/(2T)", .n = nT, .x = s->T, .y = sb, .style = AL__S_DASHED, .color = 5};
+    /* every measured value above 1/(4T), ringed */
+    double *fx = buf + (size_t)(nE + 2) * nT, *fy = fx + (size_t)nT * (nE + 1);
+    int nf = 0;
+    for (int t = 0; t < nT; t++)
+        for (int e = 0; e <= nE; e++) {
+            double v = e < nE ? s->g[(size_t)t * nE + e] : s->spec[t];
+            if (v > 1 / (4 * s->T[t])) fx[nf] = s->T[t], fy[nf++] = v;
+        }
+    se[nE + 3] = (al__series){.label = nf ? "measured above 1/(4T)" : NULL,
+                              .n = nf,
+                              .x = fx,
+                              .y = fy,
+                              .style = AL__S_MARKERS | AL__S_RING,
+                              .color = 3};
     char sub[200];
     snprintf(sub, sizeof sub,
              "L = %d; g = max over heads of the per-head mean over rows; %d measured values above "
