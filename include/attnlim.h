@@ -174,7 +174,10 @@ typedef struct al_metrics_opts {
  * Weights need not be non-negative nor sum to 1 (sparsemax zeros, sa-softmax): b is the
  * sum of the non-selected weights as given; dmax is then reported but is a bound only for
  * non-negative weights. Separability for N = 1: delta is undefined, every xi_i = 0, so the
- * bounds are both 1 when r > 0 (and N_s/N is 1 then too); r == 0 gives N_s = 0 and bounds 0. */
+ * bounds are both 1 when r > 0 (and N_s/N is 1 then too); r == 0 gives N_s = 0 and bounds 0
+ * (r == 0 means r^2 <= 8.9e-16 (|s|^2 + max alpha^2), rounding of the Gram expansion).
+ * Unit vectors u = x/|x| (a zero vector has u = 0); xi_i = sqrt(max(xi_i^2, 0)) (xi_i^2 can be
+ * negative only with negative weights). All sums are in double, clamped at 0 before sqrt. */
 typedef struct al_topn_stats {
     int N;
     int64_t rows;     /* rows with n > N that entered the means */
