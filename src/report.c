@@ -470,7 +470,7 @@ int al__report_figures(const al__summary *s, al_error *err) {
                       .hm_rows = s->n_layer,
                       .hm_cols = s->n_head,
                       .hm = s->hm[i],
-                      .hm_clabel = "value"};
+                      .hm_clabel = s->hm_label[i]};
         char path[4200];
         fig_path(s, s->hm_name[i], path, sizeof path);
         rc = al__plot_write(&p, path, err);

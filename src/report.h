@@ -68,7 +68,7 @@ typedef struct al__summary {
     int band_applies; /* Corollary 1 is about softmax */
     /* heatmaps [H] (NaN = not computed) */
     int n_heatmaps;
-    const char *hm_name[8], *hm_title[8];
+    const char *hm_name[8], *hm_title[8], *hm_label[8]; /* file name, title, colour-bar label */
     double *hm[8];
     /* verdicts */
     int n_verdicts;
