@@ -202,10 +202,11 @@ def crit_grid():
 
 
 def bench_estimate(bin_path, model, work, sample_rows=8, heads_total=None):
-    """Estimates the time of the reference over every algorithm of the default grids (one
-    window per L) from timings of `sample_rows` evenly spaced rows of head 0 of layer 0 at
-    each L, scaled to all rows and all heads (the per-row cost depends on n and N, not on the
-    head). Returns a dict of seconds."""
+    """Estimates the CPU time (process CPU seconds, all threads: insensitive to other load on
+    the machine) of the reference over every algorithm of the default grids (one window per
+    L) from `sample_rows` evenly spaced rows of head 0 of layer 0 at each L, scaled to all
+    rows and all heads (the per-row cost depends on n and N, not on the head). The forward
+    pass is not included. Returns a dict of CPU seconds."""
     Ls, longL = [32, 64, 128, 256, 512, 1024], 1024
     N2, N4 = [1, 5, 10, 20, 100], [1, 2, 4, 8, 16, 32, 64, 128]
     Ts = list(np.logspace(-3, 1, 25))
@@ -213,10 +214,10 @@ def bench_estimate(bin_path, model, work, sample_rows=8, heads_total=None):
     est = {"distance": 0.0, "separability": 0.0, "sensitivity": 0.0, "vanishing": 0.0}
     for L in Ls:
         cap = os.path.join(work, f"cap{L}")
-        subprocess.run([bin_path, "capture", "--model", model, "--corpus", "war-and-peace", "--length", str(L),
-                        "--layers", "0", "--heads", "0", "--what", "weights,logits,v,q,k", "--out", cap],
-                       check=True, stdout=subprocess.DEVNULL)
-        man = json.load(open(os.path.join(cap, "manifest.json")))
+        if not os.path.exists(os.path.join(cap, "manifest.json")):
+            subprocess.run([bin_path, "capture", "--model", model, "--corpus", "war-and-peace", "--length", str(L),
+                            "--layers", "0", "--heads", "0", "--what", "weights,logits,v,q,k", "--out", cap],
+                           check=True, stdout=subprocess.DEVNULL)
         w, z, v = (load_layer(cap, 0, s)[0] for s in ("weights", "logits", "v"))
         q, k = load_layer(cap, 0, "q")[0], load_layer(cap, 0, "k")[0]
         Nd = sorted({n for n in crit_grid() if n < L} | {5} | ({n for n in N2 if n < L} if L == longL else set()))
@@ -224,19 +225,19 @@ def bench_estimate(bin_path, model, work, sample_rows=8, heads_total=None):
         scale = L / len(rows)
         for t in rows:
             n = t + 1
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for N in Nd:
                 if n > N:
                     distance_row(w[t, :n], v[:n], N)
-            est["distance"] += (time.perf_counter() - t0) * scale
+            est["distance"] += (time.process_time() - t0) * scale
             if L != longL:
                 continue
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for N in N4:
                 if n > N:
                     separability_row(w[t, :n], v[:n], N)
-            est["separability"] += (time.perf_counter() - t0) * scale
-            t0 = time.perf_counter()
+            est["separability"] += (time.process_time() - t0) * scale
+            t0 = time.process_time()
             if n >= 2:
                 rng = np.random.default_rng(t)
                 d = rng.standard_normal(n)
@@ -247,12 +248,12 @@ def bench_estimate(bin_path, model, work, sample_rows=8, heads_total=None):
                     np.linalg.eigvalsh(J)[-1]      # symmetric: eigvalsh, cheaper than an SVD
                     for e in eps:
                         np.linalg.norm(softmax((z[t, :n] + e * d) / T) - a) / e
-            est["sensitivity"] += (time.perf_counter() - t0) * scale
-            t0 = time.perf_counter()
+            est["sensitivity"] += (time.process_time() - t0) * scale
+            t0 = time.process_time()
             a = w[t, :n]
             a.max(), -(a[a > 0] * np.log(a[a > 0])).sum()
             np.linalg.norm(q[t]) * np.linalg.norm(k[:n], axis=1).max()
-            est["vanishing"] += (time.perf_counter() - t0) * scale
+            est["vanishing"] += (time.process_time() - t0) * scale
     H = heads_total if heads_total else 1
     out = {key: val * H for key, val in est.items()}
     out["total"] = sum(out.values())
