@@ -1353,10 +1353,15 @@ static const char *const V_HOLDS = "holds", *const V_NOT = "does not hold",
 
 static void verdicts(const plan *p, agg *a) {
     al__summary *s = &a->s;
-    const char *rnd =
-        s->synthetic
-            ? "Random weights (synthetic checkpoint): this says nothing about a trained model. "
-            : "";
+    char rnd[256] = "";
+    if (s->synthetic)
+        snprintf(
+            rnd, sizeof rnd,
+            "Random weights (synthetic checkpoint): this says nothing about a trained model. ");
+    else if (strcmp(s->family, "gpt2") != 0 || s->n_layer != 12 || s->n_head != 12)
+        snprintf(rnd, sizeof rnd,
+                 "Measured on %s (%s family, %d x %d heads), not the paper's GPT-2 124M. ",
+                 s->model_name, s->family, s->n_layer, s->n_head);
     int nv = 0;
     al__verdict *v;
     /* 1. critical N ~ 0.06 L */
@@ -1375,9 +1380,13 @@ static void verdicts(const plan *p, agg *a) {
         size_t k = 0;
         for (int li = 0; li < p->nL; li++) {
             reached += s->a3_crit[0][li] > 0;
-            k += (size_t)snprintf(list + k, sizeof list - k > 0 ? sizeof list - k : 0,
-                                  "%sL=%d: %s%d", li ? ", " : "", p->Ls[li],
-                                  s->a3_crit[0][li] > 0 ? "" : "not reached/", s->a3_crit[0][li]);
+            char num[32];
+            if (s->a3_crit[0][li] > 0)
+                snprintf(num, sizeof num, "%d", s->a3_crit[0][li]);
+            else
+                snprintf(num, sizeof num, "not reached");
+            k += (size_t)snprintf(list + k, sizeof list - k, "%sL=%d: %s", li ? ", " : "",
+                                  p->Ls[li], num);
             if (k >= sizeof list) k = sizeof list - 1;
         }
         snprintf(v->measured, sizeof v->measured,
