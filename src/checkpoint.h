@@ -12,7 +12,7 @@
 #ifndef AL_CHECKPOINT_H
 #define AL_CHECKPOINT_H
 
-#include "internal.h"
+#include "model.h"
 
 typedef struct al__gpt2_cfg {
     int n_layer, n_head, n_embd, n_ctx, vocab_size;
@@ -57,6 +57,13 @@ int al__gpt2_spec_find(const al__gpt2_cfg *c, const char *name);
 int al__gpt2_is_buffer(const char *name);
 int64_t al__gpt2_n_params(const al__gpt2_cfg *c); /* without padding and without lm_head */
 void al__shape_str(int ndim, const int64_t *shape, char *out, size_t cap); /* "[768, 2304]" */
+
+/* The safetensors half of the GPT-2 loader (gpt2_load.c): checks every tensor of st against
+ * cfg and fills m (f32 weights point into st). Takes ownership of st, also on error. path
+ * and name go to messages and m->info. Fuzzable with al__st_open_buffer. */
+typedef struct al__safetensors al__safetensors;
+int al__gpt2_from_safetensors(al_model *m, al__safetensors *st, const al__gpt2_cfg *cfg,
+                              const char *path, const char *name, al_error *err);
 
 /* ---- llm.c gpt2_*.bin -------------------------------------------------------------------- */
 

@@ -451,6 +451,21 @@ const char *al__st_path(const al__safetensors *st) {
     return st->main;
 }
 
+int al__st_open_buffer(const unsigned char *buf, size_t len, const char *name,
+                       al__safetensors **out, al_error *err) {
+    *out = NULL;
+    al__safetensors *st = al__calloc(1, sizeof *st, "safetensors", err);
+    if (!st) return AL_E_NOMEM;
+    snprintf(st->main, sizeof st->main, "%s", name);
+    int rc = al__st_parse_buffer(buf, len, st->main, &st->t, &st->n, err);
+    if (rc) {
+        free(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
 void al__st_close(al__safetensors *st) {
     if (!st) return;
     for (int i = 0; i < st->n_files; i++) {

@@ -57,6 +57,10 @@ int al__st_load_f32(const al__safetensors *st, const char *name, int ndim, const
  *    non-empty tensors may not share a byte (overlap = a lying file, rejected). */
 int al__st_parse_buffer(const unsigned char *buf, size_t len, const char *name, al__st_tensor **out,
                         int *n, al_error *err);
+/* An al__safetensors over a caller-owned buffer (no file; buf must outlive it): the fuzz
+ * entry point of code that takes an opened checkpoint. name stands for the file path. */
+int al__st_open_buffer(const unsigned char *buf, size_t len, const char *name,
+                       al__safetensors **out, al_error *err);
 /* Bytes per element of a dtype name ("F32" -> 4), 0 if unknown. */
 size_t al__st_dtype_size(const char *dtype_name);
 /* numel of a tensor (fits: checked at parse time). */

@@ -2,8 +2,10 @@
  * a whole file image (header length, JSON header, data), with no file access. Every accepted
  * tensor is read in full (and converted to float32 when it is a float type) so that ASan
  * catches any data pointer or size that escapes the buffer. The tensor names also go through
- * the GPT-2 name matcher used by the loader and verify. */
+ * the GPT-2 name matcher used by the loader and verify, and the image through the GPT-2
+ * loader itself (al__gpt2_from_safetensors) for the shape of the seed tiny_gpt2. */
 #include "checkpoint.h"
+#include "gpt2.h"
 #include "safetensors.h"
 
 #include <stdlib.h>
@@ -39,6 +41,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (sum == 0xdeadbeef) err.msg[0] = 1; /* keep the reads */
         free(t);
+        /* the GPT-2 loader over the same image, for the shape of the seed tiny_gpt2 */
+        al__safetensors *st;
+        if (al__st_open_buffer(buf, size, "fuzz.safetensors", &st, &err) == 0) {
+            al__gpt2_cfg tiny = {1, 1, 4, 4, 8};
+            al_model m;
+            memset(&m, 0, sizeof m);
+            if (al__gpt2_from_safetensors(&m, st, &tiny, "fuzz.safetensors", "fuzz", &err) == 0)
+                al__gpt2_release(m.impl);
+            else if (!strstr(err.msg, "fuzz.safetensors") && !strstr(err.msg, "expected"))
+                abort(); /* loader errors name the file, or the tensor and the file */
+        } else {
+            abort(); /* it parsed a moment ago */
+        }
     } else if (!err.msg[0] || !strstr(err.msg, "fuzz.safetensors")) {
         abort(); /* every rejection names the file */
     }
