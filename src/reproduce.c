@@ -1376,15 +1376,17 @@ static void verdicts(const plan *p, agg *a) {
         snprintf(v->why, sizeof v->why, "%sAlgorithm 3 was not run.", rnd);
     } else {
         int reached = 0;
-        char list[256] = "";
+        char list[400] = "";
         size_t k = 0;
         for (int li = 0; li < p->nL; li++) {
             reached += s->a3_crit[0][li] > 0;
-            char num[32];
+            char num[48];
+            int top = 0; /* the largest N of the grid below L */
+            for (int i = 0; i < p->nN3 && p->N3[i] < p->Ls[li]; i++) top = p->N3[i];
             if (s->a3_crit[0][li] > 0)
                 snprintf(num, sizeof num, "%d", s->a3_crit[0][li]);
             else
-                snprintf(num, sizeof num, "not reached");
+                snprintf(num, sizeof num, "not reached for N <= %d", top);
             k += (size_t)snprintf(list + k, sizeof list - k, "%sL=%d: %s", li ? ", " : "",
                                   p->Ls[li], num);
             if (k >= sizeof list) k = sizeof list - 1;
