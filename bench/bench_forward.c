@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
     }
 
     /* PyTorch */
-    double torch = 0;
+    double torch = 0, torch_cpu = 0;
     if (do_torch) {
         /* forward_torch.py sits beside this file (CMake compiles it by absolute path) */
         char dir[4096];
@@ -290,6 +290,8 @@ int main(int argc, char **argv) {
         if (p && fgets(line, sizeof line, p)) {
             char *med = strstr(line, "\"median\": ");
             if (med) torch = atof(med + 10);
+            char *cm = strstr(line, "\"cpu_min\": ");
+            if (cm) torch_cpu = atof(cm + 11);
         }
         if (p) pclose(p);
         if (torch > 0)
@@ -300,6 +302,9 @@ int main(int argc, char **argv) {
 
     printf("\nsummary (T=%d, %d threads): attnlim %.3f s", T, threads, ours);
     if (torch > 0) printf(" | pytorch %.3f s (%.2fx)", torch, torch / ours);
+    if (torch_cpu > 0)
+        printf(" | CPU time (min): attnlim %.3f s, pytorch %.3f s (%.2fx)", cs[0], torch_cpu,
+               torch_cpu / cs[0]);
     if (loops > 0) printf(" | loops %.3f s (%.2fx)", loops, loops / ours);
     printf("\n");
     free(ts);
