@@ -806,14 +806,14 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
     al__rng_seed(&rng, 0x5eedULL + (uint64_t)n);
     for (int64_t i = 0; i < n; i++) V[i] = al__rng_uniform(&rng) - 0.5;
     double theta = 0, best = 0, anorm = 0;
-    const double tol = 1e-10;
+    const double tol = 1e-8; /* Ritz residual / theta: |sigma^2 - theta| <= 1e-8 theta */
     int done = 0;
     for (int restart = 0; restart < 30 && !done; restart++) {
         double nv = sqrt(dot(V, V, n));
         if (!(nv > 0)) break;
         for (int64_t i = 0; i < n; i++) V[i] /= nv;
         double prev = -1;
-        int k = 0;
+        int k = 0, next_check = 4;
         for (int j = 0; j < mcap; j++) {
             double *vj = V + (size_t)j * nn;
             lin_apply(L, vj, tmp, 0);
@@ -830,16 +830,21 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
             k = j + 1;
             if (fabs(al[j]) > anorm) anorm = fabs(al[j]);
             if (b > anorm) anorm = b;
-            theta = tridiag_top(al, be, k, NULL, work);
-            int exhausted = b <= 1e-14 * anorm || k == n;
-            int stable = prev >= 0 && fabs(theta - prev) <= 1e-12 * theta;
-            prev = theta;
-            if (exhausted || stable || j == mcap - 1) {
-                theta = tridiag_top(al, be, k, s, work);
-                double resid = b * fabs(s[k - 1]);
-                if (exhausted || resid <= tol * theta || theta == 0) {
-                    done = 1;
-                    break;
+            /* Ritz values at growing intervals; the residual (needs the Ritz vector) once they
+             * stop moving, at the end of the basis, or when the Krylov space is exhausted */
+            int exhausted = b <= 1e-14 * anorm || k == n, last = j == mcap - 1;
+            if (k >= next_check || exhausted || last) {
+                theta = tridiag_top(al, be, k, NULL, work);
+                int stable = prev >= 0 && fabs(theta - prev) <= 1e-9 * theta;
+                prev = theta;
+                next_check = k + (k / 4 > 2 ? k / 4 : 2);
+                if (exhausted || stable || last) {
+                    theta = tridiag_top(al, be, k, s, work);
+                    double resid = b * fabs(s[k - 1]);
+                    if (exhausted || resid <= tol * theta || theta == 0) {
+                        done = 1;
+                        break;
+                    }
                 }
             }
             if (j == mcap - 1) break;
