@@ -478,3 +478,14 @@ def test_rank1_spectral_vs_high_precision(lib):
         got = lib.al_norm_rank1_spectral(g.ctypes.data_as(_D), ctypes.c_int64(len(g)))
         ref = _lambda_max_decimal(g)
         assert abs(got - ref) <= 1e-13 * ref + (0 if ref > 0 else 1e-300), (list(g[:4]), got, ref)
+
+
+@pytest.mark.parametrize("kind", ["sa-softmax", "sa-softmax-norm"])
+def test_sa_spectral_clustered_spectrum(lib, kind):
+    """Near-uniform rows give a tightly clustered spectrum (the hard case for Lanczos)."""
+    rng = np.random.default_rng(10)
+    for n, sd in [(256, 1e-3), (256, 0.05), (200, 0.1), (64, 1e-6)]:
+        z = rng.normal(size=n) * sd
+        sv = np.linalg.svd(ref_jacobian(kind, z), compute_uv=False)[0]
+        s = norm(lib, "al_norm_spectral_norm", kind, z)
+        assert abs(s - sv) <= 1e-6 * sv + 1e-14 * n, (kind, n, sd, s, sv)
