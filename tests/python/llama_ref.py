@@ -49,6 +49,9 @@ def load(path, hf_layout=True):
     m.d = m.C // m.H
     m.eps = float(_field(r, "llama.attention.layer_norm_rms_epsilon", 1e-5))
     m.base = float(_field(r, "llama.rope.freq_base", 10000.0))
+    stype = _field(r, "llama.rope.scaling.type", "none")
+    assert stype in ("none", "linear"), stype
+    m.rope_scale = float(_field(r, "llama.rope.scaling.factor", 1.0)) if stype == "linear" else 1.0
     t = {x.name: x for x in r.tensors}
     m.embd = dequant(t["token_embd.weight"])  # [V, C]
     m.out = dequant(t["output.weight"]) if "output.weight" in t else m.embd
@@ -70,11 +73,12 @@ def rmsnorm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
 
 
-def rope(x, base):
-    """x [n, T, d] rotated HF-style (rotate_half: pairs (i, i + d/2))."""
+def rope(x, base, scale=1.0):
+    """x [n, T, d] rotated HF-style (rotate_half: pairs (i, i + d/2)); linear scaling divides
+    the positions by scale."""
     n, T, d = x.shape
     inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
-    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]  # [T, d/2]
+    ang = (np.arange(T, dtype=np.float64) / scale)[:, None] * inv[None, :]  # [T, d/2]
     cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)
     sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)
     rot = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
@@ -96,7 +100,7 @@ def forward(m, tokens, layers_wanted=None, stop_after=None):
         q = (h @ ly["wq"].T).reshape(T, m.H, m.d).transpose(1, 0, 2)  # [H, T, d]
         k = (h @ ly["wk"].T).reshape(T, m.G, m.d).transpose(1, 0, 2)  # [G, T, d]
         v = (h @ ly["wv"].T).reshape(T, m.G, m.d).transpose(1, 0, 2)
-        q, k = rope(q, m.base), rope(k, m.base)
+        q, k = rope(q, m.base, m.rope_scale), rope(k, m.base, m.rope_scale)
         k, v = np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0)  # [H, T, d]
         z = q @ k.transpose(0, 2, 1) / np.sqrt(m.d)
         z[:, mask] = -np.inf

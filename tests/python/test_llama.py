@@ -489,6 +489,8 @@ SHAPES = [
     dict(C=64, H=4, G=2, n_layer=2, F=96, V=300, qtype="Q8_0", tied=True),             # GQA, Q8_0
     dict(C=96, H=6, G=6, n_layer=3, F=160, V=200, qtype="F32", tied=False, eps=1e-6),  # MHA, untied
     dict(C=64, H=8, G=1, n_layer=2, F=64, V=100, qtype="F16", tied=True, base=500.0),  # MQA, d=8, F16
+    dict(C=64, H=2, G=1, n_layer=1, F=64, V=64, qtype="Q8_0", tied=False,             # d=32, linear RoPE
+         extra_kv={"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}),
 ]
 
 
@@ -603,6 +605,11 @@ def test_unsupported_named(tmp_path):
     tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=50, arch="falcon")
     msg = open_error(p)
     assert "falcon" in msg and "not supported" in msg and str(p) in msg
+    tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=50, extra_kv={"llama.rope.scaling.type": "yarn"})
+    msg = open_error(p)
+    assert "'yarn'" in msg and "not supported" in msg
+    tiny_model(p, C=64, H=4, G=3, n_layer=1, F=64, V=50)
+    assert "head_count_kv 3" in open_error(p)
 
 
 def test_unsupported_type_and_tokenizer(tmp_path):
