@@ -2285,6 +2285,9 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         s->timing_name[s->n_timings] = "sensitivity_alg5_cpu_s", s->timing_s[s->n_timings++] = tse;
         s->timing_name[s->n_timings] = "vanishing_cpu_s", s->timing_s[s->n_timings++] = tv;
         double t_w0 = al__now();
+        if (o.progress && !o.quiet)
+            fprintf(stderr,
+                    "attnlim reproduce: writing results.json, CSV, NPY, figures and reports\n");
         if ((rc = write_csvs(&p, &a, err))) goto done;
         if ((rc = write_npys(&p, &a, err))) goto done;
         if ((rc = al__report_figures(s, err))) goto done;
