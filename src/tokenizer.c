@@ -22,6 +22,8 @@ int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, 
                    al_error *err);
 int al__bpe_vocab_size(const al__bpe *b);
 size_t al__utf8_valid_len(const unsigned char *s, size_t n);
+/* src/wordpiece.c (to move to src/tokenizer.h) */
+int al__wordpiece_vocab_size(const al__wordpiece *w);
 
 #define MAX_VOCAB_FILE (256u << 20) /* encoder.json / vocab.bpe size cap */
 #define MAX_VOCAB      (1 << 24)
@@ -55,21 +57,7 @@ int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error 
         return AL_E_NOMEM;
     }
     tk->wp = w;
-    /* the vocabulary size, without reaching into the engine: the largest id that decodes
-     * (the engine range-checks ids), found by binary search */
-    int lo = 0, hi = 1 << 24;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        int32_t id = mid - 1;
-        char *t = NULL;
-        size_t l = 0;
-        if (al__wordpiece_decode(w, &id, 1, &t, &l, NULL) == 0)
-            lo = mid;
-        else
-            hi = mid - 1;
-        free(t);
-    }
-    tk->vocab_size = lo;
+    tk->vocab_size = al__wordpiece_vocab_size(w);
     *out = tk;
     return 0;
 }
