@@ -3,6 +3,12 @@ of normalization in attention (arXiv 2508.17821).
 
 The shared library is found through $ATTNLIM_LIB, then ../../build/libattnlim.so next to
 this package (a source checkout), then the system loader (an installed libattnlim.so).
+
+Every array goes in as numpy (converted to C-ordered float64 / int32 as the C API needs) and
+comes out as a new numpy array owned by Python. Errors of the C library raise AttnlimError
+with the library's message (naming the file or position and the fault). Objects that own C
+memory (Tokenizer, Model) free it on close(), at the end of a with-block, or when collected.
+See docs/python.md.
 """
 import ctypes
 import ctypes.util
@@ -10,7 +16,10 @@ import os
 
 import numpy as np
 
-__all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_numbers"]
+__all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_numbers", "data_find",
+           "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
+           "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
+           "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES"]
 
 
 class AttnlimError(RuntimeError):
@@ -120,3 +129,6 @@ def data_find(relpath, explicit=None):
     _check(lib.al_data_find(relpath.encode(), None if explicit is None else os.fsencode(explicit),
                             out, 4096, ctypes.byref(err)), err)
     return out.value.decode()
+
+
+from ._api import *  # noqa: E402,F401,F403  (the numeric, tokenizer and model API)

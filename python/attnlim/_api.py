@@ -1,0 +1,557 @@
+"""The numeric, tokenizer and model API of attnlim over ctypes (imported by __init__).
+
+ctypes layouts below mirror include/attnlim.h field for field (C11 natural alignment on
+LP64; tests/python/test_python_api.py checks them by round-tripping values through the API).
+"""
+import ctypes
+import os
+from collections import namedtuple
+
+import numpy as np
+
+from . import AttnlimError, _check, _Error, lib
+
+__all__ = ["normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
+           "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
+           "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES"]
+
+_c = ctypes
+_dp = _c.POINTER(_c.c_double)
+_ep = _c.POINTER(_Error)
+_i64 = _c.c_int64
+
+
+# ---- struct layouts (include/attnlim.h) ----------------------------------------------------------
+
+class _Norm(_c.Structure):  # al_norm, 32 bytes
+    _fields_ = [("kind", _c.c_int), ("temperature", _c.c_double), ("alpha", _c.c_double),
+                ("ssmax_s", _c.c_double)]
+
+
+class _MetricsOpts(_c.Structure):  # al_metrics_opts, 40 bytes
+    _fields_ = [("top_n", _c.POINTER(_c.c_int)), ("n_top", _c.c_int), ("distance", _c.c_int),
+                ("separability", _c.c_int), ("mc_samples", _c.c_int), ("mc_seed", _c.c_uint64),
+                ("causal", _c.c_int)]
+
+
+_TOPN_FIELDS = ["dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper"]
+
+
+class _TopN(_c.Structure):  # al_topn_stats, 80 bytes
+    _fields_ = [("N", _c.c_int), ("rows", _c.c_int64)] + [(f, _c.c_double) for f in _TOPN_FIELDS]
+
+
+class _Five(_c.Structure):  # al_five, 48 bytes
+    _fields_ = [(f, _c.c_double) for f in ("min", "q1", "median", "q3", "max", "mean")]
+
+
+_INFO_INTS = ["n_layer", "n_head", "n_kv_head", "d_model", "d_head", "d_ff", "n_ctx", "vocab_size",
+              "causal"]
+
+
+class _ModelInfo(_c.Structure):  # al_model_info, 1296 bytes
+    _fields_ = [("family", _c.c_char * 16), ("name", _c.c_char * 128), ("path", _c.c_char * 1024),
+                ("sha256", _c.c_char * 65), ("dtype", _c.c_char * 16)] + \
+               [(f, _c.c_int) for f in _INFO_INTS] + [("n_params", _c.c_int64)]
+
+
+_fp = _c.POINTER(_c.c_float)
+_CAP_ARRAYS = ["q", "k", "v", "logits", "weights", "hidden", "embed"]
+CAPTURES = {name: 1 << i for i, name in enumerate(_CAP_ARRAYS)}  # AL_CAP_* flags
+
+
+class _Capture(_c.Structure):  # al_capture, 104 bytes
+    _fields_ = [(f, _c.c_int) for f in ("layer", "T", "n_head", "n_kv_head", "d_head", "d_model",
+                                        "causal", "n_sel")] + \
+               [("heads", _c.POINTER(_c.c_int)), ("kv_head", _c.POINTER(_c.c_int))] + \
+               [(f, _fp) for f in _CAP_ARRAYS]
+
+
+_Observer = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(_Capture), _ep)
+
+
+class _CaptureRequest(_c.Structure):  # al_capture_request, 40 bytes
+    _fields_ = [("what", _c.c_uint), ("layers", _c.POINTER(_c.c_uint8)),
+                ("heads", _c.POINTER(_c.c_uint8)), ("fn", _Observer), ("user", _c.c_void_p)]
+
+
+# ---- prototypes ------------------------------------------------------------------------------------
+
+def _proto(name, res, *args):
+    f = getattr(lib, name)
+    f.restype, f.argtypes = res, list(args)
+
+
+_N = _c.POINTER(_Norm)
+_proto("al_norm_default", _Norm, _c.c_int)
+_proto("al_norm_parse", _c.c_int, _c.c_char_p, _N, _ep)
+_proto("al_norm_check", _c.c_int, _N, _ep)
+_proto("al_norm_forward", _c.c_int, _N, _dp, _i64, _dp, _ep)
+_proto("al_norm_jacobian", _c.c_int, _N, _dp, _i64, _dp, _ep)
+_proto("al_norm_jvp", _c.c_int, _N, _dp, _i64, _dp, _dp, _ep)
+_proto("al_norm_vjp", _c.c_int, _N, _dp, _i64, _dp, _dp, _ep)
+_proto("al_norm_spectral_norm", _c.c_int, _N, _dp, _i64, _dp, _ep)
+_proto("al_norm_frobenius_norm", _c.c_int, _N, _dp, _i64, _dp, _ep)
+_proto("al_norm_bounds", None, _N, _i64, _dp, _dp)
+_proto("al_norm_sums_to_one", _c.c_int, _N)
+_proto("al_row_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts),
+       _c.POINTER(_TopN), _ep)
+_proto("al_head_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts),
+       _c.POINTER(_TopN), _dp, _dp, _ep)
+_proto("al_head_vanishing_D", _c.c_int, _dp, _dp, _i64, _i64, _c.c_int, _dp, _ep)
+_proto("al_head_sensitivity", _c.c_int, _dp, _i64, _c.c_int, _N, _dp, _c.c_int, _dp, _c.c_int,
+       _c.c_uint64, _c.c_int, _c.c_int, _dp, _dp, _ep)
+_proto("al_sensitivity_direction", _c.c_int, _c.c_uint64, _c.c_int, _c.c_int, _i64, _i64, _dp)
+_proto("al_ks_2samp", _c.c_int, _dp, _c.c_size_t, _dp, _c.c_size_t, _dp, _dp, _ep)
+_proto("al_critical_n", _c.c_int, _c.POINTER(_c.c_int), _c.c_int, _dp, _dp, _c.c_int, _c.c_double,
+       _dp, _c.POINTER(_c.c_int), _ep)
+_proto("al_slope_origin", _c.c_double, _dp, _dp, _c.c_size_t)
+_proto("al_five_number", _c.c_int, _dp, _c.c_size_t, _c.POINTER(_Five), _ep)
+_proto("al_tokenizer_open_gpt2", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_void_p), _ep)
+_proto("al_tokenizer_open_bpe", _c.c_int, _c.c_char_p, _c.c_char_p, _c.POINTER(_c.c_void_p), _ep)
+_proto("al_tokenizer_free", None, _c.c_void_p)
+_proto("al_tokenizer_vocab_size", _c.c_int, _c.c_void_p)
+_proto("al_tokenize", _c.c_int, _c.c_void_p, _c.c_char_p, _c.c_size_t, _c.c_int,
+       _c.POINTER(_c.POINTER(_c.c_int32)), _c.POINTER(_c.c_size_t), _ep)
+_proto("al_detokenize", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_size_t,
+       _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t), _ep)
+_proto("al_corpus_load", _c.c_int, _c.c_char_p, _c.c_char_p, _c.POINTER(_c.c_void_p),
+       _c.POINTER(_c.c_size_t), _ep)
+_proto("al_model_open", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_void_p), _ep)
+_proto("al_model_free", None, _c.c_void_p)
+_proto("al_model_get_info", _c.POINTER(_ModelInfo), _c.c_void_p)
+_proto("al_model_tokenizer", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_void_p), _ep)
+_proto("al_model_hash", _c.c_int, _c.c_void_p, _ep)
+_proto("al_model_forward", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_int,
+       _c.POINTER(_CaptureRequest), _fp, _fp, _ep)
+
+# free() of the C library that malloc'ed the buffers al_tokenize / al_detokenize /
+# al_corpus_load return (the process's libc: libattnlim links against it).
+_libc = _c.CDLL(None)
+_libc.free.argtypes, _libc.free.restype = [_c.c_void_p], None
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def _f64(a, ndim=None, name="array"):
+    arr = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError("%s must be %d-D, got shape %s" % (name, ndim, arr.shape))
+    return arr
+
+
+def _ptr(arr):
+    return arr.ctypes.data_as(_dp)
+
+
+def _call(fn, *args):
+    err = _Error()
+    _check(fn(*args, _c.byref(err)), err)
+
+
+def _norm(method, temperature=1.0, alpha=1.5, ssmax_s=0.43):
+    nm, err = _Norm(), _Error()
+    _check(lib.al_norm_parse(method.encode(), _c.byref(nm), _c.byref(err)), err)
+    nm.temperature, nm.alpha, nm.ssmax_s = float(temperature), float(alpha), float(ssmax_s)
+    _call(lib.al_norm_check, _c.byref(nm))
+    return nm
+
+
+# ---- normalizers (METHOD section 7) ----------------------------------------------------------------
+
+def normalize(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43):
+    """Weights p = method(z / temperature) along the last axis of z (any shape, n >= 1).
+    method: softmax, sparsemax, entmax15, entmax (alpha), ssmax (ssmax_s), sa-softmax,
+    sa-softmax-norm. Returns float64 of z's shape."""
+    nm = _norm(method, temperature, alpha, ssmax_s)
+    z = _f64(z)
+    if z.ndim == 0:
+        raise ValueError("normalize takes an array with at least one axis")
+    n = z.shape[-1]
+    rows = z.reshape(-1, n)
+    out = np.empty_like(rows)
+    for i in range(rows.shape[0]):
+        _call(lib.al_norm_forward, _c.byref(nm), _ptr(rows[i]), n, _ptr(out[i]))
+    return out.reshape(z.shape)
+
+
+def jacobian(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43, full=False):
+    """The Jacobian J = dp/dz [n, n] of normalize(z) for one z[n]: a dict with "spectral"
+    (largest singular value), "frobenius", "bound_sup" = 1/(2T) and "bound_paper" =
+    min(1/(4T), sqrt 2) (NaN where no bound is known), "sums_to_one", and "matrix" (the
+    dense J, J[i, j] = dp_i/dz_j) when full=True."""
+    nm = _norm(method, temperature, alpha, ssmax_s)
+    z = _f64(z, 1, "z")
+    n = z.shape[0]
+    spec, frob, bs, bp = _c.c_double(), _c.c_double(), _c.c_double(), _c.c_double()
+    _call(lib.al_norm_spectral_norm, _c.byref(nm), _ptr(z), n, _c.byref(spec))
+    _call(lib.al_norm_frobenius_norm, _c.byref(nm), _ptr(z), n, _c.byref(frob))
+    lib.al_norm_bounds(_c.byref(nm), n, _c.byref(bs), _c.byref(bp))
+    out = {"spectral": spec.value, "frobenius": frob.value, "bound_sup": bs.value,
+           "bound_paper": bp.value, "sums_to_one": bool(lib.al_norm_sums_to_one(_c.byref(nm)))}
+    if full:
+        J = np.empty((n, n))
+        _call(lib.al_norm_jacobian, _c.byref(nm), _ptr(z), n, _ptr(J))
+        out["matrix"] = J
+    return out
+
+
+def jvp(z, v, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43, transpose=False):
+    """J v (or J^T v with transpose=True) for the Jacobian of normalize at z[n]; v[n]."""
+    nm = _norm(method, temperature, alpha, ssmax_s)
+    z, v = _f64(z, 1, "z"), _f64(v, 1, "v")
+    if v.shape != z.shape:
+        raise ValueError("v must have z's shape %s, got %s" % (z.shape, v.shape))
+    out = np.empty_like(z)
+    fn = lib.al_norm_vjp if transpose else lib.al_norm_jvp
+    _call(fn, _c.byref(nm), _ptr(z), z.shape[0], _ptr(v), _ptr(out))
+    return out
+
+
+# ---- metrics (METHOD sections 2-6) -----------------------------------------------------------------
+
+def _opts(top_n, distance, separability, mc, seed, causal):
+    tn = np.ascontiguousarray(np.atleast_1d(np.asarray(top_n, dtype=np.int32)))
+    o = _MetricsOpts()
+    o.top_n = tn.ctypes.data_as(_c.POINTER(_c.c_int))
+    o.n_top, o.distance, o.separability = len(tn), int(bool(distance)), int(bool(separability))
+    o.mc_samples, o.mc_seed, o.causal = int(mc), int(seed), int(bool(causal))
+    return o, tn  # keep tn alive while o is used
+
+
+def _stats(arr):
+    return [dict({"N": s.N, "rows": s.rows}, **{f: getattr(s, f) for f in _TOPN_FIELDS}) for s in arr]
+
+
+def row_metrics(alpha, x, top_n=(1, 5), mc=0, seed=0, distance=True, separability=True):
+    """Distance and separability metrics of one row: alpha[n] weights, x[n, d] vectors. One
+    dict per N of top_n (in that order) with N, rows (1, or 0 with NaN values when n <= N),
+    dtilde, dmax, E, E_mc, E_mc_se (Monte-Carlo with mc samples, NaN if mc == 0), ns_ratio,
+    ns_lower, ns_upper."""
+    a, xs = _f64(alpha, 1, "alpha"), _f64(x, 2, "x")
+    if xs.shape[0] != a.shape[0]:
+        raise ValueError("x must have %d rows (one per weight), got %d" % (a.shape[0], xs.shape[0]))
+    o, keep = _opts(top_n, distance, separability, mc, seed, False)
+    out = (_TopN * o.n_top)()
+    _call(lib.al_row_metrics, _ptr(a), _ptr(xs), a.shape[0], xs.shape[1], _c.byref(o), out)
+    return _stats(out)
+
+
+def head_metrics(w, x, top_n=(1, 5), causal=True, mc=0, seed=0, distance=True, separability=True):
+    """One head: w[L, L] weights (causal: row t uses keys 0..t), x[L, d] vectors. Returns a dict:
+    "stats" (a list of dicts as row_metrics, means over the rows with n_t > N), "row_max"[L]
+    and "row_entropy"[L]."""
+    ws, xs = _f64(w, 2, "w"), _f64(x, 2, "x")
+    L = ws.shape[0]
+    if ws.shape != (L, L) or xs.shape[0] != L:
+        raise ValueError("w must be [L, L] and x [L, d]; got %s and %s" % (ws.shape, xs.shape))
+    o, keep = _opts(top_n, distance, separability, mc, seed, causal)
+    out = (_TopN * o.n_top)()
+    rmax, rent = np.empty(L), np.empty(L)
+    _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
+          _ptr(rent))
+    return {"stats": _stats(out), "row_max": rmax, "row_entropy": rent}
+
+
+def vanishing_D(q, k, causal=True):
+    """Corollary 1: D[L], D_t = |q_t| max_{j <= t (causal) or all j} |k_j| / sqrt(d_head)."""
+    qs, ks = _f64(q, 2, "q"), _f64(k, 2, "k")
+    if qs.shape != ks.shape:
+        raise ValueError("q and k must have the same shape, got %s and %s" % (qs.shape, ks.shape))
+    D = np.empty(qs.shape[0])
+    _call(lib.al_head_vanishing_D, _ptr(qs), _ptr(ks), qs.shape[0], qs.shape[1], int(bool(causal)),
+          _ptr(D))
+    return D
+
+
+def sensitivity(z, temps, eps, method="softmax", causal=True, seed=0, layer=0, head=0,
+                alpha=1.5, ssmax_s=0.43):
+    """Algorithm 5 on logits z[L, L] (causal: row t uses columns 0..t): returns (fd_mean[n_t,
+    n_eps], spec_mean[n_t]), the means over rows (n >= 2) of |f((z + eps v)/T) - f(z/T)| / eps
+    and of the exact spectral norm of the Jacobian of f(z/T). v: sensitivity_direction."""
+    nm = _norm(method, 1.0, alpha, ssmax_s)
+    zs = _f64(z, 2, "z")
+    L = zs.shape[0]
+    if zs.shape != (L, L):
+        raise ValueError("z must be [L, L], got %s" % (zs.shape,))
+    ts, es = _f64(np.atleast_1d(temps), 1, "temps"), _f64(np.atleast_1d(eps), 1, "eps")
+    fd, sp = np.empty((len(ts), len(es))), np.empty(len(ts))
+    _call(lib.al_head_sensitivity, _ptr(zs), L, int(bool(causal)), _c.byref(nm), _ptr(ts), len(ts),
+          _ptr(es), len(es), int(seed), int(layer), int(head), _ptr(fd), _ptr(sp))
+    return fd, sp
+
+
+def sensitivity_direction(seed, layer, head, row, n):
+    """The unit direction v[n] Algorithm 5 uses for (seed, layer, head, row)."""
+    v = np.empty(int(n))
+    rc = lib.al_sensitivity_direction(int(seed), int(layer), int(head), int(row), int(n), _ptr(v))
+    if rc != 0:
+        raise AttnlimError(rc, "sensitivity_direction: n must be >= 1 (got %d)" % n)
+    return v
+
+
+# ---- statistics (METHOD section 4) -----------------------------------------------------------------
+
+def ks_2samp(a, b):
+    """Two-sided two-sample Kolmogorov-Smirnov test: (statistic, pvalue), as scipy's."""
+    x, y = _f64(a, 1, "a"), _f64(b, 1, "b")
+    st, p = _c.c_double(), _c.c_double()
+    _call(lib.al_ks_2samp, _ptr(x), len(x), _ptr(y), len(y), _c.byref(st), _c.byref(p))
+    return st.value, p.value
+
+
+def critical_n(N, dtilde, E, level=0.01):
+    """Algorithm 3 for one L: N[nN] increasing, dtilde[nN, heads] and E[nN, heads] per-head
+    means. Returns (pvalues[nN], the smallest N with p >= level or None)."""
+    Ns = np.ascontiguousarray(np.asarray(N, dtype=np.int32))
+    d, e = _f64(dtilde, 2, "dtilde"), _f64(E, 2, "E")
+    if d.shape != e.shape or d.shape[0] != len(Ns):
+        raise ValueError("dtilde and E must both be [len(N), heads]; got %s, %s" % (d.shape, e.shape))
+    pv, crit = np.empty(len(Ns)), _c.c_int()
+    _call(lib.al_critical_n, Ns.ctypes.data_as(_c.POINTER(_c.c_int)), len(Ns), _ptr(d), _ptr(e),
+          d.shape[1], float(level), _ptr(pv), _c.byref(crit))
+    return pv, (None if crit.value < 0 else crit.value)
+
+
+def slope_origin(x, y):
+    """Least squares through the origin: sum x y / sum x^2 (NaN if sum x^2 == 0)."""
+    xs, ys = _f64(x, 1, "x"), _f64(y, 1, "y")
+    if xs.shape != ys.shape:
+        raise ValueError("x and y must have the same length")
+    return lib.al_slope_origin(_ptr(xs), _ptr(ys), len(xs))
+
+
+def five_number(x):
+    """dict(min, q1, median, q3, max, mean) of x (quartiles as numpy.percentile)."""
+    xs, f = _f64(x, 1, "x"), _Five()
+    _call(lib.al_five_number, _ptr(xs), len(xs), _c.byref(f))
+    return {k: getattr(f, k) for k, _ in _Five._fields_}
+
+
+# ---- tokenizers and corpora ------------------------------------------------------------------------
+
+def _take_bytes(p, n):
+    try:
+        return _c.string_at(p.value, n.value) if n.value else b""
+    finally:
+        _libc.free(p)
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer (GPT-2's by default). Use Tokenizer.gpt2(), or a with-block."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def gpt2(cls, vocab=None):
+        """GPT-2 BPE: vocab None (the shared data files, found as al_data_find does) or a
+        directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)."""
+        h = _c.c_void_p()
+        _call(lib.al_tokenizer_open_gpt2, None if vocab is None else os.fsencode(vocab), _c.byref(h))
+        return cls(h)
+
+    @classmethod
+    def bpe(cls, vocab, pretok="gpt2"):
+        """Any byte-level BPE in vocab's files, pre-tokenizer "gpt2", "llama3" or "smollm"."""
+        h = _c.c_void_p()
+        _call(lib.al_tokenizer_open_bpe, os.fsencode(vocab), pretok.encode(), _c.byref(h))
+        return cls(h)
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("the tokenizer is closed")
+        return self._h
+
+    @property
+    def vocab_size(self):
+        return lib.al_tokenizer_vocab_size(self._handle())
+
+    def encode(self, text, allow_special=False):
+        """Token ids (int32 ndarray) of text (str, encoded as UTF-8, or bytes)."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        ids, n = _c.POINTER(_c.c_int32)(), _c.c_size_t()
+        _call(lib.al_tokenize, self._handle(), data, len(data), int(bool(allow_special)),
+              _c.byref(ids), _c.byref(n))
+        try:
+            return np.ctypeslib.as_array(ids, shape=(n.value,)).copy() if n.value else \
+                np.zeros(0, dtype=np.int32)
+        finally:
+            _libc.free(_c.cast(ids, _c.c_void_p))
+
+    def decode_bytes(self, ids):
+        arr = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
+        if arr.ndim != 1:
+            raise ValueError("ids must be 1-D")
+        if arr.size and (arr.min() < 0 or arr.max() > 2**31 - 1):
+            raise AttnlimError(1, "decode: token id out of range")
+        a32 = arr.astype(np.int32)
+        p, n = _c.c_void_p(), _c.c_size_t()
+        _call(lib.al_detokenize, self._handle(), a32.ctypes.data_as(_c.POINTER(_c.c_int32)), len(a32),
+              _c.byref(p), _c.byref(n))
+        return _take_bytes(p, n)
+
+    def decode(self, ids, errors="replace"):
+        """Text of ids (bytes decoded as UTF-8 with errors; decode_bytes gives the bytes)."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def close(self):
+        if self._h:
+            lib.al_tokenizer_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def corpus(name_or_path="war-and-peace", data_path=None, as_bytes=False):
+    """A corpus: "war-and-peace" (the body of pg2600.txt, CRLF -> LF) or a text file. Returns
+    str (UTF-8, invalid bytes replaced) or bytes with as_bytes=True."""
+    p, n = _c.c_void_p(), _c.c_size_t()
+    _call(lib.al_corpus_load, os.fsencode(name_or_path),
+          None if data_path is None else os.fsencode(data_path), _c.byref(p), _c.byref(n))
+    data = _take_bytes(p, n)
+    return data if as_bytes else data.decode("utf-8", errors="replace")
+
+
+# ---- models and capture ----------------------------------------------------------------------------
+
+ForwardResult = namedtuple("ForwardResult", ["logits", "hidden", "captures"])
+ForwardResult.__doc__ = """logits [T, vocab] float32 (or None), hidden [T, d_model] float32 (or
+None; after the final norm for decoders), captures {layer: {what: ndarray, "heads": ndarray}}."""
+
+
+class Model:
+    """A model opened by path (HF dir / .safetensors, llm.c .bin, .gguf) or known name."""
+
+    def __init__(self, path_or_name):
+        h = _c.c_void_p()
+        _call(lib.al_model_open, os.fsencode(path_or_name), _c.byref(h))
+        self._h = h
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("the model is closed")
+        return self._h
+
+    @property
+    def info(self):
+        """dict of al_model_info: family, name, path, sha256, dtype, n_layer, n_head, n_kv_head,
+        d_model, d_head, d_ff, n_ctx, vocab_size, causal, n_params."""
+        i = lib.al_model_get_info(self._handle()).contents
+        d = {f: getattr(i, f).decode(errors="replace") for f in ("family", "name", "path", "sha256",
+                                                                  "dtype")}
+        d.update({f: getattr(i, f) for f in _INFO_INTS})
+        d["n_params"] = i.n_params
+        return d
+
+    def sha256(self):
+        _call(lib.al_model_hash, self._handle())
+        return self.info["sha256"]
+
+    def tokenizer(self):
+        """The model's own tokenizer (a Tokenizer, to close or use in a with-block)."""
+        h = _c.c_void_p()
+        _call(lib.al_model_tokenizer, self._handle(), _c.byref(h))
+        return Tokenizer(h)
+
+    def forward(self, tokens, capture=(), layers=None, heads=None, logits=True, hidden=True):
+        """Runs the model over tokens[T]. capture: names among q, k, v, logits, weights, hidden,
+        embed; layers / heads: iterables of indices (None = all). Each layer's capture is copied
+        (only what was asked, only the selected heads) while the forward streams, so memory
+        stays at one layer in C. Per-head arrays are [n_sel, T, d_head] or [n_sel, T, T]."""
+        info = self.info
+        toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
+        if toks.ndim != 1:
+            raise ValueError("tokens must be 1-D")
+        if toks.size and (toks.min() < 0 or toks.max() > 2**31 - 1):
+            raise AttnlimError(1, "forward: token id out of int32 range")
+        toks = toks.astype(np.int32)
+        T = len(toks)
+        if isinstance(capture, str):
+            capture = (capture,)
+        what = 0
+        for c in capture:
+            if c not in CAPTURES:
+                raise ValueError("unknown capture %r (one of %s)" % (c, ", ".join(CAPTURES)))
+            what |= CAPTURES[c]
+
+        def mask(sel, n, kind):
+            if sel is None:
+                return None
+            m = np.zeros(n, dtype=np.uint8)
+            for i in sel:
+                if not 0 <= int(i) < n:
+                    raise ValueError("%s index %d out of range [0, %d)" % (kind, int(i), n))
+                m[int(i)] = 1
+            return m
+
+        lmask = mask(layers, info["n_layer"], "layer")
+        hmask = mask(heads, info["n_head"], "head")
+        captures, failure = {}, []
+
+        def observer(user, cap_p, err_p):
+            try:
+                cap = cap_p.contents
+                n_sel, Tc, dh, dm = cap.n_sel, cap.T, cap.d_head, cap.d_model
+                shapes = {"q": (n_sel, Tc, dh), "k": (n_sel, Tc, dh), "v": (n_sel, Tc, dh),
+                          "logits": (n_sel, Tc, Tc), "weights": (n_sel, Tc, Tc),
+                          "hidden": (Tc, dm), "embed": (Tc, dm)}
+                got = {"heads": np.array([cap.heads[i] for i in range(n_sel)], dtype=np.int64)}
+                for name in capture:
+                    p = getattr(cap, name)
+                    if not p:
+                        raise AttnlimError(6, "capture %r not provided by the model" % name)
+                    got[name] = np.ctypeslib.as_array(p, shape=shapes[name]).copy()
+                captures[cap.layer] = got
+                return 0
+            except BaseException as e:  # stop the forward; re-raised below
+                failure.append(e)
+                msg = ("python observer: %s" % e).encode()[:1000]
+                err_p.contents.code = 8
+                err_p.contents.msg = msg
+                return 1
+
+        cb = _Observer(observer)  # kept alive until the forward returns
+        req = _CaptureRequest()
+        req.what = what
+        req.layers = None if lmask is None else lmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
+        req.heads = None if hmask is None else hmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
+        req.fn, req.user = cb, None
+        lg = np.empty((T, info["vocab_size"]), dtype=np.float32) if logits else None
+        hd = np.empty((T, info["d_model"]), dtype=np.float32) if hidden else None
+        err = _Error()
+        rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
+                                  _c.byref(req) if what else None,
+                                  None if lg is None else lg.ctypes.data_as(_fp),
+                                  None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
+        if failure:
+            raise failure[0]
+        _check(rc, err)
+        return ForwardResult(lg, hd, captures)
+
+    def close(self):
+        if self._h:
+            lib.al_model_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
