@@ -111,7 +111,7 @@ static int hf_model_type(const char *path, char *type, size_t cap, al_error *err
     char cfg[4096];
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(cfg, sizeof cfg, "%s/config.json", path);
-    else if (ends_with(path, ".json")) snprintf(cfg, sizeof cfg, "%s", path);
+    else if (ends_with(path, ".json") && !ends_with(path, ".index.json")) snprintf(cfg, sizeof cfg, "%s", path);
     else {
         snprintf(cfg, sizeof cfg, "%s", path);
         char *slash = strrchr(cfg, '/');
