@@ -48,6 +48,7 @@ def _load():
     found = ctypes.util.find_library("attnlim")
     if found:
         cands.append(found)
+    cands += ["libattnlim.so.0", "libattnlim.so"]  # dlopen's own search (LD_LIBRARY_PATH, ld.so.cache)
     errors = []
     for c in cands:
         if c and (os.path.exists(c) or not os.path.isabs(c)):

@@ -162,16 +162,27 @@ def _norm(method, temperature=1.0, alpha=1.5, ssmax_s=0.43):
 def normalize(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43):
     """Weights p = method(z / temperature) along the last axis of z (any shape, n >= 1).
     method: softmax, sparsemax, entmax15, entmax (alpha), ssmax (ssmax_s), sa-softmax,
-    sa-softmax-norm. Returns float64 of z's shape."""
+    sa-softmax-norm. Entries equal to -inf are masked: the row is normalized over its other
+    entries and the masked ones get weight 0 (NaN and +inf are errors). Returns float64 of
+    z's shape."""
     nm = _norm(method, temperature, alpha, ssmax_s)
     z = _f64(z)
     if z.ndim == 0:
         raise ValueError("normalize takes an array with at least one axis")
     n = z.shape[-1]
     rows = z.reshape(-1, n)
-    out = np.empty_like(rows)
+    out = np.zeros_like(rows)
     for i in range(rows.shape[0]):
-        _call(lib.al_norm_forward, _c.byref(nm), _ptr(rows[i]), n, _ptr(out[i]))
+        keep = rows[i] != -np.inf  # -inf = masked (a causal row): weight 0, not an input
+        if keep.all():
+            _call(lib.al_norm_forward, _c.byref(nm), _ptr(rows[i]), n, _ptr(out[i]))
+            continue
+        if not keep.any():
+            raise AttnlimError(5, "normalize: row %d is entirely masked (-inf)" % i)
+        zi = np.ascontiguousarray(rows[i][keep])
+        pi = np.empty_like(zi)
+        _call(lib.al_norm_forward, _c.byref(nm), _ptr(zi), len(zi), _ptr(pi))
+        out[i][keep] = pi
     return out.reshape(z.shape)
 
 
