@@ -48,6 +48,7 @@ def _lib():
     fp = ctypes.POINTER(ctypes.c_float)
     lib.al_model_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int,
                                      ctypes.c_void_p, fp, fp, ctypes.POINTER(Err)]
+    lib.al_model_forward.restype = ctypes.c_int
     return lib
 
 
@@ -150,6 +151,46 @@ def test_llmc_bf16(tmp_path):
     ref = R.forward(rounded, cfg, win, capture=False)
     assert np.abs(hid - ref["final"]).max() <= 1e-4
     assert np.abs(lg - ref["logits"]).max() <= 1e-4 * max(1.0, np.abs(ref["logits"]).max())
+
+
+OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(Err))
+
+
+class CaptureRequest(ctypes.Structure):
+    _fields_ = [("what", ctypes.c_uint), ("layers", ctypes.c_void_p), ("heads", ctypes.c_void_p),
+                ("fn", OBSERVER), ("user", ctypes.c_void_p)]
+
+
+def test_observer_stops_forward(tmp_path):
+    """An observer returning non-zero stops the forward: its error comes back, nothing runs
+    after that layer, and the model still works afterwards."""
+    path, params, cfg = make(tmp_path, SHAPES[1], "safetensors")
+    layers_seen = []
+
+    def stop_at_1(user, cap, err):
+        layer = ctypes.cast(cap, ctypes.POINTER(ctypes.c_int))[0]  # al_capture.layer
+        layers_seen.append(layer)
+        if layer == 1:
+            err[0].code = 8
+            err[0].msg = b"stopped by the test at layer 1"
+            return 8
+        return 0
+
+    fn = OBSERVER(stop_at_1)
+    req = CaptureRequest(what=1 << 4, layers=None, heads=None, fn=fn, user=None)
+    m = CModel(path)
+    try:
+        win = corpus_ids(30, cfg["vocab_size"])
+        ids = np.ascontiguousarray(win, dtype=np.int32)
+        err = Err()
+        rc = LIBC.al_model_forward(m.m, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), 30,
+                                   ctypes.byref(req), None, None, ctypes.byref(err))
+        assert rc == 8 and b"stopped by the test at layer 1" in err.msg
+        assert layers_seen == [0, 1]
+        hid, _ = m.forward(win)
+        assert np.abs(hid - R.forward(params, cfg, win, capture=False)["final"]).max() <= 1e-4
+    finally:
+        m.close()
 
 
 def test_transformer_prefix_names(tmp_path):
