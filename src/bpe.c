@@ -32,16 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Internal entry points shared with src/tokenizer.c (to move to src/tokenizer.h). */
-int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
-                         int n_merges, const int *merge_lines, const char *merges_name,
-                         al__pretok pre, al__bpe **out, al_error *err);
-int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids,
-                   size_t *n, al_error *err);
-int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len,
-                   al_error *err);
-int al__bpe_vocab_size(const al__bpe *b);
-size_t al__utf8_valid_len(const unsigned char *s, size_t n);
 
 #define MAX_TOKEN_BYTES 65536     /* one token's string */
 #define MAX_TOKENS      (1 << 24) /* vocabulary size cap */

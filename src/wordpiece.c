@@ -1197,8 +1197,7 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
     return 0;
 }
 
-/* The number of tokens (ids 0..n-1). Declared here until src/tokenizer.h declares it. */
-int al__wordpiece_vocab_size(const al__wordpiece *w);
+/* The number of tokens (ids 0..n-1). */
 int al__wordpiece_vocab_size(const al__wordpiece *w) {
     return w ? w->n_vocab : 0;
 }
