@@ -432,6 +432,29 @@ def test_model_forward_against_numpy_reference(tiny):
     m.close()  # twice is fine
 
 
+def test_model_hash_tokenizer_and_observer_failure(tiny, monkeypatch):
+    import hashlib
+    path, _, _ = tiny
+    with A.Model(path) as m:
+        assert m.sha256() == hashlib.sha256(open(os.path.join(path, "model.safetensors"), "rb")
+                                            .read()).hexdigest()
+        with m.tokenizer() as tok:
+            assert tok.encode("Hello world").tolist() == [15496, 995]  # GPT-2's published ids
+        # an exception inside the Python observer stops the C forward and is re-raised as is
+        calls = []
+
+        def boom(*a, **k):
+            calls.append(1)
+            raise KeyError("observer failed")
+
+        monkeypatch.setattr(np.ctypeslib, "as_array", boom)
+        with pytest.raises(KeyError, match="observer failed"):
+            m.forward([1, 2, 3], capture="q")
+        assert len(calls) == 1  # stopped after the first layer
+        monkeypatch.undo()
+        assert m.forward([1, 2, 3], capture="q").captures[1]["q"].shape == (2, 3, 16)
+
+
 # ---- errors ------------------------------------------------------------------------------------------
 
 def test_errors_carry_the_c_message(tmp_path):
