@@ -31,6 +31,8 @@ if [ "$want_tests" = 1 ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAL_WERROR=ON ${AL_CMAKE_ARGS:-} >/dev/null
+tests_flag=-DAL_BUILD_TESTS=ON
+[ "$want_tests" = 1 ] || tests_flag=-DAL_BUILD_TESTS=OFF
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAL_WERROR=ON "$tests_flag" ${AL_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/attnlim"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# valgrind.sh BIN: memcheck of the attnlim CLI on a small random model (capture, reproduce
+# --quick, metrics, tokenize): every run must have zero errors and no definite or indirect leak.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${1:-build/attnlim}")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+vg=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
+    --show-leak-kinds=definite,indirect --suppressions=tests/sanitizer/valgrind.supp)
+export OMP_NUM_THREADS=2 ATTNLIM_NO_DOWNLOAD=1
+"$bin" make-model --layers 2 --heads 2 --embd 32 --ctx 64 --vocab 50257 --seed 3 --out "$work/m" >/dev/null
+# run: the command must succeed; run_fails: it must fail cleanly (exit 1 or 2, its own error);
+# valgrind's own exit code 99 fails both.
+run() { echo "valgrind: attnlim $*"; "${vg[@]}" "$bin" "$@" >/dev/null; }
+run_fails() {
+  echo "valgrind: attnlim $* (must fail cleanly)"
+  local rc=0
+  "${vg[@]}" "$bin" "$@" >/dev/null 2>"$work/err" || rc=$?
+  if [ "$rc" != 1 ] && [ "$rc" != 2 ]; then cat "$work/err"; echo "valgrind: exit $rc"; exit 1; fi
+}
+run capture --model "$work/m" --corpus war-and-peace --window 1 --length 48 --what q,k,v,logits,weights,hidden \
+    --out "$work/cap"
+printf 'The quick brown fox \xff\xfe jumps.\n' > "$work/t.txt"
+run tokenize "$work/t.txt"
+run_fails normalize --method entmax15 --input "$work/t.txt"
+echo "0.1 2 3 -1" > "$work/z.txt"
+run jacobian --method sa-softmax --input "$work/z.txt"
+run reproduce --model "$work/m" --quick --quiet --out "$work/rep"
+run_fails info --model tests/bad/inputs/st/wrong_shape
+run_fails info --model tests/bad/inputs/gguf/tensor_offset_past_end.gguf
+run_fails normalize --method softmax --input tests/bad/inputs/npy/overflow_dims.npy
+echo "valgrind: no errors, no leaks"
