@@ -19,7 +19,8 @@ import numpy as np
 __all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_numbers", "data_find",
            "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
            "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
-           "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES"]
+           "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES", "reproduce", "diagnose",
+           "pick_model", "EXPERIMENTS"]
 
 
 class AttnlimError(RuntimeError):

@@ -566,3 +566,106 @@ class Model:
             self.close()
         except Exception:
             pass
+
+
+# ---- experiments (`attnlim reproduce`, `attnlim diagnose`) -----------------------------------------
+
+class _ReproOpts(_c.Structure):  # al_repro_opts, 184 bytes
+    _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
+                ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
+                ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
+                ("progress", _c.c_int), ("quiet", _c.c_int), ("threads", _c.c_int),
+                ("experiments", _c.c_uint), ("seed", _c.c_uint64), ("mc_samples", _c.c_int),
+                ("long_length", _c.c_int), ("lengths", _c.POINTER(_c.c_int)), ("n_lengths", _c.c_int),
+                ("top_n", _c.POINTER(_c.c_int)), ("n_top_n", _c.c_int),
+                ("critical_n", _c.POINTER(_c.c_int)), ("n_critical_n", _c.c_int),
+                ("separability_n", _c.POINTER(_c.c_int)), ("n_separability_n", _c.c_int),
+                ("temperatures", _dp), ("n_temperatures", _c.c_int), ("eps", _dp), ("n_eps", _c.c_int),
+                ("synthetic", _c.c_int)]
+
+
+class _DiagOpts(_c.Structure):  # al_diag_opts, 56 bytes
+    _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
+                ("out_dir", _c.c_char_p), ("length", _c.c_int), ("window", _c.c_int),
+                ("threads", _c.c_int), ("normalizer", _c.c_char_p)]
+
+
+_proto("al_repro_defaults", None, _c.POINTER(_ReproOpts))
+_proto("al_repro_pick_model", _c.c_int, _c.c_char_p, _c.c_size_t, _ep)
+_proto("al_reproduce", _c.c_int, _c.POINTER(_ReproOpts), _ep)
+_proto("al_vectors_parse", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_int), _ep)
+_proto("al_diagnose", _c.c_int, _c.POINTER(_DiagOpts), _c.POINTER(_c.c_void_p), _ep)
+
+EXPERIMENTS = {"vanishing": 1, "alg1": 2, "alg2": 4, "alg3": 8, "alg4": 16, "alg5": 32}
+__all__ += ["reproduce", "diagnose", "pick_model", "EXPERIMENTS"]
+
+
+def _s(x):
+    return None if x is None else os.fsencode(x)
+
+
+def pick_model():
+    """The model `reproduce` uses by default: "gpt2" when its weights are available, else
+    "smollm2" (AttnlimError with advice when neither is)."""
+    buf = _c.create_string_buffer(256)
+    _call(lib.al_repro_pick_model, buf, 256)
+    return buf.value.decode()
+
+
+def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vectors="value",
+              normalizer=None, quick=False, resume=False, progress=False, quiet=True, threads=0,
+              experiments=None, seed=1234, mc=0, long_length=0, lengths=None, top_n=None,
+              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None):
+    """Runs the paper's experiments (as `attnlim reproduce`) and writes results.json, CSVs,
+    NPYs, figures and reports into out_dir (docs/reproduce.md). experiments: names among
+    vanishing, alg1..alg5 (None = all). Grids None = METHOD's defaults (or --quick's).
+    synthetic: None (from the checkpoint), False or True. Returns results.json as a dict."""
+    o = _ReproOpts()
+    lib.al_repro_defaults(_c.byref(o))
+    o.model, o.corpus, o.data_path, o.out_dir = _s(model), _s(corpus), _s(data_path), _s(out_dir)
+    o.normalizer = None if normalizer is None else normalizer.encode()
+    vec = _c.c_int()
+    _call(lib.al_vectors_parse, vectors.encode(), _c.byref(vec))
+    o.vectors, o.windows = vec.value, int(windows)
+    o.quick, o.resume, o.progress, o.quiet = int(quick), int(resume), int(progress), int(quiet)
+    o.threads, o.seed, o.mc_samples, o.long_length = int(threads), int(seed), int(mc), int(long_length)
+    if experiments is not None:
+        bits = 0
+        for e in experiments:
+            if e not in EXPERIMENTS:
+                raise ValueError("unknown experiment %r (one of %s)" % (e, ", ".join(EXPERIMENTS)))
+            bits |= EXPERIMENTS[e]
+        o.experiments = bits
+    if synthetic is not None:
+        o.synthetic = int(bool(synthetic))
+    keep = []
+    for field, grid, dt in (("lengths", lengths, np.int32), ("top_n", top_n, np.int32),
+                            ("critical_n", critical_n, np.int32),
+                            ("separability_n", separability_n, np.int32),
+                            ("temperatures", temperatures, np.float64), ("eps", eps, np.float64)):
+        if grid is None:
+            continue
+        arr = np.ascontiguousarray(np.atleast_1d(np.asarray(grid, dtype=dt)))
+        keep.append(arr)
+        ptype = _dp if dt == np.float64 else _c.POINTER(_c.c_int)
+        setattr(o, field, arr.ctypes.data_as(ptype))
+        setattr(o, "n_" + field, len(arr))
+    _call(lib.al_reproduce, _c.byref(o))
+    import json
+    with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def diagnose(model=None, corpus=None, data_path=None, out_dir=None, length=0, window=0,
+             threads=0, normalizer=None):
+    """Per-head health of a model on one window (as `attnlim diagnose`): the report as a dict
+    (with out_dir, diagnose.json and diagnose.md are written there too)."""
+    import json
+    o = _DiagOpts(_s(model), _s(corpus), _s(data_path), _s(out_dir), int(length), int(window),
+                  int(threads), None if normalizer is None else normalizer.encode())
+    p = _c.c_void_p()
+    _call(lib.al_diagnose, _c.byref(o), _c.byref(p))
+    try:
+        return json.loads(_c.string_at(p.value).decode("utf-8"))
+    finally:
+        _libc.free(p)

@@ -50,6 +50,7 @@ def test_layouts_roundtrip():
     assert ctypes.sizeof(_api._TopN) == 80 and ctypes.sizeof(_api._Five) == 48
     assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 104
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
+    assert ctypes.sizeof(_api._ReproOpts) == 184 and ctypes.sizeof(_api._DiagOpts) == 56
     # al_norm by value: the header's documented defaults come back in the right fields
     for kind in range(7):
         nm = A.lib.al_norm_default(kind)
@@ -310,15 +311,20 @@ def test_statistics_against_scipy_numpy():
 
 # ---- tokenizer and corpus ------------------------------------------------------------------------
 
-def test_tokenizer_against_tiktoken():
+@pytest.fixture(scope="module")
+def tt():
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str
     data = shared_data()
     ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "gpt2", "vocab.bpe"),
                                             os.path.join(data, "gpt2", "encoder.json"))
-    tt = tiktoken.Encoding("gpt2-local", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                           special_tokens={EOT: 50256}, explicit_n_vocab=50257)
+    return tiktoken.Encoding("gpt2-local", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={EOT: 50256}, explicit_n_vocab=50257)
+
+
+def test_tokenizer_against_tiktoken(tt):
+    data = shared_data()
     body = A.corpus("war-and-peace", data_path=data)
     with A.Tokenizer.gpt2(os.path.join(data, "gpt2")) as tok:
         assert tok.vocab_size == 50257
@@ -453,6 +459,68 @@ def test_model_hash_tokenizer_and_observer_failure(tiny, monkeypatch):
         assert len(calls) == 1  # stopped after the first layer
         monkeypatch.undo()
         assert m.forward([1, 2, 3], capture="q").captures[1]["q"].shape == (2, 3, 16)
+
+
+# ---- experiments: diagnose and reproduce on the tiny model, against gpt2_ref ------------------------
+
+def window_reference(tiny, tt, L):
+    """gpt2_ref's per-layer weights and logits on window 0 of length L of the corpus body,
+    tokenized by tiktoken (a prefix of the body gives the same first L tokens)."""
+    _, params, cfg = tiny
+    body = A.corpus("war-and-peace", data_path=shared_data())
+    tokens = tt.encode(body[:4 * L + 200], disallowed_special=())[:L]
+    assert len(tokens) == L
+    return R.forward(params, cfg, tokens)
+
+
+def ref_spectral(z_row, T):
+    p = scipy.special.softmax(z_row / T)
+    return np.linalg.svd((np.diag(p) - np.outer(p, p)) / T, compute_uv=False)[0]
+
+
+def test_diagnose_against_reference(tiny, tt, monkeypatch):
+    monkeypatch.setenv("ATTNLIM_DATA", shared_data())
+    L = 32
+    ref = window_reference(tiny, tt, L)
+    d = A.diagnose(tiny[0], length=L)
+    assert d["L"] == L and len(d["heads"]) == 4
+    for h in d["heads"]:
+        w, z = ref["w"][h["layer"]][h["head"]], ref["z"][h["layer"]][h["head"]]
+        assert h["mean_max_weight"] == pytest.approx(w.max(1).mean(), rel=1e-4)
+        assert h["mean_weight_on_token0"] == pytest.approx(w[:, 0].mean(), rel=1e-4)
+        ent = [-(w[t, :t + 1] * np.log(w[t, :t + 1])).sum() / np.log(t + 1) for t in range(1, L)]
+        assert h["mean_entropy_over_log_n"] == pytest.approx(np.mean(ent), rel=1e-4)
+        spec = [ref_spectral(z[t, :t + 1], 1.0) for t in range(1, L)]
+        assert h["jacobian_spectral_T1"] == pytest.approx(np.mean(spec), rel=1e-3)
+    with pytest.raises(A.AttnlimError, match="no-model-here"):
+        A.diagnose("no-model-here")
+
+
+def test_reproduce_options_and_alg5_against_reference(tiny, tt, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLIM_DATA", shared_data())
+    L, temps = 32, [0.5, 2.0]
+    r = A.reproduce(str(tmp_path / "out"), model=tiny[0], quick=True, experiments=["vanishing", "alg5"],
+                    long_length=L, temperatures=temps, eps=[1e-3], lengths=[16, 32], top_n=[1, 3],
+                    critical_n=[1, 2], separability_n=[1, 2], vectors="key", seed=77, mc=5)
+    # every option set here comes back in the manifest: al_repro_opts' layout round-trips
+    o = r["manifest"]["options"]
+    assert (o["long_length"], o["temperatures"], o["eps"], o["lengths"], o["top_n"]) == \
+        (L, temps, [1e-3], [16, 32], [1, 3])
+    assert (o["critical_n"], o["separability_n"], o["vectors"], o["seed"], o["mc_samples"]) == \
+        ([1, 2], [1, 2], "key", 77, 5)
+    assert o["experiments"] == ["vanishing", "alg5"] and o["quick"] is True
+    assert os.path.isfile(tmp_path / "out" / "report.md")
+    ref = window_reference(tiny, tt, L)
+    spec = np.array(r["alg5"]["per_head"]["spectral"])  # [layer * n_head + head, T]
+    for lh in range(4):
+        z = ref["z"][lh // 2][lh % 2]
+        for i, T in enumerate(temps):
+            want = np.mean([ref_spectral(z[t, :t + 1], T) for t in range(1, L)])
+            assert spec[lh, i] == pytest.approx(want, rel=1e-3), (lh, T)
+    with pytest.raises(ValueError, match="unknown experiment"):
+        A.reproduce(str(tmp_path / "x"), experiments=["alg9"])
+    with pytest.raises(A.AttnlimError, match="nosuchvectors"):
+        A.reproduce(str(tmp_path / "x"), vectors="nosuchvectors")
 
 
 # ---- errors ------------------------------------------------------------------------------------------
