@@ -170,6 +170,9 @@ def normalize(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43):
     if z.ndim == 0:
         raise ValueError("normalize takes an array with at least one axis")
     n = z.shape[-1]
+    if n == 0:  # the library's own message for an empty input
+        dummy = np.zeros(1)
+        _call(lib.al_norm_forward, _c.byref(nm), _ptr(dummy), 0, _ptr(dummy))
     rows = z.reshape(-1, n)
     out = np.zeros_like(rows)
     for i in range(rows.shape[0]):

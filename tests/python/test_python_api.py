@@ -551,6 +551,23 @@ def test_errors_carry_the_c_message(tmp_path):
         A.corpus(str(tmp_path / "missing.txt"))
     with pytest.raises(A.AttnlimError, match="entirely masked"):
         A.normalize([-np.inf, -np.inf])
+    with pytest.raises(A.AttnlimError, match="empty"):
+        A.normalize(np.zeros((2, 0)))
+    with pytest.raises(A.AttnlimError, match="60000"):
+        with A.Tokenizer.gpt2(os.path.join(shared_data(), "gpt2")) as tok:
+            tok.decode([15496, 60000])
+    with pytest.raises(A.AttnlimError, match="N = 0"):
+        A.row_metrics([0.5, 0.5], np.eye(2), top_n=[0])
+    with pytest.raises(A.AttnlimError, match="not increasing"):
+        A.critical_n([2, 1], np.ones((2, 3)), np.ones((2, 3)))
+
+
+def test_model_bad_tokens(tiny):
+    with A.Model(tiny[0]) as m:
+        with pytest.raises(A.AttnlimError, match="empty window"):
+            m.forward([])
+        with pytest.raises(A.AttnlimError, match="60000"):
+            m.forward([1, 60000])
 
 
 # ---- packaging and docs ----------------------------------------------------------------------------
