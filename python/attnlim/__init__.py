@@ -133,4 +133,7 @@ def data_find(relpath, explicit=None):
     return out.value.decode()
 
 
-from ._api import *  # noqa: E402,F401,F403  (the numeric, tokenizer and model API)
+from ._api import (CAPTURES, EXPERIMENTS, ForwardResult, Model, Tokenizer,  # noqa: E402,F401
+                   corpus, critical_n, diagnose, five_number, head_metrics, jacobian, jvp,
+                   ks_2samp, normalize, pick_model, reproduce, row_metrics, sensitivity,
+                   sensitivity_direction, slope_origin, vanishing_D)

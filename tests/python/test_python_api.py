@@ -175,8 +175,7 @@ def ref_row(alpha, x, N):
     n = len(alpha)
     I = top_idx(alpha, N)
     rest = [i for i in range(n) if i not in I]
-    s = sum(alpha[i] * x[i] for i in I)
-    dt = ref_dtilde(alpha, x, I)
+    dt = ref_dtilde(alpha, x, I)  # s = sum_{i in I_N} alpha_i x_i inside
     abar, b = sum(alpha[i] for i in I), sum(alpha[i] for i in rest)
     d1 = max(np.linalg.norm(x[i] - x[j]) for i in rest for j in I)
     m = max(np.linalg.norm(x[j]) for j in I)
