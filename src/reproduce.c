@@ -25,12 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Defined in src/sensitivity.c; declared here until the metrics section of attnlim.h has it
- * (the same signature, so both declarations agree). */
-int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
-                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
-                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
-
 /* ---- options and grids ---------------------------------------------------------------------- */
 
 static const int def_lengths[] = {32, 64, 128, 256, 512, 1024};
