@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
@@ -32,14 +31,6 @@ static const data_pin *find_pin(const char *relpath) {
     return NULL;
 }
 
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 int al_cache_dir(char *out, size_t out_size, al_error *err) {
     const char *c = getenv("ATTNLIM_CACHE");
@@ -55,32 +46,7 @@ int al_cache_dir(char *out, size_t out_size, al_error *err) {
 }
 
 static int check_pin(const char *path, const data_pin *pin, al_error *err) {
-    if (!pin) return 0;
-    const char *nv = getenv("ATTNLIM_NO_VERIFY");
-    if (nv && strcmp(nv, "1") == 0) return 0;
-    char hex[65];
-    int rc = al_sha256_file(path, hex, err);
-    if (rc) return rc;
-    if (strcmp(hex, pin->sha256) != 0)
-        return al__err(err, AL_E_FORMAT,
-                       "%s: SHA-256 %s does not match the pinned %s for %s (a different or corrupted file; "
-                       "remove it, or set ATTNLIM_NO_VERIFY=1 to use it anyway)",
-                       path, hex, pin->sha256, pin->relpath);
-    return 0;
-}
-
-/* Runs argv (no shell); returns the exit status, or -1. */
-static int run(char *const argv[]) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return pin ? al__check_sha256(path, pin->sha256, pin->relpath, err) : 0;
 }
 
 static int download(const data_pin *pin, const char *dest, al_error *err) {
@@ -96,7 +62,7 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
     fprintf(stderr, "attnlim: downloading %s from %s\n", pin->relpath, pin->url);
     char *curl[] = {"curl", "-fsSL", "--retry", "2", "-o", tmp, (char *)pin->url, NULL};
     char *wget[] = {"wget", "-q", "-O", tmp, (char *)pin->url, NULL};
-    if (run(curl) != 0 && run(wget) != 0) {
+    if (al__run(curl) != 0 && al__run(wget) != 0) {
         unlink(tmp);
         return al__err(err, AL_E_NOTFOUND,
                        "%s: not found locally and the download from %s failed (no network, or neither curl "
@@ -118,7 +84,7 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
 static int try_path(const char *path, const data_pin *pin, char *out, size_t out_size, al_error *err,
                     int *found) {
     *found = 0;
-    if (!is_file(path)) return 0;
+    if (!al__is_file(path)) return 0;
     int rc = check_pin(path, pin, err);
     if (rc) return rc;
     if (strlen(path) >= out_size) return al__err(err, AL_E_INVALID, "%s: path too long", path);
@@ -132,9 +98,9 @@ int al_data_find(const char *relpath, const char *explicit_path, char *out, size
     char cand[4096];
     int found = 0, rc;
     if (explicit_path && *explicit_path) {
-        if (is_dir(explicit_path)) {
+        if (al__is_dir(explicit_path)) {
             snprintf(cand, sizeof cand, "%s/%s", explicit_path, relpath);
-            if (!is_file(cand)) {
+            if (!al__is_file(cand)) {
                 /* a flat directory: the basename directly inside it */
                 const char *base = strrchr(relpath, '/');
                 snprintf(cand, sizeof cand, "%s/%s", explicit_path, base ? base + 1 : relpath);

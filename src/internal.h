@@ -59,6 +59,15 @@ int al__afile_commit(al__afile *a, al_error *err);
 void al__afile_abort(al__afile *a);
 /* Writes a whole buffer to path atomically. */
 int al__write_file_atomic(const char *path, const void *buf, size_t n, al_error *err);
+/* Is path a regular file / a directory (following links)? */
+bool al__is_file(const char *path);
+bool al__is_dir(const char *path);
+/* Checks path's SHA-256 against the pinned want (64 hex digits); a mismatch is an error naming
+ * the file, both hashes and what the file is (what), unless $ATTNLIM_NO_VERIFY=1. */
+int al__check_sha256(const char *path, const char *want, const char *what, al_error *err);
+/* Runs argv without a shell, the child's stdout sent to our stderr (our stdout stays clean for
+ * --json). Returns the child's exit status, or -1 when it could not run or was killed. */
+int al__run(char *const argv[]);
 /* mkdir -p */
 int al__mkdirs(const char *path, al_error *err);
 
