@@ -193,3 +193,15 @@ cJSON *cli_json_array_d(const double *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cli_json_num(v[i]));
     return a;
 }
+
+int cli_read_rows(const char *input, al_array *out, al_error *err) {
+    int rc = cli_read_array(input, out, err);
+    if (rc) return rc;
+    if (out->ndim != 1 && out->ndim != 2) {
+        int nd = out->ndim;
+        al_array_free(out);
+        return set_err(err, AL_E_INVALID, "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
+                       input && strcmp(input, "-") ? input : "<stdin>", nd);
+    }
+    return 0;
+}

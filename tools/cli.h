@@ -47,6 +47,19 @@ int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *
 /* An array from path: .npy (by its magic) or text numbers; NULL or "-" reads stdin. */
 int cli_read_array(const char *path, al_array *out, al_error *err);
 
+/* The options shared by normalize and jacobian (parsed by cmd_norm_options, cmd_normalize.c). */
+typedef struct norm_opts {
+    al_norm nm;
+    const char *input;
+    int json;
+    int full; /* jacobian --full */
+    int help;
+} norm_opts;
+int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, norm_opts *o);
+/* Logits rows from input (see cli_read_array): a 1-D row or 2-D rows, else an error naming the
+ * input. */
+int cli_read_rows(const char *input, al_array *out, al_error *err);
+
 /* Prints a JSON object on stdout (formatted when pretty), frees it. */
 void cli_print_json(cJSON *obj, int pretty);
 /* A JSON number or null for non-finite values. */

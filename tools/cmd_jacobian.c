@@ -6,16 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* From cmd_normalize.c (the shared option parser; keep this struct identical to the one there:
- * tools/cli.h, where it would belong, is not this module's file). */
-typedef struct norm_opts {
-    al_norm nm;
-    const char *input;
-    int json;
-    int full;
-    int help;
-} norm_opts;
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, norm_opts *o);
 
 static void usage(void) {
     printf(
@@ -118,15 +108,7 @@ int cmd_jacobian(int argc, char **argv) {
     }
     al_error err = {0};
     al_array a;
-    if (cli_read_array(o.input, &a, &err)) return cli_fail("jacobian", &err);
-    if (a.ndim != 1 && a.ndim != 2) {
-        al_array_free(&a);
-        err.code = AL_E_INVALID;
-        snprintf(err.msg, sizeof err.msg,
-                 "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
-                 o.input && strcmp(o.input, "-") ? o.input : "<stdin>", a.ndim);
-        return cli_fail("jacobian", &err);
-    }
+    if (cli_read_rows(o.input, &a, &err)) return cli_fail("jacobian", &err);
     int64_t rows = a.ndim == 1 ? 1 : a.shape[0], n = a.shape[a.ndim - 1];
     const double *z = a.data; /* [rows, n] */
     cJSON *list = a.ndim == 2 && o.json ? cJSON_CreateArray() : NULL;

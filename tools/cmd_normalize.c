@@ -6,16 +6,8 @@
 #include <string.h>
 
 /* Options shared by normalize and jacobian. */
-typedef struct norm_opts {
-    al_norm nm;
-    const char *input; /* NULL or "-" = stdin */
-    int json;
-    int full; /* jacobian only */
-    int help;
-} norm_opts;
 
 /* Parses the shared options (allow_full: accept --full). Returns 0, or the exit status. */
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, norm_opts *o);
 
 static const char *opt_value(const char *cmd, int argc, char **argv, int *i, const char *name,
                              int *bad) {
@@ -103,15 +95,7 @@ int cmd_normalize(int argc, char **argv) {
     }
     al_error err = {0};
     al_array a;
-    if (cli_read_array(o.input, &a, &err)) return cli_fail("normalize", &err);
-    if (a.ndim != 1 && a.ndim != 2) {
-        al_array_free(&a);
-        err.code = AL_E_INVALID;
-        snprintf(err.msg, sizeof err.msg,
-                 "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
-                 o.input && strcmp(o.input, "-") ? o.input : "<stdin>", a.ndim);
-        return cli_fail("normalize", &err);
-    }
+    if (cli_read_rows(o.input, &a, &err)) return cli_fail("normalize", &err);
     int64_t rows = a.ndim == 1 ? 1 : a.shape[0], n = a.shape[a.ndim - 1];
     const double *z = a.data;                                                   /* [rows, n] */
     double *p = malloc((size_t)(rows * n > 0 ? rows * n : 1) * sizeof(double)); /* [rows, n] */
