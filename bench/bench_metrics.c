@@ -1,6 +1,8 @@
 /* bench_metrics: seconds per head for the METHOD metrics and Algorithm 5.
  *
- *   bench_metrics [L] [d] [reps]
+ *   bench_metrics [L] [d] [reps] [what]
+ *
+ * what: 0 = everything (default), 1 = only distance+separability (for profiling).
  *
  * 1. al_head_metrics on one causal head, L = 1024, d = 64, the 48-value N grid of METHOD
  *    section 4, distance + separability (the issue's target: <= 0.15 s on one core).
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     int L = argc > 1 ? atoi(argv[1]) : 1024;
     int d = argc > 2 ? atoi(argv[2]) : 64;
     int reps = argc > 3 ? atoi(argv[3]) : 3;
+    int what = argc > 4 ? atoi(argv[4]) : 0;
     if (L < 2 || d < 1 || reps < 1) {
         fprintf(stderr, "usage: bench_metrics [L >= 2] [d >= 1] [reps >= 1]\n");
         return 2;
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
         const char *name;
         int dist, sep;
     } cfg[] = {{"distance+separability", 1, 1}, {"distance", 1, 0}, {"separability", 0, 1}};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < (what == 1 ? 1 : 3); c++) {
         o.distance = cfg[c].dist;
         o.separability = cfg[c].sep;
         double best = INFINITY, best_cpu = INFINITY;
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
                    out[4].ns_upper);
     }
 
+    if (what == 1) goto done;
     /* Algorithm 5: 25 T log-spaced over [1e-3, 1e1], eps in {1e-3, 1e-1, 10} */
     double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];
     for (int a = 0; a < 25; a++) T[a] = pow(10.0, -3.0 + 4.0 * a / 24.0);
@@ -128,6 +132,7 @@ int main(int argc, char **argv) {
         printf("  check: T=%.3g spec=%.6g fd(eps=1e-3)=%.6g; T=%.3g spec=%.6g fd=%.6g\n", T[0],
                spec[0], fd[0], T[24], spec[24], fd[72]);
     }
+done:
     free(z);
     free(w);
     free(x);

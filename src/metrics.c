@@ -4,7 +4,8 @@
  * How one head is done (w [L, L] weights, x [L, d] vectors):
  *   G  = X X^T            [L, L]  one GEMM; every row shares it (row t reads G[:n, :n]);
  *   S  = W X              [L, d]  attention outputs (triangular multiply when causal);
- *   XS = S X^T            [L, L]  XS[t, i] = x_i . S_t  (for the analytic E).
+ *   XS = S X^T            [XB, L] XS[t, i] = x_i . S_t  (for the analytic E), XB rows at a
+ *                                 time, so the block stays in cache beside the Gram rows.
  * Then per row: the top K = min(max N, n - 1) weights are selected once (quickselect and a
  * sort; ties to the lower index), and N walks up the grid adding the selected indices j
  * between two grid points as one batch (up to 8 Gram rows per pass over i):
@@ -63,6 +64,8 @@ typedef struct rowws {
     int64_t *sel;  /* [cap] selected indices, best first */
     kv *kv;        /* [cap] top-K scratch */
     double *xi;    /* [cap] separability scratch */
+    double *pa;    /* [cap] alpha_i^2 |x_i|^2 (distance) */
+    double *axs;   /* [cap] alpha_i x_i . S (distance) */
     int64_t *perm; /* [cap] Monte-Carlo permutation */
     int64_t *mark; /* [cap] Monte-Carlo selection stamp */
     double *mcc;   /* [cap] Monte-Carlo x_i . s */
@@ -99,6 +102,8 @@ static void free_rowws(rowws *w) {
     free(w->sel);
     free(w->kv);
     free(w->xi);
+    free(w->pa);
+    free(w->axs);
     free(w->perm);
     free(w->mark);
     free(w->mcc);
@@ -120,13 +125,15 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sel = al__malloc(ni, "metrics row scratch", err);
     w->kv = al__malloc((size_t)cap * sizeof(kv), "metrics row scratch", err);
     w->xi = al__malloc(nd, "metrics row scratch", err);
+    w->pa = al__malloc(nd, "metrics row scratch", err);
+    w->axs = al__malloc(nd, "metrics row scratch", err);
     w->perm = al__malloc(ni, "metrics row scratch", err);
     w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
     w->mcc = al__malloc(nd, "metrics row scratch", err);
     w->mns = al__malloc(nd, "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
     if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
-        !w->xi || !w->perm || !w->mark || !w->mcc || !w->mns || !w->sv) {
+        !w->xi || !w->pa || !w->axs || !w->perm || !w->mark || !w->mcc || !w->mns || !w->sv) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -213,21 +220,54 @@ static void kv_sort(kv *s, int64_t lo, int64_t hi) {
     }
 }
 
-/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[n] scratch. */
-static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s) {
-    for (int64_t i = 0; i < n; i++) s[i] = (kv){a[i], i};
-    int64_t lo = 0, hi = n - 1;
-    if (K >= n - 1) hi = 0; /* everything is sorted below */
+/* The K-th largest of t[0..n-1] (1 <= K <= n), reordering t: quickselect on the values alone
+ * (Hoare partition around the median of three, 8-byte moves). */
+static double kth_largest(double *t, int64_t n, int64_t K) {
+    int64_t lo = 0, hi = n - 1, k = K - 1;
     while (lo < hi) {
-        int64_t p = kv_partition(s, lo, hi);
-        if (p == K || p == K - 1) break;
-        if (p < K)
-            lo = p + 1;
+        double x = t[lo], y = t[lo + (hi - lo) / 2], z = t[hi], p;
+        if (x < y)
+            p = y < z ? y : (x < z ? z : x); /* median of x, y, z */
         else
-            hi = p - 1;
+            p = x < z ? x : (y < z ? z : y);
+        int64_t i = lo, j = hi;
+        do {
+            while (t[i] > p) i++;
+            while (p > t[j]) j--;
+            if (i <= j) {
+                double e = t[i];
+                t[i] = t[j];
+                t[j] = e;
+                i++;
+                j--;
+            }
+        } while (i <= j);
+        /* t[lo..j] >= p, t[j+1..i-1] == p, t[i..hi] <= p */
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return p;
     }
-    kv_sort(s, 0, K >= n - 1 ? n - 1 : K - 1);
-    for (int64_t q = 0; q < K; q++) sel[q] = s[q].i;
+    return t[k];
+}
+
+/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[n], tmp[n]
+ * scratch. The K-th largest value v is found first; the K are those > v and the first (lowest
+ * index) of those == v, then sorted (larger weight first, ties to the lower index). */
+static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, double *tmp) {
+    memcpy(tmp, a, (size_t)n * sizeof(double));
+    double v = kth_largest(tmp, n, K);
+    int64_t q = 0;
+    for (int64_t i = 0; i < n; i++) { /* branch-free: s has room for n */
+        s[q] = (kv){a[i], i};
+        q += a[i] > v;
+    }
+    for (int64_t i = 0; i < n && q < K; i++)
+        if (a[i] == v) s[q++] = (kv){a[i], i};
+    kv_sort(s, 0, K - 1);
+    for (q = 0; q < K; q++) sel[q] = s[q].i;
 }
 
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
@@ -440,7 +480,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     int gp = 0; /* next grid entry (in ord) */
     const int *Ns = o->top_n;
     while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
-    top_k(a, n, K, w->sel, w->kv);
+    top_k(a, n, K, w->sel, w->kv, w->xi);
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
         w->sun[q] = rc->un[w->sel[q]];
@@ -453,6 +493,11 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     }
     double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
     for (int64_t i = 0; i < n; i++) amax2 = amax2 > a[i] * a[i] ? amax2 : a[i] * a[i];
+    if (o->distance) /* the N-independent parts of the distance sums */
+        for (int64_t i = 0; i < n; i++) {
+            w->pa[i] = a[i] * a[i] * rc->gd[i];
+            w->axs[i] = a[i] * rc->xs[i];
+        }
     int64_t k = 0; /* selected so far: sel[0..k-1] */
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
         int N = Ns[g->ord[gp]];
@@ -493,20 +538,20 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         accum r = {0};
         r.rows = 1;
         if (o->distance) {
-            const double *gd = rc->gd, *c = w->c, *D = w->D, *ns = w->nsel, *xs = rc->xs;
+            const double *pa = w->pa, *c = w->c, *D = w->D, *ns = w->nsel, *axs = w->axs;
             double cc = (double)N / (double)(n - 1), f = 1.0 + cc;
             double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
             double dt = 0, b = 0, d1 = 0, es = 0;
 #pragma omp simd reduction(+ : dt, b, es) reduction(max : d1)
             for (int64_t i = 0; i < n; i++) {
-                double ai = a[i], p = ai * ai * gd[i];
+                double ai = a[i], p = pa[i];
                 double t2 = FMA(-2.0 * ai, c[i], p + ss);
                 t2 = t2 > 0 ? t2 : 0;
                 dt = FMA(ns[i], sqrt(t2), dt);
                 b = FMA(ns[i], ai, b);
                 double dd = ns[i] * D[i];
                 d1 = d1 > dd ? d1 : dd;
-                double e2 = FMA(f2, p, FMA(-fc2 * ai, xs[i], cc2SS));
+                double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
                 es += sqrt(e2 > 0 ? e2 : 0);
             }
             r.dtilde = dt;
@@ -545,10 +590,11 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                     for (int64_t q = 0; q < N; q++) {
                         double ai = ex[q], sq = A2 - ai * ai, lin = A1 - ai;
                         double xi2 = sq + kf * (lin * lin - sq);
-                        double xi = sqrt(xi2 > 0 ? xi2 : 0);
+                        /* max(v, 0) = (v + |v|) / 2 exactly (|v| is far below DBL_MAX
+                         * here): selects the compiler keeps vectorised */
+                        double xi = sqrt(0.5 * (xi2 + fabs(xi2)));
                         sxi += xi;
-                        double e = xi - rr;
-                        e = e > 0 ? e : 0;
+                        double e = 0.5 * ((xi - rr) + fabs(xi - rr));
                         ex[q] = -0.5 * e * e;
                     }
 #pragma omp simd
@@ -690,7 +736,7 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
     double *gd = vec, *inv = vec + n, *un = vec + 2 * n, *xs = vec + 3 * n;
     vector_norms(x, n, d, gd, inv, un);
     if (n >= 2) {
-        top_k(alpha, n, K, w.sel, w.kv); /* the same selection row_pass makes */
+        top_k(alpha, n, K, w.sel, w.kv, w.xi); /* the same selection row_pass makes */
         for (int64_t k = 0; k < K; k++) {
             memcpy(Xs + k * d, x + w.sel[k] * d, (size_t)d * sizeof(double));
             grow[w.sel[k]] = Gs + k * n;
@@ -728,7 +774,7 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
 
 typedef struct headws {
     double *G;   /* [L, L] X X^T */
-    double *XS;  /* [L, L] XS[t, i] = x_i . S_t (distance only) */
+    double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only) */
     double *S;   /* [L, d] attention outputs (distance only) */
     double *vec; /* [4, L] gd, inv, un, SS */
 } headws;
@@ -741,6 +787,9 @@ static void free_headws(headws *h) {
     memset(h, 0, sizeof *h);
 }
 
+/* rows of XS per block */
+#define XB 32
+
 static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram,
                         al_error *err) {
     memset(h, 0, sizeof *h);
@@ -751,7 +800,9 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
     if (!h->vec) return AL_E_NOMEM;
     if (need_gram && !(h->G = al__malloc(LL, "metrics Gram matrix [L, L]", err))) goto fail;
     if (need_dist) {
-        if (!(h->XS = al__malloc(LL, "metrics x.S [L, L]", err))) goto fail;
+        if (!(h->XS =
+                  al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))
+            goto fail;
         if (!(h->S = al__malloc((size_t)L * (size_t)d * sizeof(double), "metrics S", err)))
             goto fail;
     }
@@ -836,8 +887,6 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iL, id, iL, 1.0, w, iL, x, id,
                         0.0, h.S, id);
         }
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, h.S, id, x, id, 0.0,
-                    h.XS, iL);
         for (int64_t t = 0; t < L; t++) {
             double s = 0;
             for (int64_t k = 0; k < d; k++) s += h.S[t * d + k] * h.S[t * d + k];
@@ -846,6 +895,11 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
     }
     for (int64_t t = 0; t < L; t++) {
         int64_t n = causal ? t + 1 : L;
+        if (o->distance && t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
+            int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0,
+                        h.S + t * d, id, x, id, 0.0, h.XS, iL);
+        }
         rowctx ctx = {.x = x,
                       .d = d,
                       .G = h.G,
@@ -853,7 +907,7 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                       .gd = gd,
                       .inv = inv,
                       .un = un,
-                      .xs = o->distance ? h.XS + t * L : NULL,
+                      .xs = o->distance ? h.XS + (t % XB) * L : NULL,
                       .SS = o->distance ? SS[t] : 0,
                       .row = t};
         row_pass(w + t * L, n, &ctx, o, &g, &rw, acc);
