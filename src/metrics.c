@@ -66,6 +66,8 @@ typedef struct rowws {
     double *xi;    /* [cap] separability scratch */
     double *pa;    /* [cap] alpha_i^2 |x_i|^2 (distance) */
     double *axs;   /* [cap] alpha_i x_i . S (distance) */
+    double *ua2;   /* [cap] alpha_i^2 |u_i|^2, 1e300 once i is selected (separability) */
+    double *m2ai;  /* [cap] -2 alpha_i / |x_i| (separability) */
     int64_t *perm; /* [cap] Monte-Carlo permutation */
     int64_t *mark; /* [cap] Monte-Carlo selection stamp */
     double *mcc;   /* [cap] Monte-Carlo x_i . s */
@@ -104,6 +106,8 @@ static void free_rowws(rowws *w) {
     free(w->xi);
     free(w->pa);
     free(w->axs);
+    free(w->ua2);
+    free(w->m2ai);
     free(w->perm);
     free(w->mark);
     free(w->mcc);
@@ -127,13 +131,16 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->xi = al__malloc(nd, "metrics row scratch", err);
     w->pa = al__malloc(nd, "metrics row scratch", err);
     w->axs = al__malloc(nd, "metrics row scratch", err);
+    w->ua2 = al__malloc(nd, "metrics row scratch", err);
+    w->m2ai = al__malloc(nd, "metrics row scratch", err);
     w->perm = al__malloc(ni, "metrics row scratch", err);
     w->mark = al__calloc((size_t)cap, sizeof(int64_t), "metrics row scratch", err);
     w->mcc = al__malloc(nd, "metrics row scratch", err);
     w->mns = al__malloc(nd, "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
     if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
-        !w->xi || !w->pa || !w->axs || !w->perm || !w->mark || !w->mcc || !w->mns || !w->sv) {
+        !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
+        !w->mns || !w->sv) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -493,6 +500,11 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     }
     double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
     for (int64_t i = 0; i < n; i++) amax2 = amax2 > a[i] * a[i] ? amax2 : a[i] * a[i];
+    if (o->separability) /* the N-independent parts of the separability radius */
+        for (int64_t i = 0; i < n; i++) {
+            w->ua2[i] = a[i] * a[i] * rc->un[i];
+            w->m2ai[i] = -2.0 * a[i] * rc->inv[i];
+        }
     if (o->distance) /* the N-independent parts of the distance sums */
         for (int64_t i = 0; i < n; i++) {
             w->pa[i] = a[i] * a[i] * rc->gd[i];
@@ -521,6 +533,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         for (; k < N; k++) {
             int64_t j = w->sel[k];
             w->nsel[j] = 0.0;
+            w->ua2[j] = 1e300; /* selected: out of the minimum of the radius */
             A1 += a[j];
             A2 += a[j] * a[j];
             double nj = sqrt(rc->gd[j]);
@@ -561,13 +574,12 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 mc_row(a, n, N, rc, w, o->mc_samples, o->mc_seed, &r.E_mc, &r.E_mc_var);
         }
         if (o->separability) {
-            const double *cu = w->cu, *ns = w->nsel, *inv = rc->inv, *un = rc->un;
+            const double *cu = w->cu, *inv = rc->inv, *un = rc->un;
+            const double *ua2 = w->ua2, *m2ai = w->m2ai;
             double r2 = INFINITY;
 #pragma omp simd reduction(min : r2)
             for (int64_t i = 0; i < n; i++) {
-                double ai = a[i];
-                double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
-                v = FMA(ns[i], v, (1.0 - ns[i]) * 1e300); /* selected: out of the min */
+                double v = FMA(m2ai[i], cu[i], ua2[i] + ssu);
                 r2 = r2 < v ? r2 : v;
             }
             if (!(r2 > 4.0 * 2.220446049250313e-16 * (fabs(ssu) + amax2))) {
