@@ -348,7 +348,7 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         if (rc) return rc;
     }
     bert_acts *a = b->acts;
-    const int C = b->d_model, H = b->n_head, D = C / H, F = b->d_ff;
+    const int C = b->d_model, H = b->n_head, F = b->d_ff;
 
     /* embeddings: word + position + token type 0, then LayerNorm */
     for (int t = 0; t < T; t++) {
@@ -366,25 +366,8 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     for (int l = 0; l < b->n_layer; l++) {
         const bert_layer *w = &b->layers[l];
         al__matmul_nt(a->qkv, a->x, w->wqkv, w->bqkv, T, C, 3 * C);
-        al__attn at = {
-            .layer = l,
-            .T = T,
-            .n_head = H,
-            .n_kv_head = H,
-            .d_head = D,
-            .d_model = C,
-            .causal = 0,
-            .q = a->qkv,
-            .q_stride = (size_t)3 * C,
-            .k = a->qkv + C,
-            .k_stride = (size_t)3 * C,
-            .v = a->qkv + 2 * C,
-            .v_stride = (size_t)3 * C,
-            .out = a->atty,
-            .hidden = a->x,
-            .embed = want_embed ? a->embed : NULL,
-            .req = req,
-        };
+        al__attn at =
+            al__attn_fused(l, T, H, C, 0, a->qkv, a->atty, a->x, want_embed ? a->embed : NULL, req);
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         al__matmul_nt(a->proj, a->atty, w->wo, w->bo, T, C, C);

@@ -87,7 +87,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         g->fwd = fresh;
     }
     gpt2_acts *a = g->fwd;
-    const int C = g->d_model, H = g->n_head, D = C / H, L = g->n_layer;
+    const int C = g->d_model, H = g->n_head, L = g->n_layer;
 
     /* embeddings */
     for (int t = 0; t < T; t++) {
@@ -106,25 +106,8 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         const al__gpt2_layer *w = &g->layers[l];
         al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
-        al__attn at = {
-            .layer = l,
-            .T = T,
-            .n_head = H,
-            .n_kv_head = H,
-            .d_head = D,
-            .d_model = C,
-            .causal = 1,
-            .q = a->qkv,
-            .q_stride = (size_t)3 * C,
-            .k = a->qkv + C,
-            .k_stride = (size_t)3 * C,
-            .v = a->qkv + 2 * C,
-            .v_stride = (size_t)3 * C,
-            .out = a->atty,
-            .hidden = a->ln,
-            .embed = want_embed ? a->embed : NULL,
-            .req = req,
-        };
+        al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
+                                     want_embed ? a->embed : NULL, req);
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         linear(g, a->proj, a->atty, w->proj_w, w->proj_b, T, C, C);

@@ -8,13 +8,15 @@
 /* y[M, N] = x[M, K] @ W[K, N] (+ bias[N] if not NULL). W row-major [K, N]: HF Conv1D layout. */
 void al__matmul(float *y, const float *x, const float *W, const float *bias, int M, int K, int N);
 /* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]). W row-major [N, K]: nn.Linear / GGUF layout. */
-void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, int M, int K, int N);
+void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, int M, int K,
+                   int N);
 /* y[M, C] = (x - mean) / sqrt(var + eps) * g + b, per row. y may equal x. */
-void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C, float eps);
+void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
+                   float eps);
 /* y[M, C] = x / sqrt(mean(x^2) + eps) * g, per row. y may equal x. */
 void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float eps);
-void al__gelu_tanh(float *x, size_t n); /* GPT-2's GELU */
-void al__gelu_erf(float *x, size_t n);  /* BERT's GELU */
+void al__gelu_tanh(float *x, size_t n);                    /* GPT-2's GELU */
+void al__gelu_erf(float *x, size_t n);                     /* BERT's GELU */
 void al__silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up (SwiGLU) */
 void al__add(float *y, const float *x, size_t n);          /* y += x */
 
@@ -22,15 +24,44 @@ void al__add(float *y, const float *x, size_t n);          /* y += x */
  * Query head h reads key/value head kv = h / (n_head / n_kv_head). */
 typedef struct al__attn {
     int layer, T, n_head, n_kv_head, d_head, d_model, causal;
-    const float *q; size_t q_stride; /* q of head h at token t: q + t*q_stride + h*d_head */
-    const float *k; size_t k_stride; /* k of kv head g at token t: k + t*k_stride + g*d_head */
-    const float *v; size_t v_stride; /* likewise */
-    float *out;                      /* [T, n_head*d_head] the concatenated head outputs */
-    const float *hidden;             /* [T, d_model] layer input after its first norm (capture) */
-    const float *embed;              /* [T, d_model] model input (capture) */
-    const al_capture_request *req;   /* may be NULL */
+    const float *q;
+    size_t q_stride; /* q of head h at token t: q + t*q_stride + h*d_head */
+    const float *k;
+    size_t k_stride; /* k of kv head g at token t: k + t*k_stride + g*d_head */
+    const float *v;
+    size_t v_stride;               /* likewise */
+    float *out;                    /* [T, n_head*d_head] the concatenated head outputs */
+    const float *hidden;           /* [T, d_model] layer input after its first norm (capture) */
+    const float *embed;            /* [T, d_model] model input (capture) */
+    const al_capture_request *req; /* may be NULL */
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);
+
+/* The arguments of multi-head attention (no GQA) on a fused qkv buffer [T, 3C] holding q, k, v
+ * side by side, as GPT-2's c_attn and BERT's stacked q/k/v projections produce it. */
+static inline al__attn al__attn_fused(int layer, int T, int n_head, int d_model, int causal,
+                                      const float *qkv, float *out, const float *hidden,
+                                      const float *embed, const al_capture_request *req) {
+    size_t stride = (size_t)3 * (size_t)d_model;
+    al__attn a = {.layer = layer,
+                  .T = T,
+                  .n_head = n_head,
+                  .n_kv_head = n_head,
+                  .d_head = d_model / n_head,
+                  .d_model = d_model,
+                  .causal = causal,
+                  .q = qkv,
+                  .q_stride = stride,
+                  .k = qkv + d_model,
+                  .k_stride = stride,
+                  .v = qkv + 2 * (size_t)d_model,
+                  .v_stride = stride,
+                  .out = out,
+                  .hidden = hidden,
+                  .embed = embed,
+                  .req = req};
+    return a;
+}
 
 /* ---- additions by the GPT-2 engine (src/ops.c, src/attention.c) ---- */
 
@@ -38,12 +69,16 @@ int al__attention(const al__attn *a, al_error *err);
  * use one per model, zero-initialised, with al__attention_ws; al__attention allocates a
  * temporary one per call (simple, but it page-faults its buffers at every layer). */
 typedef struct al__attn_ws {
-    float *cap;     size_t cap_n;     /* capture arrays q, k, v, logits, weights (floats) */
-    float *scratch; size_t scratch_n; /* [threads, 2, AL__ATTN_BLOCK, T] per-thread rows */
-    int *idx;       size_t idx_n;     /* heads [n_sel] + kv_head [n_head] */
-    float *pack;    size_t pack_n;    /* keys and values packed in panels of 16 */
+    float *cap;
+    size_t cap_n; /* capture arrays q, k, v, logits, weights (floats) */
+    float *scratch;
+    size_t scratch_n; /* [threads, 2, AL__ATTN_BLOCK, T] per-thread rows */
+    int *idx;
+    size_t idx_n; /* heads [n_sel] + kv_head [n_head] */
+    float *pack;
+    size_t pack_n; /* keys and values packed in panels of 16 */
 } al__attn_ws;
-#define AL__ATTN_BLOCK 64             /* query rows per task */
+#define AL__ATTN_BLOCK 64 /* query rows per task */
 int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);
 void al__attn_ws_free(al__attn_ws *ws);
 
