@@ -62,7 +62,7 @@ typedef struct rowws {
     double *sun;   /* [cap] |u_j|^2 in selection order */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
     int64_t *sel;  /* [cap] selected indices, best first */
-    kv *kv;        /* [cap] top-K scratch */
+    kv *kv;        /* [2 cap] top-K scratch */
     double *xi;    /* [cap] separability scratch */
     double *pa;    /* [cap] alpha_i^2 |x_i|^2 (distance) */
     double *axs;   /* [cap] alpha_i x_i . S (distance) */
@@ -127,7 +127,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sun = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
-    w->kv = al__malloc((size_t)cap * sizeof(kv), "metrics row scratch", err);
+    w->kv = al__malloc(2 * (size_t)cap * sizeof(kv), "metrics row scratch", err);
     w->xi = al__malloc(nd, "metrics row scratch", err);
     w->pa = al__malloc(nd, "metrics row scratch", err);
     w->axs = al__malloc(nd, "metrics row scratch", err);
@@ -177,55 +177,7 @@ static int build_grid(grid *g, const al_metrics_opts *o, al_error *err) {
     return 0;
 }
 
-/* ---- top-K selection: quickselect, then a sort of the K (ties to the lower index) --------- */
-
-/* x ranks before y: larger weight, ties to the lower index (a strict total order) */
-static inline int kv_before(kv x, kv y) {
-    return (x.v > y.v) | ((x.v == y.v) & (x.i < y.i)); /* no branches: unpredictable */
-}
-
-/* Lomuto partition of s[lo..hi] (branch-free loop) around the median of three; returns the
- * pivot's final position p: s[lo..p-1] rank before it, s[p+1..hi] after. */
-static int64_t kv_partition(kv *s, int64_t lo, int64_t hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    kv t;
-    if (kv_before(s[mid], s[lo])) t = s[mid], s[mid] = s[lo], s[lo] = t;
-    if (kv_before(s[hi], s[lo])) t = s[hi], s[hi] = s[lo], s[lo] = t;
-    if (kv_before(s[mid], s[hi])) t = s[mid], s[mid] = s[hi], s[hi] = t;
-    kv pivot = s[hi];
-    int64_t store = lo;
-    for (int64_t i = lo; i < hi; i++) {
-        kv e = s[i];
-        s[i] = s[store];
-        s[store] = e;
-        store += kv_before(e, pivot);
-    }
-    s[hi] = s[store];
-    s[store] = pivot;
-    return store;
-}
-
-static void kv_sort(kv *s, int64_t lo, int64_t hi) {
-    while (hi - lo > 16) {
-        int64_t p = kv_partition(s, lo, hi);
-        if (p - lo < hi - p) { /* recurse into the smaller side */
-            kv_sort(s, lo, p - 1);
-            lo = p + 1;
-        } else {
-            kv_sort(s, p + 1, hi);
-            hi = p - 1;
-        }
-    }
-    for (int64_t i = lo + 1; i <= hi; i++) {
-        kv e = s[i];
-        int64_t j = i;
-        while (j > lo && kv_before(e, s[j - 1])) {
-            s[j] = s[j - 1];
-            j--;
-        }
-        s[j] = e;
-    }
-}
+/* ---- top-K selection: quickselect of the K-th value, then a radix sort of the K ------------- */
 
 /* The K-th largest of t[0..n-1] (1 <= K <= n), reordering t: quickselect on the values alone
  * (Hoare partition around the median of three, 8-byte moves). */
@@ -260,7 +212,38 @@ static double kth_largest(double *t, int64_t n, int64_t K) {
     return t[k];
 }
 
-/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[n], tmp[n]
+/* Sort key of a weight: smaller key = larger weight (-0 and +0 alike), as unsigned integers. */
+static inline uint64_t desc_key(double v) {
+    double z = v + 0.0; /* -0 -> +0 */
+    uint64_t b;
+    memcpy(&b, &z, sizeof b);
+    uint64_t u = (b >> 63) ? ~b : (b | (1ull << 63)); /* increasing with v */
+    return ~u;
+}
+
+/* s[0..K-1] sorted by weight, larger first, keeping the order of equal weights (LSD radix sort
+ * on the bits, 8 bits a pass, passes where every key has the same digit skipped); tmp[K]. */
+static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
+    kv *src = s, *dst = tmp;
+    for (int sh = 0; sh < 64; sh += 8) {
+        int64_t cnt[256] = {0};
+        for (int64_t q = 0; q < K; q++) cnt[(desc_key(src[q].v) >> sh) & 255]++;
+        if (cnt[(desc_key(src[0].v) >> sh) & 255] == K) continue;
+        int64_t pos = 0;
+        for (int b = 0; b < 256; b++) {
+            int64_t c = cnt[b];
+            cnt[b] = pos;
+            pos += c;
+        }
+        for (int64_t q = 0; q < K; q++) dst[cnt[(desc_key(src[q].v) >> sh) & 255]++] = src[q];
+        kv *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != s) memcpy(s, src, (size_t)K * sizeof(kv));
+}
+
+/* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[2 n], tmp[n]
  * scratch. The K-th largest value v is found first; the K are those > v and the first (lowest
  * index) of those == v, then sorted (larger weight first, ties to the lower index). */
 static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, double *tmp) {
@@ -273,7 +256,7 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, do
     }
     for (int64_t i = 0; i < n && q < K; i++)
         if (a[i] == v) s[q++] = (kv){a[i], i};
-    kv_sort(s, 0, K - 1);
+    kv_radix_desc(s, s + n, K); /* stable: equal weights stay in index order */
     for (q = 0; q < K; q++) sel[q] = s[q].i;
 }
 
