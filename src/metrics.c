@@ -19,18 +19,13 @@
  * O(n N d) per N. Zero vectors have u = 0 (|u|^2 = 0) in the separability metrics.
  */
 #include "internal.h"
+#include "mathx.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* a*b + c in one rounding where the machine has FMA (ISO C mode does not contract). */
-#ifdef __FMA__
-#define FMA(a, b, c) fma(a, b, c)
-#else
-#define FMA(a, b, c) ((a) * (b) + (c))
-#endif
 
 /* ---- per-call state -------------------------------------------------------------------- */
 
@@ -355,41 +350,6 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
     }
 }
 
-/* exp(x) for x <= 0 (not NaN) to ~1 ulp (0 below -708), written so that loops over it vectorise:
- * x = k ln2 + r, |r| <= ln2/2, a degree-12 Taylor polynomial for e^r, 2^k from the bits. */
-static inline double exp_neg(double x) {
-    /* the clamp and the underflow select are integer selects: the compiler may not
-     * if-convert floating-point compares under -ftrapping-math (it would not vectorise) */
-    uint64_t xb, cb = 0xC086200000000000ull; /* bits of -708.0 */
-    memcpy(&xb, &x, sizeof xb);
-    int under = xb > cb; /* x < -708 for x <= 0 (sign-magnitude order) */
-    xb = under ? cb : xb;
-    double xc;
-    memcpy(&xc, &xb, sizeof xc);
-    double t = xc * 1.4426950408889634 + 0x1.8p52;
-    double kf = t - 0x1.8p52;
-    double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, xc));
-    double p = 1.0 / 479001600.0;
-    p = FMA(p, r, 1.0 / 39916800.0);
-    p = FMA(p, r, 1.0 / 3628800.0);
-    p = FMA(p, r, 1.0 / 362880.0);
-    p = FMA(p, r, 1.0 / 40320.0);
-    p = FMA(p, r, 1.0 / 5040.0);
-    p = FMA(p, r, 1.0 / 720.0);
-    p = FMA(p, r, 1.0 / 120.0);
-    p = FMA(p, r, 1.0 / 24.0);
-    p = FMA(p, r, 1.0 / 6.0);
-    p = FMA(p, r, 0.5);
-    p = FMA(p, r, 1.0);
-    p = FMA(p, r, 1.0);
-    uint64_t tb, sb;
-    memcpy(&tb, &t, sizeof tb);
-    sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
-    sb = under ? 0 : sb;
-    double scale;
-    memcpy(&scale, &sb, sizeof scale);
-    return p * scale;
-}
 
 /* ---- one row ------------------------------------------------------------------------------ */
 
@@ -593,7 +553,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                         ex[q] = -0.5 * e * e;
                     }
 #pragma omp simd
-                    for (int64_t q = 0; q < N; q++) ex[q] = exp_neg(ex[q]);
+                    for (int64_t q = 0; q < N; q++) ex[q] = al__exp_neg(ex[q]);
 #pragma omp simd reduction(+ : sexp)
                     for (int64_t q = 0; q < N; q++) sexp += ex[q];
                 } else {
