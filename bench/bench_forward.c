@@ -16,6 +16,7 @@
 #include "forward_loops.c"
 
 #include "model.h"
+#include "touch.h"
 #include "ops.h"
 
 #include <stdio.h>
@@ -77,37 +78,7 @@ static al_model *build_random_gpt2(int L, int H, int C, int n_ctx, int V, uint64
     return m;
 }
 
-/* ---- consumers: touch every attention weight ------------------------------------------------- */
-
-typedef struct touch {
-    double sum;
-    long heads;
-} touch;
-
-/* sum of w[n] in 8 float lanes (vectorised), combined in double */
-static double touch_sum(const float *w, size_t n) {
-    float acc[8] = {0};
-    size_t n8 = n & ~(size_t)7;
-    for (size_t i = 0; i < n8; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += w[i + l];
-    double s = 0.0;
-    for (int l = 0; l < 8; l++) s += acc[l];
-    for (size_t i = n8; i < n; i++) s += w[i];
-    return s;
-}
-
-/* The consumer: reads every weight of every head (threads over heads, like torch's sum). */
-static int touch_capture(void *user, const al_capture *c, al_error *err) {
-    (void)err;
-    touch *s = user;
-    size_t n = (size_t)c->T * c->T;
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int h = 0; h < c->n_sel; h++) total += touch_sum(c->weights + h * n, n); /* [T, T] */
-    s->sum += total;
-    s->heads += c->n_sel;
-    return 0;
-}
+/* ---- consumers: touch every attention weight (touch.h; the loops get the same) ------------------ */
 
 static void touch_loops(const float *att, int layer, int H, int T, void *user) {
     (void)layer;

@@ -4,6 +4,7 @@
  * usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] [--long 8192]
  * --long L additionally times one forward at L tokens (0 = skip). Not run by the tests. */
 #include "model.h"
+#include "touch.h"
 #include "ops.h"
 
 #include <stdio.h>
@@ -11,22 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct touch {
-    double sum;
-    long heads;
-} touch;
-
-/* Sums every captured weight row (so the capture cannot be skipped). */
-static int consume(void *user, const al_capture *c, al_error *err) {
-    (void)err;
-    touch *t = user;
-    size_t n = (size_t)c->n_sel * c->T * c->T;
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += c->weights[i];
-    t->sum += s;
-    t->heads += c->n_sel;
-    return 0;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -51,7 +36,7 @@ static double cpu_now(void) {
 /* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
  * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
 static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
-    al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, consume, tc};
+    al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, touch_capture, tc};
     al_error err = {0};
     double t0 = al__now(), c0 = cpu_now();
     if (al_model_forward(m, tokens, T, &req, NULL, NULL, &err)) {

@@ -194,9 +194,27 @@ void al__gelu_erf(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
+static void silu_mul_span(float *gate, const float *up, size_t n) {
+    size_t i = 0;
+#ifdef __AVX2__
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 d = _mm256_add_ps(one, vexp8(_mm256_sub_ps(zero, g)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + vexpf(-gate[i])) * up[i];
+}
+
 void al__silu_mul(float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= 65536 && !omp_in_parallel())
-    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + vexpf(-gate[i])) * up[i];
+    const size_t chunk = 16384;
+    size_t n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n_chunks > 1 && !omp_in_parallel())
+    for (size_t c = 0; c < n_chunks; c++) {
+        size_t i0 = c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
+        silu_mul_span(gate + i0, up + i0, m);
+    }
 }
 
 void al__add(float *y, const float *x, size_t n) {
