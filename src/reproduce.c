@@ -795,45 +795,27 @@ static int idx_of(const int *v, int n, int x) {
     return -1;
 }
 
-/* mean over windows of a per-head value: get(j, h) for job (w, L) */
-typedef double (*head_get)(const job *j, int h, int k, const plan *p);
-static double get_dtilde(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->dtilde[(size_t)h * j->nd + k];
-}
-static double get_dmax(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->dmax[(size_t)h * j->nd + k];
-}
-static double get_E(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->E[(size_t)h * j->nd + k];
-}
-static double get_Emc(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->E_mc[(size_t)h * j->nd + k];
-}
-static double get_ratio(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->ns_ratio[(size_t)h * j->ns + k];
-}
-static double get_lower(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->ns_lower[(size_t)h * j->ns + k];
-}
-static double get_upper(const job *j, int h, int k, const plan *p) {
-    (void)p;
-    return j->ns_upper[(size_t)h * j->ns + k];
-}
-static double get_fd(const job *j, int h, int k, const plan *p) {
-    return j->fd[(size_t)h * p->nT * p->nE + k];
-}
-static double get_spec(const job *j, int h, int k, const plan *p) {
-    return j->spec[(size_t)h * p->nT + k];
+/* The per-head values a job holds, and one accessor: value f of head h at index k (of the
+ * job's Nd for distance fields, its Ns for separability, T x eps or T for Algorithm 5). */
+typedef enum { F_DTILDE, F_DMAX, F_E, F_EMC, F_RATIO, F_LOWER, F_UPPER, F_FD, F_SPEC } head_field;
+static double job_value(const job *j, head_field f, int h, int k, const plan *p) {
+    size_t d = (size_t)h * j->nd + k, s = (size_t)h * j->ns + k;
+    switch (f) {
+    case F_DTILDE: return j->dtilde[d];
+    case F_DMAX: return j->dmax[d];
+    case F_E: return j->E[d];
+    case F_EMC: return j->E_mc[d];
+    case F_RATIO: return j->ns_ratio[s];
+    case F_LOWER: return j->ns_lower[s];
+    case F_UPPER: return j->ns_upper[s];
+    case F_FD: return j->fd[(size_t)h * p->nT * p->nE + k];
+    case F_SPEC: return j->spec[(size_t)h * p->nT + k];
+    }
+    return NAN;
 }
 
-/* out[H] = window mean of get at (L, N) where N indexes the job's Nd (sep: Ns; -1: k given) */
-static void head_means(const plan *p, int L, int N, int sep, int kfixed, head_get get,
+/* out[H] = window mean of field f at (L, N) where N indexes the job's Nd (sep: Ns; -1: k given) */
+static void head_means(const plan *p, int L, int N, int sep, int kfixed, head_field f,
                        double *out) {
     for (int h = 0; h < p->H; h++) {
         double s = 0;
@@ -843,7 +825,7 @@ static void head_means(const plan *p, int L, int N, int sep, int kfixed, head_ge
             if (!j) continue;
             int k = kfixed >= 0 ? kfixed : sep ? idx_of(j->Ns, j->ns, N) : idx_of(j->Nd, j->nd, N);
             if (k < 0) continue;
-            double v = get(j, h, k, p);
+            double v = job_value(j, f, h, k, p);
             if (isfinite(v)) {
                 s += v;
                 c++;
@@ -1003,10 +985,10 @@ static int aggregate(plan *p, agg *a, al_error *err) {
         if (!(s->a1_dmax = alloc_five(nL, err))) return AL_E_NOMEM;
         for (int li = 0; li < nL; li++) {
             int L = p->Ls[li];
-            head_means(p, L, ALG1_N, 0, -1, get_dtilde, a->a1[0] + li * nh);
-            head_means(p, L, ALG1_N, 0, -1, get_dmax, a->a1[1] + li * nh);
-            head_means(p, L, ALG1_N, 0, -1, get_E, a->a1[2] + li * nh);
-            head_means(p, L, ALG1_N, 0, -1, get_Emc, a->a1_mc + li * nh);
+            head_means(p, L, ALG1_N, 0, -1, F_DTILDE, a->a1[0] + li * nh);
+            head_means(p, L, ALG1_N, 0, -1, F_DMAX, a->a1[1] + li * nh);
+            head_means(p, L, ALG1_N, 0, -1, F_E, a->a1[2] + li * nh);
+            head_means(p, L, ALG1_N, 0, -1, F_EMC, a->a1_mc + li * nh);
             s->a1_dtilde[li] = five_of(a->a1[0] + li * nh, H);
             s->a1_dmax[li] = five_of(a->a1[1] + li * nh, H);
             s->a1_E[li] = five_of(a->a1[2] + li * nh, H);
@@ -1032,10 +1014,10 @@ static int aggregate(plan *p, agg *a, al_error *err) {
         if (!(s->a2_dmax = alloc_five(p->nN2, err))) return AL_E_NOMEM;
         for (int i = 0; i < p->nN2; i++) {
             int N = p->N2[i];
-            head_means(p, p->long_L, N, 0, -1, get_dtilde, a->a2[0] + i * nh);
-            head_means(p, p->long_L, N, 0, -1, get_dmax, a->a2[1] + i * nh);
-            head_means(p, p->long_L, N, 0, -1, get_E, a->a2[2] + i * nh);
-            head_means(p, p->long_L, N, 0, -1, get_Emc, a->a2[3] + i * nh);
+            head_means(p, p->long_L, N, 0, -1, F_DTILDE, a->a2[0] + i * nh);
+            head_means(p, p->long_L, N, 0, -1, F_DMAX, a->a2[1] + i * nh);
+            head_means(p, p->long_L, N, 0, -1, F_E, a->a2[2] + i * nh);
+            head_means(p, p->long_L, N, 0, -1, F_EMC, a->a2[3] + i * nh);
             s->a2_dtilde[i] = five_of(a->a2[0] + i * nh, H);
             s->a2_dmax[i] = five_of(a->a2[1] + i * nh, H);
             s->a2_E[i] = five_of(a->a2[2] + i * nh, H);
@@ -1078,8 +1060,8 @@ static int aggregate(plan *p, agg *a, al_error *err) {
             double *dt = a->a3_dt + li * n3 * nh, *E = a->a3_E + li * n3 * nh;
             for (size_t i = 0; i < n3; i++) {
                 if (p->N3[i] >= L) continue;
-                head_means(p, L, p->N3[i], 0, -1, get_dtilde, dt + i * nh);
-                head_means(p, L, p->N3[i], 0, -1, get_E, E + i * nh);
+                head_means(p, L, p->N3[i], 0, -1, F_DTILDE, dt + i * nh);
+                head_means(p, L, p->N3[i], 0, -1, F_E, E + i * nh);
                 s->a3_dt_mean[li * n3 + i] = mean_finite(dt + i * nh, H);
                 s->a3_E_mean[li * n3 + i] = mean_finite(E + i * nh, H);
             }
@@ -1125,9 +1107,9 @@ static int aggregate(plan *p, agg *a, al_error *err) {
         if (!(s->a4_lower = alloc_five(p->nN4, err))) return AL_E_NOMEM;
         if (!(s->a4_upper = alloc_five(p->nN4, err))) return AL_E_NOMEM;
         for (int i = 0; i < p->nN4; i++) {
-            head_means(p, p->long_L, p->N4[i], 1, -1, get_ratio, a->a4[0] + i * nh);
-            head_means(p, p->long_L, p->N4[i], 1, -1, get_lower, a->a4[1] + i * nh);
-            head_means(p, p->long_L, p->N4[i], 1, -1, get_upper, a->a4[2] + i * nh);
+            head_means(p, p->long_L, p->N4[i], 1, -1, F_RATIO, a->a4[0] + i * nh);
+            head_means(p, p->long_L, p->N4[i], 1, -1, F_LOWER, a->a4[1] + i * nh);
+            head_means(p, p->long_L, p->N4[i], 1, -1, F_UPPER, a->a4[2] + i * nh);
             s->a4_ratio[i] = five_of(a->a4[0] + i * nh, H);
             s->a4_lower[i] = five_of(a->a4[1] + i * nh, H);
             s->a4_upper[i] = five_of(a->a4[2] + i * nh, H);
@@ -1143,7 +1125,7 @@ static int aggregate(plan *p, agg *a, al_error *err) {
         double *tmp = alloc_nan(nh, err);
         if (!tmp) return AL_E_NOMEM;
         for (size_t k = 0; k < nte; k++) {
-            head_means(p, p->long_L, 0, 0, (int)k, get_fd, tmp);
+            head_means(p, p->long_L, 0, 0, (int)k, F_FD, tmp);
             double mx = -INFINITY;
             for (int h = 0; h < H; h++) {
                 a->fd[h * nte + k] = tmp[h];
@@ -1152,7 +1134,7 @@ static int aggregate(plan *p, agg *a, al_error *err) {
             s->g[k] = isfinite(mx) ? mx : NAN;
         }
         for (int t = 0; t < p->nT; t++) {
-            head_means(p, p->long_L, 0, 0, t, get_spec, tmp);
+            head_means(p, p->long_L, 0, 0, t, F_SPEC, tmp);
             double mx = -INFINITY;
             for (int h = 0; h < H; h++) {
                 a->spec[(size_t)h * p->nT + t] = tmp[h];
