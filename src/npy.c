@@ -163,8 +163,10 @@ static int parse_header(hparse *h, al_array *a, int *fortran) {
 int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, al_error *err) {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
-    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
+    if (len == 0 || memcmp(b, "\x93NUMPY", len < 6 ? len : 6) != 0)
         return al__err(err, AL_E_FORMAT, "%s: not a .npy file (bad magic)", name);
+    if (len < 10) /* the start of a .npy file, cut inside the magic, version or header length */
+        return al__err(err, AL_E_FORMAT, "%s: truncated .npy header (%zu bytes)", name, len);
     unsigned major = b[6];
     size_t hlen, hstart;
     if (major == 1) {
