@@ -46,6 +46,11 @@ w("npy/big_endian.npy", npy(np.arange(3, dtype=">f8")))
 w("npy/nine_dims.npy", npy_raw("{'descr': '<f8', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", b"\0" * 8))
 w("npy/nan.npy", npy(np.array([0.5, np.nan, 1.0])))
 w("npy/empty.npy", b"")
+# cut inside each part before the data: magic (6 bytes), version (2), header length (2)
+# (truncated_header cuts inside the header dict, truncated_data inside the data)
+w("npy/cut_in_magic.npy", good[:3])
+w("npy/cut_in_version.npy", good[:7])
+w("npy/cut_in_header_length.npy", good[:9])
 
 # ---- numbers as text ------------------------------------------------------------------------
 w("text/not_a_number.txt", "1 2 x3\n")
@@ -95,6 +100,8 @@ def model_dir(name, blob, config=cfg):
 T = gpt2_tensors()
 full = safetensors(T)
 hlen = struct.unpack("<Q", full[:8])[0]
+model_dir("cut_in_length", full[:5])
+model_dir("cut_after_length", full[:8])
 model_dir("truncated_in_header", full[: 8 + hlen // 2])
 model_dir("truncated_in_data", full[:-100])
 model_dir("header_length_lies", struct.pack("<Q", len(full) * 4) + full[8:])
@@ -131,6 +138,34 @@ w("llmc/bad_magic.bin", llmc(magic=1234))
 w("llmc/bad_version.bin", llmc(version=7))
 w("llmc/truncated.bin", llmc()[:-64])
 w("llmc/absurd_dims.bin", llmc(C_=2 ** 30, V_=2 ** 30, Vp=2 ** 30, nparams=16))
+# cut at every structural boundary: no header, the magic only, one byte short of the 1024-byte
+# header, the header without parameters, inside the parameters (fp32 above, bf16 here)
+good_llmc = llmc()
+w("llmc/empty.bin", b"")
+w("llmc/cut_after_magic.bin", good_llmc[:4])
+w("llmc/cut_in_header.bin", good_llmc[:1023])
+w("llmc/header_only.bin", good_llmc[:1024])
+n_llmc = sum(a.size for a in T.values())
+
+
+def llmc_v5(params_f32):
+    """version 5: parameters as bfloat16 (the top 16 bits of each float32; exact for 0, NaN, Inf)."""
+    hdr = np.zeros(256, np.int32)
+    hdr[:8] = [20240326, 5, P, V, L, 2, C, V]
+    return hdr.tobytes() + (params_f32.view(np.uint32) >> 16).astype("<u2").tobytes()
+
+
+w("llmc/truncated_bf16.bin", llmc_v5(np.zeros(n_llmc, np.float32))[:-10])
+# NaN / Inf: llm.c order starts wte [Vp, C] (flat 0..127), then wpe [maxT, C]
+nan_at_wte = np.zeros(n_llmc, np.float32)
+nan_at_wte[0] = np.nan
+inf_at_wpe = np.zeros(n_llmc, np.float32)
+inf_at_wpe[V * C + 1] = np.inf
+hdr3 = good_llmc[:1024]
+w("llmc/nan_fp32.bin", hdr3 + nan_at_wte.tobytes())
+w("llmc/inf_fp32.bin", hdr3 + inf_at_wpe.tobytes())
+w("llmc/nan_bf16.bin", llmc_v5(nan_at_wte))
+w("llmc/inf_bf16.bin", llmc_v5(inf_at_wpe))
 
 # ---- GGUF ------------------------------------------------------------------------------------
 def gstr(s):
@@ -154,6 +189,73 @@ w("gguf/tensor_offset_past_end.gguf", gguf(n_tensors=1, kvs=arch, n_kv=1, tensor
 w("gguf/truncated.gguf", gguf(kvs=arch, n_kv=1)[:-3])
 w("gguf/not_llama.gguf", gguf(kvs=gstr("general.architecture") + struct.pack("<I", 8) + gstr("mamba"), n_kv=1))
 
+
+# A complete tiny Llama (float32 throughout: C 8, 2 heads, 1 layer, FFN 16, vocab 16), written
+# section by section so that each can be cut or altered.
+def gkv(key, value):
+    if isinstance(value, str):
+        return gstr(key) + struct.pack("<I", 8) + gstr(value)
+    if isinstance(value, float):
+        return gstr(key) + struct.pack("<I", 6) + struct.pack("<f", value)
+    return gstr(key) + struct.pack("<I", 4) + struct.pack("<I", value)
+
+
+def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
+    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values."""
+    g = np.random.default_rng(11)
+    kv = [("general.architecture", "llama"), ("general.name", "tiny-bad"), ("llama.block_count", 1),
+          ("llama.context_length", 16), ("llama.embedding_length", 8), ("llama.feed_forward_length", 16),
+          ("llama.attention.head_count", 2), ("llama.attention.head_count_kv", 2),
+          ("llama.rope.freq_base", 10000.0), ("llama.attention.layer_norm_rms_epsilon", 1e-5),
+          ("llama.rope.dimension_count", 4)] + list(kv_extra)
+    shapes = [("token_embd.weight", (16, 8)), ("blk.0.attn_norm.weight", (8,)), ("blk.0.attn_q.weight", (8, 8)),
+              ("blk.0.attn_k.weight", (8, 8)), ("blk.0.attn_v.weight", (8, 8)),
+              ("blk.0.attn_output.weight", (8, 8)), ("blk.0.ffn_norm.weight", (8,)),
+              ("blk.0.ffn_gate.weight", (16, 8)), ("blk.0.ffn_up.weight", (16, 8)),
+              ("blk.0.ffn_down.weight", (8, 16)), ("output_norm.weight", (8,))] + list(tensor_extra)
+    kvs = b"".join(gkv(k, v) for k, v in kv)
+    infos, blobs, off = b"", b"", 0
+    for name, shape in shapes:
+        a = (g.standard_normal(shape) * 0.3).astype("<f4")
+        if edit:
+            edit(name, a)
+        raw = a.tobytes() + b"\0" * (-a.nbytes % 32)
+        infos += gstr(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", n) for n in reversed(shape))
+        infos += struct.pack("<IQ", 0, off)
+        blobs += raw
+        off += len(raw)
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(kv))
+    pre = head + kvs + infos
+    pad = b"\0" * (-len(pre) % 32)
+    s1 = len(head)
+    s2 = s1 + len(kvs)
+    s3 = s2 + len(infos)
+    s4 = s3 + len(pad)
+    return pre + pad + blobs, {"header": (0, s1), "kv": (s1, s2), "tensor_info": (s2, s3),
+                               "padding": (s3, s4), "data": (s4, s4 + len(blobs))}
+
+
+good_gguf, sec = llama_gguf()
+assert sec["padding"][1] - sec["padding"][0] >= 2, "the layout must have alignment padding to cut inside"
+for part in ("header", "tensor_info", "padding", "data"):
+    a, b = sec[part]
+    w("gguf/cut_in_%s.gguf" % part, good_gguf[: (a + b) // 2])
+# inside the last metadata value (cut earlier, the counts are already impossible for the size)
+w("gguf/cut_in_kv.gguf", good_gguf[: sec["kv"][1] - 2])
+w("gguf/duplicate_key.gguf", llama_gguf(kv_extra=[("general.name", "again")])[0])
+w("gguf/duplicate_tensor.gguf", llama_gguf(tensor_extra=[("blk.0.ffn_norm.weight", (8,))])[0])
+
+
+def put(tensor, index, value):
+    def edit(name, a):
+        if name == tensor:
+            a.flat[index] = value
+    return edit
+
+
+w("gguf/nan_f32.gguf", llama_gguf(edit=put("token_embd.weight", 9, np.nan))[0])
+w("gguf/inf_f32.gguf", llama_gguf(edit=put("blk.0.attn_norm.weight", 2, -np.inf))[0])
+
 # ---- tokenizer files and text ----------------------------------------------------------------
 w("vocab/bad_json/encoder.json", '{"a": 0, "b": ')
 w("vocab/bad_json/vocab.bpe", "#version: 0.2\na b\n")
@@ -163,6 +265,74 @@ w("vocab/bad_ids/encoder.json", json.dumps({"a": -5, "b": 1}))
 w("vocab/bad_ids/vocab.bpe", "#version: 0.2\n")
 w("text/empty.txt", "")
 w("text/ids_out_of_range.txt", "15 31 99999999\n")
-w("wordpiece/empty/vocab.txt", "")
-w("wordpiece/no_unk/vocab.txt", "[PAD]\n[CLS]\n[SEP]\nhello\n")
+w("text/not_utf8.txt", b"The quick brown fox \xff jumps over the lazy dog, twice over.\n")
+w("text/ids_small.txt", "0 1 2 3 4 5 6 7\n")
+
+# ---- duplicated names --------------------------------------------------------------------------
+# safetensors: the header's JSON object names ln_f.bias twice (a duplicate key, same entry)
+model_dir("duplicate_key", safetensors(T, header_fix=lambda h: h.replace(
+    b'"ln_f.bias": ', b'"ln_f.bias": ' + json.dumps(json.loads(h)["ln_f.bias"]).encode() + b', "ln_f.bias": ')))
+# sharded: two good shards (each tensor in one of them) ...
+names = list(T)
+shard_a = {k: T[k] for k in names[: len(names) // 2]}
+shard_b = {k: T[k] for k in names[len(names) // 2:]}
+A, B = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+
+
+def sharded(name, a, b, weight_map_text):
+    w("st/%s/%s" % (name, A), safetensors(a))
+    w("st/%s/%s" % (name, B), safetensors(b))
+    w("st/%s/model.safetensors.index.json" % name, '{"metadata": {}, "weight_map": {%s}}' % weight_map_text)
+    w("st/%s/config.json" % name, json.dumps(cfg))
+
+
+def wm(pairs):
+    return ", ".join('"%s": "%s"' % kv for kv in pairs)
+
+
+# ... whose index lists ln_f.bias (in shard A) a second time, in shard B (a duplicate JSON key)
+sharded("index_lists_twice", shard_a, shard_b,
+        wm([(k, A) for k in shard_a] + [(k, B) for k in shard_b] + [("ln_f.bias", B)]))
+# ... and two shards that both hold wte.weight (the index lists it once)
+sharded("shards_overlap", shard_a, dict(shard_b, **{"wte.weight": T["wte.weight"]}),
+        wm([(k, A) for k in shard_a] + [(k, B) for k in shard_b]))
+
+# ---- non-finite weights ------------------------------------------------------------------------
+# in an attention weight, so that layer 0's captured attention is non-finite too
+T5 = {k: v.copy() for k, v in T.items()}
+T5["h.0.attn.c_attn.weight"][3, 5] = np.inf
+model_dir("inf_weights", safetensors(T5))
+T6 = {k: v.copy() for k, v in T.items()}
+T6["h.0.attn.c_attn.weight"][0, 0] = np.nan
+model_dir("nan_attn_weights", safetensors(T6))
+
+# ---- WordPiece vocabularies, each in a tiny valid BERT directory (read by `attnlim embed`) ----
+
+
+def tiny_bert(d, vocab_text):
+    g = np.random.default_rng(13)
+    Cb, Fb, Pb, Vb = 4, 8, 8, 8
+    bcfg = {"model_type": "bert", "hidden_size": Cb, "num_attention_heads": 1, "num_hidden_layers": 1,
+            "intermediate_size": Fb, "max_position_embeddings": Pb, "vocab_size": Vb, "type_vocab_size": 1,
+            "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
+    shapes = {"embeddings.word_embeddings.weight": (Vb, Cb), "embeddings.position_embeddings.weight": (Pb, Cb),
+              "embeddings.token_type_embeddings.weight": (1, Cb), "embeddings.LayerNorm.weight": (Cb,),
+              "embeddings.LayerNorm.bias": (Cb,)}
+    p = "encoder.layer.0."
+    for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+        shapes.update({p + n + ".weight": (Cb, Cb), p + n + ".bias": (Cb,)})
+    shapes.update({p + "intermediate.dense.weight": (Fb, Cb), p + "intermediate.dense.bias": (Fb,),
+                   p + "output.dense.weight": (Cb, Fb), p + "output.dense.bias": (Cb,)})
+    for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+        shapes.update({p + n + ".weight": (Cb,), p + n + ".bias": (Cb,)})
+    w(d + "/model.safetensors", safetensors({k: (g.standard_normal(s) * 0.3).astype(np.float32)
+                                            for k, s in shapes.items()}))
+    w(d + "/config.json", json.dumps(bcfg))
+    w(d + "/vocab.txt", vocab_text)
+
+
+tiny_bert("wordpiece/empty", "")
+tiny_bert("wordpiece/no_unk", "[PAD]\n[CLS]\n[SEP]\nhello\n")
+tiny_bert("wordpiece/no_cls", "[PAD]\n[UNK]\n[SEP]\nhello\n")
+tiny_bert("wordpiece/nul_byte", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhel\0lo\n")
 print("wrote", OUT)

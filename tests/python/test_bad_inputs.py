@@ -1,10 +1,12 @@
-"""The malformed-input corpus (tests/bad): every case exits non-zero (not by a signal) with a
-message naming the input and the fault, and leaves nothing half-written behind."""
+"""The malformed-input corpus (tests/bad): every `fail` case exits non-zero (not by a signal)
+with a message naming the input and the fault, and leaves nothing half-written behind; every
+`ok` case exits 0 with a warning naming the input and the fault (tests/bad/cases.tsv)."""
 import os
 import resource
 import shlex
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,17 +15,27 @@ SRC = os.environ.get("ATTNLIM_SOURCE_DIR", os.path.join(os.path.dirname(__file__
 BIN = os.environ.get("ATTNLIM_BIN", os.path.join(SRC, "build", "attnlim"))
 BAD = os.path.join(SRC, "tests", "bad")
 INPUTS = os.path.join(BAD, "inputs")
+STATUSES = ("ok", "fail", "fail:fsize")
+
+
+def read_cases():
+    """[(name, command, status, needle, must_name)] of cases.tsv, each row checked."""
+    rows = []
+    with open(os.path.join(BAD, "cases.tsv")) as f:
+        for n, line in enumerate(f, 1):
+            if line.startswith("#") or not line.strip():
+                continue
+            cols = line.rstrip("\n").split("\t")
+            assert len(cols) == 5, "cases.tsv line %d: %d columns, expected 5" % (n, len(cols))
+            name, cmd, status, needle, must_name = cols
+            assert status in STATUSES, "cases.tsv line %d: status %r" % (n, status)
+            assert needle and must_name, "cases.tsv line %d: empty message or name" % n
+            rows.append((name, cmd, status, needle, must_name))
+    return rows
 
 
 def load_cases():
-    cases = []
-    with open(os.path.join(BAD, "cases.tsv")) as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            name, cmd, status, needle = line.rstrip("\n").split("\t")
-            cases.append(pytest.param(cmd, status, needle, id=name))
-    return cases
+    return [pytest.param(c, s, nd, mn, id=name) for name, c, s, nd, mn in read_cases()]
 
 
 @pytest.fixture(scope="module")
@@ -34,58 +46,65 @@ def tiny(tmp_path_factory):
     return str(d)
 
 
+def input_files(root):
+    return sorted(os.path.relpath(os.path.join(r, f), root) for r, _, fs in os.walk(root) for f in fs)
+
+
 def test_corpus_is_large_enough():
-    assert len(load_cases()) >= 40
-    files = [os.path.join(r, f) for r, _, fs in os.walk(INPUTS) for f in fs]
-    assert len(files) >= 40
+    rows = read_cases()
+    assert len(rows) >= 85
+    assert len({r[0] for r in rows}) == len(rows), "case names repeat"
+    assert len(input_files(INPUTS)) >= 100
 
 
 def test_corpus_is_what_the_generator_writes(tmp_path):
-    # the committed inputs are exactly what make_bad.py writes (so each is explained there)
-    import sys
+    # the committed inputs are exactly what make_bad.py writes (so each is explained there),
+    # no more and no fewer
     subprocess.run([sys.executable, os.path.join(BAD, "make_bad.py"), str(tmp_path)], check=True,
                    capture_output=True)
-    for r, _, fs in os.walk(tmp_path):
-        for f in fs:
-            p = os.path.join(r, f)
-            rel = os.path.relpath(p, tmp_path)
-            with open(p, "rb") as a, open(os.path.join(INPUTS, rel), "rb") as b:
-                assert a.read() == b.read(), rel
+    assert input_files(tmp_path) == input_files(INPUTS)
+    for rel in input_files(tmp_path):
+        with open(os.path.join(tmp_path, rel), "rb") as a, open(os.path.join(INPUTS, rel), "rb") as b:
+            assert a.read() == b.read(), rel
 
 
-@pytest.mark.parametrize("cmd,status,needle", load_cases())
-def test_bad_input(cmd, status, needle, tiny, tmp_path):
+def test_every_input_has_a_case():
+    # an input file is read by some case: named itself, or its directory (a model or vocabulary)
+    cmds = " ".join(r[1] for r in read_cases())
+    orphans = [rel for rel in input_files(INPUTS)
+               if "{in}/" + rel not in cmds and "{in}/" + os.path.dirname(rel) + " " not in cmds + " "]
+    assert not orphans, "inputs without a case: %s" % orphans
+
+
+@pytest.mark.parametrize("cmd,status,needle,must_name", load_cases())
+def test_bad_input(cmd, status, needle, must_name, tiny, tmp_path):
     out = tmp_path / "out"
-    argv = [a.format(**{"in": INPUTS, "tiny": tiny, "out": str(out)}) for a in shlex.split(cmd)]
-    needle = needle.format(**{"in": INPUTS, "tiny": tiny, "out": str(out)})
-    limit = None
+    subst = {"in": INPUTS, "tiny": tiny, "out": str(out)}
+    argv = [a.format(**subst) for a in shlex.split(cmd)]
+    needle = needle.format(**subst)
+    must_name = must_name.format(**subst)
+    pre = None
     if status == "fail:fsize":
         limit = 10_000  # a full disk: files may grow to 10 kB only
 
         def pre():
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    else:
-        pre = None
     env = dict(os.environ, ATTNLIM_NO_DOWNLOAD="1")
     r = subprocess.run([BIN] + argv, capture_output=True, text=True, timeout=120, preexec_fn=pre,
                        cwd=str(tmp_path), env=env, errors="replace")
     if status == "ok":
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0, "exit %d\n%s" % (r.returncode, r.stderr)
     else:
         assert r.returncode > 0, "exit %d (a signal?)\n%s" % (r.returncode, r.stderr)
-        assert r.returncode != 139
-    assert needle in r.stderr, r.stderr
-    # the message names the input file (or the output it could not write)
-    inputs = [a for a in argv if a.startswith(INPUTS) or a.startswith("/proc/")]
-    if status == "fail:fsize":
-        inputs.append(str(out))
-    if status != "ok" and inputs:
-        named = any(os.path.relpath(a, INPUTS).split(os.sep)[-1] in r.stderr or a in r.stderr for a in inputs)
-        named = named or any(os.path.basename(a.rstrip("/")) in r.stderr for a in inputs)
-        assert named, "the message names none of %s:\n%s" % (inputs, r.stderr)
-    # nothing half-written: no output dir, or one without temp files or partial outputs
-    if out.exists():
+        assert r.returncode not in (134, 139)
+    # the message (or the warning of an ok case) names the fault and, on the same line, the
+    # input file, the model, the corpus or the output it could not write
+    lines = [ln for ln in r.stderr.splitlines() if needle in ln]
+    assert lines, "no line of stderr has %r:\n%s" % (needle, r.stderr)
+    assert any(must_name in ln for ln in lines), "the message does not name %r:\n%s" % (must_name, r.stderr)
+    # a failure leaves nothing half-written: no output dir, or one without any file
+    if status != "ok" and out.exists():
         left = [os.path.join(r_, f) for r_, _, fs in os.walk(out) for f in fs]
         assert not left, "left behind: %s" % left
 
