@@ -3,6 +3,7 @@
  * Top-down:
  *   al_reproduce
  *     build_plan          grids and the (window, L) jobs: one forward per job
+ *     lock_out_dir, sweep_dir   one run per OUT (flock); temp files of killed runs removed
  *     run_job             forward with a capture request; observe() computes, for every head of
  *                         the layer in parallel, everything that job's L needs; results saved
  *                         atomically to OUT/partial/w{k}_L{L}/ (skipped on --resume)
@@ -16,11 +17,14 @@
 #include "report.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -168,6 +172,9 @@ typedef struct plan {
     al_norm nm;
     int have_nm;          /* re-normalise logits with nm */
     char fingerprint[65]; /* of everything that changes a job's numbers (but window and L) */
+    /* what --resume did: jobs reused / computed, of which saved but not matching, and the temp
+     * files of interrupted runs removed at the start */
+    int n_reused, n_recomputed, n_stale, n_swept;
 } plan;
 
 static void free_job(job *j) {
@@ -719,6 +726,11 @@ static int save_job(const plan *p, const job *j, al_error *err) {
     job_dir(p, j, dir, sizeof dir);
     int rc = al__mkdirs(dir, err);
     if (rc) return rc;
+    /* an older marker goes first: arrays being replaced must never sit next to a done.json
+     * (whose key a later --resume could match) */
+    snprintf(path, sizeof path, "%s/done.json", dir);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return al__err(err, AL_E_IO, "%s: cannot remove the old marker: %s", path, strerror(errno));
     named_arr a[16];
     int n = job_arrays(p, (job *)j, a);
     for (int i = 0; i < n; i++) {
@@ -741,7 +753,8 @@ static int save_job(const plan *p, const job *j, al_error *err) {
     return al__write_file_atomic(path, buf, (size_t)len, err);
 }
 
-/* 1: loaded; 0: not there or stale (recompute). Errors in the files only make it stale. */
+/* 1: loaded; 0: not there; -1: saved but stale (another key, or unreadable arrays): recompute.
+ * Errors in the files only make it stale. */
 static int load_job(const plan *p, job *j) {
     char dir[4096], path[4200], key[65];
     job_dir(p, j, dir, sizeof dir);
@@ -749,10 +762,11 @@ static int load_job(const plan *p, job *j) {
     char *txt = NULL;
     size_t len;
     al_error e = {0};
-    if (al__read_file(path, 1 << 16, &txt, &len, &e)) return 0;
+    if (access(path, F_OK) != 0) return 0;
+    if (al__read_file(path, 1 << 16, &txt, &len, &e)) return -1;
     cJSON *js = cJSON_Parse(txt);
     free(txt);
-    if (!js) return 0;
+    if (!js) return -1;
     job_key(p, j, key);
     cJSON *k = cJSON_GetObjectItemCaseSensitive(js, "key");
     int ok = cJSON_IsString(k) && !strcmp(k->valuestring, key);
@@ -765,7 +779,7 @@ static int load_job(const plan *p, job *j) {
         }
     }
     cJSON_Delete(js);
-    if (!ok) return 0;
+    if (!ok) return -1;
     named_arr a[16];
     int n = job_arrays(p, j, a);
     for (int i = 0; i < n && ok; i++) {
@@ -778,7 +792,81 @@ static int load_job(const plan *p, job *j) {
             memcpy(a[i].data, arr.data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]));
         al_array_free(&arr);
     }
-    return ok;
+    return ok ? 1 : -1;
+}
+
+/* One run per output directory: an exclusive flock on OUT/.attnlim-reproduce.lock, held until
+ * the run returns (the kernel drops it when the process ends, however it ends). The file holds
+ * the owner's pid, for the message. *fd receives the lock (close it to release). */
+static int lock_out_dir(const char *dir, int *fd, al_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.attnlim-reproduce.lock", dir);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (f < 0)
+        return al__err(err, AL_E_IO, "%s: cannot create the lock file: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[32] = {0};
+        ssize_t n = pread(f, who, sizeof who - 1, 0);
+        long pid = n > 0 ? strtol(who, NULL, 10) : 0;
+        close(f);
+        if (e == EWOULDBLOCK)
+            return al__err(err, AL_E_IO,
+                           "%s: another `attnlim reproduce` (pid %ld) is writing this directory "
+                           "(it holds %s); wait for it to finish or use another --out",
+                           dir, pid, path);
+        return al__err(err, AL_E_IO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, buf, (size_t)len, 0) != len) {
+        int e = errno;
+        close(f);
+        return al__err(err, AL_E_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    *fd = f;
+    return 0;
+}
+
+/* "NAME.tmp.PID": the temp name of al__afile_open. */
+static int is_temp_name(const char *s) {
+    const char *t = NULL;
+    for (const char *q = strstr(s, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
+    if (!t || t == s || !t[5]) return 0;
+    for (t += 5; *t; t++)
+        if (*t < '0' || *t > '9') return 0;
+    return 1;
+}
+
+/* Removes the temp files that killed runs left in dir (and, with depth 1, in its
+ * subdirectories). Only called with the lock held: no other run is writing them. */
+static int sweep_dir(const char *dir, int depth, int *removed, al_error *err) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0
+                               : al__err(err, AL_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    char path[4400];
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth > 0) rc = sweep_dir(path, depth - 1, removed, err);
+        } else if (S_ISREG(st.st_mode) && is_temp_name(e->d_name)) {
+            if (unlink(path) != 0 && errno != ENOENT)
+                rc = al__err(err, AL_E_IO,
+                             "%s: cannot remove this temp file of an interrupted "
+                             "run: %s",
+                             path, strerror(errno));
+            else
+                (*removed)++;
+        }
+    }
+    closedir(d);
+    return rc;
 }
 
 /* ---- aggregation
@@ -1663,6 +1751,13 @@ static int write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     for (int i = 0; i < s->n_timings; i++)
         cJSON_AddNumberToObject(ti, s->timing_name[i], s->timing_s[i]);
     cJSON_AddNumberToObject(ti, "total_s", s->seconds_total);
+    cJSON *rs = cJSON_AddObjectToObject(man, "resume");
+    cJSON_AddBoolToObject(rs, "requested", p->o.resume);
+    cJSON_AddNumberToObject(rs, "jobs", p->n_jobs);
+    cJSON_AddNumberToObject(rs, "reused", p->n_reused);
+    cJSON_AddNumberToObject(rs, "computed", p->n_recomputed);
+    cJSON_AddNumberToObject(rs, "stale", p->n_stale);
+    cJSON_AddNumberToObject(rs, "temp_files_removed", p->n_swept);
     cJSON_AddStringToObject(man, "started", started);
     char fin[32];
     now_iso(fin, sizeof fin);
@@ -2102,6 +2197,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             fprintf(stderr, "attnlim reproduce: no --model given; using the best available: %s\n",
                     picked);
     }
+    int lock_fd = -1;
     al_model *m = NULL;
     al_tokenizer *tk = NULL;
     char *text = NULL;
@@ -2121,6 +2217,21 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
     if ((rc = al_corpus_load(o.corpus, o.data_path, &text, &text_len, err))) goto done;
     char corpus_sha[65];
     al_sha256_buf(text, text_len, corpus_sha);
+    /* fingerprint of what changes the numbers */
+    {
+        char buf[2048];
+        snprintf(buf, sizeof buf, "attnlim-repro-1|%s|%s|%s|%s|%s|seed%llu|mc%d|T", mi->sha256,
+                 corpus_sha, al_vectors_name(o.vectors), o.normalizer ? o.normalizer : "-",
+                 al_version(), (unsigned long long)o.seed, o.mc_samples);
+        size_t k = strlen(buf);
+        for (int i = 0; i < p.nT && k < sizeof buf - 40; i++)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p.T[i]);
+        for (int i = 0; i < p.nE && k < sizeof buf - 40; i++)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p.eps[i]);
+        al_sha256_buf(buf, strlen(buf), p.fingerprint);
+    }
+    /* one run at a time in OUT */
+    if ((rc = lock_out_dir(o.out_dir, &lock_fd, err))) goto done;
     if ((rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err))) goto done;
     {
         int maxL = 0;
@@ -2139,18 +2250,19 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                          tokens[i], i, mi->vocab_size);
             goto done;
         }
-    /* fingerprint of what changes the numbers */
+    /* temp files of interrupted runs removed (the lock says no other run is writing them) */
     {
-        char buf[2048];
-        snprintf(buf, sizeof buf, "attnlim-repro-1|%s|%s|%s|%s|%s|seed%llu|mc%d|T", mi->sha256,
-                 corpus_sha, al_vectors_name(o.vectors), o.normalizer ? o.normalizer : "-",
-                 al_version(), (unsigned long long)o.seed, o.mc_samples);
-        size_t k = strlen(buf);
-        for (int i = 0; i < p.nT && k < sizeof buf - 40; i++)
-            k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p.T[i]);
-        for (int i = 0; i < p.nE && k < sizeof buf - 40; i++)
-            k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p.eps[i]);
-        al_sha256_buf(buf, strlen(buf), p.fingerprint);
+        char pdir[4200];
+        snprintf(pdir, sizeof pdir, "%s/partial", o.out_dir);
+        if ((rc = sweep_dir(o.out_dir, 0, &p.n_swept, err)) ||
+            (rc = sweep_dir(pdir, 1, &p.n_swept, err)))
+            goto done;
+        if (p.n_swept && !o.quiet)
+            fprintf(stderr,
+                    "attnlim reproduce: removed %d temporary file(s) an interrupted run left in "
+                    "%s\n",
+                    p.n_swept, o.out_dir);
+        if ((rc = al__mkdirs(pdir, err))) goto done;
     }
     /* run the jobs (largest L first: the ETA settles early) */
     {
@@ -2181,17 +2293,27 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                 order[k] = order[k - 1];
                 order[k - 1] = t;
             }
-        char pdir[4200];
-        snprintf(pdir, sizeof pdir, "%s/partial", o.out_dir);
+        char stale[160] = "";
         for (int q = 0; q < p.n_jobs && !rc; q++) {
             job *j = &p.jobs[order[q]];
-            if (o.resume && load_job(&p, j)) {
+            int got = o.resume ? load_job(&p, j) : 0;
+            if (got == 1) {
                 j->loaded = 1;
+                p.n_reused++;
                 al__progress_add(&pg, job_units(j), "resumed");
             } else {
-                if ((rc = al__mkdirs(pdir, err))) break;
+                if (got < 0) {
+                    size_t k = strlen(stale);
+                    if (k < 120)
+                        snprintf(stale + k, sizeof stale - k, "%sw%d_L%d", k ? ", " : "", j->window,
+                                 j->L);
+                    else if (!strstr(stale, "..."))
+                        snprintf(stale + k, sizeof stale - k, ", ...");
+                    p.n_stale++;
+                }
                 if ((rc = run_job(&p, m, tokens, j, &pg, err))) break;
                 if ((rc = save_job(&p, j, err))) break;
+                p.n_recomputed++;
             }
             for (int e = 0; e < 6; e++) {
                 int uses = (e == 1 || e == 3) ? j->in_lengths : j->is_long;
@@ -2201,6 +2323,16 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         free(order);
         al__progress_end(&pg);
         if (rc) goto done;
+        if (o.resume && !o.quiet) {
+            fprintf(stderr,
+                    "attnlim reproduce: --resume: reused %d and computed %d of %d (window, L) "
+                    "jobs in %s/partial",
+                    p.n_reused, p.n_recomputed, p.n_jobs, o.out_dir);
+            if (p.n_stale)
+                fprintf(stderr, " (%d saved with other grids or options, or unreadable: %s)",
+                        p.n_stale, stale);
+            fprintf(stderr, "\n");
+        }
     }
     /* aggregate and write */
     {
@@ -2264,16 +2396,25 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         if (o.progress && !o.quiet)
             fprintf(stderr,
                     "attnlim reproduce: writing results.json, CSV, NPY, figures and reports\n");
+        /* results.json goes last (an older one first): its presence means every output
+         * beside it is complete and of this run */
+        char rpath[4200];
+        snprintf(rpath, sizeof rpath, "%s/results.json", o.out_dir);
+        if (unlink(rpath) != 0 && errno != ENOENT) {
+            rc = al__err(err, AL_E_IO, "%s: cannot replace: %s", rpath, strerror(errno));
+            goto done;
+        }
         if ((rc = write_csvs(&p, &a, err))) goto done;
         if ((rc = write_npys(&p, &a, err))) goto done;
         if ((rc = al__report_figures(s, err))) goto done;
         s->timing_name[s->n_timings] = "outputs_wall_s";
         s->timing_s[s->n_timings++] = al__now() - t_w0;
         s->seconds_total = al__now() - t_start;
-        if ((rc = write_json(&p, &a, corpus_sha, started, err))) goto done;
         if ((rc = al__report_write(s, err))) goto done;
+        if ((rc = write_json(&p, &a, corpus_sha, started, err))) goto done;
     }
 done:
+    if (lock_fd >= 0) close(lock_fd);
     free_agg(&a);
     free_plan(&p);
     free(tokens);
