@@ -3,7 +3,8 @@
  * Top-down:
  *   al_reproduce
  *     build_plan          grids and the (window, L) jobs: one forward per job
- *     lock_out_dir, sweep_dir   one run per OUT (flock); temp files of killed runs removed
+ *     lock_out_dir, check_run_options, sweep_dir   one run per OUT (flock); --resume only over
+ *                         the same options (partial/run.json); temp files of killed runs removed
  *     run_job             forward with a capture request; observe() computes, for every head of
  *                         the layer in parallel, everything that job's L needs; results saved
  *                         atomically to OUT/partial/w{k}_L{L}/ (skipped on --resume)
@@ -867,6 +868,102 @@ static int sweep_dir(const char *dir, int depth, int *removed, al_error *err) {
     }
     closedir(d);
     return rc;
+}
+
+/* OUT/partial/run.json: the options that change every saved job's numbers (the grids are per
+ * job, in each job's key). --resume refuses a directory saved with others. */
+static cJSON *run_options(const plan *p, const al_model_info *mi, const char *corpus_sha) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "fingerprint", p->fingerprint);
+    cJSON_AddStringToObject(r, "attnlim", al_version());
+    cJSON *mo = cJSON_AddObjectToObject(r, "model");
+    cJSON_AddStringToObject(mo, "path", mi->path);
+    cJSON_AddStringToObject(mo, "sha256", mi->sha256);
+    cJSON *co = cJSON_AddObjectToObject(r, "corpus");
+    cJSON_AddStringToObject(co, "name", p->o.corpus);
+    cJSON_AddStringToObject(co, "sha256", corpus_sha);
+    cJSON_AddStringToObject(r, "vectors", al_vectors_name(p->o.vectors));
+    if (p->o.normalizer)
+        cJSON_AddStringToObject(r, "normalizer", p->o.normalizer);
+    else
+        cJSON_AddStringToObject(r, "normalizer", "none (the model's own softmax weights)");
+    cJSON_AddNumberToObject(r, "seed", (double)p->o.seed);
+    cJSON_AddNumberToObject(r, "mc_samples", p->o.mc_samples);
+    cJSON_AddItemToObject(r, "temperatures", cJSON_CreateDoubleArray(p->T, p->nT));
+    cJSON_AddItemToObject(r, "eps", cJSON_CreateDoubleArray(p->eps, p->nE));
+    return r;
+}
+
+/* One saved option for the message; sub: an object {path|name, sha256} shown by name and hash. */
+static void describe(const cJSON *v, const char *sub, char *out, size_t size) {
+    if (!v) {
+        snprintf(out, size, "(not saved)");
+    } else if (sub) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "path");
+        if (!nm) nm = cJSON_GetObjectItemCaseSensitive(v, "name");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, sub);
+        snprintf(out, size, "%.160s (%s %.12s...)", cJSON_IsString(nm) ? nm->valuestring : "?", sub,
+                 cJSON_IsString(h) ? h->valuestring : "?");
+    } else {
+        char *t = cJSON_PrintUnformatted(v);
+        snprintf(out, size, "%.160s", t ? t : "?");
+        free(t);
+    }
+}
+
+/* Appends "name old -> new" to msg when option name differs between saved and now; sub: the
+ * member compared in an object. */
+static void note_diff(char *msg, size_t size, const cJSON *saved, const cJSON *now,
+                      const char *name, const char *sub) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, name);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, name);
+    const cJSON *ka = sub ? cJSON_GetObjectItemCaseSensitive(a, sub) : a;
+    const cJSON *kb = sub ? cJSON_GetObjectItemCaseSensitive(b, sub) : b;
+    if (ka && kb && cJSON_Compare(ka, kb, 1)) return;
+    char da[200], db[200];
+    describe(a, sub, da, sizeof da);
+    describe(b, sub, db, sizeof db);
+    size_t k = strlen(msg);
+    if (k + 1 < size) snprintf(msg + k, size - k, "%s%s %s -> %s", k ? "; " : "", name, da, db);
+}
+
+/* --resume: 0 when OUT/partial/run.json is absent or was saved with the same options; else an
+ * error naming every option that differs. Without --resume (or after the check) run.json is
+ * written anew. */
+static int check_run_options(const plan *p, const cJSON *now, al_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/partial/run.json", p->o.out_dir);
+    if (access(path, F_OK) != 0) return 0;
+    char *txt = NULL;
+    size_t len;
+    al_error e = {0};
+    cJSON *saved = NULL;
+    if (!al__read_file(path, 1 << 20, &txt, &len, &e)) saved = cJSON_Parse(txt);
+    free(txt);
+    if (!saved)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: unreadable, so --resume cannot tell how the saved results were "
+                       "computed; run without --resume to recompute them",
+                       path);
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(saved, "fingerprint");
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(now, "fingerprint");
+    int same = fa && fb && cJSON_Compare(fa, fb, 1);
+    char diff[900] = "";
+    if (!same) {
+        note_diff(diff, sizeof diff, saved, now, "model", "sha256");
+        note_diff(diff, sizeof diff, saved, now, "corpus", "sha256");
+        static const char *const flat[] = {"vectors",      "normalizer", "seed",   "mc_samples",
+                                           "temperatures", "eps",        "attnlim"};
+        for (size_t i = 0; i < sizeof flat / sizeof *flat; i++)
+            note_diff(diff, sizeof diff, saved, now, flat[i], NULL);
+        if (!diff[0]) snprintf(diff, sizeof diff, "the fingerprint of the options");
+    }
+    cJSON_Delete(saved);
+    if (same) return 0;
+    return al__err(err, AL_E_INVALID,
+                   "--resume: %s/partial holds results computed with other options: %s. Run "
+                   "without --resume to recompute them, or use another --out",
+                   p->o.out_dir, diff);
 }
 
 /* ---- aggregation
@@ -2197,6 +2294,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             fprintf(stderr, "attnlim reproduce: no --model given; using the best available: %s\n",
                     picked);
     }
+    cJSON *run_opts = NULL;
     int lock_fd = -1;
     al_model *m = NULL;
     al_tokenizer *tk = NULL;
@@ -2230,8 +2328,14 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p.eps[i]);
         al_sha256_buf(buf, strlen(buf), p.fingerprint);
     }
-    /* one run at a time in OUT */
+    /* one run at a time in OUT; --resume only over saved results of the same options (checked
+     * before the costly tokenization) */
     if ((rc = lock_out_dir(o.out_dir, &lock_fd, err))) goto done;
+    if (!(run_opts = run_options(&p, mi, corpus_sha))) {
+        rc = al__err(err, AL_E_NOMEM, "out of memory (run options)");
+        goto done;
+    }
+    if (o.resume && (rc = check_run_options(&p, run_opts, err))) goto done;
     if ((rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err))) goto done;
     {
         int maxL = 0;
@@ -2250,9 +2354,10 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                          tokens[i], i, mi->vocab_size);
             goto done;
         }
-    /* temp files of interrupted runs removed (the lock says no other run is writing them) */
+    /* temp files of interrupted runs removed (the lock says no other run is writing them);
+     * partial/run.json anew */
     {
-        char pdir[4200];
+        char pdir[4200], path[4300];
         snprintf(pdir, sizeof pdir, "%s/partial", o.out_dir);
         if ((rc = sweep_dir(o.out_dir, 0, &p.n_swept, err)) ||
             (rc = sweep_dir(pdir, 1, &p.n_swept, err)))
@@ -2262,7 +2367,13 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                     "attnlim reproduce: removed %d temporary file(s) an interrupted run left in "
                     "%s\n",
                     p.n_swept, o.out_dir);
-        if ((rc = al__mkdirs(pdir, err))) goto done;
+        char *txt = cJSON_Print(run_opts);
+        snprintf(path, sizeof path, "%s/run.json", pdir);
+        if (!txt) rc = al__err(err, AL_E_NOMEM, "out of memory (run options)");
+        if (!rc) rc = al__mkdirs(pdir, err);
+        if (!rc) rc = al__write_file_atomic(path, txt, strlen(txt), err);
+        free(txt);
+        if (rc) goto done;
     }
     /* run the jobs (largest L first: the ETA settles early) */
     {
@@ -2414,6 +2525,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         if ((rc = write_json(&p, &a, corpus_sha, started, err))) goto done;
     }
 done:
+    cJSON_Delete(run_opts);
     if (lock_fd >= 0) close(lock_fd);
     free_agg(&a);
     free_plan(&p);

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
         "  --out DIR           output directory\n"
         "  --resume            reuse finished (window, L) results in DIR/partial whose options "
         "match\n"
+        "                      (refused, naming them, if the model, corpus, vectors, normalizer,\n"
+        "                      seed, --mc, temperatures or eps differ; reports reused/computed)\n"
         "  --lengths LIST      Algorithms 1 and 3 (default 32,64,128,256,512,1024)\n"
         "  --long-length L     the window of the vanishing study and Algorithms 2, 4, 5\n"
         "                      (default min(1024, context))\n"
