@@ -2,11 +2,16 @@
 small random GPT-2, --quick grids and two windows; plus a golden end-to-end check of every
 output file (JSON, CSV, NPY, SVG structure, PNG), --resume, --normalizer, and bad input."""
 import csv
+import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import struct
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -259,21 +264,189 @@ def test_golden_files(work):
     assert work["summary"]["verdicts"] == res["verdicts"]
 
 
-def test_resume_and_options(work):
-    out = work["out"]
-    before = json.load(open(os.path.join(out, "results.json")))
-    r = run("reproduce", "--model", work["model"], "--quick", "--windows", "2", "--out", out, "--threads", "2",
-            "--temperatures", "0.001,0.01,0.1,1,10", "--resume", "--quiet")
-    after = json.load(open(os.path.join(out, "results.json")))
-    for key in ("alg1", "alg2", "alg3", "alg4", "alg5"):
-        assert json.dumps(after[key], sort_keys=True) == json.dumps(before[key], sort_keys=True), key
-    assert r.stderr == ""  # --quiet
-    # a partial result whose options do not match is recomputed, not reused
-    done = os.path.join(out, "partial", "w0_L64", "done.json")
-    key0 = json.load(open(done))["key"]
-    run("reproduce", "--model", work["model"], "--quick", "--out", out, "--seed", "99", "--resume", "--quiet",
-        "--experiments", "alg5", "--temperatures", "0.001,0.01,0.1,1,10")
-    assert json.load(open(done))["key"] != key0
+# the options of the module's run (the `work` fixture), for the resume tests
+RUN_OPTS = ("--quick", "--windows", "2", "--threads", "2", "--temperatures", "0.001,0.01,0.1,1,10")
+JOBS = [f"w{w}_L{L}" for w in range(2) for L in (16, 32, 64)]  # --quick, two windows
+FINAL = {"results.json", "report.md", "report.html"}
+
+
+def _files(d):
+    """{relative path: (inode, mtime_ns, sha256)} of every file under d but the lock (whose
+    content is the pid of its last owner)."""
+    out = {}
+    for root, _, names in os.walk(d):
+        for n in names:
+            if n == ".attnlim-reproduce.lock":
+                continue
+            f = os.path.join(root, n)
+            st = os.stat(f)
+            out[os.path.relpath(f, d)] = (st.st_ino, st.st_mtime_ns, hashlib.sha256(open(f, "rb").read()).hexdigest())
+    return out
+
+
+def _temps(d):
+    return sorted(k for k in _files(d) if re.search(r"\.tmp\.\d+$", k))
+
+
+def _close_json(a, b, path="results.json", skip=("manifest.timings", "manifest.started", "manifest.finished",
+                                                 "manifest.resume")):
+    """a == b, numbers to 1e-12 (relative or absolute), except the keys in skip."""
+    if path.split("results.json.", 1)[-1] in skip:
+        return
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
+        for k in a:
+            _close_json(a[k], b[k], f"{path}.{k}", skip)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), f"{path}: lengths"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close_json(x, y, f"{path}[{i}]", skip)
+    elif isinstance(a, (int, float)) and not isinstance(a, bool):
+        assert isinstance(b, (int, float)) and not isinstance(b, bool), f"{path}: {a!r} vs {b!r}"
+        assert abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b)), f"{path}: {a!r} vs {b!r}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def _default_signals():
+    # a suite started from a non-interactive background shell inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _check_partial(part, nh):
+    """Every file under a final name in partial/ is complete; a job with done.json has every
+    array, none newer than its marker."""
+    for job in os.listdir(part):
+        d = os.path.join(part, job)
+        if not os.path.isdir(d):
+            assert job == "run.json" or re.search(r"\.tmp\.\d+$", job), job
+            if job == "run.json":
+                json.load(open(d))
+            continue
+        names = [n for n in os.listdir(d) if not re.search(r"\.tmp\.\d+$", n)]
+        for n in names:
+            f = os.path.join(d, n)
+            if n == "done.json":
+                assert json.load(open(f))["key"]
+                continue
+            a = np.load(f)  # a truncated file fails here
+            assert n.endswith(".npy") and a.dtype == np.float64 and a.ndim == 2 and a.shape[0] == nh, f
+            with open(f, "rb") as fh:  # header + data, nothing more
+                np.lib.format.read_magic(fh)
+                np.lib.format.read_array_header_1_0(fh)
+                assert fh.tell() + a.nbytes == os.path.getsize(f), f
+        if "done.json" in names:
+            want = {"dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper"}
+            if job.endswith("_L64"):
+                want |= {"van_max", "van_entropy", "van_D", "alg5_fd", "alg5_spec"}
+            assert {n[:-4] for n in names if n.endswith(".npy")} == want, job
+            t_done = os.stat(os.path.join(d, "done.json")).st_mtime_ns
+            assert all(os.stat(os.path.join(d, n)).st_mtime_ns <= t_done for n in names), job
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_kill_and_resume(work, tmp_path, sig):
+    out = str(tmp_path / "out")
+    part = os.path.join(out, "partial")
+    args = [BIN, "reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--quiet"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_signals)
+    deadline = time.monotonic() + 300
+    while not any(os.path.exists(os.path.join(part, j, "done.json")) for j in JOBS):
+        assert proc.poll() is None, f"reproduce ended ({proc.returncode}) before a job was done"
+        assert time.monotonic() < deadline, "no job done in 300 s"
+        time.sleep(0.001)
+    assert proc.poll() is None, "reproduce finished before it could be interrupted"
+    proc.send_signal(sig)
+    rc = proc.wait(timeout=120)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    # interrupted for real: by the signal (or a non-zero exit), some jobs done, not all
+    assert rc == -sig or (sig != signal.SIGKILL and rc > 0), f"exit {rc}: {err}"
+    assert err == "", err  # --quiet
+    done = [j for j in JOBS if os.path.exists(os.path.join(part, j, "done.json"))]
+    assert 1 <= len(done) < len(JOBS), done
+    # no output under a final name; partial/ holds only complete files (and temp files)
+    top = {n for n in os.listdir(out) if not re.search(r"\.tmp\.\d+$", n)}
+    assert top <= {"partial", ".attnlim-reproduce.lock"}, top
+    assert not FINAL & top
+    nh = work["res"]["manifest"]["model"]["n_layer"] * work["res"]["manifest"]["model"]["n_head"]
+    _check_partial(part, nh)
+    # temp files of dead runs (one left where an output would go, one beside a finished job)
+    for f in (os.path.join(out, "results.json.tmp.999999999"), os.path.join(part, done[0], "dtilde.npy.tmp.4")):
+        open(f, "wb").write(b"half")
+    temps = _temps(out)
+    kept = {k: v for k, v in _files(out).items() if k.split(os.sep)[1:2] and k.split(os.sep)[1] in done
+            and k not in temps}
+    t0 = time.time_ns()
+    r = run("reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--resume")
+    res = json.load(open(os.path.join(out, "results.json")))
+    n = len(done)
+    assert res["manifest"]["resume"] == {"requested": True, "jobs": 6, "reused": n, "computed": 6 - n, "stale": 0,
+                                         "temp_files_removed": len(temps)}
+    assert f"reused {n} and computed {6 - n} of 6 (window, L) jobs" in r.stderr, r.stderr
+    assert f"removed {len(temps)} temporary file(s)" in r.stderr, r.stderr
+    after = _files(out)
+    for k, v in kept.items():  # the finished jobs: same inode, mtime, content
+        assert after.get(k) == v, f"{k} was touched by --resume"
+    for j in JOBS:
+        if j not in done:
+            assert os.stat(os.path.join(part, j, "done.json")).st_mtime_ns >= t0, f"{j} not computed"
+    assert _temps(out) == []
+    _check_partial(part, nh)
+    _close_json(res, work["res"])
+
+
+def test_resume_other_options(work, tmp_path):
+    out = str(tmp_path / "out")
+    shutil.copytree(work["out"], out)
+    # options that change every job: refused, naming what differs, nothing touched
+    other = str(tmp_path / "model2")
+    run("make-model", "--layers", "3", "--heads", "4", "--embd", "64", "--ctx", "128", "--vocab", "50257",
+        "--seed", "8", "--format", "safetensors", "--out", other)
+    before = _files(out)
+    cases = [(("--model", other), ["model", "model2"]),
+             (("--normalizer", "sparsemax"), ["normalizer", "-> \"sparsemax\""]),
+             (("--vectors", "key"), ["vectors \"value\" -> \"key\""]),
+             (("--seed", "99"), ["seed 1234 -> 99"]),
+             (("--temperatures", "1,10"), ["temperatures [0.001,0.01,0.1,1,10] -> [1,10]"])]
+    for extra, said in cases:
+        a = ["reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--resume", *extra]
+        r = run(*a, check=False)
+        assert r.returncode == 1 and "other options" in r.stderr and "without --resume" in r.stderr, r.stderr
+        for s in said:
+            assert s in r.stderr, (extra, r.stderr)
+        assert _files(out) == before, f"{extra}: the refused resume changed {out}"
+    # two options at once: both named
+    r = run("reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--resume", "--normalizer",
+            "entmax15", "--vectors", "hidden", check=False)
+    assert r.returncode == 1 and "normalizer" in r.stderr and "vectors" in r.stderr
+    # another grid: only the jobs it changes are recomputed (N = 9 of Algorithm 2 is in no other
+    # grid: the long L only); a grid whose N are all computed already (--top-n 1,3) reuses all
+    keep = {k: v for k, v in before.items() if "_L64" not in k and k.startswith("partial")
+            and not k.endswith("run.json")}
+    r = run("reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--resume", "--top-n", "1,9")
+    res = json.load(open(os.path.join(out, "results.json")))
+    assert res["manifest"]["resume"] == {"requested": True, "jobs": 6, "reused": 4, "computed": 2, "stale": 2,
+                                         "temp_files_removed": 0}
+    assert "2 saved with other grids or options, or unreadable: w0_L64, w1_L64" in r.stderr, r.stderr
+    after = _files(out)
+    assert all(after[k] == v for k, v in keep.items())
+    for key in ("vanishing", "alg1", "alg3", "alg4", "alg5"):
+        _close_json(res[key], work["res"][key], key)
+    assert res["manifest"]["options"]["top_n"] == [1, 9]
+    for stat in ("mean", "median", "max"):  # N = 1 of Algorithm 2 recomputed, the same numbers
+        _close_json(res["alg2"]["dtilde"][stat][0], work["res"]["alg2"]["dtilde"][stat][0], "alg2 N=1")
+    # one run per output directory: a second one is refused while the first holds the lock
+    with open(os.path.join(out, ".attnlim-reproduce.lock"), "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        before = _files(out)
+        r = run("reproduce", "--model", work["model"], *RUN_OPTS, "--out", out, "--resume", check=False)
+        assert r.returncode == 1 and "another `attnlim reproduce`" in r.stderr and f"pid {os.getpid()}" in r.stderr
+        assert _files(out) == before
 
 
 def test_normalizer_sparsemax(work):
