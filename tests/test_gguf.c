@@ -7,8 +7,10 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gguf.h"
 
@@ -266,6 +268,56 @@ static void test_duplicate_and_alignment(void **state) {
     free(d.p);
 }
 
+/* Regression: duplicate metadata keys were once found by comparing every pair (quadratic: a
+ * file of 1e5 keys took minutes). 1e5 distinct keys, and the same with the last key equal to
+ * the first (the worst case for a pairwise scan), must each be parsed / rejected well within
+ * 2 s (an O(n log n) check takes tens of milliseconds). */
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_many_keys_fast(void **state) {
+    (void)state;
+    enum { N_KEYS = 100000 };
+    for (int dup = 0; dup < 2; dup++) {
+        buf b = {0};
+        put(&b, "GGUF", 4);
+        put_u32(&b, 3);
+        put_u64(&b, 0);
+        put_u64(&b, N_KEYS);
+        for (int i = 0; i < N_KEYS; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "meta.key.%06d", dup && i == N_KEYS - 1 ? 0 : i);
+            put_str(&b, key);
+            put_u32(&b, AL_GGUF_U32);
+            put_u32(&b, (uint32_t)i);
+        }
+        al_error err = {0};
+        al__gguf *g = NULL;
+        double t0 = seconds_now();
+        int rc = al__gguf_parse(b.p, b.n, "many.gguf", &g, &err);
+        double dt = seconds_now() - t0;
+        print_message("%d metadata keys%s: parsed in %.3f s\n", N_KEYS,
+                      dup ? " (one duplicate)" : "", dt);
+        if (dup) {
+            assert_int_equal(rc, AL_E_FORMAT);
+            assert_non_null(strstr(err.msg, "many.gguf"));
+            assert_non_null(strstr(err.msg, "'meta.key.000000' appears twice"));
+        } else {
+            assert_int_equal(rc, 0);
+            assert_int_equal(g->n_kv, N_KEYS);
+            int64_t v;
+            assert_int_equal(al__gguf_get_int(g, "meta.key.077777", 0, N_KEYS, &v, &err), 0);
+            assert_int_equal(v, 77777);
+        }
+        assert_true(dt < 2.0);
+        al__gguf_close(g);
+        free(b.p);
+    }
+}
+
 /* ---- dequantisation: hand-computed blocks ---------------------------------------------------- */
 
 static void f16(unsigned char *p, uint16_t h) {
@@ -482,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_duplicate_and_alignment),
+        cmocka_unit_test(test_many_keys_fast),
         cmocka_unit_test(test_f16_bf16),
         cmocka_unit_test(test_q4_q5_blocks),
         cmocka_unit_test(test_k_blocks),
