@@ -391,14 +391,16 @@ static int sa_logits(const al_norm *nm, const double *z, int64_t n, double c, do
     return 0;
 }
 
-/* The sa-softmax-norm factor w(x) [n] and what its derivative needs. */
+/* The sa-softmax-norm factor w [n] and what its derivative needs. w is invariant under x = c z
+ * (c > 0), so it is computed from z itself: no overflow of c z, no loss of bits when c z is
+ * subnormal, and dw/dz = (dw/dx) c carries the factor 1/(z range) directly. */
 typedef struct sa_norm_info {
-    int64_t imin, imax; /* first index of the min / max of x */
-    int mact, Mact;     /* m = x[imin] (x_min < 0), M = x[imax] (x_max > 0); else 0 */
+    int64_t imin, imax; /* first index of the min / max of z */
+    int mact, Mact;     /* m = z[imin] (z_min < 0), M = z[imax] (z_max > 0); else 0 */
     double R;           /* M - m (in halves: the stored value is (M - m)/2) */
 } sa_norm_info;
 
-static void sa_norm_factor(const double *x, int64_t n, double *w, sa_norm_info *inf) {
+static void sa_norm_factor(const double *x, int64_t n, double *w, sa_norm_info *inf) { /* x = z */
     int64_t imin = 0, imax = 0;
     for (int64_t i = 1; i < n; i++) {
         if (x[i] < x[imin]) imin = i;
@@ -434,19 +436,18 @@ static int forward_core(const al_norm *nm, const double *z, int64_t n, double zm
     case AL_NORM_ENTMAX:
         entmax_fwd(z, n, zmax, c, nm->alpha, p);
         return 0;
-    case AL_NORM_SA_SOFTMAX:
-    case AL_NORM_SA_SOFTMAX_NORM: {
+    case AL_NORM_SA_SOFTMAX: {
         int rc = sa_logits(nm, z, n, c, xbuf, err);
         if (rc) return rc;
         softmax_fwd(z, n, zmax, c, p);
-        if (nm->kind == AL_NORM_SA_SOFTMAX) {
-            for (int64_t i = 0; i < n; i++) p[i] *= xbuf[i];
-        } else {
-            sa_norm_factor(xbuf, n, wbuf, inf);
-            for (int64_t i = 0; i < n; i++) p[i] *= wbuf[i];
-        }
+        for (int64_t i = 0; i < n; i++) p[i] *= xbuf[i];
         return 0;
     }
+    case AL_NORM_SA_SOFTMAX_NORM:
+        softmax_fwd(z, n, zmax, c, p);
+        sa_norm_factor(z, n, wbuf, inf);
+        for (int64_t i = 0; i < n; i++) p[i] *= wbuf[i];
+        return 0;
     }
     return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
 }
@@ -475,13 +476,21 @@ typedef struct lin {
     al_norm_kind kind;
     int64_t n;
     double c;     /* dx/dz */
-    double *p;    /* [n] the output weights (sa forms: softmax(x)) */
-    double *g;    /* [n] rank-one kinds: g; sa forms: x */
-    double *w;    /* [n] sa-softmax-norm: the factor w */
-    double sigma; /* rank-one kinds: sum g */
-    double rest;  /* rank-one kinds: sum of g without its largest entry (= sigma - g[top]) */
-    int64_t top;  /* rank-one kinds: index of the largest g */
-    sa_norm_info inf;
+    double *p;    /* [n] the output weights (sa forms: s = softmax(x)) */
+    double *g;    /* [n] rank-one kinds: g; sa-softmax: x; sa-softmax-norm: w */
+    double sigma; /* rank-one kinds: sum g; sa forms: sum s */
+    double rest;  /* sum of g (sa forms: s) without its largest entry (= sigma - g[top]) */
+    int64_t top;  /* index of the largest g (sa forms: s) */
+    /* sa forms: J = scale * A, A_ij = a_i d_ij - [j = m] bm_i - [j = M] bM_i + P_ij with
+     * P_ij = rho_i (d_ij - s_j) for i != top, P_top,j = -rt_j (j != top), P_top,top = dt, and
+     * bm_i = a_i (1 - w_i), bM_i = a_i w_i (sa-softmax-norm, active min / max only). The entries
+     * of A are at most 2 in magnitude and its largest is >= 1 (scale = the largest entry of J,
+     * up to a factor 2): Lanczos on A^T A neither overflows nor underflows, and nothing of J
+     * (whose entries may exceed the double range squared) is squared. The top row is kept as
+     * entries (rt) because rho_top may be huge (x_top ~ 1e306) while its entries are not. */
+    double *a, *rho, *rt; /* [n] each */
+    double dt, scale;
+    sa_norm_info inf; /* sa-softmax-norm (mact = Mact = 0 for sa-softmax) */
 } lin;
 
 static int is_rank1(al_norm_kind k) {
@@ -490,8 +499,7 @@ static int is_rank1(al_norm_kind k) {
 
 /* sigma = sum g, top = argmax g, rest = sigma - g[top] summed without g[top] (no cancellation
  * when one entry dominates, e.g. 1 - p_top for a peaked softmax). */
-static void lin_sums(lin *L) {
-    const double *g = L->g;
+static void lin_sums(lin *L, const double *g) {
     int64_t n = L->n, top = find_first(g, n, max_simd(g, n));
     double rest = sum_simd(g, top) + sum_simd(g + top + 1, n - top - 1);
     L->top = top;
@@ -509,10 +517,93 @@ static int lin_blocks(al_norm_kind k) {
         return 2; /* p, g */
     case AL_NORM_SA_SOFTMAX:
     case AL_NORM_SA_SOFTMAX_NORM:
-        return 3; /* p, x, w */
+        return 5; /* s, x or w, a, rho, rt */
     default:
         return 4; /* p, g, threshold scratch [2n] */
     }
+}
+
+/* The scaled operator A of the sa forms (see struct lin) from s = L->p, L->g (x or w), L->top
+ * and L->rest. Entries of J beyond the double range are an error. */
+static int sa_build(const al_norm *nm, const double *z, lin *L, al_error *err) {
+    int64_t n = L->n, t = L->top;
+    const double *s = L->p, *f = L->g;
+    double *a = L->a, *rho = L->rho, *rt = L->rt;
+    double st = s[t], s2 = 0; /* s2 = the largest s_j, j != top */
+    for (int64_t j = 0; j < n; j++)
+        if (j != t && s[j] > s2) s2 = s[j];
+    /* 1 - s_i, without cancellation at the top */
+#define OM(i) ((i) == t ? L->rest : 1 - s[(i)])
+    double scale, wr = 0; /* wr: the top row's rho-part, as a numerator over den */
+    double den = 1, fac = 1;
+    if (nm->kind == AL_NORM_SA_SOFTMAX) {
+        /* K = J / c = diag(s + q) - q s^T, q = x s; E = its largest entry */
+        double E = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double q = f[i] * s[i], d = fabs(s[i] + q * OM(i)), o = fabs(q) * (i == t ? s2 : st);
+            E = fmax(E, fmax(d, o));
+        }
+        scale = L->c * E;
+        if (!(E > 0)) scale = 0;
+        else {
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = s[i] / E;
+                rho[i] = f[i] * s[i] / E;
+            }
+            wr = f[t] * st;
+            den = E;
+        }
+        L->inf.mact = L->inf.Mact = 0;
+    } else {
+        /* J = D / R_z + c S: D_ij = s_i (d_ij - [j = m](1 - w_i) - [j = M] w_i) (zero rows at
+         * an active m and M), S_ij = w_i s_i (d_ij - s_j); the two parts have equal signs
+         * entrywise, so max(E_D / R_z, c E_S) is the largest entry of J up to a factor 2. */
+        sa_norm_factor(z, n, L->g, &L->inf);
+        const sa_norm_info *inf = &L->inf;
+        double ED = 0, ES = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int zero = (inf->mact && i == inf->imin) || (inf->Mact && i == inf->imax);
+            if (!zero) ED = fmax(ED, s[i]);
+            ES = fmax(ES, f[i] * s[i] * fmax(OM(i), i == t ? s2 : st));
+        }
+        double tD = inf->R > 0 ? 0.5 * ED / inf->R : 0, tS = L->c * ES;
+        scale = fmax(tD, tS);
+        if (inf->R > 0 && scale > 0 && isfinite(scale)) {
+            double kD = ED > 0 ? tD / scale / ED : 0, kS = tS / scale; /* kD s_i <= 1 */
+            for (int64_t i = 0; i < n; i++) {
+                int zero = (inf->mact && i == inf->imin) || (inf->Mact && i == inf->imax);
+                a[i] = zero ? 0 : s[i] * kD;
+                rho[i] = ES > 0 ? f[i] * s[i] / ES * kS : 0;
+            }
+            wr = f[t] * st;
+            den = ES > 0 ? ES : 1;
+            fac = ES > 0 ? kS : 0;
+        } else if (!(inf->R > 0) || !(scale > 0))
+            scale = 0;
+    }
+    if (!isfinite(scale))
+        return al__err(err, AL_E_RANGE,
+                       "%s: the Jacobian has entries beyond the double range at these logits (T = %g)",
+                       kind_names[nm->kind], nm->temperature);
+    L->scale = scale;
+    if (scale == 0) { /* J = 0 */
+        memset(a, 0, (size_t)n * sizeof(double));
+        memset(rho, 0, (size_t)n * sizeof(double));
+        memset(rt, 0, (size_t)n * sizeof(double));
+        L->dt = 0;
+        L->inf.mact = L->inf.Mact = 0;
+        return 0;
+    }
+    /* the top row: rt_j = rho_top s_j = (f_t s_t s_j) / den * fac, entries of A (bounded) */
+    double dt = 0;
+    for (int64_t j = 0; j < n; j++) {
+        rt[j] = j == t ? 0 : wr * s[j] / den * fac;
+        dt += rt[j];
+    }
+    L->dt = dt;
+    rho[t] = 0; /* never read: the top row is rt and dt */
+#undef OM
+    return 0;
 }
 
 /* Builds L in buf [lin_blocks(kind) * n] (p, then g or x, then w or the threshold scratch);
@@ -529,14 +620,13 @@ static int lin_build(const al_norm *nm, const double *z, int64_t n, double zmax,
     L->c = c;
     L->p = buf;
     L->g = blocks >= 2 ? buf + n : buf;
-    L->w = blocks >= 3 ? buf + 2 * n : NULL;
-    double *tmp = L->w; /* [2n] for sparsemax / 1.5-entmax */
+    double *tmp = blocks >= 3 ? buf + 2 * n : NULL; /* [2n] for sparsemax / 1.5-entmax */
     switch (nm->kind) {
     case AL_NORM_SOFTMAX:
     case AL_NORM_SSMAX:
         softmax_fwd(z, n, zmax, c, L->p);
         L->g = L->p;
-        lin_sums(L);
+        lin_sums(L, L->g);
         if (p_out) memcpy(p_out, L->p, (size_t)n * sizeof(double));
         return 0;
     case AL_NORM_SPARSEMAX:
@@ -559,19 +649,22 @@ static int lin_build(const al_norm *nm, const double *z, int64_t n, double zmax,
                 gi = pow(pi, e);
             L->g[i] = gi;
         }
-        lin_sums(L);
+        lin_sums(L, L->g);
         if (p_out) memcpy(p_out, L->p, (size_t)n * sizeof(double));
         return 0;
     }
     case AL_NORM_SA_SOFTMAX:
     case AL_NORM_SA_SOFTMAX_NORM:
-        if ((rc = sa_logits(nm, z, n, c, L->g, err))) return rc;
+        if (nm->kind == AL_NORM_SA_SOFTMAX && (rc = sa_logits(nm, z, n, c, L->g, err))) return rc;
         softmax_fwd(z, n, zmax, c, L->p);
-        if (nm->kind == AL_NORM_SA_SOFTMAX_NORM) sa_norm_factor(L->g, n, L->w, &L->inf);
-        if (p_out) {
-            const double *f = nm->kind == AL_NORM_SA_SOFTMAX ? L->g : L->w;
-            for (int64_t i = 0; i < n; i++) p_out[i] = f[i] * L->p[i];
-        }
+        lin_sums(L, L->p);
+        L->a = buf + 2 * n;
+        L->rho = buf + 3 * n;
+        L->rt = buf + 4 * n;
+        if ((rc = sa_build(nm, z, L, err))) return rc;
+        if (p_out) /* x s or w s (w == 0 everywhere when J = 0 for want of a range) */
+            for (int64_t i = 0; i < n; i++)
+                p_out[i] = (nm->kind == AL_NORM_SA_SOFTMAX_NORM && !(L->inf.R > 0)) ? 0 : L->g[i] * L->p[i];
         return 0;
     }
     return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
@@ -584,7 +677,8 @@ static double dot(const double *a, const double *b, int64_t n) {
     return s;
 }
 
-/* out = J v (transpose = 0) or J^T v (transpose = 1). */
+/* out = J v (transpose = 0) or J^T v (transpose = 1); for the sa forms out = A v or A^T v
+ * (J = L->scale * A, see struct lin). */
 static void lin_apply(const lin *L, const double *v, double *out, int transpose) {
     int64_t n = L->n;
     double c = L->c;
@@ -597,45 +691,35 @@ static void lin_apply(const lin *L, const double *v, double *out, int transpose)
         if (L->sigma > 0) out[t] = c * g[t] * (v[t] * L->rest - gv_rest) / L->sigma;
         return;
     }
-    if (L->kind == AL_NORM_SA_SOFTMAX) { /* J_x = diag(p (1 + x)) - (x p) p^T */
-        const double *x = g;
-        if (!transpose) {
-            double pv = dot(p, v, n);
-            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * (v[i] + x[i] * (v[i] - pv));
-        } else {
-            double s = 0;
-            for (int64_t i = 0; i < n; i++) s += x[i] * p[i] * v[i];
-            for (int64_t i = 0; i < n; i++) out[i] = c * p[i] * (v[i] + (x[i] * v[i] - s));
-        }
-        return;
-    }
-    /* sa-softmax-norm: out = p * dw + w * (p * v - p (p . v)), dw = (v - dm - w (dM - dm)) / R
-     * (R = the full range = 2 * inf.R; dm = v[imin] when the min is active, dM likewise). */
-    const double *w = L->w;
+    const double *s = p, *w = g, *a = L->a, *rho = L->rho, *rt = L->rt;
     const sa_norm_info *inf = &L->inf;
-    double R = 2 * inf->R;
-    if (!(R > 0)) {
-        memset(out, 0, (size_t)n * sizeof(double));
-        return;
-    }
+    int64_t t = L->top;
     if (!transpose) {
-        double dm = inf->mact ? v[inf->imin] : 0, dM = inf->Mact ? v[inf->imax] : 0;
-        double pv = dot(p, v, n);
-        for (int64_t i = 0; i < n; i++) {
-            double dw = ((v[i] - dm) - w[i] * (dM - dm)) / R;
-            out[i] = c * (p[i] * dw + w[i] * p[i] * (v[i] - pv));
+        double sv = dot(s, v, n), rtv = dot(rt, v, n); /* rt[t] = 0 */
+        double vm = inf->mact ? v[inf->imin] : 0, vM = inf->Mact ? v[inf->imax] : 0;
+        if (L->kind == AL_NORM_SA_SOFTMAX)
+            for (int64_t i = 0; i < n; i++) out[i] = a[i] * v[i] + rho[i] * (v[i] - sv);
+        else
+            for (int64_t i = 0; i < n; i++)
+                out[i] = a[i] * ((v[i] - vm) - w[i] * (vM - vm)) + rho[i] * (v[i] - sv);
+        out[t] = (L->kind == AL_NORM_SA_SOFTMAX ? a[t] * v[t]
+                                                 : a[t] * ((v[t] - vm) - w[t] * (vM - vm))) +
+                 L->dt * v[t] - rtv;
+    } else {
+        double R1 = dot(rho, v, n); /* rho[t] = 0: the sum over i != top */
+        double ut = v[t];
+        for (int64_t j = 0; j < n; j++) out[j] = a[j] * v[j] + rho[j] * v[j] - rt[j] * ut - s[j] * R1;
+        out[t] = a[t] * v[t] + L->dt * ut - s[t] * R1;
+        if (inf->mact || inf->Mact) {
+            double Am = 0, AM = 0; /* sum_i bm_i u_i, sum_i bM_i u_i */
+            for (int64_t i = 0; i < n; i++) {
+                double au = a[i] * v[i];
+                Am += au - au * w[i];
+                AM += au * w[i];
+            }
+            if (inf->mact) out[inf->imin] -= Am;
+            if (inf->Mact) out[inf->imax] -= AM;
         }
-    } else { /* a = u p: grad of sum a dw; b = u w: grad of sum b dp */
-        double A = 0, Aw = 0, Bp = 0;
-        for (int64_t i = 0; i < n; i++) {
-            double a = v[i] * p[i];
-            A += a;
-            Aw += a * w[i];
-            Bp += v[i] * w[i] * p[i];
-        }
-        for (int64_t j = 0; j < n; j++) out[j] = c * (v[j] * p[j] / R + p[j] * (v[j] * w[j] - Bp));
-        if (inf->mact) out[inf->imin] += c * (Aw - A) / R;
-        if (inf->Mact) out[inf->imax] -= c * Aw / R;
     }
 }
 
@@ -653,28 +737,22 @@ static void lin_dense(const lin *L, double *J) {
         }
         return;
     }
-    if (L->kind == AL_NORM_SA_SOFTMAX) {
-        for (int64_t i = 0; i < n; i++) {
-            double a = c * g[i] * p[i];
-            for (int64_t j = 0; j < n; j++) J[i * n + j] = -a * p[j];
-            J[i * n + i] = c * p[i] * (1 + g[i] * (1 - p[i]));
-        }
-        return;
-    }
-    const double *w = L->w;
+    const double *s = p, *w = g, *a = L->a, *rho = L->rho, *rt = L->rt;
     const sa_norm_info *inf = &L->inf;
-    double R = 2 * inf->R;
-    if (!(R > 0)) {
-        memset(J, 0, (size_t)n * (size_t)n * sizeof(double));
-        return;
-    }
+    double sc = L->scale;
+    int64_t t = L->top;
     for (int64_t i = 0; i < n; i++) {
         double *row = J + i * n;
-        double wp = w[i] * p[i];
-        for (int64_t j = 0; j < n; j++) row[j] = -c * wp * p[j];
-        row[i] += c * (p[i] / R + wp);
-        if (inf->mact) row[inf->imin] += c * p[i] * (w[i] - 1) / R;
-        if (inf->Mact) row[inf->imax] -= c * p[i] * w[i] / R;
+        if (i == t) {
+            for (int64_t j = 0; j < n; j++) row[j] = -rt[j];
+            row[i] = a[i] + L->dt;
+        } else {
+            for (int64_t j = 0; j < n; j++) row[j] = -rho[i] * s[j];
+            row[i] = a[i] + rho[i] * (1 - s[i]);
+        }
+        if (inf->mact) row[inf->imin] -= a[i] * (1 - w[i]);
+        if (inf->Mact) row[inf->imax] -= a[i] * w[i];
+        for (int64_t j = 0; j < n; j++) row[j] *= sc;
     }
 }
 
@@ -698,17 +776,21 @@ static void secular_sums(const double *g, int64_t n, int64_t top, double o, doub
 }
 
 double al_norm_rank1_spectral(const double *g, int64_t n) {
-    if (!g || n < 2) return 0;
+    if (n < 2) return 0;
+    if (!g) return NAN;
     double d1 = max_simd(g, n);
-    if (!(d1 > 0)) return 0;
-    int64_t top = find_first(g, n, d1), count1 = 0;
-    double d2 = 0; /* the largest entry below d1 (0 if none) */
-#pragma omp simd reduction(max : d2) reduction(+ : count1)
+    int64_t top = find_first(g, n, d1), count1 = 0, neg = 0;
+    double d2 = 0, bad = 0; /* d2: the largest entry below d1 (0 if none); bad: NaN/Inf seen */
+#pragma omp simd reduction(max : d2) reduction(+ : count1, neg, bad)
     for (int64_t i = 0; i < n; i++) {
         count1 += g[i] == d1;
+        neg += g[i] < 0;
+        bad += g[i] * 0.0;
         double u = g[i] < d1 ? g[i] : 0.0;
         d2 = u > d2 ? u : d2;
     }
+    if (bad != 0 || isnan(bad) || neg) return NAN; /* outside the domain g >= 0 finite */
+    if (!(d1 > 0)) return 0;
     int ties = count1 >= 2;
     if (ties) return d1;     /* eigenvalue d1 with multiplicity >= 1 */
     if (!(d2 > 0)) return 0; /* a single non-zero entry */
@@ -782,6 +864,10 @@ static double tridiag_top(const double *al, const double *be, int k, double *s, 
 
 static int sa_spectral(const lin *L, double *out, al_error *err) {
     int64_t n = L->n;
+    if (L->scale == 0) { /* J = 0 */
+        *out = 0;
+        return 0;
+    }
     if (n == 1) {
         double J;
         lin_dense(L, &J);
@@ -833,6 +919,11 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
             /* Ritz values at growing intervals; the residual (needs the Ritz vector) once they
              * stop moving, at the end of the basis, or when the Krylov space is exhausted */
             int exhausted = b <= 1e-14 * anorm || k == n, last = j == mcap - 1;
+            if (!isfinite(al[j]) || !isfinite(b)) {
+                theta = NAN;
+                done = 1;
+                break;
+            }
             if (k >= next_check || exhausted || last) {
                 theta = tridiag_top(al, be, k, NULL, work);
                 int stable = prev >= 0 && fabs(theta - prev) <= 1e-9 * theta;
@@ -851,6 +942,7 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
             double *vn = V + (size_t)(j + 1) * nn;
             for (int64_t q = 0; q < n; q++) vn[q] = w[q] / b;
         }
+        if (!isfinite(theta)) break;
         if (theta > best) best = theta;
         if (!done) { /* restart from the Ritz vector V s */
             for (int64_t q = 0; q < n; q++) w[q] = 0;
@@ -859,10 +951,16 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
             memcpy(V, w, nn * sizeof(double));
         }
     }
-    if (theta > best) best = theta;
+    if (theta > best || !isfinite(theta)) best = theta;
     free(mem);
-    if (!isfinite(best)) return al__err(err, AL_E_RANGE, "sa-softmax: Lanczos failed (non-finite)");
-    *out = sqrt(best > 0 ? best : 0);
+    /* A is scaled to entries of at most 2 (largest >= 1): a non-finite value is a fault */
+    if (!isfinite(best))
+        return al__err(err, AL_E_RANGE, "%s: Lanczos failed (non-finite)", kind_names[L->kind]);
+    double r = L->scale * sqrt(best > 0 ? best : 0);
+    if (!isfinite(r))
+        return al__err(err, AL_E_RANGE, "%s: the spectral norm exceeds the double range",
+                       kind_names[L->kind]);
+    *out = r;
     return 0;
 }
 
@@ -888,13 +986,48 @@ static int lin_open(const al_norm *nm, const double *z, int64_t n, lin_mem *m, l
     return lin_build(nm, z, n, zmax, buf, L, p_out, err);
 }
 
+/* NaN/Inf in a product's vector v [n] is an error naming the position. */
+static int check_vector(const al_norm *nm, const char *what, const double *v, int64_t n,
+                        al_error *err) {
+    double bad = 0;
+#pragma omp simd reduction(+ : bad)
+    for (int64_t i = 0; i < n; i++) bad += v[i] * 0.0;
+    if (bad == 0) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return al__err(err, AL_E_RANGE, "%s: %s element %lld (0-based) is %s",
+                           kind_names[nm->kind], what, (long long)i,
+                           isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+Inf" : "-Inf"));
+    return 0;
+}
+
+/* out = J v or J^T v: the sa forms' A v times the scale; a result beyond the double range is an
+ * error naming the position. */
+static int lin_product(const al_norm *nm, const lin *L, const double *v, double *out,
+                       int transpose, al_error *err) {
+    int64_t n = L->n;
+    lin_apply(L, v, out, transpose);
+    double bad = 0;
+    if (!is_rank1(L->kind))
+        for (int64_t i = 0; i < n; i++) out[i] *= L->scale;
+#pragma omp simd reduction(+ : bad)
+    for (int64_t i = 0; i < n; i++) bad += out[i] * 0.0;
+    if (bad != 0 || isnan(bad))
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                return al__err(err, AL_E_RANGE, "%s: %s element %lld exceeds the double range",
+                               kind_names[nm->kind], transpose ? "J^T u" : "J v", (long long)i);
+    return 0;
+}
+
 int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
                 al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
     if (rc == 0 && (!v || !out)) rc = al__err(err, AL_E_INVALID, "jvp: NULL vector");
-    if (rc == 0) lin_apply(&L, v, out, 0);
+    if (rc == 0) rc = check_vector(nm, "jvp: v", v, n, err);
+    if (rc == 0) rc = lin_product(nm, &L, v, out, 0, err);
     free(m.heap);
     return rc;
 }
@@ -905,7 +1038,8 @@ int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, 
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
     if (rc == 0 && (!u || !out)) rc = al__err(err, AL_E_INVALID, "vjp: NULL vector");
-    if (rc == 0) lin_apply(&L, u, out, 1);
+    if (rc == 0) rc = check_vector(nm, "vjp: u", u, n, err);
+    if (rc == 0) rc = lin_product(nm, &L, u, out, 1, err);
     free(m.heap);
     return rc;
 }
@@ -916,6 +1050,13 @@ int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, a
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
     if (rc == 0 && !J) rc = al__err(err, AL_E_INVALID, "jacobian: NULL output");
     if (rc == 0) lin_dense(&L, J);
+    for (int64_t i = 0; rc == 0 && i < n; i++)
+        for (int64_t j = 0; j < n; j++)
+            if (!isfinite(J[i * n + j])) {
+                rc = al__err(err, AL_E_RANGE, "%s: Jacobian entry (%lld, %lld) exceeds the double range",
+                             kind_names[nm->kind], (long long)i, (long long)j);
+                break;
+            }
     free(m.heap);
     return rc;
 }
@@ -1001,7 +1142,7 @@ int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double
             free(m.heap);
             return AL_E_NOMEM;
         }
-        for (int64_t j = 0; j < n; j++) { /* column j = J e_j */
+        for (int64_t j = 0; j < n; j++) { /* column j = A e_j (entries <= 2: no overflow) */
             e[j] = 1;
             lin_apply(&L, e, row, 0);
             e[j] = 0;
@@ -1009,7 +1150,13 @@ int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double
         }
         free(row);
         free(e);
-        *out = sqrt(f2);
+        double r = L.scale * sqrt(f2);
+        if (!isfinite(r)) {
+            free(m.heap);
+            return al__err(err, AL_E_RANGE, "%s: the Frobenius norm exceeds the double range",
+                           kind_names[nm->kind]);
+        }
+        *out = r;
     }
     free(m.heap);
     return 0;

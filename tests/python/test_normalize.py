@@ -489,3 +489,124 @@ def test_sa_spectral_clustered_spectrum(lib, kind):
         sv = np.linalg.svd(ref_jacobian(kind, z), compute_uv=False)[0]
         s = norm(lib, "al_norm_spectral_norm", kind, z)
         assert abs(s - sv) <= 1e-6 * sv + 1e-14 * n, (kind, n, sd, s, sv)
+
+
+# ---- sa forms at extreme scales -------------------------------------------------------------
+
+def _sa_jacobian_decimal(kind, z, T):
+    """dp/dz of the sa forms by central differences of their definitions (METHOD 7) in decimal
+    arithmetic (stdlib), with the precision and exponent range the scale needs: an independent
+    reference at scales where float64 cannot even hold J^T J. Returns (J as Decimals, ctx)."""
+    import decimal
+    D = decimal.Decimal
+    zd = [D(v) for v in z]  # exact
+    wide = decimal.Context(prec=60, Emax=10 ** 6, Emin=-10 ** 6)
+    zmax = max(abs(v) for v in zd) or D(1)
+    zs = sorted(zd)
+    # the step: far below T (the scale of softmax) and below the smallest gap between logits
+    gaps = [wide.subtract(b, a) for a, b in zip(zs, zs[1:]) if b > a]
+    h = wide.multiply(D("1e-40"), min([D(T), zmax] + gaps))
+    # digits: those of the values (|z|, |z/T|, and 1 for the sa-softmax-norm outputs) over h
+    top = max(zmax, wide.divide(zmax, D(T)), D(1))
+    prec = 120 + int(wide.divide(top, h).adjusted())
+    ctx = decimal.Context(prec=prec, Emax=10 ** 6, Emin=-10 ** 6)
+    Tm = D(T)
+
+    def f(zd):
+        x = [ctx.divide(v, Tm) for v in zd]
+        mx = max(x)
+        e = [ctx.exp(ctx.subtract(v, mx)) for v in x]
+        S = D(0)
+        for v in e:  # ctx.add: the built-in sum would round to the default 28 digits
+            S = ctx.add(S, v)
+        s = [ctx.divide(v, S) for v in e]
+        if kind == "sa-softmax":
+            return [ctx.multiply(a, b) for a, b in zip(x, s)]
+        m, M = min(min(x), D(0)), max(max(x), D(0))
+        return [ctx.multiply(ctx.divide(ctx.subtract(a, m), ctx.subtract(M, m)), b) for a, b in zip(x, s)]
+
+    n = len(z)
+    J = [[D(0)] * n for _ in range(n)]
+    for j in range(n):
+        zp, zm = list(zd), list(zd)
+        zp[j] = ctx.add(zp[j], h)
+        zm[j] = ctx.subtract(zm[j], h)
+        fp, fm = f(zp), f(zm)
+        for i in range(n):
+            J[i][j] = ctx.divide(ctx.subtract(fp[i], fm[i]), ctx.multiply(2, h))
+    return J, ctx
+
+
+def _decimal_norms(J, ctx):
+    """(spectral, Frobenius, largest entry) of a Decimal matrix as Decimals: the matrix is scaled
+    by its largest entry to float64 for numpy's SVD (accurate to 1e-15 of the largest singular
+    value), and the scale is put back in decimal."""
+    import decimal
+    big = max(abs(v) for row in J for v in row)
+    if big == 0:
+        return decimal.Decimal(0), decimal.Decimal(0), big
+    A = np.array([[float(ctx.divide(v, big)) for v in row] for row in J])
+    sv = np.linalg.svd(A, compute_uv=False)[0]
+    fro = np.sqrt((A * A).sum())
+    return ctx.multiply(big, decimal.Decimal(float(sv))), ctx.multiply(big, decimal.Decimal(float(fro))), big
+
+
+SA_EXTREME = [
+    ("sa-softmax", [1e300, -1e300, 0.0], 1e-6),        # the CLI report: spectral was 0
+    ("sa-softmax", [1e200, 1e200, 0.0], 1.0),          # ||J||^2 ~ 1e400
+    ("sa-softmax", [1.0, 1.0, -0.3], 1e-150),          # ||J|| ~ 1e299
+    ("sa-softmax", [1.0, 0.5, -0.3], 1e-305),          # c = 1e305
+    ("sa-softmax", [1.0, 1.0 - 3e-6, 0.2, -0.5], 1e-6),  # x_top (1 - s_top) ~ 5e4
+    ("sa-softmax", [1e-300, -2e-300, 3e-300], 1.0),
+    ("sa-softmax", [1e-300, -2e-300, 3e-300], 1e300),  # c z underflows to 0
+    ("sa-softmax", [1e300, 1e300, -1e300], 1e-6),      # entries ~ 1e311: a range error
+    ("sa-softmax", [1.0, 1.0, -0.3], 1e-300),          # entries ~ 1e599: a range error
+    ("sa-softmax-norm", [1e-200, -1e-200, 0.5e-200], 1.0),  # 1/range ~ 5e199
+    ("sa-softmax-norm", [1e-300, -1e-300], 1.0),        # n = 2: the 1/range part is exactly 0
+    ("sa-softmax-norm", [1e-300, -1e-300, 0.3e-300, -0.7e-300], 1e-10),
+    ("sa-softmax-norm", [1.0, 0.999999, -1.0, 0.5], 1e-8),
+    ("sa-softmax-norm", [1.0, -1.0, 0.25], 1e-305),     # c = 1e305 (J = 0 in double)
+    ("sa-softmax-norm", [1e300, -1e300, 0.5e300], 1e-8),
+    ("sa-softmax-norm", [3e-320, -2e-320, 1e-320], 1.0),  # 1/range ~ 1e319: a range error
+]
+
+
+@pytest.mark.parametrize("kind,z,T", SA_EXTREME)
+def test_sa_extreme_scales_vs_decimal_svd(lib, kind, z, T):
+    """Spectral and Frobenius norms and the dense Jacobian of the sa forms at scales where J^T J
+    (or J itself) leaves the double range, against central differences in decimal arithmetic and
+    a scaled SVD: the norms agree to 1e-6 (spectral, the documented Lanczos accuracy) and 1e-12
+    (Frobenius); where the true Jacobian has entries beyond DBL_MAX, every call is a range error."""
+    import sys
+    J, ctx = _sa_jacobian_decimal(kind, z, T)
+    ref_s, ref_f, big = _decimal_norms(J, ctx)
+    if big > sys.float_info.max:
+        for fn in ("al_norm_spectral_norm", "al_norm_frobenius_norm"):
+            with pytest.raises(ValueError, match="double range"):
+                norm(lib, fn, kind, z, T=T)
+        return
+    s = norm(lib, "al_norm_spectral_norm", kind, z, T=T)
+    fr = norm(lib, "al_norm_frobenius_norm", kind, z, T=T)
+    rs, rf = float(ref_s), float(ref_f)
+    tiny = 1e-300 * float(big) if big > 0 else 0.0
+    assert abs(s - rs) <= 1e-6 * rs + tiny, (kind, z, T, s, rs)
+    assert abs(fr - rf) <= 1e-12 * rf + tiny, (kind, z, T, fr, rf)
+    Jd = jacobian(lib, kind, z, T=T)
+    Jr = np.array([[float(v) for v in row] for row in J])
+    assert np.all(np.abs(Jd - Jr) <= 1e-10 * float(big) + tiny), (kind, z, T, Jd, Jr)
+    # the products agree with the dense matrix (both scaled the same way)
+    v = np.linspace(-1, 1, len(z))
+    np.testing.assert_allclose(product(lib, "al_norm_jvp", kind, z, v, T=T), Jr @ v,
+                               rtol=0, atol=1e-10 * float(big) * len(z) + tiny)
+    np.testing.assert_allclose(product(lib, "al_norm_vjp", kind, z, v, T=T), Jr.T @ v,
+                               rtol=0, atol=1e-10 * float(big) * len(z) + tiny)
+
+
+def test_cli_jacobian_sa_extreme():
+    """The reported case through the CLI: spectral norm 1e6 (it was 0 beside a Frobenius 1e6)."""
+    r = run(["jacobian", "--method", "sa-softmax", "--temperature", "1e-6", "--json"], stdin="1e300 -1e300 0\n")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert abs(d["spectral_norm"] - 1e6) <= 1e-9 * 1e6 and abs(d["frobenius_norm"] - 1e6) <= 1e-9 * 1e6
+    r = run(["jacobian", "--method", "sa-softmax", "--temperature", "1e-6"], stdin="1e300 1e300 -1e300\n")
+    assert r.returncode != 0 and "double range" in r.stderr, r.stderr
