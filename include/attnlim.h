@@ -174,10 +174,14 @@ typedef struct al_metrics_opts {
  * Weights need not be non-negative nor sum to 1 (sparsemax zeros, sa-softmax): b is the
  * sum of the non-selected weights as given; dmax is then reported but is a bound only for
  * non-negative weights. Separability for N = 1: delta is undefined, every xi_i = 0, so the
- * bounds are both 1 when r > 0 (and N_s/N is 1 then too); r == 0 gives N_s = 0 and bounds 0
- * (r == 0 means r^2 <= 8.9e-16 (|s|^2 + max alpha^2), rounding of the Gram expansion).
- * Unit vectors u = x/|x| (a zero vector has u = 0); xi_i = sqrt(max(xi_i^2, 0)) (xi_i^2 can be
- * negative only with negative weights). All sums are in double, clamped at 0 before sqrt. */
+ * bounds are both 1 when r > 0 (and N_s/N is 1 then too); r == 0 gives N_s = 0 and bounds 0.
+ * Distances closer than the rounding of the unit vectors, tol = (d + 8) u (sum_{j in I}
+ * |alpha_j| + max |alpha|) with u = 2^-53, are equal: r <= tol is r == 0, and N_s counts
+ * ||s - alpha_i u_i|| < r - 2 tol only. Unit vectors u = x/|x| (a zero vector has u = 0);
+ * xi_i = sqrt(max(xi_i^2, 0)) (xi_i^2 can be negative only with negative weights). Accuracy:
+ * the distances are computed by a Gram expansion (fast) and, where it would cancel, from the
+ * vectors in double-double; every dtilde, d1, E, r and xi_i term is accurate to 1e-10
+ * relative (rounding of the inputs' own products aside), an exact 0 comes out 0. */
 typedef struct al_topn_stats {
     int N;
     int64_t rows;     /* rows with n > N that entered the means */

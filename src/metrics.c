@@ -17,6 +17,24 @@
  *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0),
  * |s|^2 = sum_{j in I} alpha_j c_j. So a row costs O(n K) for the whole grid instead of
  * O(n N d) per N. Zero vectors have u = 0 (|u|^2 = 0) in the separability metrics.
+ *
+ * Accuracy near cancellation. A squared distance from the expansion, t2 = |A|^2 - 2 A.B + |B|^2,
+ * carries an absolute error below gamma_k (|A| + |B|)^2 <= 2 gamma_k (|A|^2 + |B|^2), where
+ * gamma_k = k u (u = 2^-53) and k counts the roundings on the longest path: the Gram dot
+ * products (d), the running sums over the selected keys (N), a few more (the bound uses the
+ * sums of norms |A| <= |alpha_i| |x_i|, |B| <= sum_{j in I} |alpha_j| |x_j|, not |A.B|). So
+ * sqrt(t2) has a relative error below err / (2 t2) <= RHO = 1e-10 whenever
+ * t2 >= gamma_k (|A|^2 + |B|^2) / RHO. The evaluation loops take, branch-free, the minimum of
+ * t2 - tau (|A|^2 + |B|^2) (tau = 2 gamma_k / RHO: one safety factor 2); where it is negative
+ * (rare: a distance below ~1% of the norms it is computed from) those elements alone are
+ * recomputed from the vectors in d-space, with s, S and s_u summed in double-double (built
+ * lazily, once per row or as N walks up), so a distance that is exactly 0 comes out 0 and a
+ * near-duplicate to the rounding of its own components. The same test covers d1 (on its
+ * maximum), E (whose S has, besides, an error cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that
+ * is absolute, not amplified; also tested), the separability radius r, the distances compared
+ * with r for N_s, the xi_i (A1 - alpha_i, A2 - alpha_i^2 recomputed as sums over the others)
+ * and the Monte-Carlo samples. delta enters only as delta^2 (absolute error ~gamma_d): no
+ * cancellation to repair.
  */
 #include "internal.h"
 #include "mathx.h"
@@ -68,6 +86,14 @@ typedef struct rowws {
     double *mcc;   /* [cap] Monte-Carlo x_i . s */
     double *mns;   /* [cap] Monte-Carlo 1 if i not in the sample, else 0 */
     double *sv;    /* [d] Monte-Carlo s */
+    /* exact fallbacks (near cancellation), filled lazily */
+    double *sdd;   /* [2 d] s = sum_{q < s_cnt} alpha_sel[q] x_sel[q], double-double (hi, lo) */
+    double *Sdd;   /* [2 d] S = sum_{j < n} alpha_j x_j, double-double (when S_ok) */
+    double *sudd;  /* [2 d] s_u = sum_{q < su_cnt} alpha_sel[q] u_sel[q], double-double */
+    double *mdd;   /* [2 d] Monte-Carlo s of one sample, double-double */
+    double *Dx;    /* [cap] max_{q < dx_cnt} |x_i - x_sel[q]|^2 computed in d-space */
+    int64_t s_cnt, su_cnt, dx_cnt;
+    int S_ok;
 } rowws;
 
 /* What one row needs besides its weights. */
@@ -108,6 +134,11 @@ static void free_rowws(rowws *w) {
     free(w->mcc);
     free(w->mns);
     free(w->sv);
+    free(w->sdd);
+    free(w->Sdd);
+    free(w->sudd);
+    free(w->mdd);
+    free(w->Dx);
     memset(w, 0, sizeof *w);
 }
 
@@ -133,9 +164,15 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->mcc = al__malloc(nd, "metrics row scratch", err);
     w->mns = al__malloc(nd, "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
+    size_t d2 = 2 * (size_t)d * sizeof(double);
+    w->sdd = al__malloc(d2, "metrics row scratch", err);
+    w->Sdd = al__malloc(d2, "metrics row scratch", err);
+    w->sudd = al__malloc(d2, "metrics row scratch", err);
+    w->mdd = al__malloc(d2, "metrics row scratch", err);
+    w->Dx = al__malloc(nd, "metrics row scratch", err);
     if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
         !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
-        !w->mns || !w->sv) {
+        !w->mns || !w->sv || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -350,6 +387,114 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
     }
 }
 
+/* ---- exact fallbacks near cancellation (see the header comment) ----------------------------- */
+
+#define AL_U 1.1102230246251565e-16 /* unit roundoff 2^-53 */
+#define AL_RHO 1e-10                /* relative accuracy kept by the expansion */
+
+/* The threshold factor for a chain of k roundings: 2 gamma_k / RHO. */
+/* the fallbacks: out of line, out of the hot loops' way */
+#define AL_COLD __attribute__((noinline, cold))
+
+static inline double cancel_tau(double k) { return 2.0 * k * AL_U / AL_RHO; }
+
+/* p + e = a b exactly (error-free product). */
+static inline void two_prod(double a, double b, double *p, double *e) {
+    *p = a * b;
+#ifdef __FMA__
+    *e = fma(a, b, -*p);
+#else /* Dekker's product on Veltkamp halves (finite |a|, |b| < 2^995 here) */
+    double ca = 134217729.0 * a, cb = 134217729.0 * b;
+    double ah = ca - (ca - a), al = a - ah, bh = cb - (cb - b), bl = b - bh;
+    *e = ((ah * bh - *p) + ah * bl + al * bh) + al * bl;
+#endif
+}
+
+/* s + e = a + b exactly (Knuth's two-sum). */
+static inline void two_sum(double a, double b, double *s, double *e) {
+    *s = a + b;
+    double bb = *s - a;
+    *e = (a - (*s - bb)) + (b - bb);
+}
+
+/* (hi, lo)[d] += a * fl(x[k] * sc) in double-double (sc = 1 adds a x exactly; sc = 1/|x| the
+ * unit vector as fl(x_k / |x|)). */
+static void dd_axpy(double a, const double *x, double sc, int64_t d, double *hi, double *lo) {
+    for (int64_t k = 0; k < d; k++) {
+        double p, pe, s, se;
+        two_prod(a, x[k] * sc, &p, &pe);
+        two_sum(hi[k], p, &s, &se);
+        se += lo[k] + pe;
+        hi[k] = s + se;
+        lo[k] = se - (hi[k] - s);
+    }
+}
+
+/* || a fl(x sc) - (hi + lo) ||^2: each component a x_k - s_k to one rounding of itself. */
+static double dd_dist2(double a, const double *x, double sc, const double *hi, const double *lo,
+                       int64_t d) {
+    double t = 0;
+    for (int64_t k = 0; k < d; k++) {
+        double p, pe, s, se;
+        two_prod(a, x[k] * sc, &p, &pe);
+        two_sum(p, -hi[k], &s, &se);
+        double v = s + (se + (pe - lo[k]));
+        t += v * v;
+    }
+    return t;
+}
+
+/* || m1 a x - m2 (hi + lo) ||^2 for small integers m1, m2 (E: m1 = n - 1 + N, m2 = N). */
+static double dd_dist2_int(double m1, double a, const double *x, double m2, const double *hi,
+                           const double *lo, int64_t d) {
+    double t = 0;
+    for (int64_t k = 0; k < d; k++) {
+        double p, pe, q, qe, r, re, s, se;
+        two_prod(a, x[k], &p, &pe);
+        two_prod(m1, p, &q, &qe);
+        qe += m1 * pe;
+        two_prod(m2, hi[k], &r, &re);
+        re += m2 * lo[k];
+        two_sum(q, -r, &s, &se);
+        double v = s + (se + (qe - re));
+        t += v * v;
+    }
+    return t;
+}
+
+/* dd[2 d] (hi, lo) = sum_{q < N} alpha_sel[q] x_sel[q] (sc = NULL) or alpha_sel[q] u_sel[q]
+ * (sc = 1/|x|), extended from the first *cnt terms already in it. */
+AL_COLD static void dd_extend(const double *a, const rowctx *rc, const int64_t *sel, const double *sc,
+                      int64_t N, double *dd, int64_t *cnt) {
+    int64_t d = rc->d;
+    if (*cnt == 0) memset(dd, 0, 2 * (size_t)d * sizeof(double));
+    for (int64_t q = *cnt; q < N; q++) {
+        int64_t j = sel[q];
+        dd_axpy(a[j], rc->x + j * d, sc ? sc[j] : 1.0, d, dd, dd + d);
+    }
+    *cnt = N;
+}
+
+/* w->Dx[i] = max_{q < N} |x_i - x_sel[q]|^2 in d-space for every i < n (extended from the first
+ * dx_cnt selected): each difference x_ik - x_jk has one rounding of itself. */
+AL_COLD static void dx_extend(int64_t n, const rowctx *rc, rowws *w, int64_t N) {
+    int64_t d = rc->d;
+    if (w->dx_cnt == 0)
+        for (int64_t i = 0; i < n; i++) w->Dx[i] = 0;
+    for (int64_t q = w->dx_cnt; q < N; q++) {
+        const double *xj = rc->x + w->sel[q] * d;
+        for (int64_t i = 0; i < n; i++) {
+            const double *xi = rc->x + i * d;
+            double t = 0;
+            for (int64_t k = 0; k < d; k++) {
+                double e = xi[k] - xj[k];
+                t = FMA(e, e, t);
+            }
+            w->Dx[i] = w->Dx[i] > t ? w->Dx[i] : t;
+        }
+    }
+    w->dx_cnt = N;
+}
 
 /* ---- one row ------------------------------------------------------------------------------ */
 
@@ -387,12 +532,36 @@ static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w
 #pragma omp simd
                 for (int64_t i = 0; i < n; i++) cc[i] = FMA(aj, gj[i], cc[i]);
             }
-            for (int64_t k = 0; k < N; k++) ss += a[w->perm[k]] * cc[w->perm[k]];
+            double Q = 0; /* sum_{j in I} |alpha_j| |x_j| (the error scale) */
+            for (int64_t k = 0; k < N; k++) {
+                int64_t j = w->perm[k];
+                ss += a[j] * cc[j];
+                Q += fabs(a[j]) * rc->gd[j] * rc->inv[j];
+            }
             const double *gd = rc->gd;
-#pragma omp simd reduction(+ : tot)
+            double tau = cancel_tau(2.0 * (double)N + (double)d + 3.0), tQ2 = tau * Q * Q, mn = 0;
+#pragma omp simd reduction(+ : tot) reduction(min : mn)
             for (int64_t i = 0; i < n; i++) {
+                double p = a[i] * a[i] * gd[i];
                 double t2 = FMA(-2.0 * a[i], cc[i], FMA(a[i] * a[i], gd[i], ss));
-                tot = FMA(ns[i], sqrt(t2 > 0 ? t2 : 0), tot);
+                t2 = t2 > 0 ? t2 : 0;
+                tot = FMA(ns[i], sqrt(t2), tot);
+                double v = FMA(-ns[i], FMA(tau, p, tQ2), t2);
+                mn = mn < v ? mn : v;
+            }
+            if (mn < 0) { /* cancellation: those terms from the vectors (s in double-double) */
+                int64_t cnt = 0;
+                dd_extend(a, rc, w->perm, NULL, N, w->mdd, &cnt);
+                tot = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    if (ns[i] == 0) continue;
+                    double p = a[i] * a[i] * gd[i];
+                    double t2 = FMA(-2.0 * a[i], cc[i], FMA(a[i] * a[i], gd[i], ss));
+                    t2 = t2 > 0 ? t2 : 0;
+                    if (t2 < FMA(tau, p, tQ2))
+                        t2 = dd_dist2(a[i], rc->x + i * d, 1.0, w->mdd, w->mdd + d, d);
+                    tot += sqrt(t2);
+                }
             }
         } else {
             /* directly: s in d-space, then |alpha_i x_i - s| in (n - N) d */
@@ -422,11 +591,81 @@ static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w
     *var = S > 1 ? m2 / (double)(S - 1) : NAN;
 }
 
+/* The exact dtilde at N: the flagged terms (t2 < tau (|alpha_i x_i|^2 + Q^2)) from the vectors
+ * (s in double-double), the others as the vectorised loop had them. */
+AL_COLD static double dtilde_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
+                           double ss, double tdt, double tQ2) {
+    int64_t d = rc->d;
+    dd_extend(a, rc, w->sel, NULL, N, w->sdd, &w->s_cnt);
+    double dt = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (w->nsel[i] == 0) continue;
+        double p = w->pa[i], t2 = FMA(-2.0 * a[i], w->c[i], p + ss);
+        t2 = t2 > 0 ? t2 : 0;
+        if (t2 < FMA(tdt, p, tQ2)) t2 = dd_dist2(a[i], rc->x + i * d, 1.0, w->sdd, w->sdd + d, d);
+        dt += sqrt(t2);
+    }
+    return dt;
+}
+
+/* The exact sum of E's norms at N: flagged terms as ||(n-1+N) alpha_i x_i - N S|| / (n-1) from
+ * the vectors (S in double-double, once per row). */
+AL_COLD static double E_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
+                      double f2, double fc2, double cc2SS, double f2tE, double CE) {
+    int64_t d = rc->d;
+    if (!w->S_ok) {
+        memset(w->Sdd, 0, 2 * (size_t)d * sizeof(double));
+        for (int64_t j = 0; j < n; j++) dd_axpy(a[j], rc->x + j * d, 1.0, d, w->Sdd, w->Sdd + d);
+        w->S_ok = 1;
+    }
+    double es = 0, m1 = (double)(n - 1 + N), m2 = (double)N, nm1 = (double)(n - 1);
+    for (int64_t i = 0; i < n; i++) {
+        double p = w->pa[i], e2 = FMA(f2, p, FMA(-fc2, w->axs[i], cc2SS));
+        e2 = e2 > 0 ? e2 : 0;
+        if (FMA(-f2tE, p, e2) < CE)
+            es += sqrt(dd_dist2_int(m1, a[i], rc->x + i * d, m2, w->Sdd, w->Sdd + d, d)) / nm1;
+        else
+            es += sqrt(e2);
+    }
+    return es;
+}
+
+/* The exact r^2 at N: the minimum over the non-selected j whose expansion value is <= thr
+ * (every j that can hold the minimum) of ||s_u - alpha_j u_j||^2 from the vectors (u_j as
+ * fl(x_j / |x_j|), s_u in double-double). */
+AL_COLD static double radius_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
+                           double ssu, double thr) {
+    int64_t d = rc->d;
+    dd_extend(a, rc, w->sel, rc->inv, N, w->sudd, &w->su_cnt);
+    double r2 = INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (w->nsel[i] == 0) continue;
+        double v = FMA(w->m2ai[i], w->cu[i], w->ua2[i] + ssu);
+        if (v > thr) continue;
+        double vx = dd_dist2(a[i], rc->x + i * d, rc->inv[i], w->sudd, w->sudd + d, d);
+        r2 = vx < r2 ? vx : r2;
+    }
+    return r2;
+}
+
+/* xi_i^2 with sum_{j in I, j != i} alpha_j^2 and alpha_j summed over the others directly
+ * (no A2 - alpha_i^2, A1 - alpha_i cancellation). */
+AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N, int64_t q, double kf) {
+    double sq = 0, lin = 0;
+    for (int64_t p = 0; p < N; p++) {
+        if (p == q) continue;
+        double v = a[sel[p]];
+        sq += v * v;
+        lin += v;
+    }
+    return sq + kf * (lin * lin - sq);
+}
+
 /* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[]. */
 static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
                      const grid *g, rowws *w, accum *acc) {
     if (n < 2 || g->n_top == 0) return;
-    int64_t K = g->n_max < n - 1 ? g->n_max : n - 1;
+    int64_t K = g->n_max < n - 1 ? g->n_max : n - 1, d = rc->d;
     int gp = 0; /* next grid entry (in ord) */
     const int *Ns = o->top_n;
     while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
@@ -441,18 +680,30 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         w->cu[i] = 0;
         w->nsel[i] = 1.0;
     }
+    w->s_cnt = w->su_cnt = w->dx_cnt = 0;
+    w->S_ok = 0;
     double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
+    /* error scales: Q = sum_{j in I} |alpha_j| |x_j|, B1 = sum_{j in I} |alpha_j|,
+     * R = sum_{j < n} |alpha_j| |x_j|, gmax = max_{j < n} |x_j|^2 (|x| as |x|^2 / |x|) */
+    double Q = 0, B1 = 0, R = 0, gmax = 0;
     for (int64_t i = 0; i < n; i++) amax2 = amax2 > a[i] * a[i] ? amax2 : a[i] * a[i];
     if (o->separability) /* the N-independent parts of the separability radius */
         for (int64_t i = 0; i < n; i++) {
             w->ua2[i] = a[i] * a[i] * rc->un[i];
             w->m2ai[i] = -2.0 * a[i] * rc->inv[i];
         }
-    if (o->distance) /* the N-independent parts of the distance sums */
+    if (o->distance) { /* the N-independent parts of the distance sums */
+        const double *gd = rc->gd, *inv = rc->inv;
         for (int64_t i = 0; i < n; i++) {
-            w->pa[i] = a[i] * a[i] * rc->gd[i];
+            w->pa[i] = a[i] * a[i] * gd[i];
             w->axs[i] = a[i] * rc->xs[i];
         }
+#pragma omp simd reduction(+ : R) reduction(max : gmax)
+        for (int64_t i = 0; i < n; i++) {
+            R += fabs(a[i]) * gd[i] * inv[i];
+            gmax = gmax > gd[i] ? gmax : gd[i];
+        }
+    }
     int64_t k = 0; /* selected so far: sel[0..k-1] */
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
         int N = Ns[g->ord[gp]];
@@ -481,6 +732,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             A2 += a[j] * a[j];
             double nj = sqrt(rc->gd[j]);
             if (nj > m) m = nj;
+            Q += fabs(a[j]) * nj;
+            B1 += fabs(a[j]);
         }
         /* |s|^2 = sum_{j in I} alpha_j x_j . s, |s_u|^2 = sum_{j in I} alpha_j u_j . s_u */
         double ss = 0, ssu = 0;
@@ -497,18 +750,39 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             const double *pa = w->pa, *c = w->c, *D = w->D, *ns = w->nsel, *axs = w->axs;
             double cc = (double)N / (double)(n - 1), f = 1.0 + cc;
             double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
-            double dt = 0, b = 0, d1 = 0, es = 0;
-#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1)
+            /* cancellation thresholds (header comment): dtilde's terms against
+             * |alpha_i x_i|^2 + Q^2 (k = 2N + d + 3); E's against (1+cc)^2 |alpha_i x_i|^2 +
+             * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself */
+            double tdt = cancel_tau(2.0 * N + (double)d + 3.0), tQ2 = tdt * Q * Q;
+            double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
+            double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
+            double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i], p = pa[i];
                 double t2 = FMA(-2.0 * ai, c[i], p + ss);
                 t2 = t2 > 0 ? t2 : 0;
                 dt = FMA(ns[i], sqrt(t2), dt);
+                double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
+                mdt = mdt < ft ? mdt : ft;
                 b = FMA(ns[i], ai, b);
                 double dd = ns[i] * D[i];
                 d1 = d1 > dd ? d1 : dd;
                 double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
-                es += sqrt(e2 > 0 ? e2 : 0);
+                e2 = e2 > 0 ? e2 : 0;
+                es += sqrt(e2);
+                double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
+                mE = mE < fe ? mE : fe;
+            }
+            if (mdt < 0) dt = dtilde_exact(a, n, rc, w, N, ss, tdt, tQ2);
+            if (mE < CE) es = E_exact(a, n, rc, w, N, f2, fc2, cc2SS, f2tE, CE);
+            if (d1 < cancel_tau((double)d + 3.0) * (gmax + m * m)) { /* d1 from the vectors */
+                dx_extend(n, rc, w, N);
+                d1 = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    double dd = ns[i] * w->Dx[i];
+                    d1 = d1 > dd ? d1 : dd;
+                }
             }
             r.dtilde = dt;
             r.dmax = b * sqrt(d1) + ((double)(n - N) * A1 - b) * m;
@@ -525,12 +799,26 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 double v = FMA(m2ai[i], cu[i], ua2[i] + ssu);
                 r2 = r2 < v ? r2 : v;
             }
-            if (!(r2 > 4.0 * 2.220446049250313e-16 * (fabs(ssu) + amax2))) {
-                r.ns = r.lo = r.up = 0; /* r == 0 (up to rounding) */
+            /* Every ||s_u - alpha_j u_j||^2 of the expansion is within 2 gamma_k scr of its
+             * value for the unit vectors fl(x / |x|) (k = 2N + d + 6: 1/|x| adds d/2 + 3), and
+             * those are within tol0 (a distance) of the values for the exact x / |x|
+             * (|fl(x / |x|) - x / |x|| <= (d/2 + 4) u, doubled): two distances closer than
+             * 2 tol0 are equal as far as double precision can tell. win: the window (in
+             * squared distance) where a comparison of the expansion's values is in doubt. */
+            double amax = sqrt(amax2), scr = amax2 + B1 * B1;
+            double tol0 = 2.0 * (0.5 * (double)d + 4.0) * AL_U * (B1 + amax);
+            double win = 4.0 * (2.0 * N + (double)d + 6.0) * AL_U * scr;
+            win = win > 8.0 * tol0 * (B1 + amax) ? win : 8.0 * tol0 * (B1 + amax);
+            int rex = 0; /* r2 from the vectors */
+            if (r2 <= cancel_tau(2.0 * N + (double)d + 6.0) * scr) {
+                r2 = radius_exact(a, n, rc, w, N, ssu, r2 + win);
+                rex = 1;
+            }
+            if (rex && r2 <= tol0 * tol0) { /* r == 0 */
+                r.ns = r.lo = r.up = 0;
             } else {
-                double rr = sqrt(r2);
                 int64_t cnt = 0;
-                double sxi = 0, sexp = 0;
+                double sxi = 0, sexp = 0, mamb = 0, r2c = r2;
                 double kf = 1.0 - (delta2 > 0 ? delta2 : 0) / 2.0;
                 double *ex = w->xi;
                 for (int64_t q = 0; q < N; q++) {
@@ -538,19 +826,56 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                     double ai = a[i];
                     double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
                     cnt += (v > 0 ? v : 0) < r2;
+                    double amb = fabs(v - r2c) - win; /* < 0: the comparison is in doubt */
+                    mamb = mamb < amb ? mamb : amb;
                     ex[q] = ai;
                 }
+                if (mamb < 0) { /* those comparisons from the vectors; "<" by more than
+                                 * 2 tol0 (closer is a tie, as r == 0 above) */
+                    if (!rex) r2 = radius_exact(a, n, rc, w, N, ssu, r2 + win);
+                    dd_extend(a, rc, w->sel, rc->inv, N, w->sudd, &w->su_cnt);
+                    double rlim = sqrt(r2) - 2.0 * tol0;
+                    cnt = 0;
+                    for (int64_t q = 0; q < N; q++) {
+                        int64_t i = w->sel[q];
+                        double ai = a[i];
+                        double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
+                        if (fabs(v - r2c) - win < 0)
+                            cnt += sqrt(dd_dist2(ai, rc->x + i * d, inv[i], w->sudd,
+                                                 w->sudd + d, d)) < rlim;
+                        else
+                            cnt += (v > 0 ? v : 0) < r2;
+                    }
+                }
+                double rr = sqrt(r2);
                 if (N >= 2) {
-#pragma omp simd reduction(+ : sxi)
+                    /* xi_i^2 from A2 - alpha_i^2 and A1 - alpha_i: error <= 6 gamma_k B1^2
+                     * (k = N + d + 4) */
+                    double lxi = cancel_tau(3.0 * (N + (double)d + 4.0)) * B1 * B1, mxi = 0;
+#pragma omp simd reduction(+ : sxi) reduction(min : mxi)
                     for (int64_t q = 0; q < N; q++) {
                         double ai = ex[q], sq = A2 - ai * ai, lin = A1 - ai;
                         double xi2 = sq + kf * (lin * lin - sq);
+                        double fx = xi2 - lxi; /* < 0: flagged */
+                        mxi = mxi < fx ? mxi : fx;
                         /* max(v, 0) = (v + |v|) / 2 exactly (|v| is far below DBL_MAX
                          * here): selects the compiler keeps vectorised */
                         double xi = sqrt(0.5 * (xi2 + fabs(xi2)));
                         sxi += xi;
                         double e = 0.5 * ((xi - rr) + fabs(xi - rr));
                         ex[q] = -0.5 * e * e;
+                    }
+                    if (mxi < 0) { /* flagged xi_i from sums over the others */
+                        sxi = 0;
+                        for (int64_t q = 0; q < N; q++) {
+                            double ai = a[w->sel[q]], sq = A2 - ai * ai, lin = A1 - ai;
+                            double xi2 = sq + kf * (lin * lin - sq);
+                            if (xi2 - lxi < 0) xi2 = xi2_direct(a, w->sel, N, q, kf);
+                            double xi = sqrt(xi2 > 0 ? xi2 : 0);
+                            sxi += xi;
+                            double e = xi > rr ? xi - rr : 0;
+                            ex[q] = -0.5 * e * e;
+                        }
                     }
 #pragma omp simd
                     for (int64_t q = 0; q < N; q++) ex[q] = al__exp_neg(ex[q]);
