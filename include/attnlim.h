@@ -208,6 +208,12 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
 int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                     const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                     double *row_entropy, al_error *err);
+/* Section 2 for one row alpha[n] (n >= 1): max_weight = max_j alpha_j, entropy
+ * H = -sum alpha log alpha (terms with alpha <= 0 contribute 0; as al_head_metrics' row_max
+ * and row_entropy) and entropy_norm = H / log n (NaN for n = 1). Outputs may be NULL.
+ * NaN/Inf weights are an error naming the position. */
+int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
+                     double *entropy_norm, al_error *err);
 /* Corollary 1: D[L], D_t = ||q_t|| * max_{j <= t (causal) or all j} ||k_j|| / sqrt(d_head).
  * q[L, d_head], k[L, d_head]. */
 int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
@@ -222,6 +228,16 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
+/* Algorithm 5 for one row of logits z[n] (n >= 1) in the direction v[n] (any finite v; the
+ * paper's is al_sensitivity_direction(seed, layer, head, row, n, v), a unit vector):
+ *   fd[n_t, n_eps]  || f((z + eps v)/T) - f(z/T) || / eps,
+ *   spec[n_t]       the exact spectral norm of the Jacobian of f(z/T)
+ * (nm's temperature field is ignored; fd may be NULL when n_eps == 0). al_head_sensitivity's
+ * fd_mean and spec_mean are the means of these over the rows with n_t >= 2, each row with its
+ * own v, computed by the same code. NaN/Inf in z or v is an error naming the position. */
+int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
+                       int n_t, const double *eps, int n_eps, const double *v, double *fd,
+                       double *spec, al_error *err);
 /* The direction v[n] of Algorithm 5 for (seed, layer, head, row): n standard normals from the
  * project's xoshiro256** generator (seeded by SplitMix64 mixing of the four), normalised to
  * unit length. Exposed so that references can use the same v. Returns 0 (AL_E_INVALID if

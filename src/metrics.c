@@ -973,6 +973,34 @@ static void blas_single(void) {
 
 /* ---- public: one row ------------------------------------------------------------------------ */
 
+/* max_j a_j and H = -sum a log a (terms with a <= 0 contribute 0) of a[n], n >= 1. */
+static void vanishing(const double *a, int64_t n, double *mx, double *H) {
+    double m = -INFINITY, h = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (a[j] > m) m = a[j];
+        if (a[j] > 0) h -= a[j] * log(a[j]);
+    }
+    *mx = m;
+    *H = h;
+}
+
+int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
+                     double *entropy_norm, al_error *err) {
+    if (!alpha) return al__err(err, AL_E_INVALID, "vanishing: NULL weights");
+    if (n < 1) return al__err(err, AL_E_INVALID, "vanishing: empty row (n = %lld)", (long long)n);
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(alpha[j]))
+            return al__err(err, AL_E_RANGE,
+                           "vanishing: weights: non-finite value %g at position %lld", alpha[j],
+                           (long long)j);
+    double mx, H;
+    vanishing(alpha, n, &mx, &H);
+    if (max_weight) *max_weight = mx;
+    if (entropy) *entropy = H;
+    if (entropy_norm) *entropy_norm = n >= 2 ? H / log((double)n) : NAN;
+    return 0;
+}
+
 int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
                    const al_metrics_opts *o, al_topn_stats *out, al_error *err) {
     int rc = check_opts(o, d, err);
@@ -1116,13 +1144,8 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
 
     /* vanishing-attention statistics of every row */
     for (int64_t t = 0; t < L && (row_max || row_entropy); t++) {
-        int64_t n = causal ? t + 1 : L;
-        const double *a = w + t * L;
-        double mx = -INFINITY, H = 0;
-        for (int64_t j = 0; j < n; j++) {
-            if (a[j] > mx) mx = a[j];
-            if (a[j] > 0) H -= a[j] * log(a[j]);
-        }
+        double mx, H;
+        vanishing(w + t * L, causal ? t + 1 : L, &mx, &H);
         if (row_max) row_max[t] = mx;
         if (row_entropy) row_entropy[t] = H;
     }

@@ -85,14 +85,11 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
     return 0;
 }
 
-int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
-                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
-                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
-    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
-        return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
-    if (L < 1 || L > ((int64_t)1 << 24) || n_t < 1 || n_eps < 0)
-        return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
-                       (long long)L, n_t, n_eps);
+/* The checks al_head_sensitivity and al_row_sensitivity share; *base = nm at T = 1. */
+static int check_args(const al_norm *nm, const double *temps, int n_t, const double *eps,
+                      int n_eps, al_norm *base, al_error *err) {
+    if (n_t < 1 || n_eps < 0)
+        return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (%d T, %d eps)", n_t, n_eps);
     for (int a = 0; a < n_t; a++)
         if (!(temps[a] > 0) || !isfinite(temps[a]))
             return al__err(err, AL_E_INVALID,
@@ -105,27 +102,120 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
                            "sensitivity: eps %g at position %d is not a "
                            "positive number",
                            eps[e], e);
-    al_norm base = *nm;
-    base.temperature = 1.0;
-    int rc = al_norm_check(&base, err);
-    if (rc) return rc;
-    int fast = nm->kind == AL_NORM_SOFTMAX;
+    *base = *nm;
+    base->temperature = 1.0;
+    return al_norm_check(base, err);
+}
 
-    size_t per = (size_t)L * (size_t)(3 + 2 * n_eps); /* v, p0, p1, zp[n_eps], mx slots */
-    double *buf = al__malloc(per * sizeof(double), "sensitivity scratch", err);
-    double *acc = al__calloc((size_t)n_t * (size_t)(n_eps + 1), sizeof(double), "sensitivity sums",
-                             err); /* [n_t, n_eps + 1]: fd..., spectral */
-    double *mxe = al__malloc((size_t)(n_eps > 0 ? n_eps : 1) * sizeof(double), "sensitivity", err);
-    if (!buf || !acc || !mxe) {
-        free(buf);
+/* Scratch for one row of up to n keys: p0, p1 [n], zp [n_eps, n], mxe [n_eps]. */
+typedef struct sens_ws {
+    double *p0, *p1, *zp, *mxe;
+    double *buf;
+} sens_ws;
+
+static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
+    size_t per = (size_t)n * (size_t)(2 + n_eps) + (size_t)(n_eps > 0 ? n_eps : 1);
+    w->buf = al__malloc(per * sizeof(double), "sensitivity scratch", err);
+    if (!w->buf) return AL_E_NOMEM;
+    w->p0 = w->buf;
+    w->p1 = w->buf + n;
+    w->zp = w->buf + 2 * (size_t)n;
+    w->mxe = w->zp + (size_t)n_eps * (size_t)n;
+    return 0;
+}
+
+/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
+static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps,
+                    int n_t, const double *eps, int n_eps, const double *v, sens_ws *w,
+                    double *fd, double *spec, al_error *err) {
+    int fast = base->kind == AL_NORM_SOFTMAX;
+    double *p0 = w->p0, *p1 = w->p1, *zp = w->zp, *mxe = w->mxe;
+    double mx0 = max_of(zt, n);
+    for (int e = 0; e < n_eps; e++) {
+        double *ze = zp + (size_t)e * (size_t)n;
+        for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps[e], v[j], zt[j]);
+        mxe[e] = max_of(ze, n);
+    }
+    for (int a = 0; a < n_t; a++) {
+        double T = temps[a];
+        double *row = fd + (size_t)a * (size_t)n_eps;
+        if (fast) {
+            /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
+            double s0 = exp_shifted(zt, mx0, T, n, p0);
+            spec[a] = al_norm_rank1_spectral(p0, n) / (s0 * T);
+            for (int e = 0; e < n_eps; e++) {
+                double s1 = exp_shifted(zp + (size_t)e * (size_t)n, mxe[e], T, n, p1);
+                row[e] = sqrt(dist2_scaled(p1, 1.0 / s1, p0, 1.0 / s0, n)) / eps[e];
+            }
+            continue;
+        }
+        al_norm nmT = *base;
+        nmT.temperature = T;
+        int rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec[a], err);
+        if (rc) return rc;
+        for (int e = 0; e < n_eps; e++) {
+            rc = al_norm_forward(&nmT, zp + (size_t)e * (size_t)n, n, p1, err);
+            if (rc) return rc;
+            row[e] = sqrt(dist2(p1, p0, n)) / eps[e];
+        }
+    }
+    return 0;
+}
+
+int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
+                       int n_t, const double *eps, int n_eps, const double *v, double *fd,
+                       double *spec, al_error *err) {
+    if (!z || !nm || !temps || !v || (n_eps > 0 && (!eps || !fd)) || !spec)
+        return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
+    if (n < 1 || n > ((int64_t)1 << 24))
+        return al__err(err, AL_E_INVALID, "sensitivity: bad row length n = %lld", (long long)n);
+    al_norm base;
+    int rc = check_args(nm, temps, n_t, eps, n_eps, &base, err);
+    if (rc) return rc;
+    for (int64_t j = 0; j < n; j++) {
+        if (!isfinite(z[j]))
+            return al__err(err, AL_E_RANGE,
+                           "sensitivity: logits: non-finite value %g at position %lld", z[j],
+                           (long long)j);
+        if (!isfinite(v[j]))
+            return al__err(err, AL_E_RANGE,
+                           "sensitivity: direction: non-finite value %g at position %lld", v[j],
+                           (long long)j);
+    }
+    sens_ws w;
+    if (build_ws(&w, n, n_eps, err)) return AL_E_NOMEM;
+    rc = sens_row(z, n, &base, temps, n_t, eps, n_eps, v, &w, fd, spec, err);
+    free(w.buf);
+    if (rc) return al__err_prefix(err, (al_code)rc, "sensitivity: row");
+    return 0;
+}
+
+int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
+                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
+                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
+    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
+        return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
+    if (L < 1 || L > ((int64_t)1 << 24))
+        return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
+                       (long long)L, n_t, n_eps);
+    al_norm base;
+    int rc = check_args(nm, temps, n_t, eps, n_eps, &base, err);
+    if (rc) return rc;
+
+    size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
+    sens_ws w = {0};
+    double *v = al__malloc((size_t)L * sizeof(double), "sensitivity direction", err);
+    double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
+    double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
+    if (!v || !acc || !one || build_ws(&w, L, n_eps, err)) {
+        free(v);
         free(acc);
-        free(mxe);
+        free(one);
         return AL_E_NOMEM;
     }
-    double *v = buf, *p0 = buf + L, *p1 = buf + 2 * L; /* [L] each */
-    double *zp = buf + 3 * (size_t)L;                  /* [n_eps, L]: z + eps v */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
+    size_t nfd = (size_t)n_t * (size_t)n_eps;
     for (int64_t t = t0; t < L; t++) {
         int64_t n = causal ? t + 1 : L;
         if (n < 2) continue;
@@ -135,59 +225,24 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
                 rc = al__err(err, AL_E_RANGE,
                              "sensitivity: logits: non-finite value %g at row %lld, column %lld",
                              zt[j], (long long)t, (long long)j);
-                goto fail;
+                goto done;
             }
         al_sensitivity_direction(seed, layer, head, t, n, v);
-        double mx0 = max_of(zt, n);
-        for (int e = 0; e < n_eps; e++) {
-            double *ze = zp + (size_t)e * (size_t)L;
-            for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps[e], v[j], zt[j]);
-            mxe[e] = max_of(ze, n);
+        rc = sens_row(zt, n, &base, temps, n_t, eps, n_eps, v, &w, one, one + nfd, err);
+        if (rc) {
+            rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
+            goto done;
         }
-        for (int a = 0; a < n_t; a++) {
-            double T = temps[a], spec;
-            double *row = acc + (size_t)a * (size_t)(n_eps + 1);
-            if (fast) {
-                /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
-                double s0 = exp_shifted(zt, mx0, T, n, p0);
-                spec = al_norm_rank1_spectral(p0, n) / (s0 * T);
-                row[n_eps] += spec;
-                for (int e = 0; e < n_eps; e++) {
-                    double s1 = exp_shifted(zp + (size_t)e * (size_t)L, mxe[e], T, n, p1);
-                    row[e] += sqrt(dist2_scaled(p1, 1.0 / s1, p0, 1.0 / s0, n)) / eps[e];
-                }
-                continue;
-            }
-            al_norm nmT = base;
-            nmT.temperature = T;
-            rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec, err);
-            if (rc) goto fail_row;
-            row[n_eps] += spec;
-            for (int e = 0; e < n_eps; e++) {
-                rc = al_norm_forward(&nmT, zp + (size_t)e * (size_t)L, n, p1, err);
-                if (rc) goto fail_row;
-                row[e] += sqrt(dist2(p1, p0, n)) / eps[e];
-            }
-        }
+        for (size_t q = 0; q < nout; q++) acc[q] += one[q];
         rows++;
-        continue;
-    fail_row:
-        rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
-        goto fail;
     }
     double r = rows > 0 ? (double)rows : NAN;
-    for (int a = 0; a < n_t; a++) {
-        const double *row = acc + (size_t)a * (size_t)(n_eps + 1);
-        for (int e = 0; e < n_eps; e++) fd_mean[(size_t)a * (size_t)n_eps + (size_t)e] = row[e] / r;
-        spec_mean[a] = row[n_eps] / r;
-    }
-    free(buf);
+    for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
+    for (int a = 0; a < n_t; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
+done:
+    free(v);
     free(acc);
-    free(mxe);
-    return 0;
-fail:
-    free(buf);
-    free(acc);
-    free(mxe);
+    free(one);
+    free(w.buf);
     return rc;
 }

@@ -101,16 +101,6 @@ static int parse_options(int argc, char **argv, metrics_opts *o) {
     return 0;
 }
 
-/* max weight and entropy of one row a[n] (terms with a <= 0 contribute 0 to H) */
-static void row_stats(const double *a, int64_t n, double *mx, double *H) {
-    *mx = -INFINITY;
-    *H = 0;
-    for (int64_t j = 0; j < n; j++) {
-        if (a[j] > *mx) *mx = a[j];
-        if (a[j] > 0) *H -= a[j] * log(a[j]);
-    }
-}
-
 static cJSON *results_json(const al_topn_stats *st, int n_top, int mc) {
     cJSON *arr = cJSON_CreateArray();
     for (int k = 0; k < n_top; k++) {
@@ -164,7 +154,7 @@ int cmd_metrics(int argc, char **argv) {
     al_error err = {0};
     al_array W = {0}, X = {0};
     al_topn_stats *st = NULL;
-    double *rmax = NULL, *rent = NULL;
+    double *rmax = NULL, *rent = NULL, *rhn = NULL; /* [rows] max weight, H, H / log n */
     cJSON *obj = NULL;
     int status = 1;
     if (cli_read_array(o.weights, &W, &err) || cli_read_array(o.vectors, &X, &err)) {
@@ -211,7 +201,8 @@ int cmd_metrics(int argc, char **argv) {
     st = calloc((size_t)o.n_top, sizeof *st);
     rmax = calloc((size_t)rows, sizeof *rmax);
     rent = calloc((size_t)rows, sizeof *rent);
-    if (!st || !rmax || !rent) {
+    rhn = calloc((size_t)rows, sizeof *rhn);
+    if (!st || !rmax || !rent || !rhn) {
         status = fail(&err, AL_E_NOMEM, "out of memory");
         goto done;
     }
@@ -221,12 +212,12 @@ int cmd_metrics(int argc, char **argv) {
         for (int64_t j = 0; j < nt; j++)
             if (w[t * n + j] < 0) nonneg = 0;
     }
-    if (W.ndim == 1) {
+    if (W.ndim == 1)
         rc = al_row_metrics(w, x, n, d, &mo, st, &err);
-        if (!rc) row_stats(w, n, &rmax[0], &rent[0]);
-    } else {
-        rc = al_head_metrics(w, x, rows, d, &mo, st, rmax, rent, &err);
-    }
+    else
+        rc = al_head_metrics(w, x, rows, d, &mo, st, NULL, NULL, &err);
+    for (int64_t t = 0; t < rows && !rc; t++) /* METHOD section 2, row by row */
+        rc = al_row_vanishing(w + t * n, mo.causal ? t + 1 : n, &rmax[t], &rent[t], &rhn[t], &err);
     if (rc) {
         char m[sizeof err.msg];
         snprintf(m, sizeof m, "%s, %s: %s", o.weights, o.vectors, err.msg);
@@ -239,9 +230,8 @@ int cmd_metrics(int argc, char **argv) {
     for (int64_t t = 0; t < rows; t++) {
         mean_max += rmax[t] / (double)rows;
         mean_ent += rent[t] / (double)rows;
-        int64_t nt = mo.causal ? t + 1 : n;
-        if (nt >= 2) {
-            mean_hn += rent[t] / log((double)nt);
+        if (!isnan(rhn[t])) { /* n >= 2 */
+            mean_hn += rhn[t];
             n_hn++;
         }
     }
@@ -279,8 +269,7 @@ int cmd_metrics(int argc, char **argv) {
                 cJSON_AddNumberToObject(e, "n", (double)nt);
                 cJSON_AddItemToObject(e, "max_weight", cli_json_num(rmax[t]));
                 cJSON_AddItemToObject(e, "entropy", cli_json_num(rent[t]));
-                cJSON_AddItemToObject(e, "normalized_entropy",
-                                      cli_json_num(nt >= 2 ? rent[t] / log((double)nt) : NAN));
+                cJSON_AddItemToObject(e, "normalized_entropy", cli_json_num(rhn[t]));
                 cJSON_AddItemToObject(e, "results", results_json(st, o.n_top, o.mc > 0));
                 cJSON_AddItemToArray(rarr, e);
             } else {
@@ -301,6 +290,7 @@ done:
     free(st);
     free(rmax);
     free(rent);
+    free(rhn);
     free(o.top_n);
     al_array_free(&W);
     al_array_free(&X);
