@@ -78,8 +78,9 @@ static al__gpt2 *new_gpt2(const al__gpt2_cfg *c, al_error *err) {
     return g;
 }
 
-/* Warns once per tensor holding NaN/Inf values. */
-static void scan_finite(const float *w, size_t n, const char *tensor, const char *path) {
+/* Warns once per tensor holding NaN/Inf values (kept in m for manifests). */
+static void scan_finite(al_model *m, const float *w, size_t n, const char *tensor,
+                        const char *path) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
@@ -91,10 +92,7 @@ static void scan_finite(const float *w, size_t n, const char *tensor, const char
 #else
     if (bad)
 #endif
-        fprintf(
-            stderr,
-            "attnlim: warning: %s: tensor %s has %zu NaN/Inf values (first at flat index %zu)\n",
-            path, tensor, bad, first);
+        al__model_warn_nonfinite(m, path, tensor, bad, first);
 }
 
 static void fill_info(al_model *m, const al__gpt2 *g, const char *path, const char *name,
@@ -349,7 +347,7 @@ int al__gpt2_from_safetensors(al_model *m, al__safetensors *st, const al__gpt2_c
             used += numel;
         }
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(w, numel, t->name, t->file);
+        scan_finite(m, w, numel, t->name, t->file);
     }
     g->out_in = 0;
     free(ts);
@@ -408,7 +406,7 @@ int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
                 ? g->arena + off
                 : (const float *)(const void *)(map.data + AL_LLMC_HEADER_BYTES + 4 * off);
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(w, i == 0 ? (size_t)h.V * (size_t)h.C : numel, s.name, path);
+        scan_finite(m, w, i == 0 ? (size_t)h.V * (size_t)h.C : numel, s.name, path);
         off += numel;
     }
     char name[128];

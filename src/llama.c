@@ -103,14 +103,16 @@ static int unpermute_qk(float *W, int n_heads, int d, int C, al_error *err) {
     return 0;
 }
 
-static int warn_nonfinite(const al__gguf *g, const char *name, const float *x, size_t n) {
+static int warn_nonfinite(al_model *m, const al__gguf *g, const char *name, const float *x,
+                          size_t n) {
+    size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) {
-            fprintf(stderr, "attnlim: warning: %s: tensor '%s' holds NaN/Inf (element %zu)\n",
-                    g->name, name, i);
-            return 1;
+            if (!bad) first = i;
+            bad++;
         }
-    return 0;
+    if (bad) al__model_warn_nonfinite(m, g->name, name, bad, first); /* kept for manifests */
+    return bad != 0;
 }
 
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. */
@@ -206,7 +208,7 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
     return 0;
 }
 
-static int load_weights(al__gguf *g, llama *L, al_error *err) {
+static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
     int C = L->d_model, H = L->n_head, G = L->n_kv_head, d = L->d_head, F = L->d_ff, V = L->vocab;
     L->layers = al__calloc((size_t)L->n_layer, sizeof *L->layers, "llama layers", err);
     int n_spec = 3 + 9 * L->n_layer;
@@ -267,7 +269,7 @@ static int load_weights(al__gguf *g, llama *L, al_error *err) {
         const wspec *w = &ws[i];
         int64_t ne[2] = {w->ne[0], w->n_dims > 1 ? w->ne[1] : 1};
         rc = al__gguf_load_f32(g, w->name, w->n_dims, ne, p, err);
-        if (!rc) warn_nonfinite(g, w->name, p, (size_t)(ne[0] * ne[1]));
+        if (!rc) warn_nonfinite(m, g, w->name, p, (size_t)(ne[0] * ne[1]));
         if (!rc && w->permute_heads) rc = unpermute_qk(p, w->permute_heads, d, C, err);
         *w->dst = p;
         p += ne[0] * ne[1];
@@ -517,7 +519,7 @@ int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     if (!L) return AL_E_NOMEM;
     int rc = al__gguf_open(path, &L->gguf, err);
     if (!rc) rc = read_hparams(L->gguf, L, err);
-    if (!rc) rc = load_weights(L->gguf, L, err);
+    if (!rc) rc = load_weights(m, L->gguf, L, err);
     if (rc) {
         llama_free(L);
         return rc;

@@ -1,6 +1,9 @@
 /* model.c: opening a model of any supported family, and the forward entry point. */
 #include "model.h"
 
+#include "safetensors.h"
+
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +15,39 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* Reads "model_type" from the config.json next to a safetensors path (or in a directory). */
 static int hf_model_type(const char *path, char *type, size_t cap, al_error *err);
+
+/* The directory holding path ("." when it has no slash) into dir. */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+}
+
+static const char *base_of(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* A name derived from a path spelling rather than a real name ("." for --model ., a path with
+ * a trailing slash) becomes the base name of the model's real directory. */
+static void fix_name(al_model *m) {
+    const char *n = m->info.name;
+    size_t len = strlen(n);
+    if (len && strcmp(n, ".") && strcmp(n, "..") && n[len - 1] != '/') return;
+    char dir[4096], real[PATH_MAX];
+    if (al__is_dir(m->info.path))
+        snprintf(dir, sizeof dir, "%s", m->info.path);
+    else
+        dir_of(m->info.path, dir, sizeof dir);
+    if (!realpath(dir, real)) return;
+    const char *b = base_of(real);
+    snprintf(m->info.name, sizeof m->info.name, "%s", *b ? b : "/");
+}
 
 int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     *out = NULL;
@@ -40,10 +76,13 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
         }
     }
     if (S_ISREG(st.st_mode) && memcmp(magic, "GGUF", 4) == 0) {
+        m->format = AL__FMT_GGUF;
         rc = al__llama_open_gguf(m, path, err);
     } else if (S_ISREG(st.st_mode) && (al__le32(magic) == 20240326u || ends_with(path, ".bin"))) {
+        m->format = AL__FMT_LLMC;
         rc = al__gpt2_open_llmc(m, path, err);
     } else if (S_ISDIR(st.st_mode) || ends_with(path, ".safetensors") || ends_with(path, ".json")) {
+        m->format = AL__FMT_SAFETENSORS;
         char type[64];
         rc = hf_model_type(path, type, sizeof type, err);
         if (rc == 0) {
@@ -67,6 +106,7 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
         return rc;
     }
     if (m->info.path[0] == 0) snprintf(m->info.path, sizeof m->info.path, "%s", path);
+    fix_name(m);
     *out = m;
     return 0;
 }
@@ -82,6 +122,155 @@ const al_model_info *al_model_get_info(const al_model *m) { return &m->info; }
 int al_model_hash(al_model *m, al_error *err) {
     if (m->info.sha256[0]) return 0;
     return al_sha256_file(m->info.path, m->info.sha256, err);
+}
+
+/* ---- load warnings ------------------------------------------------------------------------- */
+
+void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
+                              size_t first) {
+    fprintf(stderr,
+            "attnlim: warning: %s: tensor %s has %zu NaN/Inf values (first at flat index %zu)\n",
+            file, tensor, n_bad, first);
+    if (!m) return;
+    if (m->n_warnings < AL__MAX_LOAD_WARNINGS) {
+        al__load_warning *w = &m->warnings[m->n_warnings++];
+        snprintf(w->file, sizeof w->file, "%s", file);
+        snprintf(w->tensor, sizeof w->tensor, "%s", tensor);
+        w->n_bad = n_bad, w->first = first;
+    }
+    m->n_warnings_total++;
+}
+
+const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total) {
+    *n = m->n_warnings;
+    if (total) *total = m->n_warnings_total;
+    return m->warnings;
+}
+
+/* ---- the files a model is made of --------------------------------------------------------- */
+
+static int add_model_file(al__model_files *fs, int *cap, const char *path, const char *role,
+                          al_error *err) {
+    for (int i = 0; i < fs->n; i++)
+        if (strcmp(fs->f[i].path, path) == 0) return 0;
+    if (fs->n == *cap) {
+        int nc = *cap ? 2 * *cap : 8;
+        al__model_file *g = realloc(fs->f, (size_t)nc * sizeof *g);
+        if (!g) return al__err(err, AL_E_NOMEM, "out of memory listing the model's files");
+        fs->f = g, *cap = nc;
+    }
+    al__model_file *f = &fs->f[fs->n];
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    snprintf(f->name, sizeof f->name, "%s", base_of(path));
+    f->role = role;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return al__err(err, AL_E_NOTFOUND, "%s: the model's %s file is missing", path, role);
+    f->bytes = (int64_t)st.st_size;
+    fs->n++;
+    return 0;
+}
+
+static int cmp_file_name(const void *a, const void *b) {
+    return strcmp(((const al__model_file *)a)->name, ((const al__model_file *)b)->name);
+}
+
+/* Sorts by name; with hash, every file's SHA-256 and the identity over "<sha>  <name>\n". */
+static int finish_files(al__model_files *fs, int hash, al_error *err) {
+    qsort(fs->f, (size_t)fs->n, sizeof *fs->f, cmp_file_name);
+    for (int i = 1; i < fs->n; i++)
+        if (strcmp(fs->f[i - 1].name, fs->f[i].name) == 0)
+            return al__err(err, AL_E_FORMAT, "%s and %s: two model files of one name",
+                           fs->f[i - 1].path, fs->f[i].path);
+    if (!hash) return 0;
+    size_t cap = (size_t)fs->n * (64 + 2 + 256 + 1) + 1, len = 0;
+    char *text = al__malloc(cap, "model identity", err);
+    if (!text) return AL_E_NOMEM;
+    for (int i = 0; i < fs->n; i++) {
+        int rc = al_sha256_file(fs->f[i].path, fs->f[i].sha256, err);
+        if (rc) {
+            free(text);
+            return rc;
+        }
+        len += (size_t)snprintf(text + len, cap - len, "%s  %s\n", fs->f[i].sha256, fs->f[i].name);
+    }
+    al_sha256_buf(text, len, fs->sha256);
+    free(text);
+    return 0;
+}
+
+void al__model_files_free(al__model_files *fs) {
+    if (!fs) return;
+    free(fs->f);
+    memset(fs, 0, sizeof *fs);
+}
+
+int al__model_files_list(al_model *m, int hash, al__model_files *out, al_error *err) {
+    memset(out, 0, sizeof *out);
+    int cap = 0, rc = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", m->info.path);
+    if (m->format == AL__FMT_SAFETENSORS) {
+        char dir[4096], cfg[4096 + 16];
+        if (al__is_dir(path)) { /* the file a directory stands for: the index or the one file */
+            al__safetensors *st = NULL;
+            if ((rc = al__st_open(m->info.path, &st, err))) return rc;
+            snprintf(path, sizeof path, "%s", al__st_path(st));
+            al__st_close(st);
+        }
+        dir_of(path, dir, sizeof dir);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        rc = add_model_file(out, &cap, cfg, "config", err);
+        if (!rc && ends_with(path, ".json")) {
+            /* sharded: the index and every shard it names (the reader resolved them) */
+            rc = add_model_file(out, &cap, path, "index", err);
+            al__safetensors *st = NULL;
+            if (!rc) rc = al__st_open(path, &st, err);
+            for (int i = 0; !rc && i < al__st_count(st); i++)
+                rc = add_model_file(out, &cap, al__st_at(st, i)->file, "weights", err);
+            al__st_close(st);
+        } else if (!rc) {
+            rc = add_model_file(out, &cap, path, "weights", err);
+        }
+    } else {
+        rc = add_model_file(out, &cap, path, "weights", err);
+    }
+    if (!rc) rc = finish_files(out, hash, err);
+    if (rc) al__model_files_free(out);
+    return rc;
+}
+
+int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_error *err) {
+    memset(out, 0, sizeof *out);
+    int cap = 0, rc = 0;
+    char p[4096 + 64];
+    if (m->format == AL__FMT_GGUF) {
+        rc = add_model_file(out, &cap, m->info.path, "tokenizer", err);
+    } else if (!strcmp(m->info.family, "bert")) {
+        /* what bert.c reads: vocab.txt, and tokenizer_config.json (lower-casing) if present */
+        char dir[4096];
+        if (al__is_dir(m->info.path))
+            snprintf(dir, sizeof dir, "%s", m->info.path);
+        else
+            dir_of(m->info.path, dir, sizeof dir);
+        snprintf(p, sizeof p, "%s/vocab.txt", dir);
+        rc = add_model_file(out, &cap, p, "tokenizer", err);
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+        if (!rc && al__is_file(p)) rc = add_model_file(out, &cap, p, "tokenizer", err);
+    } else if (!strcmp(m->info.family, "gpt2")) {
+        /* what gpt2.c's tokenizer opens: the shared GPT-2 BPE files */
+        rc = al_data_find("gpt2/encoder.json", NULL, p, sizeof p, err);
+        if (!rc) rc = add_model_file(out, &cap, p, "tokenizer", err);
+        if (!rc) rc = al_data_find("gpt2/vocab.bpe", NULL, p, sizeof p, err);
+        if (!rc) rc = add_model_file(out, &cap, p, "tokenizer", err);
+    } else {
+        rc = al__err(err, AL_E_UNSUPPORTED, "%s: no tokenizer files known for family %s",
+                     m->info.path, m->info.family);
+    }
+    if (!rc) rc = finish_files(out, hash, err);
+    if (rc) al__model_files_free(out);
+    return rc;
 }
 
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req, float *logits,

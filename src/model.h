@@ -15,11 +15,62 @@ typedef struct al_model_vtable {
     int (*tokenizer)(al_model *m, al_tokenizer **out, al_error *err);
 } al_model_vtable;
 
+/* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
+typedef struct al__load_warning {
+    char file[1024];  /* the file holding the tensor */
+    char tensor[256]; /* its name */
+    size_t n_bad;     /* non-finite values in it */
+    size_t first;     /* flat index of the first */
+} al__load_warning;
+#define AL__MAX_LOAD_WARNINGS 16
+
+/* The storage format al_model_open recognised (which files define the model follows from it). */
+typedef enum { AL__FMT_SAFETENSORS = 1, AL__FMT_LLMC, AL__FMT_GGUF } al__model_format;
+
 struct al_model {
     const al_model_vtable *vt;
     al_model_info info;
     void *impl; /* the family's state: weights, mappings, scratch */
+    al__model_format format;
+    /* load warnings, kept for manifests: the first AL__MAX_LOAD_WARNINGS, and how many there were */
+    al__load_warning warnings[AL__MAX_LOAD_WARNINGS];
+    int n_warnings, n_warnings_total;
 };
+
+/* Family openers call this for a tensor holding NaN/Inf values: prints
+ * "attnlim: warning: FILE: tensor NAME has N NaN/Inf values (first at flat index I)" on stderr
+ * and keeps the warning in m (al__model_warnings). */
+void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
+                              size_t first);
+/* The warnings kept (*n of them; *total counts those past the cap too). */
+const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total);
+
+/* One file a model is made of. */
+typedef struct al__model_file {
+    char name[256];   /* its base name: what the identity lists */
+    char path[4096];  /* as opened */
+    const char *role; /* "config", "index", "weights", "tokenizer" */
+    int64_t bytes;
+    char sha256[65]; /* "" unless hashed */
+} al__model_file;
+
+typedef struct al__model_files {
+    al__model_file *f; /* [n], sorted by name (bytewise) */
+    int n;
+    char sha256[65]; /* the identity over the list ("" unless hashed) */
+} al__model_files;
+
+/* The files that define the model (weights and shapes): for safetensors, config.json, the
+ * shard index and every shard it names (or the one .safetensors); for llm.c and GGUF, the file
+ * itself (its header is the config). hash != 0 also computes each file's SHA-256 and the model
+ * identity: the SHA-256 of the lines "<sha256>  <name>\n" in name order, i.e. what
+ * `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` prints in the model's directory. */
+int al__model_files_list(al_model *m, int hash, al__model_files *out, al_error *err);
+/* The files the model's tokenizer reads: GPT-2, encoder.json + vocab.bpe (al_data_find); BERT,
+ * vocab.txt and tokenizer_config.json when present; GGUF, the model file (its metadata). The
+ * identity sha256 is computed the same way. */
+int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_error *err);
+void al__model_files_free(al__model_files *f);
 
 /* Family openers. path is a file (or an HF directory for gpt2/bert). Each fills m->vt,
  * m->info (everything but sha256) and m->impl; on error leaves m->impl NULL. */

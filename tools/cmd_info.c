@@ -1,6 +1,7 @@
 /* cmd_info.c: attnlim info: a model's family, config, parameter count, dtypes and file hash. */
 #include "checkpoint.h"
 #include "cli.h"
+#include "model.h"
 #include "safetensors.h"
 
 #include <string.h>
@@ -10,10 +11,14 @@ static void usage(FILE *f) {
             "usage: attnlim info --model PATH|NAME [--tensors] [--no-hash] [--json]\n"
             "\n"
             "Opens a model (every size, offset, shape and dtype checked) and prints its family,\n"
-            "config, parameter count, storage dtypes and the SHA-256 of its file.\n"
+            "config, parameter count, storage dtypes, the files that define it (config.json, the\n"
+            "shard index and every shard; or the one .bin / .gguf) with their SHA-256s, and the\n"
+            "model identity 'sha256': the SHA-256 of the lines '<sha256>  <name>' of those files\n"
+            "sorted by name, i.e. `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum`. NaN/Inf\n"
+            "weights are a warning (exit 0).\n"
             "  --tensors  list every stored tensor (name, dtype, shape) of a safetensors or llm.c "
             "file\n"
-            "  --no-hash  skip the file's SHA-256\n"
+            "  --no-hash  list the files without hashing them\n"
             "  --json     one JSON object\n");
 }
 
@@ -89,6 +94,13 @@ static void print_text(const cJSON *j) {
         else if (cJSON_IsBool(e))
             printf("%-12s %s\n", e->string, cJSON_IsTrue(e) ? "true" : "false");
     }
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files");
+    for (const cJSON *f = fs ? fs->child : NULL; f; f = f->next) {
+        const cJSON *sha = cJSON_GetObjectItem(f, "sha256");
+        printf("  %-9s %-40s %12.0f bytes  %s\n", cJSON_GetObjectItem(f, "role")->valuestring,
+               cJSON_GetObjectItem(f, "name")->valuestring,
+               cJSON_GetObjectItem(f, "bytes")->valuedouble, sha ? sha->valuestring : "");
+    }
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors");
     for (const cJSON *t = ts ? ts->child : NULL; t; t = t->next) {
         printf("  %-40s %-5s [", cJSON_GetObjectItem(t, "name")->valuestring,
@@ -122,7 +134,8 @@ int cmd_info(int argc, char **argv) {
     al_error err = {0};
     al_model *m;
     if (al_model_open(model, &m, &err)) return cli_fail("info", &err);
-    if (hash && al_model_hash(m, &err)) {
+    al__model_files files;
+    if (al__model_files_list(m, hash, &files, &err)) {
         al_model_free(m);
         return cli_fail("info", &err);
     }
@@ -131,7 +144,34 @@ int cmd_info(int argc, char **argv) {
     cJSON_AddStringToObject(j, "family", in->family);
     cJSON_AddStringToObject(j, "name", in->name);
     cJSON_AddStringToObject(j, "path", in->path);
-    if (hash) cJSON_AddStringToObject(j, "sha256", in->sha256);
+    if (hash) {
+        cJSON_AddStringToObject(j, "sha256", files.sha256);
+        cJSON_AddStringToObject(j, "sha256_of",
+                                "sha256sum of the files below, sorted by name: the lines "
+                                "'<sha256>  <name>' (bytewise order, each ending in a newline)");
+    }
+    cJSON *jf = cJSON_AddArrayToObject(j, "files");
+    for (int i = 0; i < files.n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", files.f[i].name);
+        cJSON_AddStringToObject(f, "role", files.f[i].role);
+        cJSON_AddNumberToObject(f, "bytes", (double)files.f[i].bytes);
+        if (hash) cJSON_AddStringToObject(f, "sha256", files.f[i].sha256);
+        cJSON_AddItemToArray(jf, f);
+    }
+    al__model_files_free(&files);
+    int n_warn, n_warn_total;
+    const al__load_warning *warn = al__model_warnings(m, &n_warn, &n_warn_total);
+    cJSON *jw = cJSON_AddArrayToObject(j, "load_warnings"); /* NaN/Inf tensors */
+    for (int i = 0; i < n_warn; i++) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddStringToObject(w, "file", warn[i].file);
+        cJSON_AddStringToObject(w, "tensor", warn[i].tensor);
+        cJSON_AddNumberToObject(w, "nonfinite", (double)warn[i].n_bad);
+        cJSON_AddNumberToObject(w, "first_index", (double)warn[i].first);
+        cJSON_AddItemToArray(jw, w);
+    }
+    cJSON_AddNumberToObject(j, "load_warnings_total", n_warn_total);
     cJSON_AddStringToObject(j, "dtype", in->dtype);
     cJSON_AddNumberToObject(j, "n_layer", in->n_layer);
     cJSON_AddNumberToObject(j, "n_head", in->n_head);
