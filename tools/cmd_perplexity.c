@@ -14,18 +14,48 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
-            "                          [--windows K] [--threads N] [--json]\n"
+            "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
             "\n"
             "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
             "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
             "next-token predictions inside each window (the first token of a window has no\n"
-            "context and is not predicted), then over windows. Any model family.\n"
+            "context and is not predicted), then over windows, and the spread of the per-window\n"
+            "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
+            "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
+            "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
+            "its NaN/Inf tensor) unless --allow-nonfinite.\n"
             "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
             "                  the model's tokenizer\n"
             "  --tokens FILE   token ids separated by whitespace\n"
+            "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
             "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"per_window\": "
-            "[...], ...}\n");
+            "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
+            "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
+            "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\", ...}\n");
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* {"min", "median", "max", "p2_5", "p97_5"} of v[n] (the per-window values), numpy's linear
+ * percentiles (al_percentile_sorted); NaN entries (--allow-nonfinite) are left out. */
+static cJSON *spread_json(const double *v, long n, double out[5]) {
+    static const char *const names[5] = {"min", "median", "max", "p2_5", "p97_5"};
+    static const double pct[5] = {0, 50, 100, 2.5, 97.5};
+    double *s = malloc((size_t)n * sizeof *s);
+    size_t k = 0;
+    for (long i = 0; s && i < n; i++)
+        if (!isnan(v[i])) s[k++] = v[i];
+    if (s) qsort(s, k, sizeof *s, cmp_double);
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < 5; i++) {
+        out[i] = s && k ? al_percentile_sorted(s, k, pct[i]) : NAN;
+        cJSON_AddItemToObject(o, names[i], cli_json_num(out[i]));
+    }
+    free(s);
+    return o;
 }
 
 /* Mean over t < T-1 of -log softmax(logits[t])[tokens[t+1]], in double. */
@@ -45,7 +75,7 @@ static double window_nll(const float *logits, const int32_t *tokens, int T, int 
 int cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *corpus = NULL;
     long windows = 1, length = -1, threads = 0;
-    int json = 0, have_length = 0;
+    int json = 0, have_length = 0, allow_nonfinite = 0;
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -54,6 +84,8 @@ int cmd_perplexity(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--allow-nonfinite")) {
+            allow_nonfinite = 1;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("perplexity", "unknown argument or missing value: '%s'", a);
         } else if (!strcmp(a, "--model")) {
@@ -100,7 +132,7 @@ int cmd_perplexity(int argc, char **argv) {
                      length, info->path, info->n_ctx);
         goto done;
     }
-    if ((rc = run_tokens_load(m, tokens, corpus, &tk, &err))) goto done;
+    if ((rc = run_tokens_load("perplexity", m, tokens, corpus, &tk, &err))) goto done;
     /* the last window must exist: checks every window at once */
     if ((rc = run_tokens_window(&tk, info, windows - 1, length, &win, &err))) goto done;
     size_t n_logits;
@@ -110,7 +142,8 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     logits = al__malloc(n_logits, "logits", &err);                          /* [L, V] */
-    nll = al__calloc((size_t)windows, sizeof *nll, "per-window NLL", &err); /* [windows] */
+    /* [2, windows]: the per-window NLL, then the per-window perplexity */
+    nll = al__calloc(2 * (size_t)windows, sizeof *nll, "per-window NLL", &err);
     if (!logits || !nll) {
         rc = AL_E_NOMEM;
         goto done;
@@ -123,6 +156,23 @@ int cmd_perplexity(int argc, char **argv) {
         if ((rc = al_model_forward(m, win, (int)length, NULL, logits, NULL, &err))) break;
         nll[k] = window_nll(logits, win, (int)length, V);
         sum += nll[k];
+        if (!isfinite(nll[k])) {
+            char cause[2048];
+            run_nonfinite_cause(m, cause, sizeof cause);
+            if (allow_nonfinite) {
+                fprintf(stderr,
+                        "attnlim perplexity: warning: window %ld: the NLL is %s; %s "
+                        "(--allow-nonfinite)\n",
+                        k, isnan(nll[k]) ? "NaN" : "infinite", cause);
+                continue;
+            }
+            rc = al__err(&err, AL_E_RANGE,
+                         "window %ld (tokens [%ld, %ld)): the NLL is %s; %s (--allow-nonfinite "
+                         "reports it anyway)",
+                         k, k * length, (k + 1) * length, isnan(nll[k]) ? "NaN" : "infinite",
+                         cause);
+            break;
+        }
         char status[64];
         snprintf(status, sizeof status, "window %ld, NLL %.4f", k, nll[k]);
         al__progress_add(&prog, 1, status);
@@ -130,6 +180,11 @@ int cmd_perplexity(int argc, char **argv) {
     al__progress_end(&prog);
     if (rc) goto done;
     double mean = sum / windows, ppl = exp(mean), fwd_s = al__now() - t_fwd;
+    double nsp[5], psp[5];
+    double *ppl_w = nll + windows; /* [windows] per-window perplexities */
+    for (long k = 0; k < windows; k++) ppl_w[k] = exp(nll[k]);
+    cJSON *nll_spread = spread_json(nll, windows, nsp);
+    cJSON *ppl_spread = spread_json(ppl_w, windows, psp);
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "perplexity", cli_json_num(ppl));
@@ -138,6 +193,9 @@ int cmd_perplexity(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "length", (double)length);
         cJSON_AddNumberToObject(o, "predictions", (double)windows * (double)(length - 1));
         cJSON_AddItemToObject(o, "per_window_nll", cli_json_array_d(nll, windows));
+        cJSON_AddItemToObject(o, "nll_spread", nll_spread);
+        cJSON_AddItemToObject(o, "perplexity_spread", ppl_spread);
+        nll_spread = ppl_spread = NULL;
         cJSON_AddStringToObject(o, "model", info->path);
         cJSON_AddStringToObject(o, "family", info->family);
         cJSON_AddStringToObject(o, tk.from_corpus ? "corpus" : "tokens", tk.source);
@@ -150,7 +208,14 @@ int cmd_perplexity(int argc, char **argv) {
         printf("perplexity: %.6g\n", ppl);
         printf("mean NLL: %.6f nats over %ld windows of %ld tokens (%ld predictions), %.2f s\n",
                mean, windows, length, windows * (length - 1), fwd_s);
+        printf("per-window NLL: min %.6f, median %.6f, max %.6f, 95%% interval [%.6f, %.6f]\n",
+               nsp[0], nsp[1], nsp[2], nsp[3], nsp[4]);
+        printf("per-window perplexity: min %.6g, median %.6g, max %.6g, 95%% interval "
+               "[%.6g, %.6g]\n",
+               psp[0], psp[1], psp[2], psp[3], psp[4]);
     }
+    cJSON_Delete(nll_spread);
+    cJSON_Delete(ppl_spread);
 
 done:
     free(logits);

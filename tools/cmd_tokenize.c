@@ -1,6 +1,7 @@
 /* cmd_tokenize.c: attnlim tokenize: GPT-2 byte-level BPE encode / decode. */
 #include "cli.h"
 #include "internal.h"
+#include "run_tokens.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,12 +184,7 @@ int cmd_tokenize(int argc, char **argv) {
         }
         free(out);
     } else {
-        size_t valid = al_utf8_valid_len(text, len);
-        if (valid < len)
-            fprintf(stderr,
-                    "attnlim tokenize: warning: %s is not valid UTF-8 at byte %zu (0x%02x); "
-                    "encoded byte-level as tiktoken's _encode_bytes does\n",
-                    name, valid, (unsigned char)text[valid]);
+        run_tokens_warn_utf8("tokenize", name, text, len); /* the same warning as capture's */
         int32_t *ids = NULL;
         size_t n = 0;
         if ((rc = al_tokenize(tk, text, len, allow_special, &ids, &n, &err))) {

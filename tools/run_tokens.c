@@ -2,6 +2,7 @@
 #include "run_tokens.h"
 
 #include "internal.h"
+#include "model.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -59,9 +60,20 @@ static int parse_ids(const char *path, const char *text, size_t len, int vocab, 
     return 0;
 }
 
-int run_tokens_load(al_model *m, const char *tokens_path, const char *corpus, run_tokens *t,
-                    al_error *err) {
+long run_tokens_warn_utf8(const char *cmd, const char *name, const char *text, size_t len) {
+    size_t valid = al_utf8_valid_len(text, len);
+    if (valid == len) return -1;
+    fprintf(stderr,
+            "attnlim %s: warning: %s is not valid UTF-8 at byte %zu (0x%02x); encoded byte-level "
+            "as tiktoken's _encode_bytes does\n",
+            cmd, name, valid, (unsigned char)text[valid]);
+    return (long)valid;
+}
+
+int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const char *corpus,
+                    run_tokens *t, al_error *err) {
     memset(t, 0, sizeof *t);
+    t->invalid_utf8_at = -1;
     if (!!tokens_path == !!corpus)
         return al__err(err, AL_E_INVALID, "give exactly one of --tokens FILE and --corpus NAME");
     double t0 = al__now();
@@ -81,6 +93,7 @@ int run_tokens_load(al_model *m, const char *tokens_path, const char *corpus, ru
         snprintf(t->source, sizeof t->source, "%s", corpus);
         if ((rc = al_corpus_load(corpus, NULL, &text, &len, err))) return rc;
         al_sha256_buf(text, len, t->sha256);
+        t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
         if (!rc) rc = al_tokenize(tk, text, len, 0, &t->ids, &t->n, err);
@@ -131,4 +144,16 @@ int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, lo
                        k, L, k * L, (k + 1) * L, t->source, t->n, (long)avail - 1);
     *out = t->ids + (size_t)k * (size_t)L;
     return 0;
+}
+
+void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
+    int n, total;
+    const al__load_warning *w = al__model_warnings(m, &n, &total);
+    if (n == 0)
+        snprintf(buf, cap, "%s: the weights are finite (the forward overflowed)",
+                 al_model_get_info(m)->path);
+    else
+        snprintf(buf, cap, "%s: tensor %s has %zu NaN/Inf values (first at flat index %zu)%s",
+                 w[0].file, w[0].tensor, w[0].n_bad, w[0].first,
+                 total > 1 ? ", and other tensors too (see the warnings)" : "");
 }

@@ -13,16 +13,28 @@ typedef struct run_tokens {
     char source[4096]; /* the corpus name or the ids file path */
     char sha256[65];   /* of the ids file, or of the corpus bytes before tokenization */
     double seconds;    /* reading + tokenizing */
+    long invalid_utf8_at; /* --corpus: byte offset of the first invalid UTF-8 byte, -1 if none */
 } run_tokens;
 
+/* The warning every command that tokenizes text gives (tokenize, capture, perplexity): when
+ * text[len] is not valid UTF-8, prints "attnlim CMD: warning: NAME is not valid UTF-8 at byte
+ * OFFSET (0xBB); encoded byte-level ..." on stderr. Returns the offset, -1 if the text is valid. */
+long run_tokens_warn_utf8(const char *cmd, const char *name, const char *text, size_t len);
+
 /* Exactly one of tokens_path (ids separated by whitespace) and corpus (al_corpus_load name or
- * path) is given; ids outside the model's vocabulary are an error naming the position. */
-int run_tokens_load(al_model *m, const char *tokens_path, const char *corpus, run_tokens *out,
-                    al_error *err);
+ * path) is given; ids outside the model's vocabulary are an error naming the position. cmd
+ * names the command in the UTF-8 warning. */
+int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const char *corpus,
+                    run_tokens *out, al_error *err);
 void run_tokens_free(run_tokens *t);
 /* Window k of length L: checks 1 <= L <= the model's context and that the window lies inside
  * the tokens; *out points into t->ids. */
 int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
                       const int32_t **out, al_error *err);
+
+/* For the error when a run's output is not finite (capture, perplexity): "MODEL FILE: tensor
+ * NAME has N NaN/Inf values (first at flat index I)" from the model's first load warning, or,
+ * when the weights are all finite, "PATH: the weights are finite (the forward overflowed)". */
+void run_nonfinite_cause(al_model *m, char *buf, size_t cap);
 
 #endif
