@@ -1,22 +1,55 @@
 /* cmd_capture.c: attnlim capture: runs a model over one window and writes the requested
  * per-layer arrays as DIR/layer{l}.{what}.npy plus DIR/manifest.json.
  *
- * The arrays stream from the forward's observer straight to .npy files in a temporary
- * directory inside DIR; only after the whole run succeeded are they renamed into DIR,
- * manifest.json last. A failed run removes its temporary files and leaves DIR as it was. */
+ * Publication is one rename: the arrays stream from the forward's observer to .npy files in a
+ * sibling temporary directory PARENT/.capture-PID.tmp, the manifest last; only when the whole
+ * run succeeded does that directory become DIR:
+ *   - DIR absent, or an empty directory: rename(tmp, DIR) (POSIX replaces an empty directory);
+ *   - DIR holding files: refused unless --force; with --force (and only over an earlier
+ *     capture's files) the two directories are exchanged atomically (renameat2
+ *     RENAME_EXCHANGE), else DIR is renamed aside, tmp renamed in and the old one removed.
+ * At no moment does DIR hold a mix of two runs. A failed run removes its temporary directory
+ * and any parent directory it created. A killed run (SIGKILL) leaves its temporary directory;
+ * the next capture into the same parent removes every .capture-PID.tmp/.old whose process is
+ * gone.
+ *
+ * SIGINT / SIGTERM: the handler only records the signal in a volatile sig_atomic_t (the one
+ * thing a handler may do safely while other threads allocate and write files); the run checks
+ * it between phases and between layers (the observer returns AL_E_CANCELLED, which stops the
+ * forward), removes the temporary directory and then re-raises the signal with its default
+ * action, so the exit status says what happened. SA_RESETHAND: a second signal ends the process
+ * at once (its temporary directory is swept by the next run). A signal inherited as ignored
+ * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
 #include "internal.h"
+#include "model.h"
 #include "ops.h"
 #include "progress.h"
 #include "run_tokens.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cairo.h>
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <openssl/crypto.h>
+#include <pcre2.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1) /* linux/fs.h */
+#endif
+#ifndef AL_GIT_COMMIT
+#define AL_GIT_COMMIT "unknown"
+#endif
 
 static const struct {
     const char *name;
@@ -30,12 +63,16 @@ static const struct {
             {"embed", AL_CAP_EMBED}};
 #define N_WHAT ((int)(sizeof WHAT / sizeof WHAT[0]))
 
+static const char MASK_CONVENTION[] =
+    "causal models: for query row t, keys j > t are masked: logits -inf, weights 0 (above the "
+    "diagonal of each [L, L] array); encoders mask nothing";
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
             "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
             "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
-            "                       [--threads N] [--json]\n"
+            "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
             "\n"
             "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
             "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
@@ -45,39 +82,318 @@ static void usage(FILE *f) {
             "  weights   [n_heads, L, L]       softmax rows; masked entries 0\n"
             "  hidden    [L, d_model]          the layer input after its first norm\n"
             "  embed     [L, d_model]          the model input (token + position embedding)\n"
-            "and DIR/manifest.json (model and its SHA-256, tokens and their source hash, window,\n"
-            "options, versions, timings). Files appear only when the whole run succeeded.\n"
-            "  --tokens FILE   token ids separated by whitespace\n"
-            "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-            "                  the model's tokenizer\n"
-            "  --what LIST     default: weights\n"
-            "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --json          print the manifest on stdout\n");
+            "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
+            "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
+            "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
+            "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
+            "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
+            "  --tokens FILE      token ids separated by whitespace\n"
+            "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+            "                     the model's tokenizer\n"
+            "  --what LIST        default: weights\n"
+            "  --force            replace an earlier capture in DIR (atomically)\n"
+            "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
+            "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
+            "  --json             print the manifest on stdout\n");
 }
 
+/* ---- SIGINT / SIGTERM ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t stop_signal; /* the CLI's state, not the library's */
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void catch_stop_signals(void) {
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+static int check_stop(al_error *err) {
+    int sig = stop_signal;
+    if (!sig) return 0;
+    return al__err(err, AL_E_CANCELLED, "interrupted by %s",
+                   sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal");
+}
+
+/* ---- the output directory -------------------------------------------------------------------- */
+
+typedef struct out_dir {
+    char dir[PATH_MAX];    /* DIR without trailing slashes (its real path when it exists) */
+    char parent[PATH_MAX]; /* where the temporary directory lives */
+    char tmp[PATH_MAX + 64];
+    char old[PATH_MAX + 64];
+    int tmp_made;
+    int created[64]; /* lengths of the parent prefixes this run created (to undo on failure) */
+    int n_created;
+} out_dir;
+
+/* ".capture-PID.tmp" / ".capture-PID.old": *pid, else 0. */
+static long stale_pid(const char *name) {
+    const char *p = name;
+    if (strncmp(p, ".capture-", 9) != 0) return 0;
+    p += 9;
+    long pid = 0;
+    const char *digits = p;
+    while (*p >= '0' && *p <= '9' && p - digits < 10) pid = pid * 10 + (*p++ - '0');
+    if (p == digits || (strcmp(p, ".tmp") != 0 && strcmp(p, ".old") != 0)) return 0;
+    return pid;
+}
+
+/* Removes the regular files in dir, then dir (capture's temporary directories, and the earlier
+ * capture --force replaced, hold nothing else). 0 when dir is gone. */
+static int remove_flat(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char path[PATH_MAX + 300];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+                unlink(path);
+            }
+        closedir(d);
+    }
+    return rmdir(dir);
+}
+
+/* Removes the temporary directories of runs that were killed (their process is gone). */
+static void sweep_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[PATH_MAX + 300];
+    while ((e = readdir(d))) {
+        long pid = stale_pid(e->d_name);
+        if (!pid || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours) */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (remove_flat(path) != 0 && errno != ENOENT)
+            fprintf(stderr, "attnlim capture: warning: could not remove %s (a killed run's): %s\n",
+                    path, strerror(errno));
+    }
+    closedir(d);
+}
+
+/* Is name a file capture writes (so that --force may replace it)? */
+static int capture_file_name(const char *name) {
+    if (!strcmp(name, "manifest.json")) return 1;
+    if (strncmp(name, "layer", 5) != 0) return 0;
+    const char *p = name + 5, *digits = p;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == digits || *p++ != '.') return 0;
+    for (int i = 0; i < N_WHAT; i++) {
+        size_t n = strlen(WHAT[i].name);
+        if (!strncmp(p, WHAT[i].name, n) && !strcmp(p + n, ".npy")) return 1;
+    }
+    return 0;
+}
+
+/* Resolves DIR and its parent, sweeps killed runs' leftovers and checks that DIR may receive
+ * the results: absent, empty, or (with --force) an earlier capture. */
+static int out_prepare(out_dir *o, const char *out, int force, al_error *err) {
+    memset(o, 0, sizeof *o);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    if (n == 0 || n >= sizeof o->dir) return al__err(err, AL_E_INVALID, "--out '%s': bad path", out);
+    memcpy(o->dir, out, n);
+    o->dir[n] = 0;
+    struct stat st;
+    int exists = lstat(o->dir, &st) == 0;
+    if (exists) {
+        char real[PATH_MAX];
+        if (stat(o->dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return al__err(err, AL_E_IO, "%s: exists and is not a directory", o->dir);
+        if (!realpath(o->dir, real))
+            return al__err(err, AL_E_IO, "%s: %s", o->dir, strerror(errno));
+        if (!strcmp(real, "/"))
+            return al__err(err, AL_E_INVALID, "--out %s: not the root directory", out);
+        snprintf(o->dir, sizeof o->dir, "%s", real);
+    }
+    const char *base = strrchr(o->dir, '/');
+    base = base ? base + 1 : o->dir;
+    if (!strcmp(base, ".") || !strcmp(base, ".."))
+        return al__err(err, AL_E_INVALID, "--out %s: name the directory (not '%s')", out, base);
+    if (base == o->dir)
+        snprintf(o->parent, sizeof o->parent, ".");
+    else if (base - 1 == o->dir)
+        snprintf(o->parent, sizeof o->parent, "/");
+    else
+        snprintf(o->parent, sizeof o->parent, "%.*s", (int)(base - 1 - o->dir), o->dir);
+    snprintf(o->tmp, sizeof o->tmp, "%s/.capture-%ld.tmp", o->parent, (long)getpid());
+    snprintf(o->old, sizeof o->old, "%s/.capture-%ld.old", o->parent, (long)getpid());
+    sweep_stale(o->parent);
+    if (!exists) return 0;
+    sweep_stale(o->dir); /* temporaries that older versions kept inside DIR */
+    DIR *d = opendir(o->dir);
+    if (!d) return al__err(err, AL_E_IO, "%s: cannot list: %s", o->dir, strerror(errno));
+    struct dirent *e;
+    char first[256] = "", foreign[256] = "";
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!first[0]) snprintf(first, sizeof first, "%s", e->d_name);
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
+        if (!foreign[0] && (!capture_file_name(e->d_name) || lstat(path, &st) != 0 ||
+                            !S_ISREG(st.st_mode)))
+            snprintf(foreign, sizeof foreign, "%s", e->d_name);
+    }
+    closedir(d);
+    if (!first[0]) return 0;
+    if (!force)
+        return al__err(err, AL_E_INVALID,
+                       "%s already holds files (%s, ...): capture writes a new or empty directory; "
+                       "give --force to replace an earlier capture there, or another --out",
+                       o->dir, first);
+    if (foreign[0])
+        return al__err(err, AL_E_INVALID,
+                       "%s holds %s, which capture does not write: --force replaces only an "
+                       "earlier capture (manifest.json, layer*.npy); choose another --out",
+                       o->dir, foreign);
+    return 0;
+}
+
+/* Creates the parent (recording what it created) and the temporary directory. */
+static int out_make_tmp(out_dir *o, al_error *err) {
+    char buf[PATH_MAX];
+    size_t n = strlen(o->parent);
+    memcpy(buf, o->parent, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) == 0) {
+            if (o->n_created < (int)(sizeof o->created / sizeof o->created[0]))
+                o->created[o->n_created++] = (int)i;
+        } else if (errno != EEXIST) {
+            return al__err(err, AL_E_IO, "%s: cannot create directory %s: %s", o->dir, buf,
+                           strerror(errno));
+        }
+        buf[i] = c;
+    }
+    if (mkdir(o->tmp, 0777) != 0)
+        return al__err(err, AL_E_IO,
+                       "%s: cannot create directory %s (the results' temporary directory, beside "
+                       "it): %s",
+                       o->dir, o->tmp, strerror(errno));
+    o->tmp_made = 1;
+    return 0;
+}
+
+/* On failure: the temporary directory and the parents this run created go. */
+static void out_abandon(out_dir *o) {
+    if (o->tmp_made) remove_flat(o->tmp);
+    o->tmp_made = 0;
+    char buf[PATH_MAX];
+    for (int i = o->n_created - 1; i >= 0; i--) {
+        snprintf(buf, sizeof buf, "%.*s", o->created[i], o->parent);
+        rmdir(buf);
+    }
+    o->n_created = 0;
+}
+
+/* The one rename that makes the results DIR (see the top of the file). */
+static int out_publish(out_dir *o, int force, al_error *err) {
+    if (!force || !al__is_dir(o->dir)) {
+        if (rename(o->tmp, o->dir) != 0) {
+            if (errno == ENOTEMPTY || errno == EEXIST)
+                return al__err(err, AL_E_IO,
+                               "%s: files appeared there during the run; the results were not "
+                               "published (give --force to replace them)",
+                               o->dir);
+            return al__err(err, AL_E_IO, "%s: cannot move the results into place: %s", o->dir,
+                           strerror(errno));
+        }
+        o->tmp_made = 0;
+        return 0;
+    }
+    const char *old = o->old;
+#ifdef SYS_renameat2
+    if (!getenv("ATTNLIM_TEST_NO_RENAME_EXCHANGE") &&
+        syscall(SYS_renameat2, AT_FDCWD, o->tmp, AT_FDCWD, o->dir, RENAME_EXCHANGE) == 0) {
+        o->tmp_made = 0;
+        old = o->tmp; /* the earlier capture now lives at the temporary name */
+    } else if (!getenv("ATTNLIM_TEST_NO_RENAME_EXCHANGE") && errno != ENOSYS && errno != EINVAL) {
+        return al__err(err, AL_E_IO, "%s: cannot exchange it with the results: %s", o->dir,
+                       strerror(errno));
+    } else
+#endif
+    {
+        /* no atomic exchange here: DIR aside, the results in (DIR is briefly absent, never
+         * mixed), the earlier capture put back if the second rename fails */
+        if (rename(o->dir, o->old) != 0)
+            return al__err(err, AL_E_IO, "%s: cannot move the earlier capture aside: %s", o->dir,
+                           strerror(errno));
+        if (rename(o->tmp, o->dir) != 0) {
+            int e = errno;
+            if (rename(o->old, o->dir) != 0)
+                fprintf(stderr, "attnlim capture: the earlier capture is now %s\n", o->old);
+            return al__err(err, AL_E_IO, "%s: cannot move the results into place: %s", o->dir,
+                           strerror(e));
+        }
+        o->tmp_made = 0;
+    }
+    if (remove_flat(old) != 0)
+        fprintf(stderr,
+                "attnlim capture: warning: the earlier capture replaced in %s is left at %s: %s\n",
+                o->dir, old, strerror(errno));
+    return 0;
+}
+
+/* ---- the run --------------------------------------------------------------------------------- */
+
 typedef struct capture_run {
-    char tmpdir[4096]; /* DIR/.capture-<pid>.tmp */
-    char (*files)[64]; /* [n_files] names written into tmpdir */
-    int n_files, cap_files;
-    cJSON *jfiles; /* manifest entries */
+    const out_dir *out;
+    al_model *model;
+    int allow_nonfinite;
+    int n_files;
+    size_t n_nonfinite; /* over all arrays (--allow-nonfinite) */
+    cJSON *jfiles;      /* manifest entries */
     double write_s;
     al__progress prog;
 } capture_run;
 
-static int add_file(capture_run *r, const char *name, al_error *err) {
-    if (r->n_files == r->cap_files) {
-        int cap = r->cap_files ? 2 * r->cap_files : 64;
-        char(*nf)[64] = realloc(r->files, (size_t)cap * sizeof *nf);
-        if (!nf) return al__err(err, AL_E_NOMEM, "out of memory");
-        r->files = nf, r->cap_files = cap;
+/* Non-finite entries of captured array `what` (index into WHAT) of c, with the masked entries
+ * of a causal model's logits (-inf) and weights (0) excepted; *first = the flat index of the
+ * first. */
+static size_t count_nonfinite(const al_capture *c, int what, const float *a, size_t numel,
+                              size_t *first) {
+    size_t bad = 0, T = (size_t)c->T;
+    for (size_t i = 0; i < numel; i++) {
+        float x = a[i];
+        if (isfinite(x)) continue;
+        if (what == 3 && c->causal && x == -INFINITY && i % T > (i / T) % T)
+            continue; /* a masked logit: column j = i % T above row t = (i / T) % T */
+        if (!bad) *first = i;
+        bad++;
     }
-    snprintf(r->files[r->n_files++], 64, "%s", name);
-    return 0;
+    return bad;
+}
+
+/* "head 3, row 5, column 2" for a flat index of a captured array. */
+static void describe_index(const al_capture *c, int what, size_t i, char *buf, size_t cap) {
+    if (what >= 5) {
+        snprintf(buf, cap, "row %zu, column %zu", i / (size_t)c->d_model, i % (size_t)c->d_model);
+        return;
+    }
+    size_t inner = what < 3 ? (size_t)c->d_head : (size_t)c->T;
+    size_t per_head = (size_t)c->T * inner;
+    snprintf(buf, cap, "head %d, row %zu, column %zu", c->heads[i / per_head],
+             (i % per_head) / inner, i % inner);
 }
 
 /* The observer: each requested array of this layer goes to its .npy file. */
 static int write_layer(void *user, const al_capture *c, al_error *err) {
     capture_run *r = user;
+    int rc = check_stop(err);
+    if (rc) return rc;
     double t0 = al__now();
     const float *arr[N_WHAT] = {c->q, c->k, c->v, c->logits, c->weights, c->hidden, c->embed};
     for (int i = 0; i < N_WHAT; i++) {
@@ -89,12 +405,25 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
             a.ndim = 3, a.shape[0] = c->n_sel, a.shape[1] = c->T, a.shape[2] = c->T;
         else
             a.ndim = 2, a.shape[0] = c->T, a.shape[1] = c->d_model;
-        char name[64], path[4096 + 80];
+        size_t numel = 1, first = 0;
+        for (int d = 0; d < a.ndim; d++) numel *= (size_t)a.shape[d];
+        size_t bad = count_nonfinite(c, i, arr[i], numel, &first);
+        char where[96] = "";
+        if (bad) describe_index(c, i, first, where, sizeof where);
+        if (bad && !r->allow_nonfinite) {
+            char cause[2048];
+            run_nonfinite_cause(r->model, cause, sizeof cause);
+            return al__err(err, AL_E_RANGE,
+                           "layer %d %s: %zu NaN/Inf values (first at %s: %g); %s "
+                           "(--allow-nonfinite writes them anyway)",
+                           c->layer, WHAT[i].name, bad, where, (double)arr[i][first], cause);
+        }
+        char name[64], path[PATH_MAX + 160];
         snprintf(name, sizeof name, "layer%d.%s.npy", c->layer, WHAT[i].name);
-        snprintf(path, sizeof path, "%s/%s", r->tmpdir, name);
-        int rc = add_file(r, name, err);
-        if (!rc) rc = al_npy_write(path, &a, err);
-        if (rc) return rc;
+        snprintf(path, sizeof path, "%s/%s", r->out->tmp, name);
+        if ((rc = al_npy_write(path, &a, err)))
+            return al__err_prefix(err, rc, "%s: writing %s", r->out->dir, name);
+        r->n_files++;
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "file", name);
         cJSON_AddNumberToObject(f, "layer", c->layer);
@@ -102,6 +431,13 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
         cJSON *shape = cJSON_AddArrayToObject(f, "shape");
         for (int d = 0; d < a.ndim; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)a.shape[d]));
+        if (bad) {
+            cJSON_AddNumberToObject(f, "nonfinite", (double)bad);
+            cJSON_AddStringToObject(f, "first_nonfinite_at", where);
+            fprintf(stderr, "attnlim capture: warning: layer %d %s: %zu NaN/Inf values (first at "
+                    "%s), written (--allow-nonfinite)\n", c->layer, WHAT[i].name, bad, where);
+            r->n_nonfinite += bad;
+        }
         cJSON_AddItemToArray(r->jfiles, f);
     }
     r->write_s += al__now() - t0;
@@ -109,24 +445,6 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
     snprintf(status, sizeof status, "layer %d", c->layer);
     al__progress_add(&r->prog, 1, status);
     return 0;
-}
-
-/* Removes the temporary directory and what it holds (only our own files). */
-static void remove_tmp(capture_run *r) {
-    if (!r->tmpdir[0]) return;
-    DIR *d = opendir(r->tmpdir);
-    if (d) {
-        struct dirent *e;
-        char path[4096 + 300];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%s", r->tmpdir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(r->tmpdir);
-    r->tmpdir[0] = 0;
 }
 
 /* "all" or a list of indices in [0, n): mask[n] */
@@ -151,21 +469,24 @@ static int parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_e
     return 0;
 }
 
+/* Comma-separated names of WHAT; an empty item (",,", a trailing comma) is an error. */
 static int parse_what(const char *s, unsigned *out, al_error *err) {
     *out = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
+    for (const char *p = s;;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
         int found = 0;
-        for (int i = 0; i < N_WHAT; i++)
-            if (strcmp(tok, WHAT[i].name) == 0) *out |= WHAT[i].bit, found = 1;
+        for (int i = 0; i < N_WHAT && !found; i++)
+            if (strlen(WHAT[i].name) == n && !strncmp(p, WHAT[i].name, n))
+                *out |= WHAT[i].bit, found = 1;
+        if (!found && n == 0) return al__err(err, AL_E_INVALID, "--what %s: an empty item", s);
         if (!found)
             return al__err(err, AL_E_INVALID,
-                           "--what: unknown item '%s' (q, k, v, logits, weights, hidden, embed)",
-                           tok);
+                           "--what: unknown item '%.*s' (q, k, v, logits, weights, hidden, embed)",
+                           (int)n, p);
+        if (!e) break;
+        p = e + 1;
     }
-    if (!*out) return al__err(err, AL_E_INVALID, "--what: empty list");
     return 0;
 }
 
@@ -176,26 +497,34 @@ static cJSON *mask_json(const uint8_t *mask, int n) {
     return a;
 }
 
-/* The model file's SHA-256 (for an HF directory: its model.safetensors, or the shard index). */
-static int model_sha256(al_model *m, char hex[65], al_error *err) {
-    const al_model_info *in = al_model_get_info(m);
-    struct stat st;
-    if (stat(in->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        char p[4096 + 64];
-        snprintf(p, sizeof p, "%s/model.safetensors", in->path);
-        if (access(p, R_OK) != 0)
-            snprintf(p, sizeof p, "%s/model.safetensors.index.json", in->path);
-        return al_sha256_file(p, hex, err);
+static cJSON *files_json(const al__model_files *fs) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < fs->n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        char real[PATH_MAX];
+        cJSON_AddStringToObject(f, "name", fs->f[i].name);
+        cJSON_AddStringToObject(f, "path", realpath(fs->f[i].path, real) ? real : fs->f[i].path);
+        cJSON_AddStringToObject(f, "role", fs->f[i].role);
+        cJSON_AddNumberToObject(f, "bytes", (double)fs->f[i].bytes);
+        cJSON_AddStringToObject(f, "sha256", fs->f[i].sha256);
+        cJSON_AddItemToArray(a, f);
     }
-    int rc = al_model_hash(m, err);
-    if (!rc) memcpy(hex, in->sha256, 65);
-    return rc;
+    return a;
 }
 
-static cJSON *model_json(const al_model_info *in, const char *sha) {
+static const char IDENTITY_OF[] =
+    "the lines '<sha256>  <name>' of the files below, sorted by name (bytewise), each ending in a "
+    "newline: `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` in their directory";
+
+static cJSON *model_json(al_model *m, const char *given, const al__model_files *fs) {
+    const al_model_info *in = al_model_get_info(m);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "path", in->path);
-    cJSON_AddStringToObject(o, "sha256", sha);
+    char real[PATH_MAX];
+    cJSON_AddStringToObject(o, "path", realpath(in->path, real) ? real : in->path);
+    cJSON_AddStringToObject(o, "path_given", given);
+    cJSON_AddStringToObject(o, "sha256", fs->sha256);
+    cJSON_AddStringToObject(o, "sha256_of", IDENTITY_OF);
+    cJSON_AddItemToObject(o, "files", files_json(fs));
     cJSON_AddStringToObject(o, "family", in->family);
     cJSON_AddStringToObject(o, "name", in->name);
     cJSON_AddStringToObject(o, "dtype", in->dtype);
@@ -208,14 +537,48 @@ static cJSON *model_json(const al_model_info *in, const char *sha) {
     cJSON_AddNumberToObject(o, "vocab_size", in->vocab_size);
     cJSON_AddBoolToObject(o, "causal", in->causal);
     cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
+    int n, total;
+    const al__load_warning *w = al__model_warnings(m, &n, &total);
+    cJSON *lw = cJSON_AddArrayToObject(o, "load_warnings");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "file", w[i].file);
+        cJSON_AddStringToObject(e, "tensor", w[i].tensor);
+        cJSON_AddNumberToObject(e, "nonfinite", (double)w[i].n_bad);
+        cJSON_AddNumberToObject(e, "first_index", (double)w[i].first);
+        cJSON_AddItemToArray(lw, e);
+    }
+    cJSON_AddNumberToObject(o, "load_warnings_total", total);
     return o;
+}
+
+static cJSON *versions_json(void) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddStringToObject(v, "attnlim", al_version());
+    cJSON_AddStringToObject(v, "git_commit", AL_GIT_COMMIT);
+    cJSON_AddStringToObject(v, "openblas", openblas_get_config());
+    char pcre[64] = "unknown";
+    if (pcre2_config(PCRE2_CONFIG_VERSION, NULL) <= (int)sizeof pcre)
+        pcre2_config(PCRE2_CONFIG_VERSION, pcre);
+    cJSON_AddStringToObject(v, "pcre2", pcre);
+    cJSON_AddStringToObject(v, "openssl", OpenSSL_version(OPENSSL_VERSION));
+    cJSON_AddStringToObject(v, "cjson", cJSON_Version());
+    cJSON_AddStringToObject(v, "cairo", cairo_version_string());
+#if defined(__clang__)
+    cJSON_AddStringToObject(v, "compiler", "clang " __clang_version__);
+#elif defined(__GNUC__)
+    cJSON_AddStringToObject(v, "compiler", "gcc " __VERSION__);
+#else
+    cJSON_AddStringToObject(v, "compiler", "unknown");
+#endif
+    return v;
 }
 
 int cmd_capture(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *corpus = NULL, *layers_s = NULL, *heads_s = NULL;
     const char *what_s = "weights", *out = NULL;
     long window = 0, length = -1, threads = 0;
-    int json = 0, have_length = 0;
+    int json = 0, have_length = 0, force = 0, allow_nonfinite = 0;
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -224,6 +587,10 @@ int cmd_capture(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
+        } else if (!strcmp(a, "--allow-nonfinite")) {
+            allow_nonfinite = 1;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("capture", "unknown argument or missing value: '%s'", a);
         } else if (!strcmp(a, "--model")) {
@@ -267,11 +634,22 @@ int cmd_capture(int argc, char **argv) {
     double t_start = al__now();
     al_model *m = NULL;
     run_tokens tk = {0};
-    capture_run run = {0};
+    out_dir *od = calloc(1, sizeof *od);
+    capture_run run = {.out = od, .allow_nonfinite = allow_nonfinite};
     uint8_t *layers = NULL, *heads = NULL;
     cJSON *man = NULL;
-    int rc = al_model_open(model, &m, &err);
-    if (rc) return cli_fail("capture", &err);
+    al__model_files mfiles = {0}, tfiles = {0};
+    int rc = od ? 0 : al__err(&err, AL_E_NOMEM, "out of memory");
+    /* DIR first: a refused --out costs no model load */
+    if (!rc) rc = out_prepare(od, out, force, &err);
+    if (rc) {
+        free(od);
+        return cli_fail("capture", &err);
+    }
+    catch_stop_signals();
+    if ((rc = out_make_tmp(od, &err))) goto done;
+    if ((rc = al_model_open(model, &m, &err))) goto done;
+    run.model = m;
     const al_model_info *info = al_model_get_info(m);
     double t_loaded = al__now();
     const int32_t *win = NULL;
@@ -288,24 +666,17 @@ int cmd_capture(int argc, char **argv) {
     }
     if ((rc = parse_sel(layers_s, "--layers", info->n_layer, layers, &err))) goto done;
     if ((rc = parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
-    if ((rc = run_tokens_load(m, tokens, corpus, &tk, &err))) goto done;
+    if ((rc = check_stop(&err))) goto done;
+    if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;
+    if ((rc = check_stop(&err))) goto done;
     double t_hash0 = al__now();
-    char sha[65];
-    if ((rc = model_sha256(m, sha, &err))) goto done;
+    if ((rc = al__model_files_list(m, 1, &mfiles, &err))) goto done;
+    if (tk.from_corpus && (rc = al__model_tokenizer_files(m, 1, &tfiles, &err))) goto done;
     double hash_s = al__now() - t_hash0;
+    if ((rc = check_stop(&err))) goto done;
 
-    /* the output directory and our temporary directory inside it */
-    if ((rc = al__mkdirs(out, &err))) goto done;
-    snprintf(run.tmpdir, sizeof run.tmpdir, "%s/.capture-%ld.tmp", out, (long)getpid());
-    if (mkdir(run.tmpdir, 0777) != 0) {
-        rc = al__err(&err, AL_E_IO, "%s: cannot create a temporary directory: %s", run.tmpdir,
-                     strerror(errno));
-        run.tmpdir[0] = 0;
-        goto done;
-    }
     run.jfiles = cJSON_CreateArray();
-
     int n_sel_layers = 0;
     for (int l = 0; l < info->n_layer; l++) n_sel_layers += layers[l];
     al__progress_begin(&run.prog, isatty(2), stderr, n_sel_layers);
@@ -320,10 +691,8 @@ int cmd_capture(int argc, char **argv) {
     /* the manifest */
     man = cJSON_CreateObject();
     cJSON_AddStringToObject(man, "command", "capture");
-    cJSON *ver = cJSON_AddObjectToObject(man, "versions");
-    cJSON_AddStringToObject(ver, "attnlim", al_version());
-    cJSON_AddStringToObject(ver, "openblas", openblas_get_config());
-    cJSON_AddItemToObject(man, "model", model_json(info, sha));
+    cJSON_AddItemToObject(man, "versions", versions_json());
+    cJSON_AddItemToObject(man, "model", model_json(m, model, &mfiles));
     cJSON *src = cJSON_AddObjectToObject(man, "tokens");
     cJSON_AddStringToObject(src, tk.from_corpus ? "corpus" : "file", tk.source);
     cJSON_AddStringToObject(src, "sha256", tk.sha256);
@@ -331,6 +700,16 @@ int cmd_capture(int argc, char **argv) {
                             tk.from_corpus ? "corpus text (bytes given to the tokenizer)"
                                            : "token ids file");
     cJSON_AddNumberToObject(src, "n_tokens", (double)tk.n);
+    if (tk.from_corpus) {
+        if (tk.invalid_utf8_at >= 0)
+            cJSON_AddNumberToObject(src, "invalid_utf8_at", (double)tk.invalid_utf8_at);
+        else
+            cJSON_AddNullToObject(src, "invalid_utf8_at");
+        cJSON *tz = cJSON_AddObjectToObject(src, "tokenizer");
+        cJSON_AddStringToObject(tz, "sha256", tfiles.sha256);
+        cJSON_AddStringToObject(tz, "sha256_of", IDENTITY_OF);
+        cJSON_AddItemToObject(tz, "files", files_json(&tfiles));
+    }
     cJSON_AddNumberToObject(man, "window", (double)window);
     cJSON_AddNumberToObject(man, "length", (double)length);
     cJSON_AddNumberToObject(man, "first_token", (double)window * (double)length);
@@ -347,50 +726,59 @@ int cmd_capture(int argc, char **argv) {
     for (int i = 0; i < N_WHAT; i++)
         if (what & WHAT[i].bit) cJSON_AddItemToArray(w, cJSON_CreateString(WHAT[i].name));
     cJSON_AddNumberToObject(opt, "threads", al__get_threads());
+    cJSON_AddBoolToObject(opt, "allow_nonfinite", allow_nonfinite);
+    cJSON_AddBoolToObject(opt, "force", force);
+    cJSON *conv = cJSON_AddObjectToObject(man, "conventions");
+    cJSON_AddStringToObject(conv, "masked_entries", MASK_CONVENTION);
+    cJSON_AddStringToObject(conv, "dtype", "float32, C order");
+    cJSON_AddNumberToObject(man, "nonfinite_values", (double)run.n_nonfinite);
     cJSON_AddItemToObject(man, "files", run.jfiles);
     run.jfiles = NULL;
     cJSON *tm = cJSON_AddObjectToObject(man, "timings_s");
     cJSON_AddNumberToObject(tm, "load_model", t_loaded - t_start);
     cJSON_AddNumberToObject(tm, "tokens", tk.seconds);
-    cJSON_AddNumberToObject(tm, "hash_model", hash_s);
+    cJSON_AddNumberToObject(tm, "hash_files", hash_s);
     cJSON_AddNumberToObject(tm, "forward", fwd_total - run.write_s);
     cJSON_AddNumberToObject(tm, "write", run.write_s);
     cJSON_AddNumberToObject(tm, "total", al__now() - t_start);
     char *text = cJSON_Print(man);
-    char tmp_manifest[4096 + 32], path[4096 + 80];
-    snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", run.tmpdir);
+    char tmp_manifest[PATH_MAX + 80];
+    snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", od->tmp);
     rc = text ? al__write_file_atomic(tmp_manifest, text, strlen(text), &err)
               : al__err(&err, AL_E_NOMEM, "out of memory writing the manifest");
     free(text);
-    if (rc) goto done;
-
-    /* commit: every array, then the manifest */
-    for (int i = 0; i <= run.n_files && !rc; i++) {
-        const char *name = i < run.n_files ? run.files[i] : "manifest.json";
-        char from[4096 + 80];
-        snprintf(from, sizeof from, "%s/%s", run.tmpdir, name);
-        snprintf(path, sizeof path, "%s/%s", out, name);
-        if (rename(from, path) != 0)
-            rc = al__err(&err, AL_E_IO, "%s: cannot move into place: %s", path, strerror(errno));
+    if (rc) {
+        al__err_prefix(&err, rc, "%s: writing manifest.json", od->dir);
+        goto done;
     }
-    if (rc) goto done;
+    if ((rc = check_stop(&err))) goto done;
+    if ((rc = out_publish(od, force, &err))) goto done;
     if (json) {
-        cJSON_AddStringToObject(man, "out", out);
+        cJSON_AddStringToObject(man, "out", od->dir);
         cli_print_json(man, 0);
         man = NULL;
     } else {
         printf("wrote %d arrays and manifest.json to %s (forward %.3f s, writing %.3f s)\n",
-               run.n_files, out, fwd_total - run.write_s, run.write_s);
+               run.n_files, od->dir, fwd_total - run.write_s, run.write_s);
     }
 
 done:
-    remove_tmp(&run);
+    if (rc) out_abandon(od);
     cJSON_Delete(run.jfiles);
     cJSON_Delete(man);
-    free(run.files);
+    al__model_files_free(&mfiles);
+    al__model_files_free(&tfiles);
     free(layers);
     free(heads);
     run_tokens_free(&tk);
     al_model_free(m);
+    free(od);
+    if (rc && stop_signal) {
+        int sig = stop_signal;
+        fprintf(stderr, "attnlim capture: %s; nothing was written to %s\n", err.msg,
+                out);
+        signal(sig, SIG_DFL);
+        raise(sig); /* the default action: the exit status says which signal */
+    }
     return rc ? cli_fail("capture", &err) : 0;
 }
