@@ -255,6 +255,30 @@ static int find_duplicate(const void *recs, size_t n, size_t size, size_t off, c
     return 0;
 }
 
+static int cmp_offset(const void *a, const void *b) {
+    const al__gguf_tensor *x = *(const al__gguf_tensor *const *)a;
+    const al__gguf_tensor *y = *(const al__gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Rejects two tensors sharing data bytes: a lying file, whose few bytes would otherwise stand
+ * for any number of tensors (a loader's float32 copy of them unbounded by the file size). */
+static int check_overlap(const al__gguf *g, al_error *err) {
+    size_t n = (size_t)g->n_tensors;
+    if (n < 2) return 0;
+    const al__gguf_tensor **by = al__malloc(n * sizeof *by, "GGUF tensor order", err);
+    if (!by) return AL_E_NOMEM;
+    for (size_t i = 0; i < n; i++) by[i] = &g->tensors[i];
+    qsort(by, n, sizeof *by, cmp_offset);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (by[i - 1]->offset + by[i - 1]->nbytes > by[i]->offset)
+            rc = al__err(err, AL_E_FORMAT, "%s: tensors '%s' and '%s' overlap in the data section",
+                         g->name, by[i - 1]->name, by[i]->name);
+    free(by);
+    return rc;
+}
+
 static int parse(al__gguf *g, al_error *err) {
     cursor c = {g->data, g->size, 0, g->name};
     int rc;
@@ -328,7 +352,7 @@ static int parse(al__gguf *g, al_error *err) {
                              offsetof(al__gguf_tensor, name), &dup, err)))
         return rc;
     if (dup) return al__err(err, AL_E_FORMAT, "%s: tensor '%s' appears twice", g->name, dup);
-    return 0;
+    return check_overlap(g, err);
 }
 
 int al__gguf_parse(const void *buf, size_t len, const char *name, al__gguf **out, al_error *err) {

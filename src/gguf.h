@@ -99,7 +99,8 @@ typedef struct al__gguf {
 /* Opens and validates a file (mmap). */
 int al__gguf_open(const char *path, al__gguf **out, al_error *err);
 /* Validates a buffer in memory (borrowed: it must outlive the result); name is used in
- * messages. The fuzz harness's entry point. */
+ * messages. The fuzz harness's entry point. Beyond the layout, two tensors may not share a
+ * data byte (a lying file: its bytes would stand for any number of tensors). */
 int al__gguf_parse(const void *buf, size_t len, const char *name, al__gguf **out, al_error *err);
 void al__gguf_close(al__gguf *g);
 
