@@ -45,7 +45,7 @@ const char *al_code_name(al_code code); /* "invalid argument", "format error", .
 
 /* ==== Arrays and NumPy .npy files ========================================================= */
 
-#define AL_MAX_DIMS 8
+#define AL_MAX_DIMS 64 /* numpy 2 allows 64 dimensions (numpy 1: 32) */
 
 typedef enum al_dtype { AL_F32 = 0, AL_F64 = 1 } al_dtype;
 

@@ -93,4 +93,10 @@ double al__rng_uniform(al__rng *r);  /* [0, 1) with 53 bits */
 double al__rng_normal(al__rng *r);   /* standard normal (Box-Muller, no cached state) */
 uint64_t al__hash64(uint64_t x);     /* SplitMix64 finaliser: mixes seeds with indices */
 
+/* numparse.c: one decimal number token (NUL-terminated) as the text readers and the CLI take it:
+ * [+-] digits [. digits] [e [+-] digits]. 0 with *out set (and *underflow = 1 when the value
+ * rounds to 0 or a subnormal), or why it is refused. */
+enum { AL__NUM_SYNTAX = 1, AL__NUM_HEX, AL__NUM_NONFINITE, AL__NUM_OVERFLOW };
+int al__number_token(const char *tok, double *out, int *underflow);
+
 #endif

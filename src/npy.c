@@ -160,11 +160,29 @@ static int parse_header(hparse *h, al_array *a, int *fortran) {
     return 0;
 }
 
+/* The first bytes of buf (at most 6) for a message: printable ASCII as is, the rest as \xNN. */
+static void magic_text(const void *buf, size_t len, char out[25]) {
+    const unsigned char *b = buf;
+    size_t k = 0;
+    for (size_t i = 0; i < len && i < 6; i++) {
+        if (b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\' && b[i] != '\'')
+            out[k++] = (char)b[i];
+        else
+            k += (size_t)snprintf(out + k, 5, "\\x%02x", b[i]);
+    }
+    out[k] = 0;
+}
+
 int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, al_error *err) {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
-    if (len == 0 || memcmp(b, "\x93NUMPY", len < 6 ? len : 6) != 0)
-        return al__err(err, AL_E_FORMAT, "%s: not a .npy file (bad magic)", name);
+    if (len == 0) return al__err(err, AL_E_FORMAT, "%s: empty file (not a .npy file)", name);
+    if (memcmp(b, "\x93NUMPY", len < 6 ? len : 6) != 0) {
+        char shown[6 * 4 + 1];
+        magic_text(b, len, shown);
+        return al__err(err, AL_E_FORMAT, "%s: not a .npy file (bad magic): it starts with '%s', not '\\x93NUMPY'",
+                       name, shown);
+    }
     if (len < 10) /* the start of a .npy file, cut inside the magic, version or header length */
         return al__err(err, AL_E_FORMAT, "%s: truncated .npy header (%zu bytes)", name, len);
     unsigned major = b[6];
@@ -214,7 +232,9 @@ int al_npy_read(const char *path, al_array *out, al_error *err) {
 }
 
 int al_npy_write(const char *path, const al_array *a, al_error *err) {
-    char dict[512];
+    if (!a || a->ndim < 0 || a->ndim > AL_MAX_DIMS || (a->dtype != AL_F32 && a->dtype != AL_F64))
+        return al__err(err, AL_E_INVALID, "%s: not a valid array to write", path);
+    char dict[128 + AL_MAX_DIMS * 24]; /* each dimension: at most 19 digits and ", " */
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                      a->dtype == AL_F64 ? "<f8" : "<f4");
     for (int i = 0; i < a->ndim; i++)

@@ -118,10 +118,29 @@ static void test_malformed(void **state) {
     n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }",
                  d, sizeof d);
     expect_error(buf, n, AL_E_FORMAT, "large");
-    /* too many dims */
-    n = make_npy(buf, sizeof buf, 1,
-                 "{'descr': '<f8', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,6), }", d, sizeof d);
-    expect_error(buf, n, AL_E_UNSUPPORTED, "dimensions");
+    /* ranks: 9, 32 and AL_MAX_DIMS = 64 (numpy 2's limit) are read; 65 is refused by name */
+    for (int nd = 9; nd <= AL_MAX_DIMS + 1; nd++) {
+        char dict[600];
+        int k = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (");
+        for (int i = 0; i < nd - 1; i++) k += snprintf(dict + k, sizeof dict - (size_t)k, "1, ");
+        snprintf(dict + k, sizeof dict - (size_t)k, "6), }");
+        n = make_npy(buf, sizeof buf, 1, dict, d, sizeof d);
+        if (nd > AL_MAX_DIMS) {
+            expect_error(buf, n, AL_E_UNSUPPORTED, "more than 64 dimensions");
+            continue;
+        }
+        al_array a;
+        al_error err = {0};
+        assert_int_equal(al_npy_parse(buf, n, "ok.npy", &a, &err), 0);
+        assert_int_equal(a.ndim, nd);
+        assert_int_equal(a.shape[nd - 1], 6);
+        assert_int_equal(al_array_numel(&a), 6);
+        al_array_free(&a);
+    }
+    /* a bad magic names the bytes found; an empty buffer is "empty" */
+    memcpy(buf, "PK\x03\x04\x14\x00", 6);
+    expect_error(buf, 64, AL_E_FORMAT, "(bad magic): it starts with 'PK\\x03\\x04\\x14\\x00'");
+    expect_error(buf, 0, AL_E_FORMAT, "empty file");
     /* Fortran order */
     n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", d, sizeof d);
     expect_error(buf, n, AL_E_UNSUPPORTED, "Fortran");
@@ -203,6 +222,20 @@ static void test_write_read_roundtrip(void **state) {
             al_array_free(&b);
         }
     }
+    /* the largest rank, with dimensions of 16 digits (numel 0): the header still fits */
+    int64_t shape[AL_MAX_DIMS];
+    for (int i = 0; i < AL_MAX_DIMS; i++) shape[i] = i == 0 ? 0 : 1000000000000000LL;
+    al_array a, b;
+    al_error err = {0};
+    a.dtype = AL_F64;
+    a.ndim = AL_MAX_DIMS;
+    memcpy(a.shape, shape, sizeof shape);
+    a.data = NULL;
+    assert_int_equal(al_npy_write(path, &a, &err), 0);
+    assert_int_equal(al_npy_read(path, &b, &err), 0);
+    assert_int_equal(b.ndim, AL_MAX_DIMS);
+    for (int i = 0; i < AL_MAX_DIMS; i++) assert_int_equal(b.shape[i], shape[i]);
+    al_array_free(&b);
     unlink(path);
 }
 
@@ -268,13 +301,64 @@ static void test_numbers(void **state) {
     assert_int_equal(al_parse_numbers(t, strlen(t), "in", &a, &err), 0);
     assert_int_equal(a.ndim, 1);
     al_array_free(&a);
-    const char *bad[] = {"1 2\n3", "1 nan 2", "inf", "1 x", "", "   \n ", "1e999",
-                         "1.00000000000000000000000000000000000000000000000000000000000000001"};
+    const char *bad[] = {"1 2\n3", "1 nan 2", "inf", "1 x", "", "   \n ", "1e999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = al_parse_numbers(bad[i], strlen(bad[i]), "in", &a, &err);
         if (rc == 0) fail_msg("'%s' parsed", bad[i]);
         assert_non_null(strstr(err.msg, "in"));
     }
+    /* refused, with the code and the words of the message (line and field named) */
+    static const struct {
+        const char *text;
+        al_code code;
+        const char *msg;
+    } cases[] = {
+        {"0x10 1", AL_E_FORMAT, "in: line 1, field 1: '0x10' is hexadecimal"},
+        {"1 -0X1p4", AL_E_FORMAT, "line 1, field 2: '-0X1p4' is hexadecimal"},
+        {"1\n2 Infinity", AL_E_RANGE, "line 2, field 2: Infinity is not finite"},
+        {"-inf", AL_E_RANGE, "line 1, field 1: -inf is not finite"},
+        {"NaN(123) 1", AL_E_RANGE, "line 1, field 1: NaN(123) is not finite"},
+        {"1,,2", AL_E_FORMAT, "line 1, field 2: empty field (two commas in a row)"},
+        {",1,2", AL_E_FORMAT, "line 1, field 1: empty field (the line starts with a comma)"},
+        {"1 2\n3,4,", AL_E_FORMAT, "line 2, field 3: empty field (the line ends with a comma)"},
+        {"1 , , 2", AL_E_FORMAT, "line 1, field 2: empty field (two commas in a row)"},
+        {"1 2e", AL_E_FORMAT, "line 1, field 2: '2e' is not a number"},
+        {"1 .", AL_E_FORMAT, "'.' is not a number"},
+        {"1 +-2", AL_E_FORMAT, "'+-2' is not a number"},
+        {"1 1e+", AL_E_FORMAT, "'1e+' is not a number"},
+        {"\x7f" "ELF", AL_E_FORMAT, "line 1, field 1: '\\x7fELF' is not a number"},
+        {"-1e309", AL_E_RANGE, "line 1, field 1: -1e309 is beyond the double range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = al_parse_numbers(cases[i].text, strlen(cases[i].text), "in", &a, &err);
+        if (rc != (int)cases[i].code || !strstr(err.msg, cases[i].msg))
+            fail_msg("'%s': rc %d, '%s' (wanted %d, '%s')", cases[i].text, rc, err.msg, cases[i].code, cases[i].msg);
+        assert_null(a.data);
+    }
+    /* a NUL inside a value is not a number (the value does not end at it) */
+    memset(&err, 0, sizeof err);
+    assert_int_equal(al_parse_numbers("1 2\0003", 5, "in", &a, &err), AL_E_FORMAT);
+    assert_non_null(strstr(err.msg, "field 2: '2\\x003' is not a number"));
+    /* accepted: every decimal form, commas with spaces, long digit strings (1 + 1e-65 rounds
+     * to 1), underflow to 0, CRLF line ends */
+    t = "+1, .5 ,5. -2.5e+2\r\n1E-2,-0 1.00000000000000000000000000000000000000000000000000000000000000001 1e-400\r\n";
+    assert_int_equal(al_parse_numbers(t, strlen(t), "in", &a, &err), 0);
+    assert_int_equal(a.ndim, 2);
+    double want2[8] = {1, 0.5, 5, -250, 0.01, -0.0, 1, 0};
+    assert_memory_equal(a.data, want2, sizeof want2);
+    al_array_free(&a);
+    /* a value of 1024 characters is refused by name, 1023 are read */
+    char *big = malloc(1100);
+    memset(big, '0', 1024);
+    big[0] = '1';
+    big[1] = '.';
+    assert_int_equal(al_parse_numbers(big, 1023, "in", &a, &err), 0);
+    assert_true(((double *)a.data)[0] == 1.0);
+    al_array_free(&a);
+    assert_int_equal(al_parse_numbers(big, 1024, "in", &a, &err), AL_E_FORMAT);
+    assert_non_null(strstr(err.msg, "line 1, field 1: a value longer than 1023 characters"));
+    free(big);
 }
 
 int main(void) {

@@ -37,7 +37,7 @@ class _Error(ctypes.Structure):
 
 class _Array(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
-                ("shape", ctypes.c_int64 * 8), ("data", ctypes.c_void_p)]
+                ("shape", ctypes.c_int64 * 64), ("data", ctypes.c_void_p)]
 
 
 def _load():

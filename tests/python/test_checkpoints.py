@@ -196,7 +196,7 @@ class Err(ctypes.Structure):
 
 
 class Arr(ctypes.Structure):
-    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * 8),
+    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * 64),
                 ("data", ctypes.c_void_p)]
 
 
