@@ -1,11 +1,13 @@
 /* cli.c: argument and input parsing, errors and JSON output shared by the subcommands. */
 #include "cli.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int cli_fail(const char *cmd, const al_error *err) {
     fprintf(stderr, "attnlim %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
@@ -36,11 +38,15 @@ static int set_err(al_error *err, al_code code, const char *fmt, ...) {
 
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err) {
     if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty value", what);
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*end != 0 || end == s) return set_err(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
-    if (errno == ERANGE || !isfinite(v)) return set_err(err, AL_E_RANGE, "%s: '%s' is out of range", what, s);
+    double v = 0;
+    int under = 0, why = al__number_token(s, &v, &under);
+    if (why == AL__NUM_HEX)
+        return set_err(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)", what, s);
+    if (why == AL__NUM_NONFINITE)
+        return set_err(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)", what, s);
+    if (why == AL__NUM_OVERFLOW || under)
+        return set_err(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)", what, s);
+    if (why) return set_err(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
     *out = v;
     return 0;
 }
@@ -57,48 +63,73 @@ int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, 
     return 0;
 }
 
+/* One item of an integer list at p: N or N-M (strtol numbers). Returns 0 with [*a, *b] and *end
+ * just past the item, or an error code with the message. */
+static int int_item(const char *p, const char *what, int item, long *a, long *b, const char **end,
+                    al_error *err) {
+    char *e;
+    if (*p == ',' || *p == 0)
+        return set_err(err, AL_E_INVALID, "%s: item %d is empty (%s)", what, item,
+                       *p == 0 ? "a comma at the end" : item == 1 ? "a comma at the start" : "two commas in a row");
+    errno = 0;
+    *a = strtol(p, &e, 10);
+    if (e == p) goto bad;
+    if (errno == ERANGE) goto big;
+    *b = *a;
+    if (*e == '-') {
+        const char *q = e + 1;
+        errno = 0;
+        *b = strtol(q, &e, 10);
+        if (e == q) goto bad;
+        if (errno == ERANGE) goto big;
+        if (*b < *a) return set_err(err, AL_E_INVALID, "%s: item %d: the range %ld-%ld runs backwards", what, item, *a, *b);
+    }
+    if (*e != ',' && *e != 0) goto bad;
+    if (*a < -2147483647L || *b > 2147483647L) goto big;
+    *end = e;
+    return 0;
+bad:;
+    const char *stop = p;
+    while (*stop && *stop != ',') stop++;
+    return set_err(err, AL_E_INVALID, "%s: item %d, '%.*s', is not an integer N or a range N-M (e.g. 1,5,10 or 1-16,18)",
+                   what, item, (int)(stop - p > 64 ? 64 : stop - p), p);
+big:
+    return set_err(err, AL_E_RANGE, "%s: item %d is outside the int range", what, item);
+}
+
 int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err) {
     *out = NULL;
     *n = 0;
     if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty list", what);
-    size_t cap = 16, cnt = 0;
-    int *v = malloc(cap * sizeof *v);
-    if (!v) return set_err(err, AL_E_NOMEM, "out of memory");
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long a = strtol(p, &end, 10), b;
-        if (end == p || errno) goto bad;
-        b = a;
-        if (*end == '-') {
-            const char *q = end + 1;
-            b = strtol(q, &end, 10);
-            if (end == q || errno || b < a) goto bad;
-        }
-        if (a < -2147483647L || b > 2147483647L || b - a > 10000000L) goto bad;
-        for (long x = a; x <= b; x++) {
-            if (cnt == cap) {
-                cap *= 2;
-                int *nv = realloc(v, cap * sizeof *v);
-                if (!nv) {
-                    free(v);
-                    return set_err(err, AL_E_NOMEM, "out of memory");
-                }
-                v = nv;
-            }
-            v[cnt++] = (int)x;
-        }
-        if (*end == ',') end++;
-        else if (*end != 0) goto bad;
-        p = end;
+    /* first pass: check every item and the expanded length (before any allocation) */
+    long long total = 0;
+    int item = 1;
+    for (const char *p = s;; item++) {
+        long a = 0, b = -1;
+        const char *end = p;
+        int rc = int_item(p, what, item, &a, &b, &end, err);
+        if (rc) return rc;
+        total += (long long)b - a + 1;
+        if (total > CLI_MAX_LIST)
+            return set_err(err, AL_E_RANGE, "%s: the list expands to more than %d entries (item %d%s%ld-%ld)", what,
+                           CLI_MAX_LIST, item, a == b ? "" : ", the range ", a, b);
+        if (*end == 0) break;
+        p = end + 1;
+    }
+    int *v = malloc((size_t)total * sizeof *v);
+    if (!v) return set_err(err, AL_E_NOMEM, "%s: out of memory", what);
+    size_t cnt = 0;
+    for (const char *p = s;;) {
+        long a = 0, b = -1;
+        const char *end = p;
+        int_item(p, what, 1, &a, &b, &end, NULL); /* checked above */
+        for (long x = a; x <= b; x++) v[cnt++] = (int)x;
+        if (*end == 0) break;
+        p = end + 1;
     }
     *out = v;
     *n = (int)cnt;
     return 0;
-bad:
-    free(v);
-    return set_err(err, AL_E_INVALID, "%s: '%s' is not a list of integers like 1,5,10 or 1-16,18", what, s);
 }
 
 int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err) {
@@ -152,7 +183,19 @@ int cli_read_array(const char *path, al_array *out, al_error *err) {
     }
     buf[n] = 0;
     int rc;
-    if (n >= 1 && (unsigned char)buf[0] == 0x93) { /* .npy (a text file cannot start so) */
+    if (n == 0) {
+        free(buf);
+        return set_err(err, AL_E_INVALID, "%s: empty %s", name, strcmp(name, "<stdin>") ? "file" : "input");
+    }
+    /* .npy: by the name, by the first byte (a text file cannot start with 0x93), or by bytes no
+     * text of numbers holds (NUL and other control characters): a bad magic is named as such */
+    size_t nl = strlen(name);
+    int npy = (nl >= 4 && strcasecmp(name + nl - 4, ".npy") == 0) || (unsigned char)buf[0] == 0x93;
+    for (size_t i = 0; i < n && !npy; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        npy = (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f') || c == 0x7f;
+    }
+    if (npy) {
         al_array raw;
         rc = al_npy_parse(buf, n, name, &raw, err);
         if (rc == 0) {
@@ -170,11 +213,26 @@ int cli_read_array(const char *path, al_array *out, al_error *err) {
                     break;
                 }
         }
-    } else
-        rc = cli_parse_numbers(buf, n, name, out, err);
+    } else {
+        size_t bom = n >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
+        rc = cli_parse_numbers(buf + bom, n - bom, name, out, err);
+    }
     free(buf);
+    if (rc == 0 && al_array_numel(out) == 0) { /* (a .npy of shape (0,), (0, 3), (2, 0), ...) */
+        char shape[64 + 24 * AL_MAX_DIMS];
+        size_t k = 0;
+        for (int i = 0; i < out->ndim; i++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? ", " : "", (long long)out->shape[i]);
+        shape[k] = 0;
+        rc = set_err(err, AL_E_INVALID, "%s: empty array (shape (%s%s)): no numbers", name, shape,
+                     out->ndim == 1 ? "," : "");
+        al_array_free(out);
+    }
     return rc;
 }
+
+const char *cli_input_name(const char *path) { return (!path || strcmp(path, "-") == 0) ? "<stdin>" : path; }
+
 
 void cli_print_json(cJSON *obj, int pretty) {
     char *s = pretty ? cJSON_Print(obj) : cJSON_PrintUnformatted(obj);
@@ -201,7 +259,16 @@ int cli_read_rows(const char *input, al_array *out, al_error *err) {
         int nd = out->ndim;
         al_array_free(out);
         return set_err(err, AL_E_INVALID, "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
-                       input && strcmp(input, "-") ? input : "<stdin>", nd);
+                       cli_input_name(input), nd);
     }
     return 0;
+}
+
+void cli_row_error(const char *input, const al_array *a, int64_t row, al_error *err) {
+    char m[sizeof err->msg];
+    if (a->ndim == 2)
+        snprintf(m, sizeof m, "%s: row %lld: %s", cli_input_name(input), (long long)row, err->msg);
+    else
+        snprintf(m, sizeof m, "%s: %s", cli_input_name(input), err->msg);
+    memcpy(err->msg, m, sizeof m);
 }

@@ -36,7 +36,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Strict number parsing of a command-line value; what names the option in the message. */
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);
-/* "1,5,10" or "1-16" ranges mixed: "1-16,18,20"; *out malloc'ed. */
+/* "1,5,10" or "1-16" ranges mixed: "1-16,18,20"; *out malloc'ed. An empty item, a bad item, a
+ * backwards range and a list expanding to more than CLI_MAX_LIST entries are errors naming the
+ * option and the item (checked before anything is allocated). */
+#define CLI_MAX_LIST 1000000
 int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err);
 int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err);
 
@@ -44,8 +47,13 @@ int cli_parse_double_list(const char *s, const char *what, double **out, int *n,
  * One line -> a 1-D array; several lines of equal length -> 2-D. NaN/Inf are rejected with
  * the position. name is used in messages. */
 int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err);
-/* An array from path: .npy (by its magic) or text numbers; NULL or "-" reads stdin. */
+/* An array from path (NULL or "-" reads stdin): a .npy file when the name ends in .npy, the
+ * first byte is 0x93 or the bytes are not text (NUL or other control characters), its magic then
+ * required ("not a .npy file (bad magic)"); else text numbers. An empty file and an array
+ * without elements (a zero dimension) are errors naming the file. */
 int cli_read_array(const char *path, al_array *out, al_error *err);
+/* "<stdin>" for NULL or "-", else path. */
+const char *cli_input_name(const char *path);
 
 /* The options shared by normalize and jacobian (parsed by cmd_norm_options, cmd_normalize.c). */
 typedef struct norm_opts {
@@ -59,6 +67,9 @@ int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, nor
 /* Logits rows from input (see cli_read_array): a 1-D row or 2-D rows, else an error naming the
  * input. */
 int cli_read_rows(const char *input, al_array *out, al_error *err);
+/* Prefixes err->msg (an error on row `row` of rows a read from input) with the input's name and,
+ * for 2-D input, "row R: ". */
+void cli_row_error(const char *input, const al_array *a, int64_t row, al_error *err);
 
 /* Prints a JSON object on stdout (formatted when pretty), frees it. */
 void cli_print_json(cJSON *obj, int pretty);

@@ -115,11 +115,7 @@ int cmd_jacobian(int argc, char **argv) {
     for (int64_t r = 0; r < rows; r++) {
         row_result res;
         if (one_row(&o, z + r * n, n, &res, &err)) {
-            if (a.ndim == 2) {
-                char m[sizeof err.msg];
-                snprintf(m, sizeof m, "row %lld: %s", (long long)r, err.msg);
-                memcpy(err.msg, m, sizeof m);
-            }
+            cli_row_error(o.input, &a, r, &err);
             cJSON_Delete(list);
             al_array_free(&a);
             return cli_fail("jacobian", &err);

@@ -107,11 +107,7 @@ int cmd_normalize(int argc, char **argv) {
     }
     for (int64_t r = 0; r < rows; r++) {
         if (al_norm_forward(&o.nm, z + r * n, n, p + r * n, &err)) {
-            if (a.ndim == 2) {
-                char m[sizeof err.msg];
-                snprintf(m, sizeof m, "row %lld: %s", (long long)r, err.msg);
-                memcpy(err.msg, m, sizeof m);
-            }
+            cli_row_error(o.input, &a, r, &err);
             free(p);
             al_array_free(&a);
             return cli_fail("normalize", &err);

@@ -381,6 +381,8 @@ def test_cli_bad_input():
     r = run(["normalize", "--json"], "1 2 nan 4")
     assert r.returncode != 0 and ("not finite" in r.stderr or "NaN" in r.stderr)
     r = run(["normalize", "--json"], "")
+    assert r.returncode != 0 and "<stdin>: empty input" in r.stderr
+    r = run(["normalize", "--json"], " \n")
     assert r.returncode != 0 and "no numbers" in r.stderr
     r = run(["normalize", "--input", "/nonexistent/z.npy"])
     assert r.returncode != 0 and "/nonexistent/z.npy" in r.stderr
