@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import struct
 import subprocess
 
@@ -195,8 +196,12 @@ class Err(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
 
 
+# al_array's shape has AL_MAX_DIMS entries: read from the header, so the layout follows it
+AL_MAX_DIMS = int(re.search(r"#define AL_MAX_DIMS (\d+)", pathlib.Path(SRC, "include", "attnlim.h").read_text())[1])
+
+
 class Arr(ctypes.Structure):
-    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * 64),
+    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * AL_MAX_DIMS),
                 ("data", ctypes.c_void_p)]
 
 
@@ -238,6 +243,16 @@ def info(path):
     return json.loads(run("info", "--model", path, "--json", check=0).stdout)
 
 
+def file_sha(path):
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def identity(d, names):
+    """The model identity from the files themselves: SHA-256 of the sorted sha256sum lines."""
+    lines = "".join(f"{file_sha(pathlib.Path(d) / n)}  {n}\n" for n in sorted(names, key=str.encode))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
 def n_params(L, C, T, V):
     return sum(int(np.prod(s)) for s in gpt2_shapes(L, C, T, V).values())
 
@@ -270,7 +285,7 @@ def test_safetensors_values(tmp_path, prefix, dtype):
     assert meta["n_kv_head"] == H and meta["d_head"] == C // H and meta["d_ff"] == 4 * C
     assert meta["n_params"] == n_params(L, C, T, V)
     assert meta["dtype"] == dtype.lower()
-    assert meta["sha256"] == hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
+    assert meta["sha256"] == identity(d, ["config.json", "model.safetensors"])
 
 
 def test_lm_head_tied_and_bare_file(tmp_path):
@@ -650,3 +665,276 @@ def test_cli_usage(tmp_path):
             check=1)
     assert "n_head 3 does not divide n_embd 8" in r.stderr and not (tmp_path / "x").exists()
     assert "/nonexistent" in run("verify", "--model", "/nonexistent", check=1).stderr
+
+
+# ---- model identity, and what capture / perplexity / info say about their outputs ----------------
+# (expected values from the files themselves with hashlib, numpy and ctypes on the runtime
+# libraries; never from our own output)
+
+
+def capture(*args, check=0, cwd=None):
+    p = subprocess.run([BIN, "capture", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert p.returncode >= 0, f"crashed with signal {-p.returncode}\n{p.stderr}"
+    if check is not None:
+        assert p.returncode == check, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def files_of(d, names, roles):
+    return [{"name": n, "role": roles[n], "bytes": (pathlib.Path(d) / n).stat().st_size,
+             "sha256": file_sha(pathlib.Path(d) / n)} for n in sorted(names, key=str.encode)]
+
+
+def strip_paths(files):
+    return [{k: v for k, v in f.items() if k != "path"} for f in files]
+
+
+def write_ids(path, ids):
+    pathlib.Path(path).write_text(" ".join(map(str, ids)) + "\n")
+    return path
+
+
+def test_identity_covers_config_index_and_every_shard(tmp_path):
+    L, H, C, T, V = SHAPE.values()
+    p = random_gpt2(L, C, T, V, seed=11)
+    d = write_hf_dir(tmp_path / "one", p, config(L, H, C, T, V))
+    js = info(d)
+    assert js["sha256"] == identity(d, ["config.json", "model.safetensors"])
+    assert js["files"] == files_of(d, ["config.json", "model.safetensors"],
+                                   {"config.json": "config", "model.safetensors": "weights"})
+    assert info(d / "model.safetensors")["sha256"] == js["sha256"]  # the bare file: config beside it
+    # config.json is part of the identity: a change there is a different model
+    cfg = config(L, H, C, T, V, _name_or_path="renamed")
+    (d / "config.json").write_text(json.dumps(cfg))
+    js2 = info(d)
+    assert js2["sha256"] == identity(d, ["config.json", "model.safetensors"]) != js["sha256"]
+
+    # sharded: config, index and all three shards
+    s = tmp_path / "sharded"
+    s.mkdir()
+    names, wm = list(p), {}
+    shards = {f"model-{i + 1:05d}-of-00003.safetensors": names[i::3] for i in range(3)}
+    for fn, ns in shards.items():
+        write_safetensors(s / fn, [(k, p[k], "F32") for k in ns])
+        wm.update({k: fn for k in ns})
+    (s / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    (s / "config.json").write_text(json.dumps(config(L, H, C, T, V)))
+    all_files = ["config.json", "model.safetensors.index.json", *shards]
+    roles = {"config.json": "config", "model.safetensors.index.json": "index", **{fn: "weights" for fn in shards}}
+    js = info(s)
+    assert js["sha256"] == identity(s, all_files)
+    assert js["files"] == files_of(s, all_files, roles)
+    # a weight changed in the last shard, index untouched: another identity (the old hash of the
+    # index alone could not see it)
+    last = list(shards)[-1]
+    q = {k: p[k].copy() for k in shards[last]}
+    q[shards[last][0]].flat[0] += 1.0
+    write_safetensors(s / last, [(k, q[k], "F32") for k in shards[last]])
+    js3 = info(s)
+    assert js3["sha256"] == identity(s, all_files) != js["sha256"]
+    assert {f["name"]: f["sha256"] for f in js3["files"]}[last] == file_sha(s / last)
+
+    # llm.c: the one file (its header is the config)
+    write_llmc(tmp_path / "m.bin", p, L, H, C, T, V, 3)
+    js = info(tmp_path / "m.bin")
+    assert js["sha256"] == identity(tmp_path, ["m.bin"])
+    assert strip_paths(js["files"]) == files_of(tmp_path, ["m.bin"], {"m.bin": "weights"})
+
+    # capture's manifest: the same identity and files, the path absolute and as given
+    ids = write_ids(tmp_path / "ids.txt", np.random.default_rng(1).integers(0, V, 40))
+    capture("--model", "sharded", "--tokens", ids, "--length", 8, "--out", tmp_path / "cap", cwd=tmp_path)
+    man = json.loads((tmp_path / "cap" / "manifest.json").read_text())["model"]
+    assert man["sha256"] == identity(s, all_files)
+    assert strip_paths(man["files"]) == files_of(s, all_files, roles)
+    assert [f["path"] for f in man["files"]] == [str(s.resolve() / f) for f in sorted(all_files, key=str.encode)]
+    assert man["path_given"] == "sharded"
+    assert man["path"] == str((s / "model.safetensors.index.json").resolve())
+
+
+def runtime_versions():
+    import ctypes.util
+    out = {}
+    cj = ctypes.CDLL(ctypes.util.find_library("cjson"))
+    cj.cJSON_Version.restype = ctypes.c_char_p
+    out["cjson"] = cj.cJSON_Version().decode()
+    ca = ctypes.CDLL(ctypes.util.find_library("cairo"))
+    ca.cairo_version_string.restype = ctypes.c_char_p
+    out["cairo"] = ca.cairo_version_string().decode()
+    cr = ctypes.CDLL(ctypes.util.find_library("crypto"))
+    cr.OpenSSL_version.restype = ctypes.c_char_p
+    cr.OpenSSL_version.argtypes = [ctypes.c_int]
+    out["openssl"] = cr.OpenSSL_version(0).decode()  # OPENSSL_VERSION
+    pc = ctypes.CDLL(ctypes.util.find_library("pcre2-8"))
+    buf = ctypes.create_string_buffer(64)
+    assert pc.pcre2_config_8(11, buf) > 0  # PCRE2_CONFIG_VERSION
+    out["pcre2"] = buf.value.decode()
+    return out
+
+
+def test_capture_manifest_describes_itself(tmp_path):
+    model = tmp_path / "m"
+    run("make-model", "--layers", 2, "--heads", 2, "--embd", 16, "--ctx", 64, "--vocab", 50257, "--seed", 3,
+        "--out", model, check=0)
+    out = tmp_path / "cap"
+    capture("--model", model, "--corpus", "war-and-peace", "--length", 24, "--what", "logits,weights", "--out", out)
+    man = json.loads((out / "manifest.json").read_text())
+    v = man["versions"]
+    for k, want in runtime_versions().items():
+        assert v[k] == want, k
+    assert v["openblas"].startswith("OpenBLAS") and v["compiler"].split()[0] in ("gcc", "clang")
+    git = subprocess.run(["git", "-C", SRC, "rev-parse", "--git-dir"], capture_output=True)
+    if git.returncode == 0 and v["git_commit"] != "unknown":
+        assert len(v["git_commit"]) == 40
+        assert subprocess.run(["git", "-C", SRC, "cat-file", "-e", v["git_commit"] + "^{commit}"]).returncode == 0
+    else:
+        assert v["git_commit"] == "unknown"
+    # the tokenizer files: each hashed as it is, and against the shared data's pinned list
+    pinned = dict(reversed(line.split()) for line in open(os.path.join(DATA, "SHA256SUMS")) if line.strip())
+    tz = man["tokens"]["tokenizer"]
+    assert [f["name"] for f in tz["files"]] == ["encoder.json", "vocab.bpe"]
+    for f in tz["files"]:
+        assert f["sha256"] == file_sha(f["path"]) == pinned["gpt2/" + f["name"]]
+        assert f["bytes"] == os.path.getsize(f["path"]) and os.path.isabs(f["path"])
+    lines = "".join(f"{f['sha256']}  {f['name']}\n" for f in tz["files"])
+    assert tz["sha256"] == hashlib.sha256(lines.encode()).hexdigest()
+    assert man["tokens"]["invalid_utf8_at"] is None
+    # the model: absolute path and as given, identity, no load warnings
+    assert man["model"]["path"] == str((model / "model.safetensors").resolve())
+    assert man["model"]["path_given"] == str(model)
+    assert man["model"]["sha256"] == identity(model, ["config.json", "model.safetensors"])
+    assert man["model"]["load_warnings"] == [] and man["nonfinite_values"] == 0
+    # the masked-entry convention it states is the one the arrays follow
+    conv = man["conventions"]["masked_entries"]
+    assert "-inf" in conv and "weights 0" in conv
+    T = 24
+    above = np.triu(np.ones((T, T), bool), 1)
+    for l in range(2):
+        z, w = np.load(out / f"layer{l}.logits.npy"), np.load(out / f"layer{l}.weights.npy")
+        assert np.all(z[:, above] == -np.inf) and np.all(np.isfinite(z[:, ~above]))
+        assert np.all(w[:, above] == 0) and np.all(np.isfinite(w))
+
+
+def test_nonfinite_outputs_fail_unless_allowed(tmp_path):
+    L, H, C, T, V = SHAPE.values()
+    p = random_gpt2(L, C, T, V, seed=12)
+    p["h.0.attn.c_attn.weight"][3, 5] = np.nan  # column 5: q of head 1 (d_head 4)
+    d = write_hf_dir(tmp_path / "nan", p, config(L, H, C, T, V))
+    ids = write_ids(tmp_path / "ids.txt", np.random.default_rng(2).integers(0, V, 40))
+    # info (and verify against a table of these very tensors) only warn: exit 0
+    r = run("info", "--model", d, "--json", check=0)
+    assert "h.0.attn.c_attn.weight" in r.stderr and "NaN/Inf" in r.stderr
+    lw = json.loads(r.stdout)["load_warnings"]
+    assert [(w["tensor"], w["nonfinite"], w["first_index"]) for w in lw] == [("h.0.attn.c_attn.weight", 1, 3 * 3 * C + 5)]
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("".join(f"transformer.{k}\t{v.nbytes}\t{hashlib.sha256(v.astype('<f4').tobytes()).hexdigest()}\n"
+                           for k, v in p.items()))
+    run("verify", "--model", d, "--table", tsv, check=0)  # verify compares bytes: no new failure
+    # capture: an error naming the layer, the array, the head, the model file and the tensor
+    out = tmp_path / "cap"
+    r = capture("--model", d, "--tokens", ids, "--length", 10, "--what", "weights", "--out", out, check=1)
+    for needle in ("layer 0 weights", "NaN/Inf", "head 1", str(d / "model.safetensors"), "h.0.attn.c_attn.weight",
+                   "--allow-nonfinite"):
+        assert needle in r.stderr, (needle, r.stderr)
+    assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".capture-")]
+    # --allow-nonfinite: written, counted per file, the load warning recorded
+    capture("--model", d, "--tokens", ids, "--length", 10, "--what", "logits,weights", "--out", out,
+            "--allow-nonfinite")
+    man = json.loads((out / "manifest.json").read_text())
+    assert [w["tensor"] for w in man["model"]["load_warnings"]] == ["h.0.attn.c_attn.weight"]
+    assert man["model"]["load_warnings"][0]["file"] == str(d / "model.safetensors")
+    above = np.triu(np.ones((10, 10), bool), 1)
+    total = 0
+    for f in man["files"]:
+        a = np.load(out / f["file"])
+        bad = ~np.isfinite(a)
+        if f["what"] == "logits":
+            bad &= ~(above[None] & (a == -np.inf))  # the masked entries are -inf by convention
+        assert f.get("nonfinite", 0) == int(bad.sum()), f
+        total += int(bad.sum())
+    assert total > 0 and man["nonfinite_values"] == total
+    # perplexity: a NaN NLL is an error naming the window and the tensor
+    r = run("perplexity", "--model", d, "--tokens", ids, "--length", 10, check=1)
+    assert "window 0" in r.stderr and "NaN" in r.stderr and "h.0.attn.c_attn.weight" in r.stderr
+    r = run("perplexity", "--model", d, "--tokens", ids, "--length", 10, "--allow-nonfinite", "--json", check=0)
+    assert json.loads(r.stdout)["nll"] is None and "warning" in r.stderr
+
+    # a NaN that reaches no captured array (the final LayerNorm): capture succeeds, says so
+    p = random_gpt2(L, C, T, V, seed=12)
+    p["ln_f.bias"][2] = np.inf
+    d2 = write_hf_dir(tmp_path / "inf", p, config(L, H, C, T, V))
+    out2 = tmp_path / "cap2"
+    r = capture("--model", d2, "--tokens", ids, "--length", 10, "--what", "weights", "--out", out2)
+    assert "ln_f.bias" in r.stderr
+    man = json.loads((out2 / "manifest.json").read_text())
+    assert [(w["tensor"], w["nonfinite"]) for w in man["model"]["load_warnings"]] == [("ln_f.bias", 1)]
+    assert man["nonfinite_values"] == 0
+    r = run("perplexity", "--model", d2, "--tokens", ids, "--length", 10, check=1)
+    assert "ln_f.bias" in r.stderr and "window 0" in r.stderr
+
+
+def test_invalid_utf8_same_warning_everywhere(tmp_path):
+    model = tmp_path / "m"
+    run("make-model", "--layers", 1, "--heads", 2, "--embd", 16, "--ctx", 64, "--vocab", 50257, "--seed", 4,
+        "--out", model, check=0)
+    text = b"It was in July, 1805, and the speaker was the well-known Anna Pavlovna. \xff\xfe" + b"And then " * 20
+    f = tmp_path / "bad.txt"
+    f.write_bytes(text)
+    try:
+        text.decode("utf-8")
+        raise AssertionError("the text must be invalid")
+    except UnicodeDecodeError as e:
+        at = e.start
+    want = f"warning: {f} is not valid UTF-8 at byte {at} (0x{text[at]:02x});"
+    lines = {}
+    for cmd, args in (("tokenize", [f]),
+                      ("capture", ["--model", model, "--corpus", f, "--length", 16, "--out", tmp_path / "cap"]),
+                      ("perplexity", ["--model", model, "--corpus", f, "--length", 16])):
+        r = run(cmd, *args, check=0)
+        got = [ln for ln in r.stderr.splitlines() if "UTF-8" in ln]
+        assert len(got) == 1 and got[0].startswith(f"attnlim {cmd}: {want}"), (cmd, r.stderr)
+        lines[cmd] = got[0][len(f"attnlim {cmd}: "):]
+    assert len(set(lines.values())) == 1  # the same words after the command's name
+    man = json.loads((tmp_path / "cap" / "manifest.json").read_text())
+    assert man["tokens"]["invalid_utf8_at"] == at
+
+
+def test_perplexity_window_spread(tmp_path):
+    L, H, C, T, V = SHAPE.values()
+    d = write_hf_dir(tmp_path / "m", random_gpt2(L, C, T, V, seed=13), config(L, H, C, T, V))
+    ids = write_ids(tmp_path / "ids.txt", np.random.default_rng(3).integers(0, V, 7 * 12))
+    names = ["min", "median", "max", "p2_5", "p97_5"]
+    pct = [0, 50, 100, 2.5, 97.5]
+    js = json.loads(run("perplexity", "--model", d, "--tokens", ids, "--length", 12, "--windows", 7, "--json",
+                        check=0).stdout)
+    per = np.array(js["per_window_nll"])
+    assert per.shape == (7,) and len(set(per.tolist())) == 7
+    assert abs(js["nll"] - per.mean()) <= 1e-12 * abs(per.mean())
+    for spread, vals in (("nll_spread", per), ("perplexity_spread", np.exp(per))):
+        want = np.percentile(vals, pct)  # numpy's default (linear)
+        got = [js[spread][n] for n in names]
+        assert np.allclose(got, want, rtol=1e-12, atol=0), (spread, got, want)
+    text = run("perplexity", "--model", d, "--tokens", ids, "--length", 12, "--windows", 7, check=0).stdout
+    assert "95% interval" in text and f"min {per.min():.6f}" in text
+    # one window: the spread is the value itself
+    js = json.loads(run("perplexity", "--model", d, "--tokens", ids, "--length", 12, "--json", check=0).stdout)
+    assert all(js["nll_spread"][n] == js["nll"] for n in names)
+    # the help names the keys the output has
+    help_text = run("perplexity", "--help", check=0).stdout
+    for key in ("per_window_nll", "nll_spread", "perplexity_spread"):
+        assert f'"{key}"' in help_text and key in js
+    assert all(f'"{n}"' in help_text for n in names)
+    assert '"per_window"' not in help_text
+
+
+def test_model_name_from_dot_and_list_items(tmp_path):
+    L, H, C, T, V = SHAPE.values()
+    d = write_hf_dir(tmp_path / "my-model", random_gpt2(L, C, T, V, seed=14), config(L, H, C, T, V))
+    for spelling in (".", "./", "../my-model/"):
+        r = subprocess.run([BIN, "info", "--model", spelling, "--json", "--no-hash"], capture_output=True,
+                           text=True, cwd=d, check=True)
+        assert json.loads(r.stdout)["name"] == "my-model", spelling
+    ids = write_ids(tmp_path / "ids.txt", range(20))
+    for what in ("weights,", ",weights", "weights,,q"):
+        r = capture("--model", d, "--tokens", ids, "--length", 4, "--what", what, "--out", tmp_path / "x", check=2)
+        assert "empty item" in r.stderr
+    assert not (tmp_path / "x").exists()
