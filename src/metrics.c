@@ -756,8 +756,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             double tdt = cancel_tau(2.0 * N + (double)d + 3.0), tQ2 = tdt * Q * Q;
             double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
             double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
-            double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
-#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
+            double dt = 0, b = 0, cf = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, cf, es) reduction(max : d1) reduction(min : mdt, mE)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i], p = pa[i];
                 double t2 = FMA(-2.0 * ai, c[i], p + ss);
@@ -766,6 +766,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
                 mdt = mdt < ft ? mdt : ft;
                 b = FMA(ns[i], ai, b);
+                cf = FMA(ns[i], A1 - ai, cf); /* (n-N) abar - b, without its cancellation */
                 double dd = ns[i] * D[i];
                 d1 = d1 > dd ? d1 : dd;
                 double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
@@ -785,7 +786,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 }
             }
             r.dtilde = dt;
-            r.dmax = b * sqrt(d1) + ((double)(n - N) * A1 - b) * m;
+            r.dmax = b * sqrt(d1) + cf * m;
             r.E = (double)(n - N) / (double)n * es;
             if (o->mc_samples > 0)
                 mc_row(a, n, N, rc, w, o->mc_samples, o->mc_seed, &r.E_mc, &r.E_mc_var);

@@ -1,11 +1,18 @@
 /* test_metrics.c: properties and closed forms of the metrics (src/metrics.c) and of Algorithm 5
  * (src/sensitivity.c):
- *  - dtilde <= dmax on 100,000 seeded random rows with non-negative weights (every N < n);
- *  - the Monte-Carlo E lies above the analytic E within 4 standard errors (Jensen);
- *  - closed forms: equal weights on equal vectors (dtilde = dmax = E = (n-N)(N-1)/n |x|, and
- *    N_s = 0), r = 0, two equal logits (spectral norm 1/(2T)), uniform logits (1/(nT)),
- *    sparsemax on a two-element support (1/T);
+ *  - dtilde <= dmax on 100,000 seeded random rows with non-negative weights (every N < n),
+ *    among them identical, near-duplicate (gaps 1e-12..1e-2 relative) and clustered vector
+ *    sets and tied weights, within a stated rounding slack;
+ *  - E against the exact expectation over all N-subsets (enumerated) on 100,000 rows:
+ *    E_exact >= E (Jensen) always, and the Monte-Carlo E_mc against E_exact (Hoeffding per
+ *    row, one z-test over all rows, and its reported standard errors);
+ *  - closed forms: equal weights on equal vectors (dtilde = dmax = E = (n-N)(N-1)/n |x|, N = 1
+ *    included: exactly 0, and N_s = 0), the audit's degenerate heads and rows (exact zeros),
+ *    identical vectors with tied weights (dtilde = |x| sum (abar - alpha_i)), r = 0, two equal
+ *    logits (spectral norm 1/(2T)), uniform logits (1/(nT)), sparsemax on a two-element
+ *    support (1/T);
  *  - every softmax spectral norm <= 1/(2T), the finite difference <= the spectral norm;
+ *  - one row (al_row_vanishing, al_row_sensitivity) equals the head's row;
  *  - edge cases: n = 1, N >= n, NaN/Inf (the error names the position), empty input, extreme
  *    temperatures and logits of +-1e30;
  *  - heads computed in parallel threads equal the same heads computed one by one. */
@@ -31,7 +38,7 @@ static al_metrics_opts opts_all(const int *Ns, int nN) {
 
 /* a random row of n non-negative weights of one of several kinds */
 static void random_weights(al__rng *r, double *a, int n) {
-    int kind = (int)(al__rng_uniform(r) * 5);
+    int kind = (int)(al__rng_uniform(r) * 6);
     double s = 0, scale = 0.1 + 6 * al__rng_uniform(r);
     for (int i = 0; i < n; i++) {
         switch (kind) {
@@ -46,109 +53,382 @@ static void random_weights(al__rng *r, double *a, int n) {
             break; /* sparse zeros */
         case 3:
             a[i] = (double)(int)(al__rng_uniform(r) * 3);
-            break; /* ties, zeros */
+            break; /* ties (at the top too), zeros */
+        case 4:
+            a[i] = 1.0;
+            break; /* all equal */
         default:
             a[i] = 5 * al__rng_uniform(r) * al__rng_uniform(r);
             break; /* sum != 1 */
         }
         s += a[i];
     }
-    if (kind <= 2 && s > 0)
+    if (kind <= 4 && s > 0)
         for (int i = 0; i < n; i++) a[i] /= s;
 }
 
-static void random_vectors(al__rng *r, double *x, int n, int d) {
+/* n vectors in R^d at a random scale, of one of several kinds: Gaussian; with one duplicated
+ * pair; all identical; near-duplicates of one vector (relative gap 1e-12..1e-2); two clusters
+ * of near-duplicates. Returns the kind. */
+static int random_vectors(al__rng *r, double *x, int n, int d) {
     double scale = exp(2 * al__rng_normal(r));
+    int kind = (int)(al__rng_uniform(r) * 5);
+    double gap = scale * pow(10.0, -12 + 10 * al__rng_uniform(r));
     for (int i = 0; i < n * d; i++) x[i] = scale * al__rng_normal(r);
-    if (n > 2 && al__rng_uniform(r) < 0.2) /* a duplicated vector */
-        memcpy(x + d, x, sizeof(double) * (size_t)d);
+    for (int i = 1; i < n; i++) {
+        const double *c = x + (kind == 4 ? (i % 2) * d : 0); /* cluster centre: x_0 or x_1 */
+        if (i < 2 && kind == 4) continue;
+        for (int k = 0; k < d; k++) {
+            if (kind == 1 && i == 1) x[i * d + k] = x[k];
+            if (kind == 2) x[i * d + k] = x[k];
+            if (kind == 3 || kind == 4) x[i * d + k] = c[k] + gap * al__rng_normal(r);
+        }
+    }
+    return kind;
+}
+
+/* I_N of METHOD 3 by a plain sort of the indices (larger weight first, ties: lower index) */
+static void ref_select(const double *a, int n, int *ord) {
+    for (int i = 0; i < n; i++) {
+        int p = i;
+        while (p > 0 && (a[ord[p - 1]] < a[i])) {
+            ord[p] = ord[p - 1];
+            p--;
+        }
+        ord[p] = i;
+    }
+}
+
+static double norm_d(const double *v, int d) {
+    double s = 0;
+    for (int k = 0; k < d; k++) s += v[k] * v[k];
+    return sqrt(s);
 }
 
 /* ---- dtilde <= dmax ---------------------------------------------------------------------- */
+
+/* The bound's rounding slack: dtilde <= dmax + RHO dtilde + BOUND_ULPS u scale (u = 2^-53),
+ * scale = sum_{i not in I} (|alpha_i| |x_i| + sum_{j in I} |alpha_j| |x_j|), the triangle bound
+ * of dtilde (the size of what its terms are computed from). The bound is tight (equal) on
+ * identical vectors, where both sides carry their roundings: RHO = 1e-10 is the accuracy
+ * attnlim.h states for every term of dtilde (a term just above src/metrics.c's cancellation
+ * threshold carries up to that: the expansion's rounding times (|alpha_i x_i| + |s|)^2 / t_i^2,
+ * seen up to ~80 ulps of scale here), BOUND_ULPS the roundings of dmax and of the sums. The
+ * audit's failures were ~1e-8 relative, 0 > 1e-8 absolute on exact zeros. */
+#define RHO 1e-10
+#define BOUND_ULPS 8.0
+#define U53 1.1102230246251565e-16
+
+/* the scale above for I = ord[0..N-1] */
+static double bound_scale(const double *a, const double *x, int n, int d, const int *ord, int N) {
+    double Q = 0, s = 0;
+    for (int q = 0; q < N; q++) Q += fabs(a[ord[q]]) * norm_d(x + ord[q] * d, d);
+    for (int q = N; q < n; q++) s += fabs(a[ord[q]]) * norm_d(x + ord[q] * d, d) + Q;
+    return s;
+}
 
 static void test_dtilde_le_dmax(void **state) {
     (void)state;
     al__rng r;
     al__rng_seed(&r, 20250829);
-    int Ns[24];
+    int Ns[24], ord[25], kinds[5] = {0};
     for (int k = 0; k < 24; k++) Ns[k] = k + 1;
-    double a[25], x[25 * 6];
+    double a[25], x[25 * 6], worst = 0, worst_rel = 0;
     al_topn_stats st[24];
     al_error err = {0};
-    long checked = 0, instances = 0;
+    long checked = 0, instances = 0, tight = 0;
     for (int it = 0; it < 100000; it++) {
         int n = 2 + (int)(al__rng_uniform(&r) * 24), d = 1 + (int)(al__rng_uniform(&r) * 6);
         random_weights(&r, a, n);
-        random_vectors(&r, x, n, d);
+        kinds[random_vectors(&r, x, n, d)]++;
+        ref_select(a, n, ord);
         al_metrics_opts o = opts_all(Ns, n - 1);
         o.separability = 0;
         assert_int_equal(al_row_metrics(a, x, n, d, &o, st, &err), 0);
         for (int k = 0; k < n - 1; k++) {
             assert_int_equal(st[k].rows, 1);
-            double tol = 1e-12 * (fabs(st[k].dmax) + fabs(st[k].dtilde)) + 1e-300;
-            if (!(st[k].dtilde <= st[k].dmax + tol))
-                fail_msg("instance %d (n %d, d %d, N %d): dtilde %.17g > dmax %.17g", it, n, d,
-                         k + 1, st[k].dtilde, st[k].dmax);
+            double sc = bound_scale(a, x, n, d, ord, k + 1);
+            double excess = (st[k].dtilde - st[k].dmax) / (U53 * sc);
+            if (!(st[k].dtilde <= st[k].dmax + RHO * st[k].dtilde + BOUND_ULPS * U53 * sc))
+                fail_msg("instance %d (n %d, d %d, N %d): dtilde %.17g > dmax %.17g by %.3g ulps "
+                         "of scale %.3g",
+                         it, n, d, k + 1, st[k].dtilde, st[k].dmax, excess, sc);
+            if (excess > worst) worst = excess;
+            double rel = (st[k].dtilde - st[k].dmax) / st[k].dtilde;
+            if (rel > worst_rel) worst_rel = rel;
+            tight += excess > 0;
             checked++;
         }
         instances++;
     }
     assert_true(instances >= 100000);
-    printf("dtilde <= dmax: %ld instances, %ld (row, N) pairs\n", instances, checked);
+    for (int k = 0; k < 5; k++) assert_true(kinds[k] > 15000); /* every kind of vector set */
+    printf("dtilde <= dmax: %ld instances (vectors: %ld Gaussian, %ld with a duplicate, %ld "
+           "identical, %ld near-duplicates, %ld two clusters), %ld (row, N) pairs; dtilde > dmax "
+           "by rounding in %ld, at most %.3g ulps of scale, %.3g relative\n",
+           instances, (long)kinds[0], (long)kinds[1], (long)kinds[2], (long)kinds[3],
+           (long)kinds[4], checked, tight, worst, worst_rel);
 }
 
-/* ---- Monte-Carlo E above the analytic E -------------------------------------------------- */
+/* ---- E against the exact expectation over all N-subsets ------------------------------------ */
 
-static void test_mc_above_E(void **state) {
+/* Over every N-subset I of 0..n-1 (n <= 12, d <= 6), directly: the mean, the (population)
+ * variance, the minimum and the maximum of dtilde(I) = sum_{i not in I} ||alpha_i x_i - s_I||,
+ * s_I = sum_{j in I} alpha_j x_j. */
+static void subsets_exact(const double *a, const double *x, int n, int d, int N, double *mean,
+                          double *var, double *lo, double *hi) {
+    int idx[12];
+    for (int q = 0; q < N; q++) idx[q] = q;
+    double m = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
+    long cnt = 0;
+    for (;;) {
+        double s[6] = {0};
+        unsigned in = 0;
+        for (int q = 0; q < N; q++) {
+            in |= 1u << idx[q];
+            for (int k = 0; k < d; k++) s[k] += a[idx[q]] * x[idx[q] * d + k];
+        }
+        double t = 0;
+        for (int i = 0; i < n; i++) {
+            if (in >> i & 1u) continue;
+            double e2 = 0;
+            for (int k = 0; k < d; k++) {
+                double e = a[i] * x[i * d + k] - s[k];
+                e2 += e * e;
+            }
+            t += sqrt(e2);
+        }
+        cnt++;
+        double dl = t - m; /* Welford */
+        m += dl / (double)cnt;
+        m2 += dl * (t - m);
+        mn = t < mn ? t : mn;
+        mx = t > mx ? t : mx;
+        int q = N - 1; /* next subset in lexicographic order */
+        while (q >= 0 && idx[q] == n - N + q) q--;
+        if (q < 0) break;
+        idx[q]++;
+        for (int p = q + 1; p < N; p++) idx[p] = idx[p - 1] + 1;
+    }
+    *mean = m;
+    *var = m2 / (double)cnt;
+    *lo = mn;
+    *hi = mx;
+}
+
+/* METHOD 3: E is a lower bound of the exact expectation of dtilde over uniform random N-subsets
+ * (Jensen), and the Monte-Carlo E_mc estimates that expectation. On 100,000 seeded rows
+ * (n <= 10, so every N-subset is enumerated):
+ *  - E <= E_exact, always (up to rounding: equality holds at N = n - 1 and on degenerate rows);
+ *  - |E_mc - E_exact| <= Hoeffding's bound for S samples in [min, max] of dtilde at
+ *    delta = 1e-12 per row: a false failure has probability < 1e-7 over all rows, whatever
+ *    the distribution of dtilde;
+ *  - z = sum_rows (E_mc - E_exact) / sqrt(var / S), normalised by sqrt(rows), is N(0, 1) by the
+ *    CLT over ~1e5 independent bounded terms: |z| < 6 (false failure ~2e-9), which detects a
+ *    bias of 0.02 standard errors per row;
+ *  - the reported E_mc_se^2 S averages to the exact variance (within 10%).
+ * Why not E_mc >= E - k s.e. row by row: at 4 s.e. a one-sided false failure has p ~ 3e-5,
+ * ~3 expected in 1e5 rows; and whatever k, with few samples the sample s.e. of a skewed
+ * dtilde (one rare subset with a large value, missed by every sample: (1 - 1/12)^64 ~ 0.4%)
+ * understates the error, so the normal tail does not apply. The exact expectation makes the
+ * statement both stronger and sound. */
+static void test_E_exact_expectation(void **state) {
     (void)state;
+    enum { S = 64 };
     al__rng r;
     al__rng_seed(&r, 77);
-    int Ns[] = {1, 2, 3, 5, 8};
-    double a[20], x[20 * 4];
-    al_topn_stats st[5];
+    double a[12], x[12 * 6];
+    al_topn_stats st;
     al_error err = {0};
-    int checked = 0;
-    for (int it = 0; it < 300; it++) {
-        int n = 10 + (int)(al__rng_uniform(&r) * 10), d = 1 + (int)(al__rng_uniform(&r) * 4);
+    const double hoeff = sqrt(log(2.0 / 1e-12) / (2.0 * S));
+    double zsum = 0, ratio = 0;
+    long instances = 0, nz = 0;
+    for (int it = 0; it < 100000; it++) {
+        int n = 2 + (int)(al__rng_uniform(&r) * 9), d = 1 + (int)(al__rng_uniform(&r) * 4);
+        int N = 1 + (int)(al__rng_uniform(&r) * (n - 1));
         random_weights(&r, a, n);
         random_vectors(&r, x, n, d);
-        al_metrics_opts o = opts_all(Ns, 5);
+        al_metrics_opts o = opts_all(&N, 1);
         o.separability = 0;
-        o.mc_samples = 2000; /* enough that the mean is near-normal even for N = 1 */
+        o.mc_samples = S;
         o.mc_seed = (uint64_t)it;
-        assert_int_equal(al_row_metrics(a, x, n, d, &o, st, &err), 0);
-        for (int k = 0; k < 5; k++) {
-            assert_true(isfinite(st[k].E_mc_se) && st[k].E_mc_se >= 0);
-            if (!(st[k].E_mc >= st[k].E - 4 * st[k].E_mc_se - 1e-12 * fabs(st[k].E)))
-                fail_msg("instance %d N %d: E_mc %.17g < E %.17g - 4 se %.3g", it, Ns[k],
-                         st[k].E_mc, st[k].E, st[k].E_mc_se);
-            checked++;
+        assert_int_equal(al_row_metrics(a, x, n, d, &o, &st, &err), 0);
+        double mu, var, lo, hi, sc = 0;
+        subsets_exact(a, x, n, d, N, &mu, &var, &lo, &hi);
+        for (int i = 0; i < n; i++) sc += fabs(a[i]) * norm_d(x + i * d, d);
+        sc *= (double)n; /* every term of E and of dtilde is <= sum_i |alpha_i| |x_i| */
+        double tol = 1e-11 * fabs(mu) + 64 * U53 * sc;
+        if (!(st.E <= mu + tol))
+            fail_msg("instance %d (n %d, d %d, N %d): E %.17g > exact expectation %.17g", it, n,
+                     d, N, st.E, mu);
+        if (!(fabs(st.E_mc - mu) <= hoeff * (hi - lo) + tol))
+            fail_msg("instance %d (n %d, d %d, N %d): E_mc %.17g, exact %.17g, range [%.17g, "
+                     "%.17g]: outside Hoeffding's bound",
+                     it, n, d, N, st.E_mc, mu, lo, hi);
+        assert_true(isfinite(st.E_mc_se) && st.E_mc_se >= 0);
+        if (var > 1e-12 * hi * hi) { /* a spread well above rounding */
+            zsum += (st.E_mc - mu) / sqrt(var / S);
+            ratio += st.E_mc_se * st.E_mc_se * S / var;
+            nz++;
         }
+        instances++;
     }
-    printf("E_mc >= E - 4 s.e.: %d checks\n", checked);
+    assert_true(instances >= 100000 && nz > 50000);
+    double z = zsum / sqrt((double)nz);
+    ratio /= (double)nz;
+    printf("E <= E_exact, E_mc within Hoeffding's bound of E_exact: %ld instances; z over %ld "
+           "rows %.3f; mean se^2 S / var %.4f\n",
+           instances, nz, z, ratio);
+    assert_true(fabs(z) < 6);
+    assert_true(fabs(ratio - 1) < 0.1);
 }
 
 /* ---- closed forms ------------------------------------------------------------------------- */
 
+/* Equal weights 1/n on identical vectors, every N (N = 1 included): dtilde = dmax = E =
+ * (n-N)(N-1)/n |x| (the audit had dtilde 1.46e-8 > dmax = 0 and E 1.97e-8 at N = 1, n = 5),
+ * exact zeros at N = 1; N_s = 0 (every distance equals r). */
 static void test_equal_weights_equal_vectors(void **state) {
     (void)state;
-    enum { n = 9, d = 3 };
-    double a[n], x[n * d], xv[d] = {1.0, -2.0, 2.0}; /* |x| = 3 */
+    enum { d = 3 };
+    double a[9], x[9 * d], xv[d] = {1.0, -2.0, 2.0}; /* |x| = 3 */
+    int Ns[] = {1, 2, 4, 8};
+    al_topn_stats st[4];
+    al_metrics_opts o = opts_all(Ns, 4);
+    for (int n = 2; n <= 9; n++) {
+        for (int i = 0; i < n; i++) {
+            a[i] = 1.0 / n;
+            memcpy(x + i * d, xv, sizeof xv);
+        }
+        assert_int_equal(al_row_metrics(a, x, n, d, &o, st, NULL), 0);
+        for (int k = 0; k < 4 && Ns[k] < n; k++) {
+            double N = Ns[k], want = (n - N) * (N - 1) / n * 3.0;
+            /* rounding slack: 8 ulps of the scale 3 (n - N) (the norms' sum) */
+            double tol = 8 * U53 * 3.0 * (n - N);
+            assert_float_equal(st[k].dtilde, want, tol);
+            assert_float_equal(st[k].dmax, want, tol); /* tight: d1 = 0 */
+            assert_float_equal(st[k].E, want, tol);
+            assert_true(st[k].dtilde <= st[k].dmax + tol);
+            if (Ns[k] == 1) /* exact: a_i x_i - s = 0 for every i, d1 = 0, sum (abar - a_i) = 0 */
+                assert_true(st[k].dtilde == 0 && st[k].dmax == 0 && st[k].E <= tol);
+            assert_float_equal(st[k].ns_ratio, 0.0, 0);
+        }
+    }
+}
+
+/* The audit's causal [6, 6] head of uniform rows (row t: 1/(t+1)) on identical vectors: per row
+ * dtilde = dmax = E = (n-N)(N-1)/n |x|; the means over rows n > N; N = 1 exactly 0. */
+static void test_causal_uniform_identical_head(void **state) {
+    (void)state;
+    enum { L = 6, d = 4 };
+    double w[L * L], x[L * d], xv[d] = {0.3, 1.7, -2.2, 0.9};
+    for (int t = 0; t < L; t++)
+        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? 1.0 / (t + 1) : 0.0;
+    for (int i = 0; i < L; i++) memcpy(x + i * d, xv, sizeof xv);
+    double nx = norm_d(xv, d);
+    int Ns[] = {1, 2, 3, 4, 5};
+    al_topn_stats st[5];
+    al_metrics_opts o = opts_all(Ns, 5);
+    o.causal = 1;
+    assert_int_equal(al_head_metrics(w, x, L, d, &o, st, NULL, NULL, NULL), 0);
+    for (int k = 0; k < 5; k++) {
+        int N = Ns[k], rows = 0;
+        double want = 0;
+        for (int n = N + 1; n <= L; n++, rows++) want += (double)(n - N) * (N - 1) / n * nx;
+        want /= rows;
+        double tol = 8 * U53 * nx * L;
+        assert_int_equal(st[k].rows, rows);
+        assert_float_equal(st[k].dtilde, want, tol);
+        assert_float_equal(st[k].dmax, want, tol);
+        assert_float_equal(st[k].E, want, tol);
+        assert_true(st[k].dtilde <= st[k].dmax + tol);
+        if (N == 1) assert_true(st[k].dtilde == 0 && st[k].dmax == 0 && st[k].E <= tol);
+    }
+}
+
+/* Identical vectors, weights from a few levels with ties at the top (the audit: dtilde <= dmax
+ * failed in 87 of 400 (row, N) cases by ~1e-8 relative): dtilde = dmax = |x| sum_{i not in I}
+ * (abar - alpha_i) exactly; here within k ulps of scale = sum_{i not in I} (alpha_i + abar)|x|
+ * (both sides and the reference), and the bound with the same slack, k = 2N + d + 8: the
+ * roundings of the expansion (gamma_k, k = 2N + d + 3, src/metrics.c) and of the sums. */
+static void test_identical_vectors_tied_weights(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 400);
+    int Ns[24], ord[25];
+    for (int k = 0; k < 24; k++) Ns[k] = k + 1;
+    double a[25], x[25 * 5];
+    al_topn_stats st[24];
+    int cases = 0, exact0 = 0;
+    while (cases < 400) {
+        int n = 2 + (int)(al__rng_uniform(&r) * 24), d = 1 + (int)(al__rng_uniform(&r) * 5);
+        double sc = exp(3 * al__rng_normal(&r)), s = 0;
+        for (int k = 0; k < d; k++) x[k] = sc * al__rng_normal(&r);
+        for (int i = 1; i < n; i++) memcpy(x + i * d, x, sizeof(double) * (size_t)d);
+        for (int i = 0; i < n; i++) a[i] = (double)(1 + (int)(al__rng_uniform(&r) * 3));
+        a[n - 1] = a[0] = 4; /* a tie at the top */
+        for (int i = 0; i < n; i++) s += a[i];
+        for (int i = 0; i < n; i++) a[i] /= s; /* levels {1, 2, 3, 4} / sum */
+        ref_select(a, n, ord);
+        double nx = norm_d(x, d);
+        al_metrics_opts o = opts_all(Ns, n - 1);
+        o.separability = 0;
+        assert_int_equal(al_row_metrics(a, x, n, d, &o, st, NULL), 0);
+        for (int k = 0; k < n - 1 && cases < 400; k++, cases++) {
+            int N = k + 1;
+            double abar = 0, want = 0, scale = 0;
+            for (int q = 0; q < N; q++) abar += a[ord[q]];
+            for (int q = N; q < n; q++) {
+                want += abar - a[ord[q]];
+                scale += a[ord[q]] + abar;
+            }
+            want *= nx;
+            scale *= nx;
+            double tol = (2.0 * N + d + 8) * U53 * scale;
+            if (!(fabs(st[k].dtilde - want) <= tol && fabs(st[k].dmax - want) <= tol &&
+                  st[k].dtilde <= st[k].dmax + tol))
+                fail_msg("n %d d %d N %d: dtilde %.17g dmax %.17g want %.17g (tol %.3g)", n, d, N,
+                         st[k].dtilde, st[k].dmax, want, tol);
+            exact0 += want == 0 && st[k].dtilde == 0;
+        }
+    }
+    assert_true(exact0 > 0); /* N = 1 with the tie: an exact 0 */
+}
+
+/* Near-duplicates at scale 1e3 with exact gaps (the audit: dtilde 2.8185e-5 against 2.8284e-5):
+ * x_i = x_0 + 2^-13 i e_(i mod 3) (differences exact in double), equal weights a, N = 1:
+ * dtilde = sum_{i >= 1} a 2^-13 i, E = (n-1)/n sum_i ||(1+cc) a x_i - cc S|| with cc = 1/(n-1),
+ * = (n-1)/n sum_i a ||x_i - mean x|| (n/(n-1)) from the same exact differences. */
+static void test_near_duplicates_exact_gaps(void **state) {
+    (void)state;
+    enum { n = 5, d = 3 };
+    double x0[d] = {1000.0, -1000.0, 500.0}, x[n * d], a[n];
     for (int i = 0; i < n; i++) {
         a[i] = 1.0 / n;
-        memcpy(x + i * d, xv, sizeof xv);
+        for (int k = 0; k < d; k++) x[i * d + k] = x0[k] + (k == i % 3 ? ldexp(i, -13) : 0);
     }
-    int Ns[] = {2, 4, 8};
-    al_topn_stats st[3];
-    al_metrics_opts o = opts_all(Ns, 3);
-    assert_int_equal(al_row_metrics(a, x, n, d, &o, st, NULL), 0);
-    for (int k = 0; k < 3; k++) {
-        double N = Ns[k], want = (n - N) * (N - 1) / n * 3.0;
-        assert_float_equal(st[k].dtilde, want, 1e-12);
-        assert_float_equal(st[k].dmax, want, 1e-12); /* tight: d1 = 0 */
-        assert_float_equal(st[k].E, want, 1e-12);
-        assert_float_equal(st[k].ns_ratio, 0.0, 0); /* every distance equals r: strict < fails */
+    int Ns[] = {1};
+    al_topn_stats st;
+    al_metrics_opts o = opts_all(Ns, 1);
+    o.separability = 0;
+    assert_int_equal(al_row_metrics(a, x, n, d, &o, &st, NULL), 0);
+    double want = 0;
+    for (int i = 1; i < n; i++) want += a[0] * ldexp(i, -13);
+    assert_float_equal(st.dtilde / want, 1.0, 1e-13);
+    /* E: (1+cc) a x_i - cc S = a n/(n-1) (x_i - mean x), the mean of the exact offsets */
+    double mean[d] = {0}, wantE = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < d; k++) mean[k] += (k == i % 3 ? ldexp(i, -13) : 0) / n;
+    for (int i = 0; i < n; i++) {
+        double e2 = 0;
+        for (int k = 0; k < d; k++) {
+            double e = (k == i % 3 ? ldexp(i, -13) : 0) - mean[k];
+            e2 += e * e;
+        }
+        wantE += a[0] * (double)n / (n - 1) * sqrt(e2);
     }
+    wantE *= (double)(n - 1) / n;
+    assert_float_equal(st.E / wantE, 1.0, 1e-13);
 }
 
 static void test_separability_r_zero_and_N1(void **state) {
@@ -317,17 +597,98 @@ static void test_sensitivity_other_normalizer_and_edges(void **state) {
     assert_true(isnan(spec[0]) && isnan(fd[0]));
 }
 
+/* ---- one row (al_row_vanishing, al_row_sensitivity) against the head's rows ------------- */
+
+static void test_row_api_equals_head_rows(void **state) {
+    (void)state;
+    enum { L = 24, d = 3 };
+    double z[L * L], w[L * L], x[L * d], rmax[L], rent[L];
+    al__rng r;
+    al__rng_seed(&r, 24);
+    for (int t = 0; t < L; t++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < L; j++) {
+            z[t * L + j] = 2 * al__rng_normal(&r);
+            if (j <= t && z[t * L + j] > mx) mx = z[t * L + j];
+        }
+        for (int j = 0; j <= t; j++) s += exp(z[t * L + j] - mx);
+        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? exp(z[t * L + j] - mx) / s : 0;
+    }
+    for (int i = 0; i < L * d; i++) x[i] = al__rng_normal(&r);
+    int Ns[] = {2};
+    al_topn_stats st;
+    al_metrics_opts o = opts_all(Ns, 1);
+    o.causal = 1;
+    assert_int_equal(al_head_metrics(w, x, L, d, &o, &st, rmax, rent, NULL), 0);
+    for (int t = 0; t < L; t++) {
+        double mx, H, Hn;
+        assert_int_equal(al_row_vanishing(w + t * L, t + 1, &mx, &H, &Hn, NULL), 0);
+        assert_true(mx == rmax[t] && H == rent[t]); /* the same code */
+        if (t == 0)
+            assert_true(isnan(Hn) && mx == 1 && H == 0);
+        else
+            assert_float_equal(Hn, H / log(t + 1.0), 1e-15);
+    }
+    /* Algorithm 5: the head's means are the means of the rows in their directions */
+    double T[3] = {0.01, 1, 7}, eps[2] = {1e-3, 1}, fd[6], spec[3], v[L], rfd[6], rspec[3];
+    al_norm_kind kinds[] = {AL_NORM_SOFTMAX, AL_NORM_SPARSEMAX};
+    for (int c = 0; c < 2; c++) {
+        al_norm nm = {.kind = kinds[c], .temperature = 5, .alpha = 1.5, .ssmax_s = 0.43};
+        assert_int_equal(al_head_sensitivity(z, L, 1, &nm, T, 3, eps, 2, 8, 1, 2, fd, spec, NULL),
+                         0);
+        double sfd[6] = {0}, sspec[3] = {0};
+        for (int t = 1; t < L; t++) {
+            assert_int_equal(al_sensitivity_direction(8, 1, 2, t, t + 1, v), 0);
+            assert_int_equal(
+                al_row_sensitivity(z + t * L, t + 1, &nm, T, 3, eps, 2, v, rfd, rspec, NULL), 0);
+            for (int q = 0; q < 6; q++) sfd[q] += rfd[q];
+            for (int q = 0; q < 3; q++) sspec[q] += rspec[q];
+        }
+        for (int q = 0; q < 6; q++) assert_true(fd[q] == sfd[q] / (L - 1));
+        for (int q = 0; q < 3; q++) assert_true(spec[q] == sspec[q] / (L - 1));
+    }
+    /* two equal logits: spectral norm 1/(2T); n = 1: J = 0 */
+    al_norm sm = {.kind = AL_NORM_SOFTMAX, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+    double z2[2] = {0.4, 0.4}, v2[2] = {0.6, -0.8}, one = 1;
+    assert_int_equal(al_row_sensitivity(z2, 2, &sm, T, 3, eps, 2, v2, rfd, rspec, NULL), 0);
+    for (int a = 0; a < 3; a++) assert_float_equal(rspec[a] * 2 * T[a], 1.0, 1e-12);
+    assert_int_equal(al_row_sensitivity(z2, 1, &sm, T, 1, eps, 1, &one, rfd, rspec, NULL), 0);
+    assert_true(rspec[0] == 0 && rfd[0] == 0);
+    /* errors name the position */
+    al_error err = {0};
+    double bad[4] = {0.1, 0.2, NAN, 0.3};
+    assert_int_equal(al_row_vanishing(bad, 4, NULL, NULL, NULL, &err), AL_E_RANGE);
+    assert_non_null(strstr(err.msg, "position 2"));
+    assert_int_not_equal(al_row_vanishing(bad, 0, NULL, NULL, NULL, &err), 0);
+    assert_non_null(strstr(err.msg, "empty"));
+    assert_int_equal(al_row_sensitivity(bad, 4, &sm, T, 1, eps, 1, v, rfd, rspec, &err),
+                     AL_E_RANGE);
+    assert_non_null(strstr(err.msg, "logits") && strstr(err.msg, "position 2"));
+    double vb[2] = {1, INFINITY};
+    assert_int_equal(al_row_sensitivity(z2, 2, &sm, T, 1, eps, 1, vb, rfd, rspec, &err),
+                     AL_E_RANGE);
+    assert_non_null(strstr(err.msg, "direction") && strstr(err.msg, "position 1"));
+    double Tb[1] = {-1};
+    assert_int_not_equal(al_row_sensitivity(z2, 2, &sm, Tb, 1, eps, 1, v2, rfd, rspec, &err), 0);
+    assert_non_null(strstr(err.msg, "temperature"));
+    assert_int_not_equal(al_row_sensitivity(z2, 2, &sm, T, 1, eps, 1, NULL, rfd, rspec, &err), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtilde_le_dmax),
-        cmocka_unit_test(test_mc_above_E),
+        cmocka_unit_test(test_E_exact_expectation),
         cmocka_unit_test(test_equal_weights_equal_vectors),
+        cmocka_unit_test(test_causal_uniform_identical_head),
+        cmocka_unit_test(test_identical_vectors_tied_weights),
+        cmocka_unit_test(test_near_duplicates_exact_gaps),
         cmocka_unit_test(test_separability_r_zero_and_N1),
         cmocka_unit_test(test_row_edges),
         cmocka_unit_test(test_heads_parallel_equal_sequential),
         cmocka_unit_test(test_sensitivity_two_equal_logits),
         cmocka_unit_test(test_sensitivity_uniform_and_bounds),
         cmocka_unit_test(test_sensitivity_other_normalizer_and_edges),
+        cmocka_unit_test(test_row_api_equals_head_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,17 @@
 """Row and head metrics (METHOD sections 2, 3, 5) against a brute-force numpy fp64 reference
-written here straight from METHOD's formulas (full sort for top-N, explicit sums and loops),
-plus the CLI (`attnlim metrics`): JSON keys, values and bad input."""
+written here straight from METHOD's formulas (full sort for top-N, explicit sums and loops);
+degenerate rows (identical and near-duplicate vectors, ties) against exact rational
+arithmetic (fractions) and 60-digit decimals; the one-row API (al_row_vanishing,
+al_row_sensitivity) against numpy and the head functions; plus the CLI (`attnlim metrics`):
+JSON keys, values and bad input."""
 import ctypes
+import decimal
 import itertools
 import json
+import math
 import os
 import subprocess
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -264,6 +270,361 @@ def test_row_monte_carlo_against_exact_expectation(lib):
         assert exact >= ref_row(alpha, x, N)["E"] - 1e-12  # Jensen, in the reference itself
         again = c_row(lib, alpha, x, [N], mc=4000, seed=11)[0]
         assert again["E_mc"] == g["E_mc"]  # seeded
+
+
+# ---- degenerate rows: exact references -------------------------------------------------------
+
+U53 = 2.0 ** -53
+
+
+def exact_row(alpha, x, N):
+    """dtilde, d1, E of one row in exact rational arithmetic (the inputs' doubles are exact
+    rationals); each norm rounded once at the end (sqrt of the exact square, ~1 ulp)."""
+    n, d = x.shape
+    A = [Fraction(float(v)) for v in alpha]
+    X = [[Fraction(float(v)) for v in r] for r in x]
+    order = sorted(range(n), key=lambda i: (-alpha[i], i))
+    I = order[:N]
+    notI = [i for i in range(n) if i not in set(I)]
+    s = [sum(A[j] * X[j][k] for j in I) for k in range(d)]
+    dt = sum(math.sqrt(sum((A[i] * X[i][k] - s[k]) ** 2 for k in range(d))) for i in notI)
+    d1 = math.sqrt(max(sum((X[i][k] - X[j][k]) ** 2 for k in range(d)) for i in notI for j in I))
+    S = [sum(A[j] * X[j][k] for j in range(n)) for k in range(d)]
+    cc = Fraction(N, n - 1)
+    E = (n - N) / n * sum(
+        math.sqrt(sum((A[i] * X[i][k] - cc * (S[k] - A[i] * X[i][k])) ** 2 for k in range(d)))
+        for i in range(n))
+    # the size of the numbers each metric is computed from (its rounding scale)
+    nx = [math.sqrt(float(sum(v * v for v in r))) for r in X]
+    Q = sum(abs(alpha[j]) * nx[j] for j in I)
+    R = sum(abs(alpha[j]) * nx[j] for j in range(n))
+    return dict(dtilde=dt, d1=d1, E=E, scale_dt=sum(abs(alpha[i]) * nx[i] + Q for i in notI),
+                scale_d1=2 * max(nx), scale_E=2 * n * R)
+
+
+def degenerate_x(rng, n, d, scale, gap):
+    """n copies of one random vector at `scale`, each moved by `gap` (relative) noise."""
+    x0 = rng.standard_normal(d) * scale
+    return x0 + gap * scale * rng.standard_normal((n, d)) if gap else np.tile(x0, (n, 1))
+
+
+def d1_of(g, alpha, x, N):
+    """d1 back out of dmax = b d1 + ((n-N) abar - b) m (the reference's b, abar, m)."""
+    n = len(alpha)
+    order = sorted(range(n), key=lambda i: (-alpha[i], i))
+    I, notI = order[:N], order[N:]
+    b = sum(alpha[i] for i in notI)
+    cf = sum(alpha[I].sum() - alpha[i] for i in notI)
+    m = max(np.linalg.norm(x[j]) for j in I)
+    return (g["dmax"] - cf * m) / b
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3, 1e6])
+@pytest.mark.parametrize("gap", [0.0, 1e-12, 1e-8, 1e-4, 1e-2])
+def test_degenerate_rows_exact(lib, scale, gap):
+    """Identical and near-duplicate vectors (relative gaps 1e-12..1e-2) with equal, tied and
+    random weights: dtilde, d1 and E within 1e-10 relative of the exact values (attnlim.h's
+    accuracy; the Gram expansion alone was off by sqrt(eps) ~ 1e-8 of the norms: the audit's
+    scale 1e3, gap 1e-4 gave 0.35%), exact zeros where the exact value is 0, and
+    dtilde <= dmax + 1e-10 dtilde + 8 ulps of the scale of dtilde's terms."""
+    rng = np.random.default_rng(int(scale * 7 + gap * 1e13) % 2**32)
+    worst = 0.0
+    for it in range(6):
+        n = int(rng.integers(2, 8))
+        d = int(rng.integers(1, 5))
+        x = degenerate_x(rng, n, d, scale, gap)
+        kind = it % 3
+        if kind == 0:
+            alpha = np.full(n, 1.0 / n)
+        elif kind == 1:
+            alpha = rng.integers(1, 4, n).astype(float)
+            alpha[-1] = alpha[0] = 4.0  # a tie at the top
+            alpha /= alpha.sum()
+        else:
+            alpha = softmax(rng.standard_normal(n))
+        Ns = list(range(1, n))
+        got = c_row(lib, alpha, x, Ns, separability=0)
+        for N, g in zip(Ns, got):
+            ref = exact_row(alpha, x, N)
+            for key, sc in (("dtilde", "scale_dt"), ("E", "scale_E")):
+                err = abs(g[key] - ref[key])
+                assert err <= 1e-10 * ref[key] + 8 * U53 * ref[sc], (n, d, N, key, g[key], ref)
+                if ref[key] == 0:
+                    assert g[key] <= 8 * U53 * ref[sc]
+                    if key == "dtilde":
+                        assert g[key] == 0, (n, d, N, g[key])
+                elif ref[key] > 1e3 * U53 * ref[sc]:
+                    worst = max(worst, err / ref[key])
+            if sum(alpha[sorted(range(n), key=lambda i: (-alpha[i], i))[N:]]) > 0:  # b > 0
+                d1 = d1_of(g, alpha, x, N)
+                assert abs(d1 - ref["d1"]) <= 1e-10 * ref["d1"] + 64 * U53 * ref["scale_d1"], \
+                    (n, d, N, d1, ref["d1"])
+            assert g["dtilde"] <= g["dmax"] + 1e-10 * g["dtilde"] + 8 * U53 * ref["scale_dt"]
+    assert worst <= 1e-10
+
+
+def test_audit_cases(lib):
+    """The audit's cases, exactly: ones(5)/5 on identical vectors at N = 1 (was dtilde 1.46e-8
+    > dmax = 0, E 1.97e-8), and near-duplicates at scale 1e3 with gap 1e-4 (was 0.35% off)."""
+    x = np.tile([1.0, -2.0, 2.0], (5, 1))
+    g = c_row(lib, np.ones(5) / 5, x, [1])[0]
+    assert g["dtilde"] == 0 and g["dmax"] == 0 and g["E"] <= 4 * U53 * 3
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal(6) * 1e3
+    x = x0 + 1e-4 * rng.standard_normal((5, 6))
+    for alpha in (np.ones(5) / 5, softmax(rng.standard_normal(5))):
+        for N, g in zip(range(1, 5), c_row(lib, alpha, x, list(range(1, 5)), separability=0)):
+            ref = exact_row(alpha, x, N)
+            assert abs(g["dtilde"] - ref["dtilde"]) <= 1e-12 * ref["dtilde"], (N, g, ref)
+            assert abs(g["E"] - ref["E"]) <= 1e-12 * ref["E"] + 8 * U53 * ref["scale_E"]
+
+
+def test_degenerate_property(lib):
+    """600 seeded rows, vectors identical / near-duplicate / two near-duplicate clusters at
+    random scales and gaps, weights random / tied / equal: against the exact references."""
+    rng = np.random.default_rng(2024)
+    checked = 0
+    for it in range(600):
+        n = int(rng.integers(2, 7))
+        d = int(rng.integers(1, 4))
+        scale = 10.0 ** rng.uniform(-4, 7)
+        gap = 0.0 if it % 4 == 0 else 10.0 ** rng.uniform(-13, -1)
+        x = degenerate_x(rng, n, d, scale, gap)
+        if it % 4 == 3 and n >= 3:  # two clusters
+            x[1::2] = degenerate_x(rng, len(x[1::2]), d, scale, gap)
+        w = it % 3
+        alpha = (np.full(n, 1.0 / n) if w == 0 else
+                 rng.integers(1, 3, n) / 2.0 if w == 1 else rng.random(n))
+        Ns = list(range(1, n))
+        for N, g in zip(Ns, c_row(lib, alpha, x, Ns, separability=0)):
+            ref = exact_row(alpha, x, N)
+            for key, sc in (("dtilde", "scale_dt"), ("E", "scale_E")):
+                assert abs(g[key] - ref[key]) <= 1e-10 * ref[key] + 8 * U53 * ref[sc], \
+                    (it, n, d, N, key, g[key], ref)
+            assert g["dtilde"] <= g["dmax"] + 1e-10 * g["dtilde"] + 8 * U53 * ref["scale_dt"]
+            checked += 1
+    assert checked > 1500
+
+
+def decimal_separability(alpha, x, N):
+    """N_s / N of METHOD 5 with the unit vectors and distances in 60-digit decimals, and the
+    tie rule of attnlim.h (distances closer than tol = (d + 8) u (sum_I |alpha| + max |alpha|)
+    are equal; r <= tol is r = 0). None where a distance is within the band where the library's
+    double-precision unit vectors cannot decide (tol/2..2 tol of a tie or of 0). Returns
+    (N_s / N, whether r = 0)."""
+    ctx = decimal.Context(prec=60)
+    n, d = x.shape
+    A = [decimal.Decimal(float(v)) for v in alpha]
+    U = []
+    for r in x:
+        xs = [decimal.Decimal(float(v)) for v in r]
+        nr = ctx.sqrt(sum(ctx.multiply(v, v) for v in xs))
+        U.append([ctx.divide(v, nr) if nr else decimal.Decimal(0) for v in xs])
+    order = sorted(range(n), key=lambda i: (-alpha[i], i))
+    I = order[:N]
+    s = [sum(A[j] * U[j][k] for j in I) for k in range(d)]
+    dist = [float(ctx.sqrt(sum((s[k] - A[i] * U[i][k]) ** 2 for k in range(d))))
+            for i in range(n)]
+    tol = (d + 8) * U53 * (sum(abs(alpha[j]) for j in I) + np.abs(alpha).max())
+    r = min(dist[j] for j in range(n) if j not in I)
+    if r <= tol / 2:
+        return 0.0, True
+    if r <= 2 * tol:
+        return None, None
+    cnt = 0
+    for i in I:
+        gap = r - dist[i]
+        if gap > 4 * tol:
+            cnt += 1
+        elif gap > 0:
+            return None, None
+    return cnt / N, False
+
+
+def test_degenerate_separability(lib):
+    """N_s / N on parallel, near-duplicate and random vectors with tied weights against the
+    decimal reference (the Gram expansion alone misjudged r ~ 1e-9 as 0 and near-ties)."""
+    rng = np.random.default_rng(77)
+    checked = zeros = 0
+    for it in range(600):
+        n = int(rng.integers(2, 10))
+        d = int(rng.integers(1, 5))
+        x0 = rng.standard_normal(d) * 10.0 ** rng.uniform(-3, 6)
+        kind = it % 3
+        if kind == 0:  # one direction, several lengths
+            x = np.tile(x0, (n, 1)) * rng.uniform(0.5, 2, (n, 1))
+        elif kind == 1:
+            x = x0 + np.linalg.norm(x0) * 10.0 ** rng.uniform(-12, -2) * \
+                rng.standard_normal((n, d))
+        else:
+            x = rng.standard_normal((n, d))
+        alpha = rng.integers(1, 4, n).astype(float) if it % 2 else rng.random(n)
+        alpha /= alpha.sum()
+        Ns = list(range(1, n))
+        for N, g in zip(Ns, c_row(lib, alpha, x, Ns, distance=0)):
+            want, rzero = decimal_separability(alpha, x, N)
+            if want is None:
+                continue
+            assert g["ns_ratio"] == want, (it, n, d, N, g["ns_ratio"], want)
+            if rzero:  # r = 0: both bounds 0
+                assert g["ns_lower"] == 0 and g["ns_upper"] == 0
+                zeros += 1
+            checked += 1
+    assert checked > 2500 and zeros > 100
+
+
+# ---- one row: al_row_vanishing, al_row_sensitivity ---------------------------------------------
+
+def _row_api(lib):
+    dp = ctypes.POINTER(ctypes.c_double)
+    lib.al_row_vanishing.argtypes = [dp, ctypes.c_int64, dp, dp, dp, ctypes.POINTER(Err)]
+    lib.al_row_sensitivity.argtypes = [dp, ctypes.c_int64, ctypes.POINTER(Norm), dp, ctypes.c_int,
+                                       dp, ctypes.c_int, dp, dp, dp, ctypes.POINTER(Err)]
+    return _sens_lib(lib)
+
+
+def c_row_vanishing(lib, a):
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    out = np.zeros(3)
+    err = Err()
+    rc = lib.al_row_vanishing(_dp(a), len(a), _dp(out[0:]), _dp(out[1:]), _dp(out[2:]),
+                              ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return out
+
+
+def c_row_sensitivity(lib, z, kind, temps, eps, v):
+    z, v = (np.ascontiguousarray(a, dtype=np.float64) for a in (z, v))
+    temps = np.ascontiguousarray(temps, dtype=np.float64)
+    eps = np.ascontiguousarray(eps, dtype=np.float64)
+    fd = np.zeros(len(temps) * max(len(eps), 1))
+    spec = np.zeros(len(temps))
+    nm = Norm(kind, 3.0, 1.5, 0.43)  # temperature ignored
+    err = Err()
+    rc = lib.al_row_sensitivity(_dp(z), len(z), ctypes.byref(nm), _dp(temps), len(temps),
+                                _dp(eps), len(eps), _dp(v), _dp(fd), _dp(spec), ctypes.byref(err))
+    if rc:
+        raise ValueError(err.msg.decode())
+    return fd[:len(temps) * len(eps)].reshape(len(temps), len(eps)), spec
+
+
+def test_row_vanishing(lib):
+    _row_api(lib)
+    rng = np.random.default_rng(12)
+    for n in (1, 2, 5, 100):
+        a = softmax(rng.standard_normal(n) * 3)
+        a[0] = 0.0 if n > 2 else a[0]  # a zero term contributes 0
+        mx, H, Hn = c_row_vanishing(lib, a)
+        pos = a[a > 0]
+        assert mx == a.max()
+        assert close(H, -np.sum(pos * np.log(pos)), rtol=1e-13, atol=1e-15)
+        if n == 1:
+            assert np.isnan(Hn)
+        else:
+            assert close(Hn, H / np.log(n), rtol=1e-15)
+    assert close(c_row_vanishing(lib, np.full(8, 1 / 8))[2], 1.0, rtol=1e-14)  # uniform: H = log n
+    with pytest.raises(ValueError, match="position 3"):
+        c_row_vanishing(lib, [0.1, 0.2, 0.3, np.inf])
+    with pytest.raises(ValueError, match="empty"):
+        c_row_vanishing(lib, np.zeros(0))
+
+
+def test_row_vanishing_equals_head_rows(lib):
+    _row_api(lib)
+    rng = np.random.default_rng(13)
+    L = 17
+    w = softmax(np.where(np.tril(np.ones((L, L))) > 0, rng.standard_normal((L, L)), -np.inf))
+    _, rmax, rent = c_head(lib, w, rng.standard_normal((L, 3)), [1], 1)
+    for t in range(L):
+        mx, H, _ = c_row_vanishing(lib, w[t, :t + 1])
+        assert mx == rmax[t] and H == rent[t]
+
+
+@pytest.mark.parametrize("kind", [0, 1])  # softmax (fast path), sparsemax (generic path)
+def test_row_sensitivity_reference(lib, kind):
+    """One row against numpy: the spectral norm of J from eigvalsh, the finite difference from
+    numpy's softmax / the sorting sparsemax, in the given (not necessarily unit) direction."""
+    _row_api(lib)
+    rng = np.random.default_rng(60 + kind)
+    temps = np.logspace(-2, 1, 5)
+    eps = np.array([1e-3, 0.1, 10.0])
+    f = softmax if kind == 0 else sparsemax_ref
+    for n in (2, 7, 40):
+        z = rng.standard_normal(n) * 2
+        v = rng.standard_normal(n) * 0.7
+        fd, spec = c_row_sensitivity(lib, z, kind, temps, eps, v)
+        for a, T in enumerate(temps):
+            p0 = f(z / T)
+            if kind == 0:
+                J = (np.diag(p0) - np.outer(p0, p0)) / T
+            else:
+                g = (p0 > 0).astype(float)
+                J = (np.diag(g) - np.outer(g, g) / g.sum()) / T
+            assert abs(spec[a] - np.abs(np.linalg.eigvalsh(J)).max()) <= 1e-10 * spec[a] + 1e-12 / T
+            for e, ep in enumerate(eps):
+                want = np.linalg.norm(f((z + ep * v) / T) - p0) / ep
+                assert abs(fd[a, e] - want) <= 1e-8 * want + 1e-12 / T, (n, T, ep, fd[a, e], want)
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+def test_row_sensitivity_equals_head(lib, causal):
+    """al_head_sensitivity's means are the sequential means of al_row_sensitivity over the rows
+    with n >= 2, each in its al_sensitivity_direction: bit for bit."""
+    _row_api(lib)
+    rng = np.random.default_rng(70 + causal)
+    L = 15
+    z = rng.standard_normal((L, L)) * 2
+    temps = np.array([0.05, 1.0, 4.0])
+    eps = np.array([1e-3, 1.0])
+    for kind in (0, 1):
+        fd, spec = c_sensitivity(lib, z, causal, kind, temps, eps, 3, 4, 5)
+        sfd, sspec, rows = np.zeros((3, 2)), np.zeros(3), 0
+        for t in range(L):
+            n = t + 1 if causal else L
+            if n < 2:
+                continue
+            rfd, rspec = c_row_sensitivity(lib, z[t, :n], kind, temps, eps,
+                                           direction(lib, 3, 4, 5, t, n))
+            sfd += rfd
+            sspec += rspec
+            rows += 1
+        assert np.array_equal(fd, sfd / rows) and np.array_equal(spec, sspec / rows)
+
+
+def test_row_sensitivity_bad_input(lib):
+    _row_api(lib)
+    v = np.ones(3) / np.sqrt(3)
+    with pytest.raises(ValueError, match="logits.*position 1"):
+        c_row_sensitivity(lib, [0.0, np.nan, 1.0], 0, [1.0], [0.1], v)
+    with pytest.raises(ValueError, match="direction.*position 2"):
+        c_row_sensitivity(lib, [0.0, 1.0, 1.0], 0, [1.0], [0.1], [1.0, 0.0, np.inf])
+    with pytest.raises(ValueError, match="temperature"):
+        c_row_sensitivity(lib, [0.0, 1.0, 1.0], 0, [0.0], [0.1], v)
+    with pytest.raises(ValueError, match="eps"):
+        c_row_sensitivity(lib, [0.0, 1.0, 1.0], 0, [1.0], [-1.0], v)
+    with pytest.raises(ValueError, match="row length"):
+        c_row_sensitivity(lib, np.zeros(0), 0, [1.0], [0.1], np.zeros(0))
+
+
+def test_row_metrics_equal_head_rows(lib):
+    """al_head_metrics' means equal the means of al_row_metrics over the head's rows (n > N)."""
+    rng = np.random.default_rng(14)
+    L, d = 20, 4
+    x = rng.standard_normal((L, d))
+    for causal in (1, 0):
+        z = rng.standard_normal((L, L)) * 2
+        if causal:
+            z = np.where(np.tril(np.ones((L, L))) > 0, z, -np.inf)
+        w = softmax(z)
+        Ns = [1, 3, 7]
+        got, _, _ = c_head(lib, w, x, Ns, causal)
+        for k, N in enumerate(Ns):
+            rows = [c_row(lib, w[t, :(t + 1 if causal else L)], x[:(t + 1 if causal else L)], [N])[0]
+                    for t in range(L) if (t + 1 if causal else L) > N]
+            assert got[k]["rows"] == len(rows)
+            for key in KEYS:
+                assert close(got[k][key], np.mean([r[key] for r in rows]), rtol=1e-12, atol=1e-14)
 
 
 # ---- heads ----------------------------------------------------------------------------------
