@@ -7,7 +7,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -52,7 +51,7 @@ def input_files(root):
 
 def test_corpus_is_large_enough():
     rows = read_cases()
-    assert len(rows) >= 85
+    assert len(rows) >= 95
     assert len({r[0] for r in rows}) == len(rows), "case names repeat"
     assert len(input_files(INPUTS)) >= 100
 
