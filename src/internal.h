@@ -99,4 +99,10 @@ uint64_t al__hash64(uint64_t x);     /* SplitMix64 finaliser: mixes seeds with i
 enum { AL__NUM_SYNTAX = 1, AL__NUM_HEX, AL__NUM_NONFINITE, AL__NUM_OVERFLOW };
 int al__number_token(const char *tok, double *out, int *underflow);
 
+/* stats.c: scipy.stats.kstwo.sf(x, n) (the one-sample two-sided KS distribution, scipy 1.10's
+ * choice of method) and scipy.special.smirnov(n, x) (one-sided, exact); NaN when out of memory
+ * or n < 1. Exported for the tests. */
+double al__kstwo_sf(double x, int64_t n);
+double al__smirnov_sf(int64_t n, double x);
+
 #endif

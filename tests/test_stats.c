@@ -1,6 +1,8 @@
 /* test_stats.c: closed forms of the statistics (src/stats.c):
  *  - KS on fully separated samples: D = 1 and p = 2 / binom(m + n, n) (only the two extreme
  *    lattice paths leave the band), equal and unequal sizes; identical samples: D = 0, p = 1;
+ *  - the one-sample KS distribution (al__kstwo_sf, al__smirnov_sf) where it has closed forms
+ *    (derived in test_kstwo_closed_forms);
  *  - numpy's linear percentiles on small hand-computed cases; the slope of y = c x;
  *  - errors: empty input, NaN with its position, a non-increasing N grid. */
 #include <setjmp.h>
@@ -52,6 +54,44 @@ static void test_ks_errors(void **state) {
     assert_non_null(strstr(err.msg, "position 1"));
 }
 
+/* Pr(D_n >= x) and Pr(D_n^+ >= x) for n uniform values, D_n = sup |F_n - F|, by hand:
+ *  - n = 1: D_1 = max(U, 1 - U), so Pr(D_1 >= x) = 1 for x <= 1/2, 2 (1 - x) above; and
+ *    D_1^+ = 1 - U, Pr(D_1^+ >= x) = 1 - x.
+ *  - n = 2, one-sided, x = 0.3: D_2^+ < x iff U_(1) > 1/2 - x = 0.2 and U_(2) > 1 - x = 0.7;
+ *    the ordered pair has density 2 on u1 < u2, so Pr(D^+ < x) = 2 int_0.7^1 (u2 - 0.2) du2
+ *    = 0.39 and Pr(D_2^+ >= 0.3) = 0.61.
+ *  - lower end, 1/(2n) < x <= 1/n: D_n <= x iff every U_(i) lies in [i/n - x, (i-1)/n + x],
+ *    n disjoint cells of width 2x - 1/n, so Pr(D_n <= x) = n! (2x - 1/n)^n; n = 3, x = 0.3:
+ *    6 (0.6 - 1/3)^3 = 6 (4/15)^3 = 128/1125; for x <= 1/(2n), Pr(D_n >= x) = 1.
+ *  - upper end, x >= 1 - 1/n: D_n >= x iff U_(1) >= x or U_(n) <= 1 - x (any other
+ *    crossing needs a value beyond 1), disjoint as x > 1/2: Pr = 2 (1 - x)^n; n = 4, x = 0.8:
+ *    2 (0.2)^4 = 0.0032.
+ *  - n = 3, x = 0.4 (Durbin's matrix regime): D_3 <= x iff U_(1) in [0, 0.4], U_(2) in
+ *    [4/15, 11/15], U_(3) in [0.6, 1]; integrating over u2 the lengths of u1 in [0, min(0.4,
+ *    u2)] and u3 in [max(0.6, u2), 1] gives 4/225 + 4/125 + 4/225 = 15.2/225, times 3! =
+ *    91.2/225; Pr(D_3 >= 0.4) = 133.8/225.
+ *  - x >= 1/2: D^+ >= x and D^- >= x are disjoint, so Pr(D_n >= x) = 2 Pr(D_n^+ >= x). */
+static void test_kstwo_closed_forms(void **state) {
+    (void)state;
+    for (double x = 0.05; x < 1; x += 0.05) {
+        double want = x <= 0.5 ? 1.0 : 2 * (1 - x);
+        assert_true(fabs(al__kstwo_sf(x, 1) - want) <= 1e-15);
+        assert_true(fabs(al__smirnov_sf(1, x) - (1 - x)) <= 1e-15);
+    }
+    assert_true(fabs(al__smirnov_sf(2, 0.3) - 0.61) <= 1e-15);
+    assert_true(fabs(al__kstwo_sf(0.3, 3) - (1 - 128.0 / 1125)) <= 1e-15);
+    assert_true(al__kstwo_sf(0.16, 3) == 1.0 && al__kstwo_sf(1.0 / 6, 3) == 1.0);
+    assert_true(fabs(al__kstwo_sf(0.8, 4) - 0.0032) <= 1e-16);
+    assert_true(fabs(al__kstwo_sf(0.4, 3) - 133.8 / 225) <= 1e-14);
+    assert_true(al__kstwo_sf(1.0, 5) == 0.0 && al__kstwo_sf(0.0, 5) == 1.0);
+    for (int n = 2; n <= 400; n += 7)
+        for (double x = 0.5; x < 0.99; x += 0.06) {
+            double two = al__kstwo_sf(x, n), one = al__smirnov_sf(n, x);
+            assert_true(fabs(two - 2 * one) <= 1e-13 * two || two < 1e-300);
+        }
+    assert_true(isnan(al__kstwo_sf(0.5, 0)) && isnan(al__kstwo_sf(NAN, 5)));
+}
+
 static void test_percentiles_and_slope(void **state) {
     (void)state;
     double x5[5] = {5, 1, 4, 2, 3}, x4[4] = {4, 1, 3, 2};
@@ -91,6 +131,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ks_separated),
         cmocka_unit_test(test_ks_errors),
+        cmocka_unit_test(test_kstwo_closed_forms),
         cmocka_unit_test(test_percentiles_and_slope),
         cmocka_unit_test(test_critical_n_grid),
     };

@@ -8,9 +8,9 @@ static void usage(void) {
     printf("usage: attnlim ks A B [--json]\n\n"
            "Two-sample Kolmogorov-Smirnov test, two-sided, of the numbers in A and B (.npy of\n"
            "any shape, flattened, or text: whitespace- or comma-separated; '-' reads stdin).\n"
-           "The p-value is scipy.stats.ks_2samp's with method='auto' (scipy 1.10): exact when\n"
-           "both samples have at most 10000 values, asymptotic beyond (there the Kolmogorov\n"
-           "limit, where scipy uses kstwo(round(n1 n2 / (n1 + n2)))).\n\n"
+           "The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
+           "1.10): exact when both samples have at most 10000 values, else (or when the exact\n"
+           "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n"
            "  --json    print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}\n");
 }
 

@@ -1,7 +1,11 @@
 """Statistics (METHOD section 4) against scipy and numpy: the two-sample KS test against
 scipy.stats.ks_2samp (method='auto') on many random pairs, equal and unequal sizes, with
-ties; Algorithm 3's critical N; five-number summaries against numpy.percentile; the slope
-through the origin against numpy.linalg.lstsq; the `attnlim ks` CLI."""
+ties, exact (<= 10000 values) and asymptotic (beyond, and where the exact sum fails); the
+one-sample distribution behind the asymptotic p-value against scipy.stats.kstwo.sf on a grid
+of (n, D) crossing every one of its methods, and the one-sided one against
+scipy.special.smirnov; Algorithm 3's critical N; five-number summaries against
+numpy.percentile; the slope through the origin against numpy.linalg.lstsq; the `attnlim ks`
+CLI."""
 import ctypes
 import json
 import os
@@ -40,6 +44,10 @@ def lib():
     L.al_slope_origin.argtypes = [dp, dp, ctypes.c_size_t]
     L.al_slope_origin.restype = ctypes.c_double
     L.al_five_number.argtypes = [dp, ctypes.c_size_t, ctypes.POINTER(Five), ctypes.POINTER(Err)]
+    L.al__kstwo_sf.argtypes = [ctypes.c_double, ctypes.c_int64]
+    L.al__kstwo_sf.restype = ctypes.c_double
+    L.al__smirnov_sf.argtypes = [ctypes.c_int64, ctypes.c_double]
+    L.al__smirnov_sf.restype = ctypes.c_double
     return L
 
 
@@ -120,17 +128,116 @@ def test_ks_edge_cases(lib):
         c_ks(lib, [1.0], [np.inf])
 
 
+# ---- the one-sample distribution (scipy.stats.kstwo) behind the asymptotic p-value ----------
+
+def _kstwo_method(n, x):
+    """The method scipy 1.10 uses for kstwo.sf(x, n) (scipy/stats/_ksstats.py), for reporting."""
+    t = n * x
+    if x <= 0.5 / n or x >= 1 or t <= 1 or t >= n - 1:
+        return "ends"
+    if x >= 0.5:
+        return "smirnov"
+    if n <= 140:
+        return "durbin" if t * x <= 0.754693 else ("pomeranz" if t * x <= 4 else "miller")
+    if t * x >= 370:
+        return "zero"
+    if t * x >= 2.2:
+        return "smirnov"
+    return "durbin" if n <= 100000 and n * x ** 1.5 <= 1.4 else "pelz-good"
+
+
+def _kstwo_grid(ns, per_n, seed, skip_slow=True):
+    rng = np.random.default_rng(seed)
+    for n in ns:
+        xs = {0.5 / n, 0.5 / n * (1 + 1e-12), 0.75 / n, 1.0 / n, 1.0 / n * (1 + 1e-12), 0.5,
+              0.5 - 1e-9, 1 - 1.0 / n, 1 - 1.5 / n, 0.999, 1.0}
+        xs.update(np.sqrt(np.array([0.3, 0.754693, 0.755, 1.0, 2.19, 2.2, 2.21, 3.99, 4.0, 4.01,
+                                    10.0, 100.0, 369.0, 371.0]) / n))
+        if n > 140:
+            xb = (1.4 / n) ** (2 / 3)
+            xs.update([xb * 0.999, xb * 1.001, xb * 0.7])
+        xs.update(np.exp(rng.uniform(np.log(0.5 / n), 0, per_n if n <= 1000 else per_n // 4)))
+        for x in sorted(float(v) for v in xs if 0 < v <= 1):
+            # scipy's smirnov adds all n terms, slowly: seconds a point for n of 1e5 and more
+            if skip_slow and n > 5000 and _kstwo_method(n, x) == "smirnov" and 2 * n * x * x < 700:
+                continue
+            yield n, x
+
+
+def test_kstwo_sf_grid(lib):
+    """kstwo.sf(x, n) for n = 1 .. 1e6 and x = 1/(2n) .. 1, every method's region and its
+    borders: agreement to 1e-10 relative (1e-300 absolute for underflowed tails). Where scipy
+    uses an exact method so do we (the two then differ by rounding: 1.4e-12 at most, in the
+    Pomeranz region where 1 - cdf cancels down to 6e-4); where it uses Pelz-Good or Miller's
+    approximation we evaluate the same formula."""
+    ns = list(range(1, 30)) + [37, 50, 64, 99, 100, 139, 140, 141, 142, 200, 333, 500, 1000, 2047,
+                               3999, 4000, 4001, 7777, 10000, 12345, 30000, 50000, 99999, 100000,
+                               100001, 250000, 1000000]
+    seen = set()
+    for n, x in _kstwo_grid(ns, 16, 31):
+        got, ref = lib.al__kstwo_sf(x, n), float(scipy.stats.kstwo.sf(x, n))
+        seen.add(_kstwo_method(n, x))
+        assert got == pytest.approx(ref, rel=1e-10, abs=1e-300), (n, x, _kstwo_method(n, x), got,
+                                                                  ref)
+    assert seen == {"ends", "smirnov", "durbin", "pomeranz", "miller", "zero", "pelz-good"}, seen
+
+
+def test_kstwo_sf_smirnov_large_n(lib):
+    """The one-sided exact sum for n beyond 4000, where we add every (n/2000)-th term (the
+    terms are smooth on a scale of n/500): a few points against scipy (which takes about a
+    second per point at n = 1e5), and the one-sided function itself."""
+    for n, c in ((4001, 2.5), (20011, 3.0), (60000, 9.0), (60000, 150.0)):
+        x = float(np.sqrt(c / n))
+        assert lib.al__kstwo_sf(x, n) == pytest.approx(float(scipy.stats.kstwo.sf(x, n)), rel=1e-10)
+    rng = np.random.default_rng(32)
+    for n in (1, 2, 3, 10, 140, 141, 999, 3999, 4000, 8000):
+        for x in np.exp(rng.uniform(np.log(0.1 / n), 0, 12)):
+            got, ref = lib.al__smirnov_sf(n, float(x)), float(scipy.special.smirnov(n, x))
+            assert got == pytest.approx(ref, rel=1e-10, abs=1e-300), (n, x, got, ref)
+
+
 def test_ks_asymptotic_branch(lib):
-    """Beyond 10000 values scipy switches to kstwo(round(en)); we use the Kolmogorov limit,
-    which agrees to O(1/sqrt(en)): checked loosely here (documented difference)."""
+    """Beyond 10000 values per sample scipy uses kstwo.sf(D, round(n1 n2 / (n1 + n2))): random
+    pairs with max(n1, n2) in 10001..200000, equal and unequal sizes, with ties, shifted so
+    that p spans 1 .. 1e-300 and every method of kstwo is reached."""
     rng = np.random.default_rng(9)
-    a = rng.standard_normal(12000)
-    b = rng.standard_normal(11000) + 0.03
-    s, p = c_ks(lib, a, b)
-    rs, rp = sp_ks(a, b)
-    assert s == pytest.approx(rs, rel=1e-12)
-    assert abs(p - rp) < 0.02 and abs(p - scipy.stats.kstwobign.sf(
-        rs * np.sqrt(12000 * 11000 / 23000))) < 1e-10
+    cases = [(12000, 11000, 0.03, False), (10001, 10001, 0.0, False), (10001, 10001, 0.06, True),
+             (20000, 20000, 0.02, False), (15000, 3, 0.0, False), (10500, 17, 1.0, False),
+             (30000, 140, 0.1, True), (40000, 141, 0.3, False), (200000, 300, 0.05, False),
+             (200000, 150000, 0.0, False), (200000, 150000, 0.004, True), (123456, 654, 0.0, True),
+             (50000, 60000, 0.2, False), (11000, 10999, 0.5, True), (10001, 9, 2.0, False),
+             (25000, 2500, 0.09, False)]
+    for it in range(10):
+        n1 = int(rng.integers(10001, 200001))
+        n2 = n1 if it % 3 == 0 else int(rng.integers(2, 200001))
+        cases.append((n1, n2, float(rng.choice([0.0, 0.0, 0.003, 0.01])), it % 2 == 1))
+    for n1, n2, shift, ties in cases:
+        a = rng.standard_normal(n1)
+        b = rng.standard_normal(n2) + shift
+        if ties:
+            a, b = np.round(a * 20) / 20, np.round(b * 20) / 20
+        m, n = max(n1, n2), min(n1, n2)
+        en = round(m * n / (m + n))
+        d = c_ks(lib, a, b)[0]
+        if en > 30000 and _kstwo_method(en, d) == "smirnov" and 2 * en * d * d < 700:
+            b = b + 0.5  # keep scipy's side fast: p below 1e-300 (scipy: seconds per point)
+        _check(lib, a, b)
+
+
+def test_ks_exact_fallback(lib):
+    """Below 10000 values scipy falls back to kstwo when its exact sum leaves [0, 1] (equal
+    sizes, D of a few steps: 1 + 2e-16), with a RuntimeWarning; so do we, on the same cases."""
+    for n, h in ((5, 1), (7, 1), (30, 1), (116, 2), (213, 3), (317, 3), (347, 4), (401, 5)):
+        a = np.arange(n, dtype=float)
+        b = a + h - 0.5  # D = h / n
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = scipy.stats.ks_2samp(a, b)
+        assert any("Exact calculation unsuccessful" in str(x.message) for x in w), (n, h)
+        assert r.statistic == pytest.approx(h / n, rel=1e-15)
+        s, p = c_ks(lib, a, b)
+        assert s == pytest.approx(r.statistic, rel=1e-15)
+        assert p == pytest.approx(r.pvalue, rel=1e-10), (n, h, p, r.pvalue)
 
 
 def test_critical_n(lib):
