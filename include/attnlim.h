@@ -266,7 +266,7 @@ typedef struct al_five {
     double min, q1, median, q3, max, mean;
 } al_five;
 int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
-/* The p-th percentile (0..100) of sorted[n] (ascending), numpy's linear method. */
+/* p-th percentile of sorted[n] (ascending), numpy's linear; NaN if n == 0 or p not in [0, 100]. */
 double al_percentile_sorted(const double *sorted, size_t n, double p);
 
 /* ==== Section: tokenizers and corpora ===================================================== */

@@ -621,7 +621,7 @@ double al_slope_origin(const double *x, const double *y, size_t n) {
 }
 
 double al_percentile_sorted(const double *sorted, size_t n, double p) {
-    if (n == 0) return NAN;
+    if (n == 0 || !sorted || !(p >= 0 && p <= 100)) return NAN; /* NaN p fails the test too */
     double q = p / 100.0;
     double vi = (double)n * q + (1.0 - q) - 1.0; /* numpy's virtual index, alpha = beta = 1 */
     if (vi <= 0) return sorted[0];

@@ -3,7 +3,8 @@
  *    lattice paths leave the band), equal and unequal sizes; identical samples: D = 0, p = 1;
  *  - the one-sample KS distribution (al__kstwo_sf, al__smirnov_sf) where it has closed forms
  *    (derived in test_kstwo_closed_forms);
- *  - numpy's linear percentiles on small hand-computed cases; the slope of y = c x;
+ *  - numpy's linear percentiles on small hand-computed cases, NaN for a bad p or n == 0;
+ *    the slope of y = c x;
  *  - errors: empty input, NaN with its position, a non-increasing N grid. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -102,6 +103,15 @@ static void test_percentiles_and_slope(void **state) {
     assert_float_equal(f.q1, 1.75, 1e-15);
     assert_float_equal(f.median, 2.5, 1e-15);
     assert_float_equal(f.q3, 3.25, 1e-15);
+    double s4[4] = {1, 2, 3, 4};
+    assert_true(isnan(al_percentile_sorted(s4, 4, NAN)) &&
+                isnan(al_percentile_sorted(s4, 4, -1e-9)));
+    assert_true(isnan(al_percentile_sorted(s4, 4, 100.5)) &&
+                isnan(al_percentile_sorted(s4, 4, INFINITY)));
+    assert_true(isnan(al_percentile_sorted(s4, 4, -INFINITY)) &&
+                isnan(al_percentile_sorted(s4, 0, 50)));
+    assert_true(al_percentile_sorted(s4, 4, 0) == 1 && al_percentile_sorted(s4, 4, 100) == 4);
+    assert_float_equal(al_percentile_sorted(s4, 4, 50), 2.5, 1e-15);
     double one = 7;
     assert_int_equal(al_five_number(&one, 1, &f, NULL), 0);
     assert_true(f.min == 7 && f.q1 == 7 && f.median == 7 && f.q3 == 7 && f.max == 7);
