@@ -152,7 +152,40 @@ int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *
     return al_parse_numbers(text, len, name, out, err);
 }
 
-int cli_read_array(const char *path, al_array *out, al_error *err) {
+/* All the numbers of a text in order, one 1-D array: lines may hold different counts, all
+ * else is cli_parse_numbers's. The text is parsed with its newlines made spaces; then each
+ * line that could be judged otherwise alone (one with a comma: empty fields are per line), or
+ * every line after a failure, is parsed alone, and the first bad one is reported by parsing
+ * the text up to it with the earlier lines blanked (newlines kept: the message names it). */
+static int parse_flat(const char *text, size_t len, const char *name, al_array *out, al_error *err) {
+    char *t = malloc(len + 1);
+    if (!t) return set_err(err, AL_E_NOMEM, "%s: out of memory", name);
+    for (size_t i = 0; i < len; i++) t[i] = text[i] == '\n' ? ' ' : text[i];
+    t[len] = 0;
+    int rc = cli_parse_numbers(t, len, name, out, err);
+    int check = rc == AL_E_FORMAT || rc == AL_E_RANGE || (rc == 0 && memchr(text, ',', len));
+    for (size_t start = 0; check && start < len;) {
+        const char *nl = memchr(text + start, '\n', len - start);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        al_array row;
+        int r = 0;
+        if (rc || memchr(text + start, ',', end - start)) {
+            r = cli_parse_numbers(text + start, end - start, name, &row, NULL);
+            if (r == 0) al_array_free(&row);
+        }
+        if (r != 0 && r != AL_E_INVALID) { /* (AL_E_INVALID: a line without numbers) */
+            if (rc == 0) al_array_free(out);
+            for (size_t i = 0; i < end; i++) t[i] = (i < start && text[i] != '\n') ? ' ' : text[i];
+            rc = cli_parse_numbers(t, end, name, out, err);
+            break;
+        }
+        start = end + 1;
+    }
+    free(t);
+    return rc;
+}
+
+static int read_input(const char *path, int flat, al_array *out, al_error *err) {
     const char *name = (!path || strcmp(path, "-") == 0) ? "<stdin>" : path;
     FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
     if (!f) return set_err(err, AL_E_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -215,7 +248,7 @@ int cli_read_array(const char *path, al_array *out, al_error *err) {
         }
     } else {
         size_t bom = n >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
-        rc = cli_parse_numbers(buf + bom, n - bom, name, out, err);
+        rc = (flat ? parse_flat : cli_parse_numbers)(buf + bom, n - bom, name, out, err);
     }
     free(buf);
     if (rc == 0 && al_array_numel(out) == 0) { /* (a .npy of shape (0,), (0, 3), (2, 0), ...) */
@@ -233,6 +266,8 @@ int cli_read_array(const char *path, al_array *out, al_error *err) {
 
 const char *cli_input_name(const char *path) { return (!path || strcmp(path, "-") == 0) ? "<stdin>" : path; }
 
+int cli_read_array(const char *path, al_array *out, al_error *err) { return read_input(path, 0, out, err); }
+int cli_read_flat(const char *path, al_array *out, al_error *err) { return read_input(path, 1, out, err); }
 
 void cli_print_json(cJSON *obj, int pretty) {
     char *s = pretty ? cJSON_Print(obj) : cJSON_PrintUnformatted(obj);

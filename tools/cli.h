@@ -54,6 +54,8 @@ int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *
 int cli_read_array(const char *path, al_array *out, al_error *err);
 /* "<stdin>" for NULL or "-", else path. */
 const char *cli_input_name(const char *path);
+/* As cli_read_array, but text is one flat list: all its numbers in order, lines of any length. */
+int cli_read_flat(const char *path, al_array *out, al_error *err);
 
 /* The options shared by normalize and jacobian (parsed by cmd_norm_options, cmd_normalize.c). */
 typedef struct norm_opts {

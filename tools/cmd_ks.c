@@ -7,8 +7,8 @@
 static void usage(void) {
     printf("usage: attnlim ks A B [--json]\n\n"
            "Two-sample Kolmogorov-Smirnov test, two-sided, of the numbers in A and B (.npy of\n"
-           "any shape, flattened, or text: whitespace- or comma-separated; '-' reads stdin).\n"
-           "The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
+           "any shape, flattened, or text: whitespace- or comma-separated, lines of any length;\n"
+           "'-' reads stdin). The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
            "1.10): exact when both samples have at most 10000 values, else (or when the exact\n"
            "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n"
            "  --json    print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}\n");
@@ -37,7 +37,7 @@ int cmd_ks(int argc, char **argv) {
     al_error err = {0};
     al_array a = {0}, b = {0};
     int status = 1;
-    if (cli_read_array(paths[0], &a, &err) || cli_read_array(paths[1], &b, &err)) {
+    if (cli_read_flat(paths[0], &a, &err) || cli_read_flat(paths[1], &b, &err)) {
         status = cli_fail("ks", &err);
         goto done;
     }

@@ -327,6 +327,39 @@ def test_cli_ks(tmp_path):
     assert p.returncode == 0 and json.loads(p.stdout)["pvalue"] == pytest.approx(rp, rel=1e-10)
 
 
+def test_cli_ks_ragged_text(tmp_path):
+    """A sample is a flat list: text lines may hold different counts of numbers."""
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal(23)
+    b = rng.standard_normal(31) + 0.3
+    cuts = [0, 1, 4, 4, 9, 17, 23]  # lines of 1, 3, 0, 5, 8 and 6 numbers
+    (tmp_path / "a.txt").write_text("\n".join(" ".join(repr(v) for v in a[i:j])
+                                              for i, j in zip(cuts, cuts[1:])) + "\n")
+    (tmp_path / "b.txt").write_text(", ".join(repr(v) for v in b[:20]) + "\n"
+                                    + "\t".join(repr(v) for v in b[20:]))  # no final newline
+    rs, rp = sp_ks(a, b)
+    p = run_ks(str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["n1"] == 23 and j["n2"] == 31
+    assert j["statistic"] == pytest.approx(rs, rel=1e-12)
+    assert j["pvalue"] == pytest.approx(rp, rel=1e-10)
+    p = run_ks("-", str(tmp_path / "b.txt"), "--json", stdin=(tmp_path / "a.txt").read_text())
+    assert p.returncode == 0 and json.loads(p.stdout)["pvalue"] == pytest.approx(rp, rel=1e-10)
+    # a bad value in a ragged file is still named by its line
+    (tmp_path / "bad.txt").write_text("1 2 3\n4 5\n\n6 7 x 9\n10\n")
+    p = run_ks(str(tmp_path / "bad.txt"), str(tmp_path / "b.txt"))
+    assert p.returncode != 0, p.stderr
+    assert "bad.txt" in p.stderr and "line 4" in p.stderr and "'x'" in p.stderr, p.stderr
+    (tmp_path / "inf.txt").write_text("1 2 3\n4 5\n6 inf\n")
+    p = run_ks(str(tmp_path / "a.txt"), str(tmp_path / "inf.txt"))
+    assert p.returncode != 0 and "inf.txt" in p.stderr and "line 3" in p.stderr, p.stderr
+    # empty fields are judged per line, as for every other command (a line ending in a comma)
+    (tmp_path / "comma.txt").write_text("1 2 3\n4, 5,\n6\n")
+    p = run_ks(str(tmp_path / "comma.txt"), str(tmp_path / "b.txt"))
+    assert p.returncode != 0 and "line 2" in p.stderr and "empty field" in p.stderr, p.stderr
+
+
 def test_cli_ks_bad_input(tmp_path):
     (tmp_path / "bad.txt").write_text("1 2 x 4\n")
     (tmp_path / "ok.txt").write_text("1 2 3\n")
