@@ -57,24 +57,37 @@ typedef struct al_array {
     void *data;                   /* [shape[0], ..., shape[ndim-1]] */
 } al_array;
 
+/* The product of a's dimensions (1 for ndim 0, 0 when a dimension is 0); a must be valid (as
+ * al_array_alloc or al_npy_parse make them). */
 int64_t al_array_numel(const al_array *a);
 size_t al_dtype_size(al_dtype dt);
+/* Zero dimensions are valid (numel 0). ndim outside 0..AL_MAX_DIMS or a negative dimension is
+ * AL_E_INVALID; a size overflowing size_t is AL_E_NOMEM. */
 int al_array_alloc(al_array *a, al_dtype dt, int ndim, const int64_t *shape, al_error *err);
+/* Safe on a zeroed or an already freed array (data is set to NULL). */
 void al_array_free(al_array *a);
-/* A new float64 copy of a (any dtype), in *out (allocated). */
+/* A new float64 copy of a (any dtype), in *out (allocated); values are converted as they are
+ * (NaN and Inf stay). */
 int al_array_to_f64(const al_array *a, al_array *out, al_error *err);
 
-/* Reads .npy v1/v2/v3 with dtype <f4 or <f8 (also |f4-style native LE), C order, any rank.
- * The header is untrusted: magic, version, length, dict syntax, shape overflow and the
- * data size are all checked. name is used in messages (the file path). */
+/* Reads .npy v1/v2/v3 with dtype <f4 or <f8 (also |f4-style native LE), C order, any rank
+ * numpy writes (up to AL_MAX_DIMS). The header is untrusted: magic, version, length, dict
+ * syntax, shape overflow and the data size are all checked; every fault is AL_E_FORMAT (an
+ * empty buffer "empty file", a bad magic naming the bytes found) or AL_E_UNSUPPORTED, naming
+ * name (the file path). Zero dimensions are valid; NaN/Inf values are read as they are (the
+ * CLI refuses them, naming the position). */
 int al_npy_read(const char *path, al_array *out, al_error *err);
 int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, al_error *err);
-/* Writes v1 (v2 if the header needs it), atomically (temp file, fsync, rename). */
+/* Writes v1 (the header of any valid array fits), atomically (temp file, fsync, rename); an
+ * invalid array (ndim, dtype) is AL_E_INVALID. */
 int al_npy_write(const char *path, const al_array *a, al_error *err);
 
 /* Numbers from text (untrusted): whitespace- or comma-separated, one row per non-empty line.
- * One line gives a 1-D float64 array, several lines of equal length a 2-D one. NaN/Inf and
- * non-numbers are errors naming the line and the value; name is used in messages. */
+ * One line gives a 1-D float64 array, several lines of equal length a 2-D one. Decimal
+ * numbers only ([+-] digits [. digits] [e [+-] digits]): nan/inf words and overflowing values
+ * are AL_E_RANGE, hexadecimal, non-numbers, empty fields (a comma at the start or end of a
+ * line, or two in a row) and ragged rows AL_E_FORMAT, each naming name, the line and (but
+ * for ragged rows) the field; a text without numbers is AL_E_INVALID. */
 int al_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err);
 
 /* ==== Data files (tokenizer, corpus) ====================================================== */
@@ -128,31 +141,42 @@ int al_norm_sums_to_one(const al_norm *nm); /* 0 for the sa-softmax forms */
 /* Checks temperature, alpha and s (an error names the bad field). */
 int al_norm_check(const al_norm *nm, al_error *err);
 
-/* p[n] = normalizer(z[n]); n >= 1; NaN/Inf in z is an error naming the position.
+/* p[n] = normalizer(z[n]). n < 1 is AL_E_INVALID ("empty input (n = 0)"); NaN/Inf in z is
+ * AL_E_RANGE naming the position ("logit 2 (0-based) is NaN"), as is z/T overflowing for
+ * sa-softmax; finite z of any size (1e30, DBL_MAX) is well defined.
  * Scratch memory: none on the heap for n <= 1024 (stack), heap beyond. */
 int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err);
-/* out[n] = J v and out[n] = J^T u, J = dp/dz [n, n] at z. out must not alias z, v, u. */
+/* out[n] = J v and out[n] = J^T u, J = dp/dz [n, n] at z. out must not alias z, v, u. z is
+ * checked as by al_norm_forward; NaN/Inf in v or u is AL_E_RANGE naming the element ("jvp: v
+ * element 2 (0-based) is NaN"), and so is an element of the result beyond the double range. */
 int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
                 al_error *err);
 int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
                 al_error *err);
-/* J[n, n], J[i*n+j] = dp_i/dz_j. */
+/* J[n, n], J[i*n+j] = dp_i/dz_j. z as al_norm_forward; an entry beyond the double range (sa
+ * forms at extreme z/T) is AL_E_RANGE naming (i, j). */
 int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err);
 /* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax, sparsemax,
- * entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms. */
+ * entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms, with J
+ * scaled to entries of order 1 first (so J^T J neither overflows nor underflows). z as
+ * al_norm_forward; a norm (or, for the sa forms, an entry of J) beyond the double range is
+ * AL_E_RANGE. al_norm_frobenius_norm likewise. */
 int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
                           al_error *err);
 int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
                            al_error *err);
-/* Forward and spectral norm in one call (one forward pass instead of two): p[n], *spectral. */
+/* Forward and spectral norm in one call (one forward pass instead of two): p[n], *spectral;
+ * the errors of both. */
 int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
                              double *spectral, al_error *err);
 /* lambda_max of diag(g) - g g^T / sum(g) for g[n] >= 0 (the rank-one form of the softmax,
  * sparsemax and entmax Jacobians). For softmax weights p (summing to 1) and temperature T the
- * softmax Jacobian's spectral norm is al_norm_rank1_spectral(p, n) / T. Never fails. */
+ * softmax Jacobian's spectral norm is al_norm_rank1_spectral(p, n) / T. No error channel: 0
+ * for n < 2 or g == 0, NaN when g is NULL or some g_i is NaN, infinite or negative. */
 double al_norm_rank1_spectral(const double *g, int64_t n);
 /* bounds for the softmax family (softmax; ssmax via its effective temperature): sup = 1/(2T),
- * paper = min(1/(4T), sqrt 2); NaN where no bound is known. */
+ * paper = min(1/(4T), sqrt 2); NaN where no bound is known (the other kinds) or T (ssmax: s)
+ * is not finite and > 0; ssmax with n <= 1 gives 0 (its scale s log n is 0). */
 void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper);
 
 /* ==== Section: metrics (METHOD sections 2-6) ============================================== */
@@ -196,15 +220,16 @@ typedef struct al_topn_stats {
 } al_topn_stats;
 
 /* One row: alpha[n] weights, x[n, d] vectors (o->causal is ignored). out[n_top] in the order
- * of o->top_n (rows = 1, or 0 with NaN means when n <= N). NaN/Inf input is an error naming
- * the position. */
+ * of o->top_n (rows = 1, or 0 with NaN means when n <= N). NaN/Inf input is AL_E_RANGE naming
+ * the position (alpha: "position 2"; x: "row 2, column 0"); n < 1 is AL_E_INVALID. */
 int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
                    const al_metrics_opts *o, al_topn_stats *out, al_error *err);
 /* One head: w[L, L] weights (row t uses columns 0..n_t-1 only; the rest is never read),
  * x[L, d] vectors. out[n_top]: means over the rows with n_t > N. row_max[L] (max weight)
  * and row_entropy[L] (H = -sum alpha log alpha over the row's n keys; terms with alpha <= 0
  * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads.
- * Memory: about 3 L^2 doubles. */
+ * NaN/Inf in the used part of w, or in x, is AL_E_RANGE naming the row and column; L < 1 is
+ * AL_E_INVALID. Memory: about 3 L^2 doubles. */
 int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                     const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                     double *row_entropy, al_error *err);
@@ -215,7 +240,8 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
 int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
                      double *entropy_norm, al_error *err);
 /* Corollary 1: D[L], D_t = ||q_t|| * max_{j <= t (causal) or all j} ||k_j|| / sqrt(d_head).
- * q[L, d_head], k[L, d_head]. */
+ * q[L, d_head], k[L, d_head]. NaN/Inf is AL_E_RANGE naming the array, row and column; L or
+ * d_head < 1 is AL_E_INVALID; squared norms beyond DBL_MAX (|values| ~ 1e154) give Inf. */
 int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
                         double *D, al_error *err);
 /* Algorithm 5 on logits z[L, L] (row t uses columns 0..n_t-1; rows with n_t >= 2 enter),
@@ -224,7 +250,9 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
  *   spec_mean[n_t]       mean over rows of the exact spectral norm of the Jacobian of f(z/T).
  * v (al_sensitivity_direction) is one per (seed, layer, head, row), reused for every T, eps.
  * Softmax has a vectorised fast path; other kinds go through al_norm_forward(_spectral).
- * NaN/Inf logits in the used part are an error naming the row and column. No rows: NaN. */
+ * NaN/Inf logits in the used part are AL_E_RANGE naming the row and column; temps and eps
+ * not finite and > 0 are AL_E_INVALID naming the position; L < 1 is AL_E_INVALID. No rows
+ * (L = 1): NaN. */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
@@ -234,7 +262,8 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
  *   spec[n_t]       the exact spectral norm of the Jacobian of f(z/T)
  * (nm's temperature field is ignored; fd may be NULL when n_eps == 0). al_head_sensitivity's
  * fd_mean and spec_mean are the means of these over the rows with n_t >= 2, each row with its
- * own v, computed by the same code. NaN/Inf in z or v is an error naming the position. */
+ * own v, computed by the same code. NaN/Inf in z or v is AL_E_RANGE naming the position;
+ * temps and eps not finite and > 0 are AL_E_INVALID naming the position; n < 1 AL_E_INVALID. */
 int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
                        int n_t, const double *eps, int n_eps, const double *v, double *fd,
                        double *spec, al_error *err);
@@ -251,17 +280,23 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
 /* Two-sample Kolmogorov-Smirnov test, two-sided: statistic and p-value as
  * scipy.stats.ks_2samp(a, b) (scipy 1.10, method='auto': exact when
  * max(na, nb) <= 10000, asymptotic otherwise or when the exact computation fails).
- * a[na], b[nb]; NaN/Inf is an error naming the position; empty samples are an error. */
+ * a[na], b[nb]; NaN/Inf is AL_E_RANGE naming the sample and the position; an empty sample is
+ * AL_E_INVALID. Only ranks matter: finite values of any size are fine. */
 int al_ks_2samp(const double *a, size_t na, const double *b, size_t nb, double *statistic,
                 double *pvalue, al_error *err);
 /* Algorithm 3 for one L: N[nN] increasing; dtilde[nN, n_heads] and E[nN, n_heads] per-head
  * means. pvalues[nN] = KS p-value of dtilde[i, :] against E[i, :]; *crit = the smallest N
- * with p >= level, or -1 when not reached. Heads with a non-finite value are an error. */
+ * with p >= level, or -1 when not reached (also for nN == 0: nothing is tested, rc 0). A
+ * non-finite value is AL_E_RANGE naming N, the array and the head; n_heads < 1 AL_E_INVALID. */
 int al_critical_n(const int *N, int nN, const double *dtilde, const double *E, int n_heads,
                   double level, double *pvalues, int *crit, al_error *err);
-/* Least squares through the origin: sum x y / sum x^2 over x[n], y[n] (NaN if sum x^2 == 0). */
+/* Least squares through the origin: sum x y / sum x^2 over x[n], y[n] (NaN if sum x^2 == 0,
+ * so also for n == 0). No error channel: NaN/Inf input, or sums beyond DBL_MAX, give a
+ * non-finite result (NaN, or +-Inf from an infinite y). */
 double al_slope_origin(const double *x, const double *y, size_t n);
-/* Five-number summary and mean of x[n]; quartiles as numpy.percentile's default (linear). */
+/* Five-number summary and mean of x[n]; quartiles as numpy.percentile's default (linear).
+ * NaN/Inf is AL_E_RANGE naming the position, n == 0 AL_E_INVALID. The mean is sum / n, so
+ * +-Inf when the sum overflows (values near DBL_MAX; as numpy.mean), with rc 0. */
 typedef struct al_five {
     double min, q1, median, q3, max, mean;
 } al_five;

@@ -110,7 +110,8 @@ static int norm_scale(const al_norm *nm, int64_t n, double *c, al_error *err) {
 
 void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
     double sup = NAN, paper = NAN;
-    if (nm && nm->temperature > 0 && (nm->kind == AL_NORM_SOFTMAX || nm->kind == AL_NORM_SSMAX)) {
+    if (nm && nm->temperature > 0 && isfinite(nm->temperature) &&
+        (nm->kind == AL_NORM_SOFTMAX || (nm->kind == AL_NORM_SSMAX && nm->ssmax_s > 0 && isfinite(nm->ssmax_s)))) {
         double c = 1.0 / nm->temperature; /* 1/T_eff */
         if (nm->kind == AL_NORM_SSMAX) c *= nm->ssmax_s * log((double)(n > 1 ? n : 1));
         sup = 0.5 * c;
