@@ -59,9 +59,9 @@ typedef struct accum {
     double dtilde, dmax, E, E_mc, E_mc_var, ns, lo, up;
 } accum;
 
-/* A weight and its index (top-K selection). */
+/* The sort key of a weight (desc_key) and its index (top-K selection). */
 typedef struct kv {
-    double v;
+    uint64_t k;
     int64_t i;
 } kv;
 
@@ -253,21 +253,28 @@ static inline uint64_t desc_key(double v) {
     return ~u;
 }
 
-/* s[0..K-1] sorted by weight, larger first, keeping the order of equal weights (LSD radix sort
- * on the bits, 8 bits a pass, passes where every key has the same digit skipped); tmp[K]. */
+/* s[0..K-1] sorted by key (smaller first = larger weight), keeping the order of equal keys
+ * (LSD radix sort, 8 bits a pass; the eight digit histograms in one pass over the keys, the
+ * passes where every key has the same digit skipped); tmp[K]. */
 static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
+    uint32_t cnt[8][256];
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t q = 0; q < K; q++) {
+        uint64_t k = s[q].k;
+        for (int b = 0; b < 8; b++) cnt[b][(k >> (8 * b)) & 255]++;
+    }
     kv *src = s, *dst = tmp;
-    for (int sh = 0; sh < 64; sh += 8) {
-        int64_t cnt[256] = {0};
-        for (int64_t q = 0; q < K; q++) cnt[(desc_key(src[q].v) >> sh) & 255]++;
-        if (cnt[(desc_key(src[0].v) >> sh) & 255] == K) continue;
-        int64_t pos = 0;
-        for (int b = 0; b < 256; b++) {
-            int64_t c = cnt[b];
-            cnt[b] = pos;
-            pos += c;
+    for (int b = 0; b < 8; b++) {
+        uint32_t *c = cnt[b];
+        int sh = 8 * b;
+        if (c[(src[0].k >> sh) & 255] == (uint32_t)K) continue;
+        uint32_t pos = 0;
+        for (int v = 0; v < 256; v++) {
+            uint32_t t = c[v];
+            c[v] = pos;
+            pos += t;
         }
-        for (int64_t q = 0; q < K; q++) dst[cnt[(desc_key(src[q].v) >> sh) & 255]++] = src[q];
+        for (int64_t q = 0; q < K; q++) dst[c[(src[q].k >> sh) & 255]++] = src[q];
         kv *t = src;
         src = dst;
         dst = t;
@@ -283,11 +290,11 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, do
     double v = kth_largest(tmp, n, K);
     int64_t q = 0;
     for (int64_t i = 0; i < n; i++) { /* branch-free: s has room for n */
-        s[q] = (kv){a[i], i};
+        s[q] = (kv){desc_key(a[i]), i};
         q += a[i] > v;
     }
     for (int64_t i = 0; i < n && q < K; i++)
-        if (a[i] == v) s[q++] = (kv){a[i], i};
+        if (a[i] == v) s[q++] = (kv){desc_key(a[i]), i};
     kv_radix_desc(s, s + n, K); /* stable: equal weights stay in index order */
     for (q = 0; q < K; q++) sel[q] = s[q].i;
 }
@@ -686,6 +693,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     /* error scales: Q = sum_{j in I} |alpha_j| |x_j|, B1 = sum_{j in I} |alpha_j|,
      * R = sum_{j < n} |alpha_j| |x_j|, gmax = max_{j < n} |x_j|^2 (|x| as |x|^2 / |x|) */
     double Q = 0, B1 = 0, R = 0, gmax = 0;
+#pragma omp simd reduction(max : amax2)
     for (int64_t i = 0; i < n; i++) amax2 = amax2 > a[i] * a[i] ? amax2 : a[i] * a[i];
     if (o->separability) /* the N-independent parts of the separability radius */
         for (int64_t i = 0; i < n; i++) {
@@ -737,10 +745,13 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         }
         /* |s|^2 = sum_{j in I} alpha_j x_j . s, |s_u|^2 = sum_{j in I} alpha_j u_j . s_u */
         double ss = 0, ssu = 0;
+        const int64_t *sel = w->sel;
+        const double *cj = w->c, *cuj = w->cu, *invj = rc->inv;
+#pragma omp simd reduction(+ : ss, ssu)
         for (int64_t q = 0; q < N; q++) {
-            int64_t j = w->sel[q];
-            ss += a[j] * w->c[j];
-            ssu += a[j] * rc->inv[j] * w->cu[j];
+            int64_t j = sel[q];
+            ss += a[j] * cj[j];
+            ssu += a[j] * invj[j] * cuj[j];
         }
 
         /* ---- evaluate the metrics at this N ---- */
@@ -756,8 +767,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             double tdt = cancel_tau(2.0 * N + (double)d + 3.0), tQ2 = tdt * Q * Q;
             double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
             double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
-            double dt = 0, b = 0, cf = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
-#pragma omp simd reduction(+ : dt, b, cf, es) reduction(max : d1) reduction(min : mdt, mE)
+            double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
             for (int64_t i = 0; i < n; i++) {
                 double ai = a[i], p = pa[i];
                 double t2 = FMA(-2.0 * ai, c[i], p + ss);
@@ -766,7 +777,6 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                 double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
                 mdt = mdt < ft ? mdt : ft;
                 b = FMA(ns[i], ai, b);
-                cf = FMA(ns[i], A1 - ai, cf); /* (n-N) abar - b, without its cancellation */
                 double dd = ns[i] * D[i];
                 d1 = d1 > dd ? d1 : dd;
                 double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
@@ -784,6 +794,13 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                     double dd = ns[i] * w->Dx[i];
                     d1 = d1 > dd ? d1 : dd;
                 }
+            }
+            /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
+             * difference cancels (weights near abar: it can be exactly 0) */
+            double cf = (double)(n - N) * A1 - b;
+            if (!(fabs(cf) > 0.5 * (double)(n - N) * fabs(A1))) {
+                cf = 0;
+                for (int64_t i = 0; i < n; i++) cf = FMA(ns[i], A1 - a[i], cf);
             }
             r.dtilde = dt;
             r.dmax = b * sqrt(d1) + cf * m;
