@@ -1,8 +1,9 @@
-/* sensitivity.c: gradient sensitivity of the normalizer (METHOD section 6; paper Algorithm 5)
- * for one head: per row of logits, the finite difference
+/* sensitivity.c: gradient sensitivity of the normalizer (METHOD section 6; paper Algorithm 5):
+ * per row of logits (al_row_sensitivity, in a given direction v), the finite difference
  *     delta(T, eps) = || f((z + eps v)/T) - f(z/T) || / eps
- * with one seeded direction v per (seed, layer, head, row), reused for every T and eps, and
- * the exact spectral norm of the Jacobian of f(z/T); both averaged over the rows with n >= 2.
+ * and the exact spectral norm of the Jacobian of f(z/T); per head (al_head_sensitivity) the
+ * same row code with one seeded direction v per (seed, layer, head, row), reused for every T
+ * and eps, both averaged over the rows with n >= 2.
  *
  * f is any normalizer of attnlim.h (al_norm_forward / al_norm_forward_spectral, with its
  * temperature set to each T). Softmax, the case of the paper, has a fast path: a vectorised
