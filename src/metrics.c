@@ -30,11 +30,13 @@
  * recomputed from the vectors in d-space, with s, S and s_u summed in double-double (built
  * lazily, once per row or as N walks up), so a distance that is exactly 0 comes out 0 and a
  * near-duplicate to the rounding of its own components. The same test covers d1 (on its
- * maximum), E (whose S has, besides, an error cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that
- * is absolute, not amplified; also tested), the separability radius r, the distances compared
- * with r for N_s, the xi_i (A1 - alpha_i, A2 - alpha_i^2 recomputed as sums over the others)
- * and the Monte-Carlo samples. delta enters only as delta^2 (absolute error ~gamma_d): no
- * cancellation to repair.
+ * maximum; recomputed from the head's Gram matrix of y_i = x_i - x_0, built by one GEMM the
+ * first time it is needed, where |y_i|^2 + |y_j|^2 <= 8 d1^2 since x_0 is a key of every row;
+ * from the vectors for a lone row), E (whose S has, besides, an error
+ * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested),
+ * the separability radius r, the distances compared with r for N_s, the xi_i (A1 - alpha_i,
+ * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
+ * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
 #include "internal.h"
 #include "mathx.h"
@@ -94,7 +96,20 @@ typedef struct rowws {
     double *Dx;    /* [cap] max_{q < dx_cnt} |x_i - x_sel[q]|^2 computed in d-space */
     int64_t s_cnt, su_cnt, dx_cnt;
     int S_ok;
+    int dx_mode; /* Dx from: 0 not yet, 1 the centred Gram matrix, 2 the vectors */
 } rowws;
+
+/* A head's vectors centred on x_0, y_i = x_i - x_0 (each component to one rounding of itself),
+ * and their Gram matrix: built the first time a row's d1 cancels (every key of the row close to
+ * every selected key, relative to their norms), it expands |x_i - x_j|^2 = |y_i|^2 + |y_j|^2 -
+ * 2 y_i . y_j with errors relative to the head's spread around x_0 instead of to |x|^2. */
+typedef struct centred {
+    const double *x; /* [L, d] */
+    int64_t L, d;
+    double *Gy;  /* [L, L] Y Y^T */
+    double *gyd; /* [L] |y_i|^2 */
+    int state;   /* 0: not built; 1: built; -1: no memory (the rows use the direct path) */
+} centred;
 
 /* What one row needs besides its weights. */
 typedef struct rowctx {
@@ -109,6 +124,7 @@ typedef struct rowctx {
     const double *xs;          /* [n] x_i . S for this row (distance only) */
     double SS;                 /* |S|^2 for this row */
     int64_t row;               /* row index (Monte-Carlo seeding) */
+    centred *cg;               /* the head's centred Gram matrix (NULL: one row) */
 } rowctx;
 
 static inline const double *gram_row(const rowctx *rc, int64_t j) {
@@ -441,6 +457,7 @@ static void dd_axpy(double a, const double *x, double sc, int64_t d, double *hi,
 static double dd_dist2(double a, const double *x, double sc, const double *hi, const double *lo,
                        int64_t d) {
     double t = 0;
+#pragma omp simd reduction(+ : t)
     for (int64_t k = 0; k < d; k++) {
         double p, pe, s, se;
         two_prod(a, x[k] * sc, &p, &pe);
@@ -455,6 +472,7 @@ static double dd_dist2(double a, const double *x, double sc, const double *hi, c
 static double dd_dist2_int(double m1, double a, const double *x, double m2, const double *hi,
                            const double *lo, int64_t d) {
     double t = 0;
+#pragma omp simd reduction(+ : t)
     for (int64_t k = 0; k < d; k++) {
         double p, pe, q, qe, r, re, s, se;
         two_prod(a, x[k], &p, &pe);
@@ -482,25 +500,105 @@ AL_COLD static void dd_extend(const double *a, const rowctx *rc, const int64_t *
     *cnt = N;
 }
 
-/* w->Dx[i] = max_{q < N} |x_i - x_sel[q]|^2 in d-space for every i < n (extended from the first
- * dx_cnt selected): each difference x_ik - x_jk has one rounding of itself. */
+/* w->Dx[i] = max_{q < N} |x_i - x_sel[q]|^2 in d-space for the i < n not selected at N
+ * (extended from the first dx_cnt selected; a selected i never leaves I again): each
+ * difference x_ik - x_jk has one rounding of itself. */
 AL_COLD static void dx_extend(int64_t n, const rowctx *rc, rowws *w, int64_t N) {
     int64_t d = rc->d;
     if (w->dx_cnt == 0)
         for (int64_t i = 0; i < n; i++) w->Dx[i] = 0;
-    for (int64_t q = w->dx_cnt; q < N; q++) {
-        const double *xj = rc->x + w->sel[q] * d;
-        for (int64_t i = 0; i < n; i++) {
-            const double *xi = rc->x + i * d;
+    for (int64_t i = 0; i < n; i++) {
+        if (w->nsel[i] == 0) continue;
+        const double *xi = rc->x + i * d;
+        double mx = w->Dx[i];
+        for (int64_t q = w->dx_cnt; q < N; q++) {
+            const double *xj = rc->x + w->sel[q] * d;
             double t = 0;
+#pragma omp simd reduction(+ : t)
             for (int64_t k = 0; k < d; k++) {
                 double e = xi[k] - xj[k];
                 t = FMA(e, e, t);
             }
-            w->Dx[i] = w->Dx[i] > t ? w->Dx[i] : t;
+            mx = mx > t ? mx : t;
         }
+        w->Dx[i] = mx;
     }
     w->dx_cnt = N;
+}
+
+/* Builds cg (Y, then Gy = Y Y^T by one GEMM); returns 1 if built. */
+AL_COLD static int centred_build(centred *cg) {
+    if (cg->state) return cg->state > 0;
+    int64_t L = cg->L, d = cg->d;
+    size_t LL = (size_t)L * (size_t)L;
+    double *Y = malloc((size_t)L * (size_t)d * sizeof(double));
+    cg->Gy = malloc(LL * sizeof(double));
+    cg->gyd = malloc((size_t)L * sizeof(double));
+    if (!Y || !cg->Gy || !cg->gyd) {
+        free(Y);
+        free(cg->Gy);
+        free(cg->gyd);
+        cg->Gy = cg->gyd = NULL;
+        cg->state = -1;
+        return 0;
+    }
+    for (int64_t i = 0; i < L; i++) {
+        double t = 0;
+        for (int64_t k = 0; k < d; k++) {
+            double e = cg->x[i * d + k] - cg->x[k];
+            Y[i * d + k] = e;
+            t += e * e;
+        }
+        cg->gyd[i] = t;
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)L, (int)L, (int)d, 1.0, Y, (int)d, Y,
+                (int)d, 0.0, cg->Gy, (int)L);
+    free(Y);
+    cg->state = 1;
+    return 1;
+}
+
+/* The exact d1^2 at N, for a row whose expansion from G cancelled: from the head's centred Gram
+ * matrix (n K per row), unless that cancels too (the row's keys close together relative to
+ * their distance from x_0), then from the vectors (n K d). Dx is extended as N walks up. */
+AL_COLD static double d1_exact(int64_t n, const rowctx *rc, rowws *w, int64_t N) {
+    const double *ns = w->nsel;
+    if (w->dx_mode == 0) w->dx_mode = rc->cg && centred_build(rc->cg) ? 1 : 2;
+    if (w->dx_mode == 1) {
+        const centred *cg = rc->cg;
+        const double *gyd = cg->gyd;
+        if (w->dx_cnt == 0)
+            for (int64_t i = 0; i < n; i++) w->Dx[i] = 0;
+        for (int64_t q = w->dx_cnt; q < N; q++) { /* as update_rows' D, on Y */
+            int64_t j = w->sel[q];
+            const double *gj = cg->Gy + j * cg->L;
+            double gjj = gyd[j];
+            double *Dx = w->Dx;
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) {
+                double v = gyd[i] + FMA(-2.0, gj[i], gjj);
+                Dx[i] = Dx[i] > v ? Dx[i] : v;
+            }
+        }
+        w->dx_cnt = N;
+        double d1 = 0, gmax = 0, my2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = ns[i] * w->Dx[i];
+            d1 = d1 > v ? d1 : v;
+            gmax = gmax > gyd[i] ? gmax : gyd[i];
+        }
+        for (int64_t q = 0; q < N; q++) my2 = my2 > gyd[w->sel[q]] ? my2 : gyd[w->sel[q]];
+        if (d1 >= cancel_tau((double)rc->d + 4.0) * (gmax + my2)) return d1;
+        w->dx_mode = 2; /* cancels on Y too: from the vectors, from the start */
+        w->dx_cnt = 0;
+    }
+    dx_extend(n, rc, w, N);
+    double d1 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = ns[i] * w->Dx[i];
+        d1 = d1 > v ? d1 : v;
+    }
+    return d1;
 }
 
 /* ---- one row ------------------------------------------------------------------------------ */
@@ -688,7 +786,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         w->nsel[i] = 1.0;
     }
     w->s_cnt = w->su_cnt = w->dx_cnt = 0;
-    w->S_ok = 0;
+    w->S_ok = w->dx_mode = 0;
     double A1 = 0, A2 = 0, m = 0, delta2 = INFINITY, amax2 = 0;
     /* error scales: Q = sum_{j in I} |alpha_j| |x_j|, B1 = sum_{j in I} |alpha_j|,
      * R = sum_{j < n} |alpha_j| |x_j|, gmax = max_{j < n} |x_j|^2 (|x| as |x|^2 / |x|) */
@@ -787,14 +885,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             }
             if (mdt < 0) dt = dtilde_exact(a, n, rc, w, N, ss, tdt, tQ2);
             if (mE < CE) es = E_exact(a, n, rc, w, N, f2, fc2, cc2SS, f2tE, CE);
-            if (d1 < cancel_tau((double)d + 3.0) * (gmax + m * m)) { /* d1 from the vectors */
-                dx_extend(n, rc, w, N);
-                d1 = 0;
-                for (int64_t i = 0; i < n; i++) {
-                    double dd = ns[i] * w->Dx[i];
-                    d1 = d1 > dd ? d1 : dd;
-                }
-            }
+            if (b != 0 && d1 < cancel_tau((double)d + 3.0) * (gmax + m * m))
+                d1 = d1_exact(n, rc, w, N);
             /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
              * difference cancels (weights near abar: it can be exactly 0) */
             double cf = (double)(n - N) * A1 - b;
@@ -1194,6 +1286,7 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
         return AL_E_NOMEM;
     }
     double *gd = h.vec, *inv = h.vec + L, *un = h.vec + 2 * L, *SS = h.vec + 3 * L;
+    centred cg = {.x = x, .L = L, .d = d}; /* built only if a row's d1 cancels */
     vector_norms(x, L, d, gd, inv, un);
     blas_single();
     int iL = (int)L, id = (int)d;
@@ -1223,6 +1316,7 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
         }
         rowctx ctx = {.x = x,
                       .d = d,
+                      .cg = &cg,
                       .G = h.G,
                       .ldg = L,
                       .gd = gd,
@@ -1234,6 +1328,8 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
         row_pass(w + t * L, n, &ctx, o, &g, &rw, acc);
     }
     finish(o, acc, out);
+    free(cg.Gy);
+    free(cg.gyd);
     free_rowws(&rw);
     free_headws(&h);
     free(acc);

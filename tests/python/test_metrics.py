@@ -406,6 +406,47 @@ def test_degenerate_property(lib):
     assert checked > 1500
 
 
+@pytest.mark.parametrize("gap", [0.0, 1e-9, 1e-5])
+@pytest.mark.parametrize("causal", [1, 0])
+def test_degenerate_head_exact(lib, gap, causal):
+    """A head of near-duplicate vectors (scale 1e3): its means against the means of the exact
+    row values; d1 there comes from the head's Gram matrix centred on x_0 (one GEMM), not from
+    the vectors row by row."""
+    rng = np.random.default_rng(90 + causal)
+    L, d = 14, 5
+    x = degenerate_x(rng, L, d, 1e3, gap)
+    for weights in ("uniform", "ties", "softmax"):
+        z = (np.zeros((L, L)) if weights == "uniform" else
+             np.round(rng.standard_normal((L, L))) if weights == "ties" else
+             rng.standard_normal((L, L)))
+        if causal:
+            z = np.where(np.tril(np.ones((L, L))) > 0, z, -np.inf)
+        w = softmax(z)
+        Ns = [1, 3, 6]
+        got, _, _ = c_head(lib, w, x, Ns, causal, separability=0)
+        for g, N in zip(got, Ns):
+            rows = []
+            for t in range(L):
+                n = t + 1 if causal else L
+                if n <= N:
+                    continue
+                a = w[t, :n]
+                ref = exact_row(a, x[:n], N)
+                order = sorted(range(n), key=lambda i: (-a[i], i))
+                I, notI = order[:N], order[N:]
+                b = sum(a[i] for i in notI)
+                cf = sum(a[I].sum() - a[i] for i in notI)
+                m = max(np.linalg.norm(x[j]) for j in I)
+                ref["dmax"] = b * ref["d1"] + cf * m
+                ref["scale_dmax"] = (b * ref["scale_d1"] + abs(cf) * m)
+                rows.append(ref)
+            assert g["rows"] == len(rows)
+            for key, sc in (("dtilde", "scale_dt"), ("E", "scale_E"), ("dmax", "scale_dmax")):
+                want = np.mean([r[key] for r in rows])
+                tol = 1e-10 * want + 8 * U53 * np.mean([r[sc] for r in rows])
+                assert abs(g[key] - want) <= tol, (weights, N, key, g[key], want)
+
+
 def decimal_separability(alpha, x, N):
     """N_s / N of METHOD 5 with the unit vectors and distances in 60-digit decimals, and the
     tie rule of attnlim.h (distances closer than tol = (d + 8) u (sum_I |alpha| + max |alpha|)
