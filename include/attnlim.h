@@ -229,7 +229,8 @@ int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
  * and row_entropy[L] (H = -sum alpha log alpha over the row's n keys; terms with alpha <= 0
  * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads.
  * NaN/Inf in the used part of w, or in x, is AL_E_RANGE naming the row and column; L < 1 is
- * AL_E_INVALID. Memory: about 3 L^2 doubles. */
+ * AL_E_INVALID. Memory: about 3 L^2 doubles (4 L^2 on heads whose vectors nearly coincide,
+ * where d1 needs the Gram matrix of x - x_0). */
 int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                     const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                     double *row_entropy, al_error *err);
