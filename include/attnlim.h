@@ -345,7 +345,7 @@ typedef struct al_model_info {
     char family[16];   /* "gpt2", "llama", "bert" */
     char name[128];    /* e.g. "gpt2-124M-shape", "SmolLM2-135M-Instruct" */
     char path[1024];   /* the file opened */
-    char sha256[65];   /* of that file ("" until computed by al_model_hash) */
+    char sha256[65];   /* the model identity ("" until computed by al_model_hash) */
     char dtype[16];    /* storage of the weights: "f32", "bf16", "q4_1", ... */
     int n_layer;
     int n_head;        /* query heads */
@@ -368,7 +368,10 @@ void al_model_free(al_model *m);
 const al_model_info *al_model_get_info(const al_model *m);
 /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, BERT vocab.txt). */
 int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err);
-/* Computes (once) and returns the SHA-256 of the model file into info->sha256. */
+/* Computes (once) the model identity into info->sha256: the SHA-256 of the lines
+ * "<sha256>  <name>\n" of every file that defines the model (config.json, a shard index and
+ * every shard, or the one .safetensors / .bin / .gguf), sorted by name; what
+ * `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` prints in the model's directory. */
 int al_model_hash(al_model *m, al_error *err);
 
 /* What a capture wants (bit flags). */

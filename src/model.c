@@ -114,6 +114,8 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
 void al_model_free(al_model *m) {
     if (!m) return;
     if (m->vt && m->vt->destroy) m->vt->destroy(m);
+    al__model_files_free(m->hashed);
+    free(m->hashed);
     free(m);
 }
 
@@ -121,7 +123,12 @@ const al_model_info *al_model_get_info(const al_model *m) { return &m->info; }
 
 int al_model_hash(al_model *m, al_error *err) {
     if (m->info.sha256[0]) return 0;
-    return al_sha256_file(m->info.path, m->info.sha256, err);
+    al__model_files fs;
+    int rc = al__model_files_list(m, 1, &fs, err);
+    if (rc) return rc;
+    snprintf(m->info.sha256, sizeof m->info.sha256, "%s", fs.sha256);
+    al__model_files_free(&fs);
+    return 0;
 }
 
 /* ---- load warnings ------------------------------------------------------------------------- */
@@ -206,7 +213,36 @@ void al__model_files_free(al__model_files *fs) {
     memset(fs, 0, sizeof *fs);
 }
 
+/* A deep copy of fs into out. */
+static int copy_files(const al__model_files *fs, al__model_files *out, al_error *err) {
+    *out = *fs;
+    out->f = al__malloc((size_t)(fs->n > 0 ? fs->n : 1) * sizeof *fs->f, "model files", err);
+    if (!out->f) {
+        memset(out, 0, sizeof *out);
+        return AL_E_NOMEM;
+    }
+    memcpy(out->f, fs->f, (size_t)fs->n * sizeof *fs->f);
+    return 0;
+}
+
+static int list_files(al_model *m, int hash, al__model_files *out, al_error *err);
+
 int al__model_files_list(al_model *m, int hash, al__model_files *out, al_error *err) {
+    memset(out, 0, sizeof *out);
+    if (m->hashed) return copy_files(m->hashed, out, err); /* hashed once per open model */
+    int rc = list_files(m, hash, out, err);
+    if (rc || !hash) return rc;
+    al__model_files *keep = al__malloc(sizeof *keep, "model files", err);
+    if (!keep) return 0; /* not cached: the next call hashes again */
+    if (copy_files(out, keep, err)) {
+        free(keep);
+        return 0;
+    }
+    m->hashed = keep;
+    return 0;
+}
+
+static int list_files(al_model *m, int hash, al__model_files *out, al_error *err) {
     memset(out, 0, sizeof *out);
     int cap = 0, rc = 0;
     char path[4096];
@@ -322,4 +358,65 @@ static int hf_model_type(const char *path, char *type, size_t cap, al_error *err
     snprintf(type, cap, "%s", t->valuestring);
     cJSON_Delete(j);
     return 0;
+}
+
+/* ---- manifests ------------------------------------------------------------------------------ */
+
+cJSON *al__model_files_json(const al__model_files *fs) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < fs->n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        char real[PATH_MAX];
+        cJSON_AddStringToObject(f, "name", fs->f[i].name);
+        cJSON_AddStringToObject(f, "path", realpath(fs->f[i].path, real) ? real : fs->f[i].path);
+        cJSON_AddStringToObject(f, "role", fs->f[i].role);
+        cJSON_AddNumberToObject(f, "bytes", (double)fs->f[i].bytes);
+        cJSON_AddStringToObject(f, "sha256", fs->f[i].sha256);
+        cJSON_AddItemToArray(a, f);
+    }
+    return a;
+}
+
+const char AL__IDENTITY_OF[] =
+    "the lines '<sha256>  <name>' of the files below, sorted by name (bytewise), each ending in a "
+    "newline: `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` in their directory";
+
+cJSON *al__model_json(al_model *m, const char *given, al_error *err) {
+    al__model_files files;
+    if (al__model_files_list(m, 1, &files, err)) return NULL;
+    const al__model_files *fs = &files;
+    const al_model_info *in = al_model_get_info(m);
+    cJSON *o = cJSON_CreateObject();
+    char real[PATH_MAX];
+    cJSON_AddStringToObject(o, "path", realpath(in->path, real) ? real : in->path);
+    cJSON_AddStringToObject(o, "path_given", given);
+    cJSON_AddStringToObject(o, "sha256", fs->sha256);
+    cJSON_AddStringToObject(o, "sha256_of", AL__IDENTITY_OF);
+    cJSON_AddItemToObject(o, "files", al__model_files_json(fs));
+    cJSON_AddStringToObject(o, "family", in->family);
+    cJSON_AddStringToObject(o, "name", in->name);
+    cJSON_AddStringToObject(o, "dtype", in->dtype);
+    cJSON_AddNumberToObject(o, "n_layer", in->n_layer);
+    cJSON_AddNumberToObject(o, "n_head", in->n_head);
+    cJSON_AddNumberToObject(o, "n_kv_head", in->n_kv_head);
+    cJSON_AddNumberToObject(o, "d_model", in->d_model);
+    cJSON_AddNumberToObject(o, "d_head", in->d_head);
+    cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
+    cJSON_AddNumberToObject(o, "vocab_size", in->vocab_size);
+    cJSON_AddBoolToObject(o, "causal", in->causal);
+    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
+    int n, total;
+    const al__load_warning *w = al__model_warnings(m, &n, &total);
+    cJSON *lw = cJSON_AddArrayToObject(o, "load_warnings");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "file", w[i].file);
+        cJSON_AddStringToObject(e, "tensor", w[i].tensor);
+        cJSON_AddNumberToObject(e, "nonfinite", (double)w[i].n_bad);
+        cJSON_AddNumberToObject(e, "first_index", (double)w[i].first);
+        cJSON_AddItemToArray(lw, e);
+    }
+    cJSON_AddNumberToObject(o, "load_warnings_total", total);
+    al__model_files_free(&files);
+    return o;
 }

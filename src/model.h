@@ -35,6 +35,8 @@ struct al_model {
     /* load warnings, kept for manifests: the first AL__MAX_LOAD_WARNINGS, and how many there were */
     al__load_warning warnings[AL__MAX_LOAD_WARNINGS];
     int n_warnings, n_warnings_total;
+    /* the files that define the model, with their SHA-256, once hashed (al__model_files_list) */
+    struct al__model_files *hashed;
 };
 
 /* Family openers call this for a tensor holding NaN/Inf values: prints
@@ -71,6 +73,15 @@ int al__model_files_list(al_model *m, int hash, al__model_files *out, al_error *
  * identity sha256 is computed the same way. */
 int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_error *err);
 void al__model_files_free(al__model_files *f);
+
+/* The manifest object of a model: path (absolute) and path_given, sha256 (the identity above)
+ * with sha256_of saying what it covers, files [{name, path, role, bytes, sha256}], family,
+ * name, dtype, shape fields, n_params, load_warnings. NULL on error (err set). */
+struct cJSON *al__model_json(al_model *m, const char *given, al_error *err);
+/* The files array of such an object. */
+struct cJSON *al__model_files_json(const al__model_files *fs);
+/* What a files identity covers (the sha256_of string of every manifest). */
+extern const char AL__IDENTITY_OF[];
 
 /* Family openers. path is a file (or an HF directory for gpt2/bert). Each fills m->vt,
  * m->info (everything but sha256) and m->impl; on error leaves m->impl NULL. */

@@ -21,6 +21,7 @@ typedef struct al__summary {
     /* setup */
     const char *out_dir;
     char model_name[128], model_path[1024], model_sha[65], family[16];
+    struct cJSON *model_json; /* the model's manifest object (al__model_json), owned */
     const char *corpus, *vectors, *normalizer; /* normalizer: "softmax (model)" when none */
     int synthetic;                             /* 1: random weights */
     int sums_to_one;                           /* the normalizer's weights sum to 1 */

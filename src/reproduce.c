@@ -13,6 +13,7 @@
  *     al__report_figures / al__report_write (report.c)
  * Memory: one layer's capture at a time; per thread, one head's [L, L] weights and logits. */
 #include "internal.h"
+#include "model.h"
 #include "plot.h"
 #include "progress.h"
 #include "report.h"
@@ -1050,6 +1051,7 @@ typedef struct agg {
 } agg;
 
 static void free_agg(agg *a) {
+    cJSON_Delete(a->s.model_json);
     for (int i = 0; i < 3; i++) free(a->a1[i]);
     free(a->a1_mc);
     for (int i = 0; i < 4; i++) free(a->a2[i]);
@@ -1803,16 +1805,13 @@ static int write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     cJSON_AddStringToObject(root, "schema", "attnlim.reproduce/1");
     /* manifest */
     cJSON *man = cJSON_AddObjectToObject(root, "manifest");
-    cJSON *mo = cJSON_AddObjectToObject(man, "model");
-    cJSON_AddStringToObject(mo, "name", s->model_name);
-    cJSON_AddStringToObject(mo, "path", s->model_path);
-    cJSON_AddStringToObject(mo, "sha256", s->model_sha);
-    cJSON_AddStringToObject(mo, "family", s->family);
-    cJSON_AddNumberToObject(mo, "n_layer", p->n_layer);
-    cJSON_AddNumberToObject(mo, "n_head", p->n_head);
-    cJSON_AddNumberToObject(mo, "d_head", s->d_head);
-    cJSON_AddNumberToObject(mo, "n_ctx", s->n_ctx);
-    cJSON_AddBoolToObject(mo, "causal", p->causal);
+    /* the model as every manifest describes it (files, identity, shape, load warnings) */
+    cJSON *mo = cJSON_Duplicate(s->model_json, 1);
+    if (!mo) {
+        cJSON_Delete(root);
+        return al__err(err, AL_E_NOMEM, "out of memory (results.json)");
+    }
+    cJSON_AddItemToObject(man, "model", mo);
     cJSON_AddBoolToObject(mo, "random_weights", s->synthetic);
     cJSON *co = cJSON_AddObjectToObject(man, "corpus");
     cJSON_AddStringToObject(co, "name", s->corpus);
@@ -2452,6 +2451,10 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         snprintf(s->model_name, sizeof s->model_name, "%s", mi->name);
         snprintf(s->model_path, sizeof s->model_path, "%s", mi->path);
         snprintf(s->model_sha, sizeof s->model_sha, "%s", mi->sha256);
+        if (!(s->model_json = al__model_json(m, o.model, err))) {
+            rc = err && err->code ? err->code : AL_E_NOMEM;
+            goto done;
+        }
         snprintf(s->family, sizeof s->family, "%s", mi->family);
         s->corpus = o.corpus;
         s->vectors = al_vectors_name(o.vectors);
@@ -2628,17 +2631,18 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     return 0;
 }
 
-static int diag_report(const al_diag_opts *o, const al_model_info *mi, diag_ctx *c, int L,
-                       char **json, al_error *err) {
+static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, char **json,
+                       al_error *err) {
+    const al_model_info *mi = al_model_get_info(m);
     int H = mi->n_layer * mi->n_head;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlim.diagnose/1");
-    cJSON *mo = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddStringToObject(mo, "name", mi->name);
-    cJSON_AddStringToObject(mo, "path", mi->path);
-    cJSON_AddStringToObject(mo, "sha256", mi->sha256);
-    cJSON_AddNumberToObject(mo, "n_layer", mi->n_layer);
-    cJSON_AddNumberToObject(mo, "n_head", mi->n_head);
+    cJSON *mo = al__model_json(m, o->model ? o->model : "gpt2", err);
+    if (!mo) {
+        cJSON_Delete(root);
+        return err && err->code ? err->code : AL_E_NOMEM;
+    }
+    cJSON_AddItemToObject(root, "model", mo);
     cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
     cJSON_AddNumberToObject(root, "window", o->window);
     cJSON_AddNumberToObject(root, "L", L);
@@ -2782,7 +2786,7 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
                               .user = &c};
     if ((rc = al_model_forward(m, tokens + (size_t)o->window * L, L, &req, NULL, NULL, err)))
         goto done;
-    rc = diag_report(o, mi, &c, L, json, err);
+    rc = diag_report(o, m, &c, L, json, err);
 done:
     free_scratch(c.sc, c.n_threads);
     free(c.max_w);

@@ -497,61 +497,6 @@ static cJSON *mask_json(const uint8_t *mask, int n) {
     return a;
 }
 
-static cJSON *files_json(const al__model_files *fs) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < fs->n; i++) {
-        cJSON *f = cJSON_CreateObject();
-        char real[PATH_MAX];
-        cJSON_AddStringToObject(f, "name", fs->f[i].name);
-        cJSON_AddStringToObject(f, "path", realpath(fs->f[i].path, real) ? real : fs->f[i].path);
-        cJSON_AddStringToObject(f, "role", fs->f[i].role);
-        cJSON_AddNumberToObject(f, "bytes", (double)fs->f[i].bytes);
-        cJSON_AddStringToObject(f, "sha256", fs->f[i].sha256);
-        cJSON_AddItemToArray(a, f);
-    }
-    return a;
-}
-
-static const char IDENTITY_OF[] =
-    "the lines '<sha256>  <name>' of the files below, sorted by name (bytewise), each ending in a "
-    "newline: `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` in their directory";
-
-static cJSON *model_json(al_model *m, const char *given, const al__model_files *fs) {
-    const al_model_info *in = al_model_get_info(m);
-    cJSON *o = cJSON_CreateObject();
-    char real[PATH_MAX];
-    cJSON_AddStringToObject(o, "path", realpath(in->path, real) ? real : in->path);
-    cJSON_AddStringToObject(o, "path_given", given);
-    cJSON_AddStringToObject(o, "sha256", fs->sha256);
-    cJSON_AddStringToObject(o, "sha256_of", IDENTITY_OF);
-    cJSON_AddItemToObject(o, "files", files_json(fs));
-    cJSON_AddStringToObject(o, "family", in->family);
-    cJSON_AddStringToObject(o, "name", in->name);
-    cJSON_AddStringToObject(o, "dtype", in->dtype);
-    cJSON_AddNumberToObject(o, "n_layer", in->n_layer);
-    cJSON_AddNumberToObject(o, "n_head", in->n_head);
-    cJSON_AddNumberToObject(o, "n_kv_head", in->n_kv_head);
-    cJSON_AddNumberToObject(o, "d_model", in->d_model);
-    cJSON_AddNumberToObject(o, "d_head", in->d_head);
-    cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
-    cJSON_AddNumberToObject(o, "vocab_size", in->vocab_size);
-    cJSON_AddBoolToObject(o, "causal", in->causal);
-    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
-    int n, total;
-    const al__load_warning *w = al__model_warnings(m, &n, &total);
-    cJSON *lw = cJSON_AddArrayToObject(o, "load_warnings");
-    for (int i = 0; i < n; i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "file", w[i].file);
-        cJSON_AddStringToObject(e, "tensor", w[i].tensor);
-        cJSON_AddNumberToObject(e, "nonfinite", (double)w[i].n_bad);
-        cJSON_AddNumberToObject(e, "first_index", (double)w[i].first);
-        cJSON_AddItemToArray(lw, e);
-    }
-    cJSON_AddNumberToObject(o, "load_warnings_total", total);
-    return o;
-}
-
 static cJSON *versions_json(void) {
     cJSON *v = cJSON_CreateObject();
     cJSON_AddStringToObject(v, "attnlim", al_version());
@@ -692,7 +637,12 @@ int cmd_capture(int argc, char **argv) {
     man = cJSON_CreateObject();
     cJSON_AddStringToObject(man, "command", "capture");
     cJSON_AddItemToObject(man, "versions", versions_json());
-    cJSON_AddItemToObject(man, "model", model_json(m, model, &mfiles));
+    cJSON *jm = al__model_json(m, model, &err);
+    if (!jm) {
+        rc = err.code ? err.code : AL_E_NOMEM;
+        goto done;
+    }
+    cJSON_AddItemToObject(man, "model", jm);
     cJSON *src = cJSON_AddObjectToObject(man, "tokens");
     cJSON_AddStringToObject(src, tk.from_corpus ? "corpus" : "file", tk.source);
     cJSON_AddStringToObject(src, "sha256", tk.sha256);
@@ -707,8 +657,8 @@ int cmd_capture(int argc, char **argv) {
             cJSON_AddNullToObject(src, "invalid_utf8_at");
         cJSON *tz = cJSON_AddObjectToObject(src, "tokenizer");
         cJSON_AddStringToObject(tz, "sha256", tfiles.sha256);
-        cJSON_AddStringToObject(tz, "sha256_of", IDENTITY_OF);
-        cJSON_AddItemToObject(tz, "files", files_json(&tfiles));
+        cJSON_AddStringToObject(tz, "sha256_of", AL__IDENTITY_OF);
+        cJSON_AddItemToObject(tz, "files", al__model_files_json(&tfiles));
     }
     cJSON_AddNumberToObject(man, "window", (double)window);
     cJSON_AddNumberToObject(man, "length", (double)length);

@@ -469,6 +469,8 @@ class Model:
         return d
 
     def sha256(self):
+        """The model identity: SHA-256 of the `sha256sum` lines of the files that define the
+        model (config.json, shard index, shards, or the one weights file), sorted by name."""
         _call(lib.al_model_hash, self._handle())
         return self.info["sha256"]
 

@@ -441,8 +441,10 @@ def test_model_hash_tokenizer_and_observer_failure(tiny, monkeypatch):
     import hashlib
     path, _, _ = tiny
     with A.Model(path) as m:
-        assert m.sha256() == hashlib.sha256(open(os.path.join(path, "model.safetensors"), "rb")
-                                            .read()).hexdigest()
+        # the model identity: SHA-256 of the `sha256sum` lines of its files, sorted by name
+        lines = "".join(f"{hashlib.sha256(open(os.path.join(path, f), 'rb').read()).hexdigest()}  {f}\n"
+                        for f in sorted(["config.json", "model.safetensors"]))
+        assert m.sha256() == hashlib.sha256(lines.encode()).hexdigest()
         with m.tokenizer() as tok:
             assert tok.encode("Hello world").tolist() == [15496, 995]  # GPT-2's published ids
         # an exception inside the Python observer stops the C forward and is re-raised as is
