@@ -442,18 +442,15 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
     return 0;
 }
 
-static void row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent) {
+/* Max weight and entropy of every row of w[L, L] (row t over its n_t keys): rmax[L], rent[L]. */
+static int row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
+                     al_error *err) {
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = causal ? t + 1 : L;
-        const double *r = w + (size_t)t * L;
-        double mx = -INFINITY, h = 0;
-        for (int64_t u = 0; u < n; u++) {
-            if (r[u] > mx) mx = r[u];
-            if (r[u] > 0) h -= r[u] * log(r[u]);
-        }
-        rmax[t] = mx;
-        rent[t] = h;
+        int rc = al_row_vanishing(w + (size_t)t * L, causal ? t + 1 : L, &rmax[t], &rent[t], NULL,
+                                  err);
+        if (rc) return al__err_prefix(err, rc, "row %lld", (long long)t);
     }
+    return 0;
 }
 
 /* CPU seconds of the calling thread / of the process: meaningful on a busy machine, where wall
@@ -530,7 +527,11 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     }
     double t3 = thread_cpu();
     if (j->want_van) {
-        row_stats(sc->w, L, cap->causal, j->vmax + (size_t)hidx * L, j->vent + (size_t)hidx * L);
+        rc = row_stats(sc->w, L, cap->causal, j->vmax + (size_t)hidx * L,
+                       j->vent + (size_t)hidx * L, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
         to_double(cap->q + (size_t)i * L * cap->d_head, sc->q, (size_t)L * cap->d_head);
         to_double(cap->k + (size_t)i * L * cap->d_head, sc->k, (size_t)L * cap->d_head);
         rc = al_head_vanishing_D(sc->q, sc->k, L, cap->d_head, cap->causal,
@@ -2577,7 +2578,8 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
     }
     to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
     double *rmax = sc->q, *rent = sc->k; /* [L] each (q, k scratch are >= L doubles) */
-    row_stats(sc->w, L, cap->causal, rmax, rent);
+    int rc = row_stats(sc->w, L, cap->causal, rmax, rent, err);
+    if (rc) return rc;
     double sm = 0, se = 0, ss = 0;
     int ce = 0;
     for (int64_t t = 0; t < L; t++) {
@@ -2592,7 +2594,7 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
     if (c->nN > 0) {
         al_metrics_opts mo = {
             .top_n = c->Ns, .n_top = c->nN, .separability = 1, .causal = cap->causal};
-        int rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc) return rc;
         for (int k = 0; k < c->nN; k++) c->ns[(size_t)h * c->nN + k] = sc->st[k].ns_ratio;
     }
