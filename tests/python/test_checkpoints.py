@@ -521,6 +521,30 @@ def test_verify_custom_table_all_formats(tmp_path):
     assert "bad.tsv" in r.stderr and "line 1" in r.stderr
 
 
+def test_verify_warns_nonfinite_tensors(tmp_path):
+    """verify hashes NaN/Inf weights as they are (the table decides) and warns naming the file,
+    the tensor, the count and the first flat index (HF layout), in every format."""
+    L, H, C, T, V = SHAPE.values()
+    p = random_gpt2(L, C, T, V, seed=7)
+    p["h.0.mlp.c_fc.weight"] = p["h.0.mlp.c_fc.weight"].copy()
+    p["h.0.mlp.c_fc.weight"].flat[[3, 9]] = [np.nan, np.inf]
+    p["ln_f.bias"] = p["ln_f.bias"].copy()
+    p["ln_f.bias"][1] = -np.inf
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("".join(f"transformer.{k}\t{v.nbytes}\t{hashlib.sha256(v.astype('<f4').tobytes()).hexdigest()}\n"
+                           for k, v in p.items()))
+    d = write_hf_dir(tmp_path / "m", p, config(L, H, C, T, V))
+    write_llmc(tmp_path / "v3.bin", p, L, H, C, T, V, 3)
+    for path, shown in [(d, d / "model.safetensors"), (tmp_path / "v3.bin", tmp_path / "v3.bin")]:
+        r = run("verify", "--model", path, "--table", tsv, "--json", check=0)
+        assert json.loads(r.stdout)["matched"] == len(p)  # NaN/Inf bits hash like any others
+        for tensor, count, first in [("h.0.mlp.c_fc.weight", 2, 3), ("ln_f.bias", 1, 1)]:
+            want = f"{shown}: tensor {tensor} has {count} NaN/Inf values (first at flat index {first})"
+            assert any(l.endswith(want) for l in r.stderr.splitlines()), (want, r.stderr)
+    r = run("verify", "--model", d, "--table", tsv, check=0)  # clean tensors: no warning for them
+    assert "wte.weight has" not in r.stderr
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 
 
