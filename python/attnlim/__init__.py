@@ -17,8 +17,8 @@ import os
 import numpy as np
 
 __all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_numbers", "data_find",
-           "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
-           "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
+           "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "row_vanishing", "vanishing_D",
+           "sensitivity", "row_sensitivity", "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
            "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES", "reproduce", "diagnose",
            "pick_model", "EXPERIMENTS"]
 
@@ -135,5 +135,5 @@ def data_find(relpath, explicit=None):
 
 from ._api import (CAPTURES, EXPERIMENTS, ForwardResult, Model, Tokenizer,  # noqa: E402,F401
                    corpus, critical_n, diagnose, five_number, head_metrics, jacobian, jvp,
-                   ks_2samp, normalize, pick_model, reproduce, row_metrics, sensitivity,
-                   sensitivity_direction, slope_origin, vanishing_D)
+                   ks_2samp, normalize, pick_model, reproduce, row_metrics, row_sensitivity,
+                   row_vanishing, sensitivity, sensitivity_direction, slope_origin, vanishing_D)

@@ -99,6 +99,9 @@ _proto("al_row_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts
 _proto("al_head_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts),
        _c.POINTER(_TopN), _dp, _dp, _ep)
 _proto("al_head_vanishing_D", _c.c_int, _dp, _dp, _i64, _i64, _c.c_int, _dp, _ep)
+_proto("al_row_vanishing", _c.c_int, _dp, _i64, _dp, _dp, _dp, _ep)
+_proto("al_row_sensitivity", _c.c_int, _dp, _i64, _N, _dp, _c.c_int, _dp, _c.c_int, _dp, _dp, _dp,
+       _ep)
 _proto("al_head_sensitivity", _c.c_int, _dp, _i64, _c.c_int, _N, _dp, _c.c_int, _dp, _c.c_int,
        _c.c_uint64, _c.c_int, _c.c_int, _dp, _dp, _ep)
 _proto("al_sensitivity_direction", _c.c_int, _c.c_uint64, _c.c_int, _c.c_int, _i64, _i64, _dp)
@@ -265,6 +268,30 @@ def head_metrics(w, x, top_n=(1, 5), causal=True, mc=0, seed=0, distance=True, s
     _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
           _ptr(rent))
     return {"stats": _stats(out), "row_max": rmax, "row_entropy": rent}
+
+
+def row_vanishing(alpha):
+    """One row's vanishing-attention statistics (METHOD 2): (max weight, entropy H, H / log n;
+    the last NaN when n = 1)."""
+    a = _f64(alpha, 1, "alpha")
+    mx, H, Hn = _c.c_double(), _c.c_double(), _c.c_double()
+    _call(lib.al_row_vanishing, _ptr(a), a.shape[0], _c.byref(mx), _c.byref(H), _c.byref(Hn))
+    return mx.value, H.value, Hn.value
+
+
+def row_sensitivity(z, temps, eps, v, method="softmax", alpha=1.5, ssmax_s=0.43):
+    """Algorithm 5 for one row of logits z[n] in the direction v[n]: returns (fd[n_t, n_eps],
+    spec[n_t]): |f((z + eps v)/T) - f(z/T)| / eps and the exact spectral norm of the Jacobian of
+    f(z/T). The paper's v is sensitivity_direction(seed, layer, head, row, n)."""
+    nm = _norm(method, 1.0, alpha, ssmax_s)
+    zs, vs = _f64(z, 1, "z"), _f64(v, 1, "v")
+    if vs.shape != zs.shape:
+        raise ValueError("v must have the shape of z %s, got %s" % (zs.shape, vs.shape))
+    ts, es = _f64(np.atleast_1d(temps), 1, "temps"), _f64(np.atleast_1d(eps), 1, "eps")
+    fd, sp = np.empty((len(ts), len(es))), np.empty(len(ts))
+    _call(lib.al_row_sensitivity, _ptr(zs), zs.shape[0], _c.byref(nm), _ptr(ts), len(ts), _ptr(es),
+          len(es), _ptr(vs), _ptr(fd), _ptr(sp))
+    return fd, sp
 
 
 def vanishing_D(q, k, causal=True):

@@ -277,6 +277,27 @@ def test_sensitivity_against_scipy_and_svd():
     np.testing.assert_allclose(spec, sp_ref / (L - 1), rtol=1e-9)
 
 
+def test_row_vanishing_and_row_sensitivity_against_numpy():
+    rng = np.random.default_rng(6)
+    w = scipy.special.softmax(rng.normal(size=9) * 2)
+    mx, H, Hn = A.row_vanishing(w)
+    assert mx == w.max() and H == pytest.approx(-(w * np.log(w)).sum(), rel=1e-14)
+    assert Hn == pytest.approx(H / np.log(9), rel=1e-14)
+    assert A.row_vanishing([1.0])[:2] == (1.0, 0.0) and np.isnan(A.row_vanishing([1.0])[2])
+    z, v = rng.normal(size=7) * 3, rng.normal(size=7)
+    temps, eps = np.array([0.05, 1.0, 4.0]), np.array([1e-3, 1.0])
+    fd, spec = A.row_sensitivity(z, temps, eps, v)
+    for a, T in enumerate(temps):
+        p = scipy.special.softmax(z / T)
+        assert spec[a] == pytest.approx(np.linalg.svd((np.diag(p) - np.outer(p, p)) / T,
+                                                      compute_uv=False)[0], rel=1e-10)
+        for b, e in enumerate(eps):
+            ref = np.linalg.norm(scipy.special.softmax((z + e * v) / T) - p) / e
+            assert fd[a, b] == pytest.approx(ref, rel=1e-8)
+    with pytest.raises(A.AttnlimError, match="position"):
+        A.row_sensitivity(z, temps, eps, np.r_[v[:-1], np.nan])
+
+
 # ---- statistics ------------------------------------------------------------------------------------
 
 def test_statistics_against_scipy_numpy():
