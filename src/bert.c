@@ -406,7 +406,8 @@ static int bert_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     return al__tokenizer_from_wordpiece(w, out, err);
 }
 
-static const al_model_vtable bert_vtable = {bert_forward, bert_destroy, bert_tokenizer};
+static const al_model_vtable bert_vtable = {
+    .forward = bert_forward, .destroy = bert_destroy, .tokenizer = bert_tokenizer};
 
 /* ---- open ---------------------------------------------------------------------------------------
  */

@@ -143,4 +143,5 @@ static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     return al_tokenizer_open_gpt2(NULL, out, err);
 }
 
-const al_model_vtable al__gpt2_vtable = {gpt2_forward, gpt2_destroy, gpt2_tokenizer};
+const al_model_vtable al__gpt2_vtable = {
+    .forward = gpt2_forward, .destroy = gpt2_destroy, .tokenizer = gpt2_tokenizer};

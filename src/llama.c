@@ -511,7 +511,8 @@ static void llama_destroy(al_model *m) {
     m->impl = NULL;
 }
 
-static const al_model_vtable llama_vtable = {llama_forward, llama_destroy, llama_tokenizer};
+static const al_model_vtable llama_vtable = {
+    .forward = llama_forward, .destroy = llama_destroy, .tokenizer = llama_tokenizer};
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;

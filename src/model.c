@@ -28,6 +28,12 @@ static void dir_of(const char *path, char *dir, size_t cap) {
         *slash = 0;
 }
 
+static int dir_has(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return al__is_file(p);
+}
+
 static const char *base_of(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -81,6 +87,14 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     } else if (S_ISREG(st.st_mode) && (al__le32(magic) == 20240326u || ends_with(path, ".bin"))) {
         m->format = AL__FMT_LLMC;
         rc = al__gpt2_open_llmc(m, path, err);
+    } else if (S_ISDIR(st.st_mode) && al__dump_is_dump_dir(path)) {
+        m->format = AL__FMT_DUMP;
+        rc = al__dump_open(m, path, err);
+    } else if (S_ISDIR(st.st_mode) && !dir_has(path, "config.json")) {
+        rc = al__err(err, AL_E_NOTFOUND,
+                     "%s: neither config.json nor manifest.json: a safetensors model needs its "
+                     "config.json, an attention dump its manifest.json (docs/dumps.md)",
+                     path);
     } else if (S_ISDIR(st.st_mode) || ends_with(path, ".safetensors") || ends_with(path, ".json")) {
         m->format = AL__FMT_SAFETENSORS;
         char type[64];
@@ -269,6 +283,13 @@ static int list_files(al_model *m, int hash, al__model_files *out, al_error *err
         } else if (!rc) {
             rc = add_model_file(out, &cap, path, "weights", err);
         }
+    } else if (m->format == AL__FMT_DUMP) {
+        /* the manifest and every array it holds */
+        const char *const *paths;
+        int n;
+        al__dump_files(m, &paths, &n);
+        for (int i = 0; !rc && i < n; i++)
+            rc = add_model_file(out, &cap, paths[i], i ? "array" : "manifest", err);
     } else {
         rc = add_model_file(out, &cap, path, "weights", err);
     }
@@ -313,6 +334,8 @@ int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture
                      float *final_hidden, al_error *err) {
     if (!m || !tokens) return al__err(err, AL_E_INVALID, "al_model_forward: NULL model or tokens");
     if (T < 1) return al__err(err, AL_E_INVALID, "empty window: at least one token is needed");
+    if (m->format == AL__FMT_DUMP) /* the dump checks its window and its tokens itself */
+        return m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
     if (T > m->info.n_ctx)
         return al__err(err, AL_E_INVALID, "window of %d tokens exceeds the model's context of %d (%s)", T,
                        m->info.n_ctx, m->info.path);
@@ -321,6 +344,15 @@ int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture
             return al__err(err, AL_E_INVALID, "token id %d at position %d outside the vocabulary [0, %d)",
                            (int)tokens[t], t, m->info.vocab_size);
     return m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
+}
+
+int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err) {
+    *ids = NULL, *n = 0, *known = 0;
+    return m->vt->tokens ? m->vt->tokens(m, ids, n, known, err) : 0;
+}
+
+int al__model_check(al_model *m, int T, const al_capture_request *req, al_error *err) {
+    return m->vt->check ? m->vt->check(m, T, req, err) : 0;
 }
 
 int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
@@ -417,6 +449,8 @@ cJSON *al__model_json(al_model *m, const char *given, al_error *err) {
         cJSON_AddItemToArray(lw, e);
     }
     cJSON_AddNumberToObject(o, "load_warnings_total", total);
+    cJSON *dump = al__dump_json(m); /* an attention dump: what it holds, its source model */
+    if (dump) cJSON_AddItemToObject(o, "dump", dump);
     al__model_files_free(&files);
     return o;
 }

@@ -1,4 +1,5 @@
-/* model.h: the internal interface every model family implements (gpt2.c, llama.c, bert.c).
+/* model.h: the internal interface every model family implements (gpt2.c, llama.c, bert.c,
+ * and dump.c, which replays attention dumps).
  * al_model_open (model.c) recognises the file and calls the family's open function, which
  * fills the al_model with its vtable and its private state. */
 #ifndef AL_MODEL_H
@@ -13,6 +14,15 @@ typedef struct al_model_vtable {
     void (*destroy)(al_model *m); /* frees impl (not m) */
     /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, vocab.txt). */
     int (*tokenizer)(al_model *m, al_tokenizer **out, al_error *err);
+    /* Optional (NULL for models that run on any tokens): the token sequence the model holds
+     * attention for (an attention dump: its tokens are the corpus). *ids [*n] stay owned by m;
+     * *known = 0 when the dump records no token ids (then ids are zeros standing for any
+     * tokens of that length). */
+    int (*tokens)(al_model *m, const int32_t **ids, int *n, int *known, al_error *err);
+    /* Optional: would forward(T tokens, req) find everything req asks for (a dump: the layers,
+     * heads and arrays it holds)? 0, or an error naming what is missing. Called before long
+     * runs so that they fail before writing anything. */
+    int (*check)(al_model *m, int T, const al_capture_request *req, al_error *err);
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
@@ -25,7 +35,7 @@ typedef struct al__load_warning {
 #define AL__MAX_LOAD_WARNINGS 16
 
 /* The storage format al_model_open recognised (which files define the model follows from it). */
-typedef enum { AL__FMT_SAFETENSORS = 1, AL__FMT_LLMC, AL__FMT_GGUF } al__model_format;
+typedef enum { AL__FMT_SAFETENSORS = 1, AL__FMT_LLMC, AL__FMT_GGUF, AL__FMT_DUMP } al__model_format;
 
 struct al_model {
     const al_model_vtable *vt;
@@ -89,6 +99,24 @@ int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err); /* 
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err);        /* llm.c .bin */
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err);       /* .gguf */
 int al__bert_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
+
+/* An attention dump (docs/dumps.md, src/dump.c): dir holds manifest.json. Validates the
+ * manifest and every array it names (shapes, dtypes, finite values) before returning. */
+int al__dump_open(al_model *m, const char *dir, al_error *err);
+/* Is dir a dump? It holds manifest.json and no config.json, or a manifest.json that declares
+ * itself one ("schema": "attnlim.dump/...", or "command": "capture"). */
+int al__dump_is_dump_dir(const char *dir);
+/* The files of a dump (manifest.json first, then every array), paths[n] owned by m. */
+void al__dump_files(const al_model *m, const char *const **paths, int *n);
+/* The "dump" object of manifests (schema, T, token ids present, layers, heads, arrays, the
+ * manifest's model description); NULL for other models. */
+struct cJSON *al__dump_json(const al_model *m);
+
+/* The model's own token sequence (vtable tokens): *n = 0 when the model has none (it runs on
+ * any tokens). */
+int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err);
+/* vtable check, or 0 for models without one. */
+int al__model_check(al_model *m, int T, const al_capture_request *req, al_error *err);
 
 /* Resolves a known model name ("smollm2", "minilm", "gpt2") to a path in the cache,
  * fetching it on first use where it can be fetched. Returns AL_E_NOTFOUND for other names. */

@@ -79,9 +79,28 @@ static int list_tensors(const char *path, const char *file, cJSON *j, int want_l
     return 0;
 }
 
+/* The "dump" object of an attention dump, as a few lines. */
+static void print_dump(const cJSON *d) {
+    const cJSON *ar = cJSON_GetObjectItem(d, "arrays"), *ly = cJSON_GetObjectItem(d, "layers"),
+                *hd = cJSON_GetObjectItem(d, "heads");
+    printf("%-12s %s (%s); T = %d; token ids %s\n", "dump",
+           cJSON_GetObjectItem(d, "path")->valuestring,
+           cJSON_GetObjectItem(d, "manifest_schema")->valuestring,
+           cJSON_GetObjectItem(d, "T")->valueint,
+           cJSON_IsTrue(cJSON_GetObjectItem(d, "token_ids")) ? "recorded" : "not recorded (any tokens)");
+    printf("%-12s", "  arrays");
+    for (const cJSON *a = ar->child; a; a = a->next) printf(" %s", a->valuestring);
+    printf("\n%-12s %d stored, %d stored heads\n", "  layers", cJSON_GetArraySize(ly),
+           cJSON_GetArraySize(hd));
+}
+
 static void print_text(const cJSON *j) {
     for (const cJSON *e = j->child; e; e = e->next) {
         if (cJSON_IsArray(e)) continue;
+        if (!strcmp(e->string, "dump")) {
+            print_dump(e);
+            continue;
+        }
         if (cJSON_IsObject(e)) {
             printf("%-12s", e->string);
             for (const cJSON *d = e->child; d; d = d->next)
@@ -183,8 +202,12 @@ int cmd_info(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "vocab_size", in->vocab_size);
     cJSON_AddBoolToObject(j, "causal", in->causal);
     cJSON_AddNumberToObject(j, "n_params", (double)in->n_params);
+    cJSON *dump = al__dump_json(m); /* an attention dump: what it holds */
+    if (dump) cJSON_AddItemToObject(j, "dump", dump);
     int rc = 0;
-    if (!strcmp(in->family, "gpt2"))
+    if (dump)
+        ; /* arrays, not tensors: the files above */
+    else if (!strcmp(in->family, "gpt2"))
         rc = list_tensors(in->path, in->path, j, tensors, &err);
     else if (strcmp(in->family, "llama") &&
              list_tensors(in->path, in->path, j, tensors,

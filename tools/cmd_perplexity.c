@@ -126,6 +126,12 @@ int cmd_perplexity(int argc, char **argv) {
     if (rc) return cli_fail("perplexity", &err);
     const al_model_info *info = al_model_get_info(m);
     const int V = info->vocab_size;
+    if (!strcmp(info->family, "dump")) {
+        rc = al__err(&err, AL_E_UNSUPPORTED,
+                     "%s: an attention dump holds attention, not a model: no logits to score",
+                     info->path);
+        goto done;
+    }
     const int32_t *win;
     if (length > info->n_ctx) {
         rc = al__err(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
