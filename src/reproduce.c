@@ -75,7 +75,7 @@ int al_vectors_parse(const char *s, al_vectors *out, al_error *err) {
 
 void al_repro_defaults(al_repro_opts *o) {
     memset(o, 0, sizeof *o);
-    o->corpus = "war-and-peace";
+    o->corpus = NULL; /* war-and-peace; a model with its own tokens (a dump) takes none */
     o->out_dir = "attnlim-results";
     o->windows = 1;
     o->vectors = AL_VEC_VALUE;
@@ -614,6 +614,30 @@ static void free_scratch(scratch *sc, int n) {
     free(sc);
 }
 
+/* The arrays a job's forward captures: weights (or logits to re-normalise), logits for
+ * Algorithm 5, the vectors option's array, and q, k for the vanishing band. */
+static unsigned job_what(const plan *p, const job *j) {
+    unsigned what = 0;
+    if (p->have_nm || j->want_sens) what |= AL_CAP_LOGITS;
+    if (!p->have_nm) what |= AL_CAP_WEIGHTS;
+    switch (p->o.vectors) {
+    case AL_VEC_VALUE:
+        what |= AL_CAP_V;
+        break;
+    case AL_VEC_KEY:
+        what |= AL_CAP_K;
+        break;
+    case AL_VEC_HIDDEN:
+        what |= AL_CAP_HIDDEN;
+        break;
+    case AL_VEC_EMBED:
+        what |= AL_CAP_EMBED;
+        break;
+    }
+    if (j->want_van) what |= AL_CAP_Q | AL_CAP_K;
+    return what;
+}
+
 static double job_units(const job *j) {
     return (double)j->L * j->L * (1.0 + (j->is_long ? 3.0 : 0.0));
 }
@@ -641,25 +665,7 @@ static int run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
             return AL_E_NOMEM;
         }
     }
-    unsigned what = 0;
-    if (p->have_nm || j->want_sens) what |= AL_CAP_LOGITS;
-    if (!p->have_nm) what |= AL_CAP_WEIGHTS;
-    switch (p->o.vectors) {
-    case AL_VEC_VALUE:
-        what |= AL_CAP_V;
-        break;
-    case AL_VEC_KEY:
-        what |= AL_CAP_K;
-        break;
-    case AL_VEC_HIDDEN:
-        what |= AL_CAP_HIDDEN;
-        break;
-    case AL_VEC_EMBED:
-        what |= AL_CAP_EMBED;
-        break;
-    }
-    if (j->want_van) what |= AL_CAP_Q | AL_CAP_K;
-    al_capture_request req = {.what = what, .fn = observe, .user = &c};
+    al_capture_request req = {.what = job_what(p, j), .fn = observe, .user = &c};
     double t0 = al__now(), c0 = process_cpu();
     rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
     double t1 = al__now(), c1 = process_cpu();
@@ -1821,7 +1827,11 @@ static int write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     cJSON *wi = cJSON_AddObjectToObject(man, "windows");
     cJSON_AddNumberToObject(wi, "count", p->o.windows);
     cJSON_AddStringToObject(wi, "rule",
-                            "window k of length L = tokens [k*L, (k+1)*L) of the tokenized corpus");
+                            strcmp(s->family, "dump")
+                                ? "window k of length L = tokens [k*L, (k+1)*L) of the tokenized "
+                                  "corpus"
+                                : "window 0 of length L = the first L tokens of the attention "
+                                  "dump (a causal dump serves every prefix)");
     cJSON *op = cJSON_AddObjectToObject(man, "options");
     cJSON_AddStringToObject(op, "vectors", al_vectors_name(p->o.vectors));
     cJSON_AddStringToObject(op, "normalizer", s->normalizer);
@@ -2274,6 +2284,79 @@ static int detect_synthetic(const al_model_info *mi) {
     return r;
 }
 
+/* ---- attention dumps: a model that brings its own tokens (docs/dumps.md)
+ * ------------------------------------------------------------- */
+
+/* For a model with its own token sequence (*n_own > 0 after the call: an attention dump),
+ * checks the options against it: no corpus (corpus_given), window 0 only (bad_window: the
+ * option asking for more, or NULL), and, when o is given (reproduce), L <= T, or L = T for a
+ * bidirectional dump, whose grids then become {T} (one_L holds that grid). label receives the
+ * corpus name the outputs show; o->corpus is set to it. */
+static int own_tokens_opts(al_model *m, const char *corpus_given, const char *bad_window,
+                           al_repro_opts *o, int *one_L, const int32_t **own, int *n_own,
+                           char *label, size_t label_size, al_error *err) {
+    int known = 0;
+    int rc = al__model_own_tokens(m, own, n_own, &known, err);
+    if (rc || *n_own == 0) return rc;
+    const al_model_info *mi = al_model_get_info(m);
+    const int T = *n_own;
+    if (corpus_given)
+        return al__err(err, AL_E_INVALID,
+                       "%s: an attention dump brings its own tokens (the %d it holds attention "
+                       "for): no --corpus (%s)",
+                       mi->path, T, corpus_given);
+    if (bad_window)
+        return al__err(err, AL_E_INVALID,
+                       "%s: an attention dump holds one window (its %d tokens): %s is not "
+                       "possible (window 0 only)",
+                       mi->path, T, bad_window);
+    if (T < 2)
+        return al__err(err, AL_E_INVALID, "%s: the dump holds %d token; the experiments need 2",
+                       mi->path, T);
+    snprintf(label, label_size, "the dump's %d tokens (%s)", T,
+             known ? "token_ids of its manifest" : "no token ids recorded");
+    if (!o) return 0;
+    for (int i = 0; o->lengths && i < o->n_lengths; i++)
+        if (o->lengths[i] > T || (!mi->causal && o->lengths[i] != T))
+            return al__err(err, AL_E_INVALID,
+                           "--lengths: %d, but %s holds attention over T = %d tokens%s",
+                           o->lengths[i], mi->path, T,
+                           mi->causal ? " (L <= T: a causal dump serves every prefix)"
+                                      : " and is bidirectional (L = T only)");
+    if (o->long_length > T || (!mi->causal && o->long_length && o->long_length != T))
+        return al__err(err, AL_E_INVALID, "--long-length: %d, but %s holds T = %d tokens%s",
+                       o->long_length, mi->path, T,
+                       mi->causal ? "" : " and is bidirectional (L = T only)");
+    if (!mi->causal) {
+        *one_L = T;
+        if (!o->lengths) o->lengths = one_L, o->n_lengths = 1;
+        o->long_length = T;
+    }
+    o->corpus = label;
+    return 0;
+}
+
+static int no_observer(void *user, const al_capture *cap, al_error *err) {
+    (void)user, (void)cap, (void)err;
+    return 0;
+}
+
+/* Before anything is written: can the model serve every job's request (a dump: does it hold
+ * the layers, heads and arrays each experiment reads)? */
+static int own_tokens_preflight(const plan *p, al_model *m, al_error *err) {
+    for (int i = 0; i < p->n_jobs; i++) {
+        const job *j = &p->jobs[i];
+        al_capture_request req = {.what = job_what(p, j), .fn = no_observer};
+        int rc = al__model_check(m, j->L, &req, err);
+        if (rc)
+            return al__err_prefix(err, rc, "L = %d (%s)", j->L,
+                                  j->is_long ? "the vanishing study and Algorithms 2, 4, 5 read "
+                                               "weights, logits, q, k and the vectors"
+                                             : "Algorithms 1 and 3 read weights and the vectors");
+    }
+    return 0;
+}
+
 /* ---- al_reproduce
  * ---------------------------------------------------------------------------------------- */
 
@@ -2305,16 +2388,26 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
     memset(&p, 0, sizeof p);
     agg a;
     memset(&a, 0, sizeof a);
+    const int32_t *own = NULL; /* the model's own tokens (an attention dump), [n_own] */
+    int n_own = 0, own_L = 0;
+    char own_label[160] = "", wopt[32] = "";
+    char corpus_sha[65];
     if ((rc = al_model_open(o.model, &m, err))) goto done;
     if (!o.quiet && o.progress)
         fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(m)->path);
     if ((rc = al_model_hash(m, err))) goto done;
     const al_model_info *mi = al_model_get_info(m);
-    if ((rc = build_plan(&p, &o, mi, err))) goto done;
-    if ((rc = al_model_tokenizer(m, &tk, err))) goto done;
-    if ((rc = al_corpus_load(o.corpus, o.data_path, &text, &text_len, err))) goto done;
-    char corpus_sha[65];
-    al_sha256_buf(text, text_len, corpus_sha);
+    if (o.windows > 1) snprintf(wopt, sizeof wopt, "--windows %d", o.windows);
+    if ((rc = own_tokens_opts(m, opts->corpus, wopt[0] ? wopt : NULL, &o, &own_L, &own, &n_own,
+                              own_label, sizeof own_label, err)) ||
+        (rc = build_plan(&p, &o, mi, err)) || (n_own && (rc = own_tokens_preflight(&p, m, err))))
+        goto done;
+    if (n_own) /* a dump's tokens: the corpus identity is the SHA-256 of the int32 ids */
+        al_sha256_buf(own, sizeof(int32_t) * (size_t)n_own, corpus_sha);
+    else if ((rc = al_model_tokenizer(m, &tk, err)) ||
+             (rc = al_corpus_load(o.corpus, o.data_path, &text, &text_len, err)))
+        goto done;
+    if (!n_own) al_sha256_buf(text, text_len, corpus_sha);
     /* fingerprint of what changes the numbers */
     {
         char buf[2048];
@@ -2336,7 +2429,13 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         goto done;
     }
     if (o.resume && (rc = check_run_options(&p, run_opts, err))) goto done;
-    if ((rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err))) goto done;
+    if (!n_own)
+        rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err);
+    else if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)n_own, "tokens", err)))
+        rc = AL_E_NOMEM;
+    else
+        memcpy(tokens, own, sizeof(int32_t) * (size_t)n_own), n_tokens = (size_t)n_own;
+    if (rc) goto done;
     {
         int maxL = 0;
         for (int i = 0; i < p.n_jobs; i++)
@@ -2726,11 +2825,28 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
     diag_ctx c;
     memset(&c, 0, sizeof c);
     al_norm nm;
+    const int32_t *own = NULL; /* the model's own tokens (an attention dump), [n_own] */
+    int n_own = 0;
+    char own_label[160] = "";
     int rc = al_model_open(o->model ? o->model : "gpt2", &m, err);
     if (rc) goto done;
     if ((rc = al_model_hash(m, err))) goto done;
     const al_model_info *mi = al_model_get_info(m);
-    int L = o->length > 0 ? o->length : (mi->n_ctx < 1024 ? mi->n_ctx : 1024);
+    char wopt[32] = "";
+    if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);
+    if ((rc = own_tokens_opts(m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &own, &n_own,
+                              own_label, sizeof own_label, err)))
+        goto done;
+    int L = o->length > 0            ? o->length
+            : n_own && !mi->causal   ? n_own /* a bidirectional dump: L = T only */
+            : mi->n_ctx < 1024       ? mi->n_ctx
+                                     : 1024;
+    if (n_own && (L > n_own || (!mi->causal && L != n_own))) {
+        rc = al__err(err, AL_E_INVALID, "--length %d, but %s holds attention over T = %d tokens%s",
+                     L, mi->path, n_own,
+                     mi->causal ? " (L <= T)" : " and is bidirectional (L = T only)");
+        goto done;
+    }
     if (L < 2 || L > mi->n_ctx) {
         rc = al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
                      mi->n_ctx);
@@ -2740,11 +2856,27 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
         if ((rc = al_norm_parse(o->normalizer, &nm, err))) goto done;
         c.nm = &nm;
     }
-    if ((rc = al_model_tokenizer(m, &tk, err))) goto done;
-    if ((rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &text,
-                             &text_len, err)))
+    if (n_own) { /* before anything is computed: does the dump hold what diagnose reads? */
+        al_capture_request pre = {.what = AL_CAP_LOGITS | AL_CAP_V |
+                                          (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                                  .fn = no_observer};
+        if ((rc = al__model_check(m, L, &pre, err))) {
+            al__err_prefix(err, rc, "diagnose reads logits, weights and v");
+            goto done;
+        }
+    }
+    if (n_own) { /* an attention dump: its tokens */
+        if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)n_own, "tokens", err))) {
+            rc = AL_E_NOMEM;
+            goto done;
+        }
+        memcpy(tokens, own, sizeof(int32_t) * (size_t)n_own);
+        n_tokens = (size_t)n_own;
+    } else if ((rc = al_model_tokenizer(m, &tk, err)) ||
+               (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &text,
+                                    &text_len, err)) ||
+               (rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err)))
         goto done;
-    if ((rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err))) goto done;
     if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > n_tokens) {
         rc = al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
                      o->corpus ? o->corpus : "war-and-peace", n_tokens, o->window, L,
@@ -2788,7 +2920,9 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
                               .user = &c};
     if ((rc = al_model_forward(m, tokens + (size_t)o->window * L, L, &req, NULL, NULL, err)))
         goto done;
-    rc = diag_report(o, m, &c, L, json, err);
+    al_diag_opts shown = *o; /* a dump's report names its tokens as the corpus */
+    if (n_own) shown.corpus = own_label;
+    rc = diag_report(&shown, m, &c, L, json, err);
 done:
     free_scratch(c.sc, c.n_threads);
     free(c.max_w);

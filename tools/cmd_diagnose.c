@@ -22,7 +22,7 @@ static void usage(FILE *f) {
 }
 
 int cmd_diagnose(int argc, char **argv) {
-    al_diag_opts o = {.corpus = "war-and-peace"};
+    al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
     al_error err = {0};
     int json = 0;
     for (int i = 1; i < argc; i++) {
