@@ -566,6 +566,43 @@ typedef struct al_diag_opts {
  * diagnose.json and diagnose.md are written there too. */
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
 
+/* ---- Part: several processes (MPI) (owner: src/dist.c) ---- */
+
+/* A group of cooperating processes, possibly on several machines: MPI_COMM_WORLD when attnlim
+ * was built with MPI (CMake option AL_MPI) and the program was started by an MPI launcher, else
+ * this process alone. A NULL al_dist * is this process alone too. */
+typedef struct al_dist al_dist;
+/* 1 when this build has MPI. */
+int al_dist_has_mpi(void);
+/* 1 when the environment says an MPI launcher started this process (OMPI_COMM_WORLD_SIZE,
+ * PMI_SIZE or PMIX_RANK is set). */
+int al_dist_launched(void);
+/* The group. Under a launcher: MPI_Init_thread (MPI_THREAD_FUNNELED; not when MPI is already
+ * initialised) and a duplicate of MPI_COMM_WORLD; otherwise a group of one, without touching
+ * MPI (a binary linked with MPI runs alone without a launcher). A build without MPI started as
+ * one of several processes: AL_E_UNSUPPORTED saying so. *out is closed with al_dist_close, which
+ * calls MPI_Finalize when al_dist_open called MPI_Init. */
+int al_dist_open(al_dist **out, al_error *err);
+void al_dist_close(al_dist *d);
+int al_dist_rank(const al_dist *d); /* 0 .. size-1; 0 for NULL */
+int al_dist_size(const al_dist *d); /* 1 for NULL */
+/* Collective (every rank calls it): rc is this rank's status. 0 when every rank passed 0; else
+ * the lowest failing rank's code on every rank, and err receives its message there, prefixed
+ * "rank R (HOST): " when R is not 0. */
+int al_dist_agree(al_dist *d, int rc, al_error *err);
+
+/* al_reproduce and al_diagnose over the group d (collective: every rank calls it with the same
+ * options). Every rank runs each job's forward and computes the per-head metrics of the heads it
+ * owns (head h = layer * n_head + head is rank h % size's); rank 0 gathers them (checking that
+ * every head was computed exactly once), alone writes every output and decides what --resume
+ * reuses, and alone prints; the other ranks are quiet (o->quiet). Rank 0 reads the corpus and
+ * sends the tokens; every rank opens the model, which must have rank 0's identity (sha256). An
+ * error on any rank is returned on every rank, with that rank's message ("rank R (HOST): ...").
+ * al_diagnose_dist sets *json on rank 0 only (NULL elsewhere). With d NULL or of size 1 they are
+ * al_reproduce and al_diagnose. */
+int al_reproduce_dist(const al_repro_opts *o, al_dist *d, al_error *err);
+int al_diagnose_dist(const al_diag_opts *o, al_dist *d, char **json, al_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
  *     write_json/csv/npy  results.json, alg*.csv, *.npy
  *     al__report_figures / al__report_write (report.c)
  * Memory: one layer's capture at a time; per thread, one head's [L, L] weights and logits. */
+#include "dist.h"
 #include "internal.h"
 #include "model.h"
 #include "plot.h"
@@ -161,6 +162,13 @@ typedef struct job {
     int loaded;                                     /* from --resume */
 } job;
 
+/* One process of the run, for the manifest (gathered on rank 0 after the jobs). */
+typedef struct rank_info {
+    char host[64];
+    double cpu_s; /* CPU seconds of the process (all threads) up to the end of the jobs */
+    int threads;
+} rank_info;
+
 typedef struct plan {
     al_repro_opts o;
     unsigned exp;
@@ -177,6 +185,10 @@ typedef struct plan {
     /* what --resume did: jobs reused / computed, of which saved but not matching, and the temp
      * files of interrupted runs removed at the start */
     int n_reused, n_recomputed, n_stale, n_swept;
+    /* the processes (dist.h): every rank computes the heads it owns; rank 0 merges, writes */
+    al_dist *dist;
+    int rank, size;
+    rank_info *ranks; /* [size] on rank 0 */
 } plan;
 
 static void free_job(job *j) {
@@ -206,6 +218,7 @@ static void free_plan(plan *p) {
     free(p->N4);
     free(p->T);
     free(p->eps);
+    free(p->ranks);
 }
 
 static double *alloc_nan(size_t n, al_error *err) {
@@ -379,6 +392,7 @@ typedef struct obs_ctx {
     int L, dx, d_head, n_threads;
     scratch *sc;  /* [n_threads] */
     float *embed; /* [L, d_model] copy of the model input (given with layer 0) */
+    uint8_t *done; /* [H] times this rank computed head h (once for its own heads, else 0) */
     al__progress *pg;
     int layers_done;
     double units_per_layer;
@@ -575,12 +589,16 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
 #pragma omp atomic read
             stop = failed;
             if (stop) continue;
+            int h = cap->layer * c->p->n_head + cap->heads[i];
+            if (al__dist_owner(c->p->dist, h) != c->p->rank) continue; /* another rank's head */
             if (head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
 #pragma omp critical(repro_err)
                 {
                     if (!failed) first = e;
                     failed = 1;
                 }
+            } else {
+                c->done[h]++; /* distinct i: distinct h, no two threads write one byte */
             }
         }
 #pragma omp critical(repro_time)
@@ -642,6 +660,10 @@ static double job_units(const job *j) {
     return (double)j->L * j->L * (1.0 + (j->is_long ? 3.0 : 0.0));
 }
 
+static int merge_job(const plan *p, job *j, const uint8_t *done, al_error *err);
+
+/* Collective (dist.h): every rank runs the job's forward and computes its own heads; then the
+ * heads of every rank are merged onto rank 0. Returns the same code on every rank. */
 static int run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
                    al_error *err) {
     const al_model_info *mi = al_model_get_info(m);
@@ -651,23 +673,23 @@ static int run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
     c.units_per_layer = job_units(j) / mi->n_layer;
     int rc = 0;
     size_t LL = (size_t)j->L * j->L, nst = (size_t)(j->nd > j->ns ? j->nd : j->ns) + 1;
-    c.sc = al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err);
-    if (!c.sc) return AL_E_NOMEM;
-    for (int t = 0; t < c.n_threads; t++) {
+    c.done = al__calloc((size_t)p->H, 1, "heads done", err);
+    c.sc = c.done ? al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err) : NULL;
+    if (!c.sc) rc = AL_E_NOMEM;
+    for (int t = 0; t < c.n_threads && !rc; t++) {
         scratch *s = &c.sc[t];
         if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
             !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
             !(s->x = al__malloc((size_t)j->L * c.dx * sizeof(double), "head vectors", err)) ||
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
-            !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err))) {
-            free_scratch(c.sc, c.n_threads);
-            return AL_E_NOMEM;
-        }
+            !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)))
+            rc = AL_E_NOMEM;
     }
     al_capture_request req = {.what = job_what(p, j), .fn = observe, .user = &c};
     double t0 = al__now(), c0 = process_cpu();
-    rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
+    if (!rc)
+        rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
     double t1 = al__now(), c1 = process_cpu();
     double metric_cpu = j->t_dist + j->t_sep + j->t_sens + j->t_van;
     j->t_wall = t1 - t0;
@@ -677,8 +699,11 @@ static int run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
                      mi->n_layer);
     free(c.embed);
     free_scratch(c.sc, c.n_threads);
-    if (rc) return al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
-    return 0;
+    if (rc) al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
+    rc = al__dist_agree(p->dist, rc, err); /* an error on any rank stops every rank here */
+    if (!rc) rc = merge_job(p, j, c.done, err);
+    free(c.done);
+    return rc;
 }
 
 /* ---- partial results: save atomically, load on --resume
@@ -712,6 +737,24 @@ static int job_arrays(const plan *p, job *j, named_arr *a) {
         a[n++] = (named_arr){"alg5_spec", j->spec, 2, {H, p->nT}};
     }
     return n;
+}
+
+/* Collective: the job's per-head arrays onto rank 0 (each head from the rank that owns it; every
+ * head computed exactly once), and its times: CPU seconds summed over the ranks, the wall time
+ * of the slowest. */
+static int merge_job(const plan *p, job *j, const uint8_t *done, al_error *err) {
+    named_arr a[16];
+    double *arr[16];
+    int64_t cols[16];
+    int n = job_arrays(p, j, a);
+    for (int i = 0; i < n; i++) arr[i] = a[i].data, cols[i] = a[i].shape[1];
+    int rc = al__dist_merge_heads(p->dist, p->H, p->n_head, n, arr, cols, done, err);
+    double t[5] = {j->t_forward, j->t_dist, j->t_sep, j->t_sens, j->t_van};
+    if (!rc) rc = al__dist_reduce(p->dist, t, 5, 0, err);
+    if (!rc) rc = al__dist_reduce(p->dist, &j->t_wall, 1, 1, err);
+    if (rc) return al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
+    j->t_forward = t[0], j->t_dist = t[1], j->t_sep = t[2], j->t_sens = t[3], j->t_van = t[4];
+    return 0;
 }
 
 static void job_dir(const plan *p, const job *j, char *out, size_t size) {
@@ -1858,6 +1901,9 @@ static int write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     for (int i = 0; i < s->n_timings; i++)
         cJSON_AddNumberToObject(ti, s->timing_name[i], s->timing_s[i]);
     cJSON_AddNumberToObject(ti, "total_s", s->seconds_total);
+    cJSON *pc = cJSON_AddArrayToObject(ti, "per_rank_cpu_s"); /* manifest.parallel's ranks */
+    for (int r = 0; r < p->size && p->ranks; r++)
+        cJSON_AddItemToArray(pc, cJSON_CreateNumber(p->ranks[r].cpu_s));
     cJSON *rs = cJSON_AddObjectToObject(man, "resume");
     cJSON_AddBoolToObject(rs, "requested", p->o.resume);
     cJSON_AddNumberToObject(rs, "jobs", p->n_jobs);
@@ -1865,6 +1911,20 @@ static int write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     cJSON_AddNumberToObject(rs, "computed", p->n_recomputed);
     cJSON_AddNumberToObject(rs, "stale", p->n_stale);
     cJSON_AddNumberToObject(rs, "temp_files_removed", p->n_swept);
+    cJSON *pa = cJSON_AddObjectToObject(man, "parallel");
+    cJSON_AddBoolToObject(pa, "mpi", p->size > 1);
+    cJSON_AddNumberToObject(pa, "ranks", p->size);
+    cJSON_AddStringToObject(pa, "head_owner",
+                            "every rank runs each job's forward; head h (layer * n_head + head) "
+                            "is computed by rank h % ranks, with its threads");
+    cJSON *pr = cJSON_AddArrayToObject(pa, "per_rank");
+    for (int r = 0; r < p->size && p->ranks; r++) {
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddNumberToObject(it, "rank", r);
+        cJSON_AddStringToObject(it, "host", p->ranks[r].host);
+        cJSON_AddNumberToObject(it, "threads", p->ranks[r].threads);
+        cJSON_AddItemToArray(pr, it);
+    }
     cJSON_AddStringToObject(man, "started", started);
     char fin[32];
     now_iso(fin, sizeof fin);
@@ -2284,6 +2344,20 @@ static int detect_synthetic(const al_model_info *mi) {
     return r;
 }
 
+/* Collective: every process's host, threads and CPU seconds so far, onto rank 0 (p->ranks). */
+static int gather_ranks(plan *p, al_error *err) {
+    rank_info me;
+    memset(&me, 0, sizeof me); /* padding included: the bytes go over the wire */
+    snprintf(me.host, sizeof me.host, "%s", al__dist_host(p->dist));
+    me.cpu_s = process_cpu();
+    me.threads = p->o.threads > 0 ? p->o.threads : omp_get_max_threads();
+    int rc = 0;
+    if (p->rank == 0 && !(p->ranks = al__calloc((size_t)p->size, sizeof(rank_info), "ranks", err)))
+        rc = AL_E_NOMEM;
+    if ((rc = al__dist_agree(p->dist, rc, err))) return rc;
+    return al__dist_agree(p->dist, al__dist_gather(p->dist, &me, sizeof me, p->ranks, err), err);
+}
+
 /* ---- attention dumps: a model that brings its own tokens (docs/dumps.md)
  * ------------------------------------------------------------- */
 
@@ -2361,22 +2435,33 @@ static int own_tokens_preflight(const plan *p, al_model *m, al_error *err) {
  * ---------------------------------------------------------------------------------------- */
 
 int al_reproduce(const al_repro_opts *opts, al_error *err) {
+    return al_reproduce_dist(opts, NULL, err);
+}
+
+/* Over several processes (dist.h): rank 0 reads the corpus, holds the lock, decides what
+ * --resume reuses, writes every output and prints; every rank runs the forwards and computes
+ * the heads it owns. Every collective step below is reached by every rank or by none: an error
+ * on any rank is agreed on (al__dist_agree) and stops all of them at the same step. */
+int al_reproduce_dist(const al_repro_opts *opts, al_dist *dist, al_error *err) {
     double t_start = al__now();
     char started[32];
     now_iso(started, sizeof started);
     al_repro_opts o = *opts;
-    if (!o.out_dir) return al__err(err, AL_E_INVALID, "no output directory (--out)");
+    int rank = al__dist_rank(dist), root = rank == 0, rc = 0;
+    if (!root) o.quiet = 1, o.progress = 0;
     if (!o.corpus) o.corpus = "war-and-peace";
-    int rc = al__mkdirs(o.out_dir, err);
-    if (rc) return rc;
-    char picked[64];
-    if (!o.model) {
-        if ((rc = al_repro_pick_model(picked, sizeof picked, err))) return rc;
-        o.model = picked;
-        if (!o.quiet)
+    char picked[64] = "";
+    if (root) {
+        if (!o.out_dir) rc = al__err(err, AL_E_INVALID, "no output directory (--out)");
+        if (!rc) rc = al__mkdirs(o.out_dir, err);
+        if (!rc && !o.model && !(rc = al_repro_pick_model(picked, sizeof picked, err)) && !o.quiet)
             fprintf(stderr, "attnlim reproduce: no --model given; using the best available: %s\n",
                     picked);
     }
+    if ((rc = al__dist_agree(dist, rc, err)) ||
+        (rc = al__dist_bcast(dist, picked, sizeof picked, err)))
+        return rc;
+    if (!o.model) o.model = picked;
     cJSON *run_opts = NULL;
     int lock_fd = -1;
     al_model *m = NULL;
@@ -2391,22 +2476,31 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
     const int32_t *own = NULL; /* the model's own tokens (an attention dump), [n_own] */
     int n_own = 0, own_L = 0;
     char own_label[160] = "", wopt[32] = "";
-    char corpus_sha[65];
-    if ((rc = al_model_open(o.model, &m, err))) goto done;
+    const al_model_info *mi = NULL;
+    char corpus_sha[65] = "";
+    /* rank 0 opens the model first: a known name fetched on first use is in place before the
+     * other ranks open it */
+    if (root) rc = al_model_open(o.model, &m, err);
+    if ((rc = al__dist_agree(dist, rc, err))) goto done;
+    if (!root && (rc = al_model_open(o.model, &m, err))) goto setup_end;
     if (!o.quiet && o.progress)
         fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(m)->path);
-    if ((rc = al_model_hash(m, err))) goto done;
-    const al_model_info *mi = al_model_get_info(m);
+    if ((rc = al_model_hash(m, err))) goto setup_end;
+    mi = al_model_get_info(m);
     if (o.windows > 1) snprintf(wopt, sizeof wopt, "--windows %d", o.windows);
     if ((rc = own_tokens_opts(m, opts->corpus, wopt[0] ? wopt : NULL, &o, &own_L, &own, &n_own,
                               own_label, sizeof own_label, err)) ||
         (rc = build_plan(&p, &o, mi, err)) || (n_own && (rc = own_tokens_preflight(&p, m, err))))
-        goto done;
+        goto setup_end;
+    p.dist = dist;
+    p.rank = rank;
+    p.size = al__dist_size(dist);
+    if (!root) goto setup_end; /* rank 0 alone: the corpus, the lock, --resume's check, run.json */
     if (n_own) /* a dump's tokens: the corpus identity is the SHA-256 of the int32 ids */
         al_sha256_buf(own, sizeof(int32_t) * (size_t)n_own, corpus_sha);
     else if ((rc = al_model_tokenizer(m, &tk, err)) ||
              (rc = al_corpus_load(o.corpus, o.data_path, &text, &text_len, err)))
-        goto done;
+        goto setup_end;
     if (!n_own) al_sha256_buf(text, text_len, corpus_sha);
     /* fingerprint of what changes the numbers */
     {
@@ -2423,19 +2517,19 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
     }
     /* one run at a time in OUT; --resume only over saved results of the same options (checked
      * before the costly tokenization) */
-    if ((rc = lock_out_dir(o.out_dir, &lock_fd, err))) goto done;
+    if ((rc = lock_out_dir(o.out_dir, &lock_fd, err))) goto setup_end;
     if (!(run_opts = run_options(&p, mi, corpus_sha))) {
         rc = al__err(err, AL_E_NOMEM, "out of memory (run options)");
-        goto done;
+        goto setup_end;
     }
-    if (o.resume && (rc = check_run_options(&p, run_opts, err))) goto done;
+    if (o.resume && (rc = check_run_options(&p, run_opts, err))) goto setup_end;
     if (!n_own)
         rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err);
     else if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)n_own, "tokens", err)))
         rc = AL_E_NOMEM;
     else
         memcpy(tokens, own, sizeof(int32_t) * (size_t)n_own), n_tokens = (size_t)n_own;
-    if (rc) goto done;
+    if (rc) goto setup_end;
     {
         int maxL = 0;
         for (int i = 0; i < p.n_jobs; i++)
@@ -2443,7 +2537,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         if ((size_t)o.windows * (size_t)maxL > n_tokens) {
             rc = al__err(err, AL_E_INVALID, "%s: %zu tokens, but %d window(s) of L = %d need %zu",
                          o.corpus, n_tokens, o.windows, maxL, (size_t)o.windows * maxL);
-            goto done;
+            goto setup_end;
         }
     }
     for (size_t i = 0; i < n_tokens; i++)
@@ -2451,7 +2545,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             rc = al__err(err, AL_E_INVALID,
                          "%s: token id %d at %zu is outside the model's vocabulary of %d", o.corpus,
                          tokens[i], i, mi->vocab_size);
-            goto done;
+            goto setup_end;
         }
     /* temp files of interrupted runs removed (the lock says no other run is writing them);
      * partial/run.json anew */
@@ -2460,7 +2554,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         snprintf(pdir, sizeof pdir, "%s/partial", o.out_dir);
         if ((rc = sweep_dir(o.out_dir, 0, &p.n_swept, err)) ||
             (rc = sweep_dir(pdir, 1, &p.n_swept, err)))
-            goto done;
+            goto setup_end;
         if (p.n_swept && !o.quiet)
             fprintf(stderr,
                     "attnlim reproduce: removed %d temporary file(s) an interrupted run left in "
@@ -2472,6 +2566,27 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         if (!rc) rc = al__mkdirs(pdir, err);
         if (!rc) rc = al__write_file_atomic(path, txt, strlen(txt), err);
         free(txt);
+        if (rc) goto setup_end;
+    }
+setup_end:
+    if ((rc = al__dist_agree(dist, rc, err))) goto done;
+    /* every rank: rank 0's model identity and tokens */
+    {
+        char sha0[65];
+        uint64_t nt = n_tokens;
+        memcpy(sha0, mi->sha256, sizeof sha0);
+        if (!(rc = al__dist_bcast(dist, sha0, sizeof sha0, err)) && strcmp(sha0, mi->sha256))
+            rc = al__err(err, AL_E_INVALID,
+                         "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                         "every rank must open the same model",
+                         mi->path, mi->sha256, sha0);
+        if (!rc) rc = al__dist_bcast(dist, &nt, sizeof nt, err);
+        if (!rc && !root &&
+            !(tokens = al__malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1), "tokens", err)))
+            rc = AL_E_NOMEM;
+        if (!(rc = al__dist_agree(dist, rc, err)))
+            rc = al__dist_agree(dist, al__dist_bcast(dist, tokens, sizeof(int32_t) * nt, err), err);
+        n_tokens = (size_t)nt;
         if (rc) goto done;
     }
     /* run the jobs (largest L first: the ETA settles early) */
@@ -2492,8 +2607,11 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             tk_alg[e] = (p.exp & (1u << e)) ? al__progress_task(&pg, tn[e], cnt) : -1;
         }
         int *order = al__malloc(sizeof(int) * (size_t)(p.n_jobs ? p.n_jobs : 1), "job order", err);
-        if (!order) {
-            rc = AL_E_NOMEM;
+        uint8_t *todo =
+            order ? al__calloc((size_t)(p.n_jobs ? p.n_jobs : 1), 1, "jobs", err) : NULL;
+        if ((rc = al__dist_agree(dist, todo ? 0 : AL_E_NOMEM, err))) {
+            free(order);
+            al__progress_end(&pg);
             goto done;
         }
         for (int i = 0; i < p.n_jobs; i++) order[i] = i;
@@ -2504,14 +2622,15 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                 order[k - 1] = t;
             }
         char stale[160] = "";
-        for (int q = 0; q < p.n_jobs && !rc; q++) {
+        /* rank 0 decides which jobs to run (--resume loads the others); every rank learns it */
+        for (int q = 0; q < p.n_jobs && root; q++) {
             job *j = &p.jobs[order[q]];
             int got = o.resume ? load_job(&p, j) : 0;
             if (got == 1) {
                 j->loaded = 1;
                 p.n_reused++;
-                al__progress_add(&pg, job_units(j), "resumed");
             } else {
+                todo[order[q]] = 1;
                 if (got < 0) {
                     size_t k = strlen(stale);
                     if (k < 120)
@@ -2521,8 +2640,17 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
                         snprintf(stale + k, sizeof stale - k, ", ...");
                     p.n_stale++;
                 }
+            }
+        }
+        rc = al__dist_agree(dist, al__dist_bcast(dist, todo, (size_t)p.n_jobs, err), err);
+        for (int q = 0; q < p.n_jobs && !rc; q++) {
+            job *j = &p.jobs[order[q]];
+            if (!todo[order[q]]) {
+                al__progress_add(&pg, job_units(j), "resumed");
+            } else {
                 if ((rc = run_job(&p, m, tokens, j, &pg, err))) break;
-                if ((rc = save_job(&p, j, err))) break;
+                if (root) rc = save_job(&p, j, err);
+                if ((rc = al__dist_agree(dist, rc, err))) break;
                 p.n_recomputed++;
             }
             for (int e = 0; e < 6; e++) {
@@ -2531,7 +2659,9 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             }
         }
         free(order);
+        free(todo);
         al__progress_end(&pg);
+        if (!rc) rc = gather_ranks(&p, err);
         if (rc) goto done;
         if (o.resume && !o.quiet) {
             fprintf(stderr,
@@ -2544,7 +2674,8 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
             fprintf(stderr, "\n");
         }
     }
-    /* aggregate and write */
+    /* aggregate and write (rank 0 alone) */
+    if (!root) goto written;
     {
         al__summary *s = &a.s;
         s->out_dir = o.out_dir;
@@ -2553,7 +2684,7 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         snprintf(s->model_sha, sizeof s->model_sha, "%s", mi->sha256);
         if (!(s->model_json = al__model_json(m, o.model, err))) {
             rc = err && err->code ? err->code : AL_E_NOMEM;
-            goto done;
+            goto written;
         }
         snprintf(s->family, sizeof s->family, "%s", mi->family);
         s->corpus = o.corpus;
@@ -2585,9 +2716,9 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         s->nE = p.nE;
         s->T = p.T;
         s->eps = p.eps;
-        if ((rc = aggregate(&p, &a, err))) goto done;
+        if ((rc = aggregate(&p, &a, err))) goto written;
         char titles[6][160];
-        if ((rc = build_heatmaps(&p, &a, titles, err))) goto done;
+        if ((rc = build_heatmaps(&p, &a, titles, err))) goto written;
         verdicts(&p, &a);
         double tw = 0, tf = 0, td = 0, tsp = 0, tse = 0, tv = 0;
         for (int i = 0; i < p.n_jobs; i++) {
@@ -2616,17 +2747,19 @@ int al_reproduce(const al_repro_opts *opts, al_error *err) {
         snprintf(rpath, sizeof rpath, "%s/results.json", o.out_dir);
         if (unlink(rpath) != 0 && errno != ENOENT) {
             rc = al__err(err, AL_E_IO, "%s: cannot replace: %s", rpath, strerror(errno));
-            goto done;
+            goto written;
         }
-        if ((rc = write_csvs(&p, &a, err))) goto done;
-        if ((rc = write_npys(&p, &a, err))) goto done;
-        if ((rc = al__report_figures(s, err))) goto done;
+        if ((rc = write_csvs(&p, &a, err))) goto written;
+        if ((rc = write_npys(&p, &a, err))) goto written;
+        if ((rc = al__report_figures(s, err))) goto written;
         s->timing_name[s->n_timings] = "outputs_wall_s";
         s->timing_s[s->n_timings++] = al__now() - t_w0;
         s->seconds_total = al__now() - t_start;
-        if ((rc = al__report_write(s, err))) goto done;
-        if ((rc = write_json(&p, &a, corpus_sha, started, err))) goto done;
+        if ((rc = al__report_write(s, err))) goto written;
+        if ((rc = write_json(&p, &a, corpus_sha, started, err))) goto written;
     }
+written:
+    rc = al__dist_agree(dist, rc, err); /* every rank returns rank 0's status */
 done:
     cJSON_Delete(run_opts);
     if (lock_fd >= 0) close(lock_fd);
@@ -2651,8 +2784,11 @@ typedef struct diag_ctx {
     const al_norm *nm; /* NULL: the model's weights */
     al_norm soft;
     double *max_w, *ent, *sink, *spec; /* [H] */
-    double *ns;                        /* [H, nN] */
+    double *ns;                        /* [H, nN] (room for DIAG_NS) */
     scratch *sc;                       /* [n_threads] */
+    al_dist *dist;                     /* this rank computes the heads it owns (dist.h) */
+    int rank;
+    uint8_t *done; /* [H] */
 } diag_ctx;
 
 static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_error *err) {
@@ -2716,12 +2852,16 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
 #pragma omp atomic read
             stop = failed;
             if (stop) continue;
+            int h = cap->layer * c->n_head + cap->heads[i];
+            if (al__dist_owner(c->dist, h) != c->rank) continue; /* another rank's head */
             if (diag_head(c, cap, i, &c->sc[tid], &e)) {
 #pragma omp critical(diag_err)
                 {
                     if (!failed) first = e;
                     failed = 1;
                 }
+            } else {
+                c->done[h]++;
             }
         }
     }
@@ -2816,6 +2956,12 @@ static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, c
 }
 
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
+    return al_diagnose_dist(o, NULL, json, err);
+}
+
+/* Over several processes as al_reproduce_dist: rank 0 reads the corpus and sends the window's
+ * tokens, every rank runs the forward and its heads, rank 0 merges and reports. */
+int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error *err) {
     *json = NULL;
     al_model *m = NULL;
     al_tokenizer *tk = NULL;
@@ -2828,32 +2974,42 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
     const int32_t *own = NULL; /* the model's own tokens (an attention dump), [n_own] */
     int n_own = 0;
     char own_label[160] = "";
-    int rc = al_model_open(o->model ? o->model : "gpt2", &m, err);
-    if (rc) goto done;
-    if ((rc = al_model_hash(m, err))) goto done;
-    const al_model_info *mi = al_model_get_info(m);
+    const al_model_info *mi = NULL;
+    int root = al__dist_rank(dist) == 0, L = 0;
+    const int32_t *win = NULL; /* the window's L tokens */
+    /* rank 0's model where a rank names none; rank 0 opens it first (a known name is fetched on
+     * first use), then the others */
+    char model[4096] = "";
+    if (root) snprintf(model, sizeof model, "%s", o->model ? o->model : "gpt2");
+    int rc = al__dist_agree(dist, al__dist_bcast(dist, model, sizeof model, err), err);
+    if (!rc && !root && o->model) snprintf(model, sizeof model, "%s", o->model);
+    if (!rc && root) rc = al_model_open(model, &m, err);
+    if ((rc = al__dist_agree(dist, rc, err))) goto done;
+    if (!root && (rc = al_model_open(model, &m, err))) goto setup_end;
+    if ((rc = al_model_hash(m, err))) goto setup_end;
+    mi = al_model_get_info(m);
     char wopt[32] = "";
     if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);
     if ((rc = own_tokens_opts(m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &own, &n_own,
                               own_label, sizeof own_label, err)))
-        goto done;
-    int L = o->length > 0            ? o->length
-            : n_own && !mi->causal   ? n_own /* a bidirectional dump: L = T only */
-            : mi->n_ctx < 1024       ? mi->n_ctx
-                                     : 1024;
+        goto setup_end;
+    L = o->length > 0          ? o->length
+        : n_own && !mi->causal ? n_own /* a bidirectional dump: L = T only */
+        : mi->n_ctx < 1024     ? mi->n_ctx
+                               : 1024;
     if (n_own && (L > n_own || (!mi->causal && L != n_own))) {
         rc = al__err(err, AL_E_INVALID, "--length %d, but %s holds attention over T = %d tokens%s",
                      L, mi->path, n_own,
                      mi->causal ? " (L <= T)" : " and is bidirectional (L = T only)");
-        goto done;
+        goto setup_end;
     }
     if (L < 2 || L > mi->n_ctx) {
         rc = al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
                      mi->n_ctx);
-        goto done;
+        goto setup_end;
     }
     if (o->normalizer) {
-        if ((rc = al_norm_parse(o->normalizer, &nm, err))) goto done;
+        if ((rc = al_norm_parse(o->normalizer, &nm, err))) goto setup_end;
         c.nm = &nm;
     }
     if (n_own) { /* before anything is computed: does the dump hold what diagnose reads? */
@@ -2862,13 +3018,18 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
                                   .fn = no_observer};
         if ((rc = al__model_check(m, L, &pre, err))) {
             al__err_prefix(err, rc, "diagnose reads logits, weights and v");
-            goto done;
+            goto setup_end;
         }
+    }
+    if (!root) {
+        if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)L, "tokens", err))) rc = AL_E_NOMEM;
+        win = tokens;
+        goto setup_end;
     }
     if (n_own) { /* an attention dump: its tokens */
         if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)n_own, "tokens", err))) {
             rc = AL_E_NOMEM;
-            goto done;
+            goto setup_end;
         }
         memcpy(tokens, own, sizeof(int32_t) * (size_t)n_own);
         n_tokens = (size_t)n_own;
@@ -2876,12 +3037,28 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
                (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &text,
                                     &text_len, err)) ||
                (rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err)))
-        goto done;
+        goto setup_end;
     if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > n_tokens) {
         rc = al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
                      o->corpus ? o->corpus : "war-and-peace", n_tokens, o->window, L,
                      (size_t)(o->window + 1) * L);
-        goto done;
+        goto setup_end;
+    }
+    win = tokens + (size_t)o->window * L;
+setup_end:
+    if ((rc = al__dist_agree(dist, rc, err))) goto done;
+    { /* every rank: rank 0's model identity and window */
+        char sha0[65];
+        memcpy(sha0, mi->sha256, sizeof sha0);
+        if (!(rc = al__dist_bcast(dist, sha0, sizeof sha0, err)) && strcmp(sha0, mi->sha256))
+            rc = al__err(err, AL_E_INVALID,
+                         "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                         "every rank must open the same model",
+                         mi->path, mi->sha256, sha0);
+        if (!(rc = al__dist_agree(dist, rc, err)))
+            rc = al__dist_agree(dist, al__dist_bcast(dist, (void *)win, sizeof(int32_t) * L, err),
+                                err);
+        if (rc) goto done;
     }
     int H = mi->n_layer * mi->n_head;
     c.L = L;
@@ -2889,40 +3066,42 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
     c.dx = mi->d_head;
     c.soft = al_norm_default(AL_NORM_SOFTMAX);
     c.n_threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    c.dist = dist;
+    c.rank = al__dist_rank(dist);
     for (int k = 0; k < DIAG_NS; k++)
         if (diag_N[k] < L) c.Ns[c.nN++] = diag_N[k];
     if (!(c.max_w = alloc_nan((size_t)H, err)) || !(c.ent = alloc_nan((size_t)H, err)) ||
         !(c.sink = alloc_nan((size_t)H, err)) || !(c.spec = alloc_nan((size_t)H, err)) ||
-        !(c.ns = alloc_nan((size_t)H * DIAG_NS, err))) {
+        !(c.ns = alloc_nan((size_t)H * DIAG_NS, err)) ||
+        !(c.done = al__calloc((size_t)H, 1, "heads done", err)) ||
+        !(c.sc = al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err)))
         rc = AL_E_NOMEM;
-        goto done;
-    }
-    if (!(c.sc = al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err))) {
-        rc = AL_E_NOMEM;
-        goto done;
-    }
     size_t LL = (size_t)L * L, dq = (size_t)L * (mi->d_head > 1 ? mi->d_head : 1);
-    for (int t = 0; t < c.n_threads; t++) {
+    for (int t = 0; t < c.n_threads && !rc; t++) {
         scratch *s = &c.sc[t];
         if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
             !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
             !(s->x = al__malloc(dq * sizeof(double), "head vectors", err)) ||
             !(s->q = al__malloc(dq * sizeof(double), "row max", err)) ||
             !(s->k = al__malloc(dq * sizeof(double), "row entropy", err)) ||
-            !(s->st = al__malloc((DIAG_NS + 1) * sizeof(al_topn_stats), "stats", err))) {
+            !(s->st = al__malloc((DIAG_NS + 1) * sizeof(al_topn_stats), "stats", err)))
             rc = AL_E_NOMEM;
-            goto done;
-        }
     }
     al_capture_request req = {.what =
                                   AL_CAP_LOGITS | AL_CAP_V | (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
                               .fn = diag_observe,
                               .user = &c};
-    if ((rc = al_model_forward(m, tokens + (size_t)o->window * L, L, &req, NULL, NULL, err)))
-        goto done;
+    if (!rc) rc = al_model_forward(m, win, L, &req, NULL, NULL, err);
+    if ((rc = al__dist_agree(dist, rc, err))) goto done;
+    { /* every head's values onto rank 0, which reports */
+        double *arr[5] = {c.max_w, c.ent, c.sink, c.spec, c.ns};
+        const int64_t cols[5] = {1, 1, 1, 1, c.nN}; /* ns is [H, nN] */
+        if ((rc = al__dist_merge_heads(dist, H, mi->n_head, 5, arr, cols, c.done, err))) goto done;
+    }
     al_diag_opts shown = *o; /* a dump's report names its tokens as the corpus */
     if (n_own) shown.corpus = own_label;
-    rc = diag_report(&shown, m, &c, L, json, err);
+    if (root) rc = diag_report(&shown, m, &c, L, json, err);
+    rc = al__dist_agree(dist, rc, err);
 done:
     free_scratch(c.sc, c.n_threads);
     free(c.max_w);
@@ -2930,6 +3109,7 @@ done:
     free(c.sink);
     free(c.spec);
     free(c.ns);
+    free(c.done);
     free(tokens);
     free(text);
     if (tk) al_tokenizer_free(tk);

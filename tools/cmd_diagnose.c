@@ -18,10 +18,15 @@ static void usage(FILE *f) {
         "collapsed (max weight > 0.9 or H/log n < 0.1), vanishes (H/log n > 0.95: near uniform)\n"
         "or sinks into token 0 (mean weight > 0.5).\n"
         "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md\n"
-        "  --json      print the JSON report on stdout (default: a summary line per flag)\n");
+        "  --json      print the JSON report on stdout (default: a summary line per flag)\n"
+        "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
+        "reports.\n");
 }
 
-int cmd_diagnose(int argc, char **argv) {
+/* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
+static int diagnose_main(int argc, char **argv, al_dist *d) {
+    int root = al_dist_rank(d) == 0;
+#define USAGE_ERROR(...) (root ? cli_usage_error("diagnose", __VA_ARGS__) : 2)
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
     al_error err = {0};
     int json = 0;
@@ -29,13 +34,13 @@ int cmd_diagnose(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            if (root) usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
             continue;
         }
-        if (!v) return cli_usage_error("diagnose", "%s needs a value (or is unknown)", a);
+        if (!v) return USAGE_ERROR("%s needs a value (or is unknown)", a);
         i++;
         if (!strcmp(a, "--model"))
             o.model = v;
@@ -49,26 +54,27 @@ int cmd_diagnose(int argc, char **argv) {
             o.normalizer = v;
         else if (!strcmp(a, "--length")) {
             if (cli_parse_int(v, "--length", 2, 1 << 20, &n, &err))
-                return cli_usage_error("diagnose", "%s", err.msg);
+                return USAGE_ERROR("%s", err.msg);
             o.length = (int)n;
         } else if (!strcmp(a, "--window")) {
             if (cli_parse_int(v, "--window", 0, 1 << 30, &n, &err))
-                return cli_usage_error("diagnose", "%s", err.msg);
+                return USAGE_ERROR("%s", err.msg);
             o.window = (int)n;
         } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(v, "--threads", 1, 1024, &n, &err))
-                return cli_usage_error("diagnose", "%s", err.msg);
+            if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) return USAGE_ERROR("%s", err.msg);
             o.threads = (int)n;
         } else
-            return cli_usage_error("diagnose", "unknown option '%s'", a);
+            return USAGE_ERROR("unknown option '%s'", a);
     }
     char picked[64];
-    if (!o.model) {
-        if (al_repro_pick_model(picked, sizeof picked, &err)) return cli_fail("diagnose", &err);
+    if (!o.model) { /* on every rank (al_diagnose_dist checks that they opened the same) */
+        if (al_dist_agree(d, al_repro_pick_model(picked, sizeof picked, &err), &err))
+            return root ? cli_fail("diagnose", &err) : 1;
         o.model = picked;
     }
     char *txt = NULL;
-    if (al_diagnose(&o, &txt, &err)) return cli_fail("diagnose", &err);
+    if (al_diagnose_dist(&o, d, &txt, &err)) return root ? cli_fail("diagnose", &err) : 1;
+    if (!txt) return 0; /* not rank 0 */
     if (json) {
         printf("%s\n", txt);
     } else {
@@ -97,4 +103,14 @@ int cmd_diagnose(int argc, char **argv) {
     }
     free(txt);
     return 0;
+#undef USAGE_ERROR
+}
+
+int cmd_diagnose(int argc, char **argv) {
+    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
+    al_error err = {0};
+    if (al_dist_open(&d, &err)) return cli_fail("diagnose", &err);
+    int rc = diagnose_main(argc, argv, d);
+    al_dist_close(d);
+    return rc;
 }

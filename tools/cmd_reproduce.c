@@ -47,6 +47,9 @@ static void usage(FILE *f) {
         "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
         "  --quiet             no progress bar and no messages (the bar is drawn only on a TTY)\n"
         "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
+        "Several processes, on one machine or many (a build with MPI):\n"
+        "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and the\n"
+        "  heads it owns (head h: rank h %% N, over --threads threads); rank 0 writes DIR\n"
         "Lists are like 1,5,10 or 1-16,18 (integers) and 0.001,0.1,10 (numbers).\n");
 }
 
@@ -72,7 +75,10 @@ static int parse_experiments(const char *s, unsigned *out, al_error *err) {
     return 0;
 }
 
-int cmd_reproduce(int argc, char **argv) {
+/* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
+static int reproduce_main(int argc, char **argv, al_dist *d) {
+    int root = al_dist_rank(d) == 0;
+#define USAGE_ERROR(...) (root ? cli_usage_error("reproduce", __VA_ARGS__) : 2)
     al_repro_opts o;
     al_repro_defaults(&o);
     al_error err = {0};
@@ -85,14 +91,14 @@ int cmd_reproduce(int argc, char **argv) {
 #define NEED_VALUE()                                                                               \
     do {                                                                                           \
         if (!v) {                                                                                  \
-            rc = cli_usage_error("reproduce", "%s needs a value", a);                              \
+            rc = USAGE_ERROR("%s needs a value", a);                                               \
             goto out;                                                                              \
         }                                                                                          \
         i++;                                                                                       \
     } while (0)
         long n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            if (root) usage(stdout);
             goto out;
         } else if (!strcmp(a, "--model")) {
             NEED_VALUE();
@@ -162,7 +168,7 @@ int cmd_reproduce(int argc, char **argv) {
             char *end;
             unsigned long long s = strtoull(v, &end, 10);
             if (!*v || *end) {
-                rc = cli_usage_error("reproduce", "--seed: '%s' is not a non-negative integer", v);
+                rc = USAGE_ERROR("--seed: '%s' is not a non-negative integer", v);
                 goto out;
             }
             o.seed = s;
@@ -190,21 +196,21 @@ int cmd_reproduce(int argc, char **argv) {
             else if (!strcmp(v, "auto"))
                 o.synthetic = -1;
             else {
-                rc = cli_usage_error("reproduce", "--random-weights: '%s' is not yes, no or auto",
-                                     v);
+                rc = USAGE_ERROR("--random-weights: '%s' is not yes, no or auto", v);
                 goto out;
             }
         } else {
-            rc = cli_usage_error("reproduce", "unknown option '%s'", a);
+            rc = USAGE_ERROR("unknown option '%s'", a);
             goto out;
         }
 #undef NEED_VALUE
     }
     o.progress = !o.quiet && isatty(2);
-    if (al_reproduce(&o, &err)) {
-        rc = cli_fail("reproduce", &err);
+    if (al_reproduce_dist(&o, d, &err)) {
+        rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
+    if (!root) goto out; /* rank 0 wrote everything */
     if (json) {
         char path[4200];
         snprintf(path, sizeof path, "%s/results.json", o.out_dir);
@@ -237,10 +243,20 @@ int cmd_reproduce(int argc, char **argv) {
     }
     goto out;
 usage_err:
-    rc = cli_usage_error("reproduce", "%s", err.msg);
+    rc = USAGE_ERROR("%s", err.msg);
 out:
     for (int i = 0; i < 4; i++) free(lists[i]);
     free(dl[0]);
     free(dl[1]);
+    return rc;
+#undef USAGE_ERROR
+}
+
+int cmd_reproduce(int argc, char **argv) {
+    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
+    al_error err = {0};
+    if (al_dist_open(&d, &err)) return cli_fail("reproduce", &err);
+    int rc = reproduce_main(argc, argv, d);
+    al_dist_close(d); /* MPI_Finalize: every path out of reproduce_main comes here */
     return rc;
 }
