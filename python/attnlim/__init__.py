@@ -20,7 +20,7 @@ __all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_num
            "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "row_vanishing", "vanishing_D",
            "sensitivity", "row_sensitivity", "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
            "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES", "reproduce", "diagnose",
-           "pick_model", "EXPERIMENTS"]
+           "pick_model", "EXPERIMENTS", "write_dump"]
 
 
 class AttnlimError(RuntimeError):
@@ -137,3 +137,4 @@ from ._api import (CAPTURES, EXPERIMENTS, ForwardResult, Model, Tokenizer,  # no
                    corpus, critical_n, diagnose, five_number, head_metrics, jacobian, jvp,
                    ks_2samp, normalize, pick_model, reproduce, row_metrics, row_sensitivity,
                    row_vanishing, sensitivity, sensitivity_direction, slope_origin, vanishing_D)
+from ._dump import write_dump  # noqa: E402,F401

@@ -511,7 +511,8 @@ class Model:
         """Runs the model over tokens[T]. capture: names among q, k, v, logits, weights, hidden,
         embed; layers / heads: iterables of indices (None = all). Each layer's capture is copied
         (only what was asked, only the selected heads) while the forward streams, so memory
-        stays at one layer in C. Per-head arrays are [n_sel, T, d_head] or [n_sel, T, T]."""
+        stays at one layer in C. Per-head arrays are [n_sel, T, d_head] or [n_sel, T, T].
+        An attention dump (docs/dumps.md) replays its arrays: logits and hidden are None."""
         info = self.info
         toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
         if toks.ndim != 1:
@@ -570,6 +571,8 @@ class Model:
         req.layers = None if lmask is None else lmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.heads = None if hmask is None else hmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.fn, req.user = cb, None
+        if info["family"] == "dump":  # an attention dump holds no output logits or hidden states
+            logits = hidden = False
         lg = np.empty((T, info["vocab_size"]), dtype=np.float32) if logits else None
         hd = np.empty((T, info["d_model"]), dtype=np.float32) if hidden else None
         err = _Error()

@@ -335,4 +335,60 @@ tiny_bert("wordpiece/empty", "")
 tiny_bert("wordpiece/no_unk", "[PAD]\n[CLS]\n[SEP]\nhello\n")
 tiny_bert("wordpiece/no_cls", "[PAD]\n[UNK]\n[SEP]\nhello\n")
 tiny_bert("wordpiece/nul_byte", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhel\0lo\n")
+
+# ---- attention dumps (docs/dumps.md): T = 4 tokens, 1 layer, 1 head, d_head 2, causal -------
+
+
+def dump_dir(d, manifest, arrays):
+    """manifest: a dict (written as JSON) or text; arrays: {file name: numpy array or bytes}."""
+    w(d + "/manifest.json", manifest if isinstance(manifest, str) else json.dumps(manifest))
+    for name, a in arrays.items():
+        w(d + "/" + name, a if isinstance(a, bytes) else npy(a))
+
+
+DT = 4
+gd = np.random.default_rng(17)
+dq, dk, dv = (gd.standard_normal((1, DT, 2)) for _ in range(3))
+dz = dq @ dk.transpose(0, 2, 1) / np.sqrt(2)
+dz[:, np.triu(np.ones((DT, DT), bool), 1)] = -np.inf
+dw = np.exp(dz - dz.max(-1, keepdims=True))
+dw /= dw.sum(-1, keepdims=True)
+DM = {"schema": "attnlim.dump/1", "model": {"name": "tiny-dump", "n_layer": 1, "n_head": 1, "d_head": 2,
+                                            "causal": True}, "T": DT}
+DA = {"layer0.q.npy": dq, "layer0.k.npy": dk, "layer0.v.npy": dv, "layer0.logits.npy": dz,
+      "layer0.weights.npy": dw}
+
+
+def dman(**kw):
+    m = json.loads(json.dumps(DM))
+    for k, v in kw.items():
+        if k == "model":
+            m["model"].update(v)
+        else:
+            m[k] = v
+    return m
+
+
+dump_dir("dump/ok", DM, DA)
+dump_dir("dump/missing_manifest", DM, DA)
+os.remove(os.path.join(OUT, "dump/missing_manifest/manifest.json"))
+dump_dir("dump/bad_json", '{"schema": "attnlim.dump/1", "model": {', DA)
+dump_dir("dump/wrong_schema", dman(schema="attnlim.dump/9"), DA)
+dump_dir("dump/no_schema", {"model": DM["model"], "T": DT}, DA)
+dump_dir("dump/shape_mismatch", DM, dict(DA, **{"layer0.q.npy": gd.standard_normal((1, DT, 3))}))
+dump_dir("dump/wrong_dtype", DM, dict(DA, **{"layer0.v.npy": np.arange(8, dtype=np.int32).reshape(1, DT, 2)}))
+dump_dir("dump/missing_array", dman(arrays=["q", "k", "v"]), {"layer0.q.npy": dq, "layer0.k.npy": dk})
+dump_dir("dump/needs_v", DM, {"layer0.q.npy": dq, "layer0.k.npy": dk})
+nanw = dw.copy()
+nanw[0, 2, 1] = np.nan
+dump_dir("dump/nan", DM, dict(DA, **{"layer0.weights.npy": nanw}))
+dump_dir("dump/token_mismatch", dman(token_ids=[5, 6, 7, 8]), DA)
+dump_dir("dump/ids_wrong_length", dman(token_ids=[5, 6, 7]), DA)
+dump_dir("dump/dotdot", dman(files=[{"file": "../layer0.q.npy", "layer": 0, "what": "q"}]), DA)
+dump_dir("dump/bad_layers", dman(layers=[0, 0]), DA)
+dump_dir("dump/bad_heads", dman(heads=[3]), DA)
+dump_dir("dump/kv_not_divisor", dman(model={"n_head": 3, "n_kv_head": 2}), DA)
+bz = dq @ dk.transpose(0, 2, 1) / np.sqrt(2)
+dump_dir("dump/bidirectional", dman(model={"causal": False}), {"layer0.q.npy": dq, "layer0.k.npy": dk,
+                                                              "layer0.v.npy": dv, "layer0.logits.npy": bz})
 print("wrote", OUT)
