@@ -362,7 +362,9 @@ typedef struct al_model_info {
 /* Opens a model: a path (HF directory or .safetensors with config.json beside it; llm.c
  * .bin; .gguf) or a known name ("smollm2", "minilm", "gpt2" from the cache; fetched on
  * first use where the project can fetch it). The file is untrusted: every size, offset,
- * shape and dtype is checked. */
+ * shape and dtype is checked. A directory with manifest.json is an attention dump
+ * (docs/dumps.md; family "dump"): its forward replays the stored attention of its T tokens
+ * (any prefix when causal), and it has no tokenizer and no output logits. */
 int al_model_open(const char *path_or_name, al_model **out, al_error *err);
 void al_model_free(al_model *m);
 const al_model_info *al_model_get_info(const al_model *m);
@@ -509,7 +511,7 @@ enum {
  * means the default grid of METHOD (or the --quick grid when quick is set). */
 typedef struct al_repro_opts {
     const char *model;       /* path or known name; NULL = the best available (al_repro_pick_model) */
-    const char *corpus;      /* "war-and-peace" (default) or a text file */
+    const char *corpus;      /* "war-and-peace" (default, NULL) or a text file; none for a dump */
     const char *data_path;   /* explicit data location for al_data_find, or NULL */
     const char *out_dir;     /* where every output goes (created) */
     int windows;             /* K >= 1: windows 0..K-1 of every L */

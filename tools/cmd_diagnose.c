@@ -17,6 +17,8 @@ static void usage(FILE *f) {
         "and the mean exact Jacobian spectral norm at T = 1. Flags heads whose attention has\n"
         "collapsed (max weight > 0.9 or H/log n < 0.1), vanishes (H/log n > 0.95: near uniform)\n"
         "or sinks into token 0 (mean weight > 0.5).\n"
+        "--model DUMPDIR reads an attention dump (docs/dumps.md): its T tokens, window 0,\n"
+        "L = min(1024, T) by default (any L <= T when causal; L = T when bidirectional).\n"
         "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md\n"
         "  --json      print the JSON report on stdout (default: a summary line per flag)\n"
         "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "

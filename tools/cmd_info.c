@@ -10,9 +10,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim info --model PATH|NAME [--tensors] [--no-hash] [--json]\n"
             "\n"
-            "Opens a model (every size, offset, shape and dtype checked) and prints its family,\n"
-            "config, parameter count, storage dtypes, the files that define it (config.json, the\n"
-            "shard index and every shard; or the one .bin / .gguf) with their SHA-256s, and the\n"
+            "Opens a model or an attention dump (docs/dumps.md; every size, offset, shape and\n"
+            "dtype checked) and prints its family, config, parameter count, storage dtypes, the\n"
+            "files that define it (config.json, the shard index and every shard; the one .bin /\n"
+            ".gguf; a dump's manifest.json and arrays) with their SHA-256s, and the\n"
             "model identity 'sha256': the SHA-256 of the lines '<sha256>  <name>' of those files\n"
             "sorted by name, i.e. `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum`. NaN/Inf\n"
             "weights are a warning (exit 0).\n"
