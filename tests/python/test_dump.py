@@ -367,3 +367,36 @@ def test_write_dump_faults(tmp_path):
     man_text = json.load(open(tmp_path / "d" / "manifest.json"))
     assert man_text["schema"] == "attnlim.dump/1" and "token_ids" not in man_text
     shutil.rmtree(tmp_path / "d")
+
+
+def test_masked_entries_are_ignored(tmp_path):
+    # a hand-written causal dump (np.save, no write_dump) whose masked entries hold junk (NaN,
+    # torch.finfo.min-style values): read as capture writes them, so the report is the clean one's
+    rng = np.random.default_rng(5)
+    Tm = 12
+    q, k, v = (rng.standard_normal((2, Tm, 4)) for _ in range(3))
+    z = q @ k.transpose(0, 2, 1) / 2.0
+    upper = np.triu(np.ones((Tm, Tm), bool), 1)
+    w = np.exp(np.where(upper, -np.inf, z) - np.where(upper, -np.inf, z).max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    man = {"schema": "attnlim.dump/1", "T": Tm,
+           "model": {"n_layer": 1, "n_head": 2, "d_head": 4, "causal": True}}
+    reports = []
+    for name, junk_z, junk_w in (("clean", -np.inf, 0.0), ("junk", -3.4e38, np.nan)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps(man))
+        np.save(d / "layer0.v.npy", v)
+        np.save(d / "layer0.logits.npy", np.where(upper, junk_z, z).astype(np.float32))
+        np.save(d / "layer0.weights.npy", np.where(upper, junk_w, w))
+        reports.append(diagnose(str(d)))
+        with attnlim.Model(str(d)) as m:
+            c = m.forward(np.arange(Tm), capture=("logits", "weights")).captures[0]
+            assert np.isneginf(c["logits"][:, upper]).all() and (c["weights"][:, upper] == 0).all()
+    assert reports[0]["heads"] == reports[1]["heads"]
+    # below the diagonal a NaN is refused, naming the file and the position
+    bad = w.copy()
+    bad[1, 5, 2] = np.nan
+    np.save(tmp_path / "junk" / "layer0.weights.npy", bad)
+    r = run("diagnose", "--model", tmp_path / "junk", check=False)
+    assert r.returncode == 1 and "layer0.weights.npy: 1 NaN/Inf values (first at head 1 (index 1), row 5, column 2" in r.stderr
