@@ -23,7 +23,7 @@ wall=$(echo "$end - $start" | bc)
 read -r user sys rss < "$WORK/time.txt"
 cpu=$(echo "$user + $sys" | bc)
 echo "wall: $wall s, CPU: $cpu s (user $user, sys $sys), max RSS: $rss KB"
-"$PY" -c "import json; t = json.load(open('$WORK/out/results.json'))['manifest']['timings']; print('timings (s):', {k: round(v, 2) for k, v in t.items()})"
+"$PY" -c "import json; t = json.load(open('$WORK/out/results.json'))['manifest']['timings']; print('timings (s):', {k: round(v, 2) if isinstance(v, float) else v for k, v in t.items()})"
 echo "== numpy reference, same algorithms (CPU time of $ROWS sampled rows per L of one head, extrapolated to all rows and 144 heads; no forward pass)"
 ref=$(OMP_NUM_THREADS=2 PYTHONPATH="$SRC/tests/python" "$PY" "$SRC/tests/python/reproduce_ref.py" bench "$BIN" "$WORK/g124" "$WORK" "$ROWS" 144)
 echo "reference CPU estimate (s): $ref"
