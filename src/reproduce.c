@@ -3017,7 +3017,8 @@ int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error
                                           (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
                                   .fn = no_observer};
         if ((rc = al__model_check(m, L, &pre, err))) {
-            al__err_prefix(err, rc, "diagnose reads logits, weights and v");
+            al__err_prefix(err, rc, "diagnose reads %s",
+                           c.nm ? "logits and v (--normalizer)" : "logits, weights and v");
             goto setup_end;
         }
     }
