@@ -276,7 +276,7 @@ int al__dist_merge_heads(al_dist *d, int64_t H, int n_head, int n_arr, double *c
         uint8_t *counts = NULL;
         double *send = NULL, *recv = NULL;
         int *rcount = NULL, *displ = NULL;
-        if (most * W > INT_MAX || (int64_t)size * H > INT_MAX)
+        if (H * W > INT_MAX || (int64_t)size * H > INT_MAX) /* counts and displacements: int */
             rc = al__err(err, AL_E_INVALID, "%lld heads x %lld values are too many for MPI",
                          (long long)H, (long long)W);
         if (!rc && !(send = al__malloc(sizeof(double) * (size_t)(most * W + 1), "merge", err)))

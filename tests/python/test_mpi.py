@@ -75,7 +75,8 @@ def launch(mpirun, n, *args, check=True, ranks=None):
             cmd += ([":"] if i else []) + ["-np", "1", BIN, *a]
     else:
         cmd += ["-np", str(n), BIN, *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
+                       stdin=subprocess.DEVNULL)  # mpirun forwards stdin to rank 0: none here
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
