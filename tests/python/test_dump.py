@@ -42,7 +42,10 @@ RTOL_REF = 2e-5
 
 
 def run(*args, check=True):
-    r = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    # one thread count for every command: the float32 forward's rounding depends on it, and the
+    # bit-identity of a capture with the model's own run needs the same rounding
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"attnlim {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
     return r
