@@ -403,7 +403,7 @@ cJSON *al__model_files_json(const al__model_files *fs) {
         cJSON_AddStringToObject(f, "path", realpath(fs->f[i].path, real) ? real : fs->f[i].path);
         cJSON_AddStringToObject(f, "role", fs->f[i].role);
         cJSON_AddNumberToObject(f, "bytes", (double)fs->f[i].bytes);
-        cJSON_AddStringToObject(f, "sha256", fs->f[i].sha256);
+        if (fs->f[i].sha256[0]) cJSON_AddStringToObject(f, "sha256", fs->f[i].sha256);
         cJSON_AddItemToArray(a, f);
     }
     return a;
@@ -413,17 +413,19 @@ const char AL__IDENTITY_OF[] =
     "the lines '<sha256>  <name>' of the files below, sorted by name (bytewise), each ending in a "
     "newline: `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` in their directory";
 
-cJSON *al__model_json(al_model *m, const char *given, al_error *err) {
+cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     al__model_files files;
-    if (al__model_files_list(m, 1, &files, err)) return NULL;
+    if (al__model_files_list(m, hash, &files, err)) return NULL;
     const al__model_files *fs = &files;
     const al_model_info *in = al_model_get_info(m);
     cJSON *o = cJSON_CreateObject();
     char real[PATH_MAX];
     cJSON_AddStringToObject(o, "path", realpath(in->path, real) ? real : in->path);
     cJSON_AddStringToObject(o, "path_given", given);
-    cJSON_AddStringToObject(o, "sha256", fs->sha256);
-    cJSON_AddStringToObject(o, "sha256_of", AL__IDENTITY_OF);
+    if (hash) {
+        cJSON_AddStringToObject(o, "sha256", fs->sha256);
+        cJSON_AddStringToObject(o, "sha256_of", AL__IDENTITY_OF);
+    }
     cJSON_AddItemToObject(o, "files", al__model_files_json(fs));
     cJSON_AddStringToObject(o, "family", in->family);
     cJSON_AddStringToObject(o, "name", in->name);
@@ -433,6 +435,7 @@ cJSON *al__model_json(al_model *m, const char *given, al_error *err) {
     cJSON_AddNumberToObject(o, "n_kv_head", in->n_kv_head);
     cJSON_AddNumberToObject(o, "d_model", in->d_model);
     cJSON_AddNumberToObject(o, "d_head", in->d_head);
+    cJSON_AddNumberToObject(o, "d_ff", in->d_ff);
     cJSON_AddNumberToObject(o, "n_ctx", in->n_ctx);
     cJSON_AddNumberToObject(o, "vocab_size", in->vocab_size);
     cJSON_AddBoolToObject(o, "causal", in->causal);

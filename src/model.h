@@ -85,9 +85,10 @@ int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_er
 void al__model_files_free(al__model_files *f);
 
 /* The manifest object of a model: path (absolute) and path_given, sha256 (the identity above)
- * with sha256_of saying what it covers, files [{name, path, role, bytes, sha256}], family,
+ * with sha256_of saying what it covers (hash = 0: neither, and no per-file sha256), files
+ * [{name, path, role, bytes, sha256}], family,
  * name, dtype, shape fields, n_params, load_warnings. NULL on error (err set). */
-struct cJSON *al__model_json(al_model *m, const char *given, al_error *err);
+struct cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err);
 /* The files array of such an object. */
 struct cJSON *al__model_files_json(const al__model_files *fs);
 /* What a files identity covers (the sha256_of string of every manifest). */

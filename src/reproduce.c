@@ -2682,7 +2682,7 @@ setup_end:
         snprintf(s->model_name, sizeof s->model_name, "%s", mi->name);
         snprintf(s->model_path, sizeof s->model_path, "%s", mi->path);
         snprintf(s->model_sha, sizeof s->model_sha, "%s", mi->sha256);
-        if (!(s->model_json = al__model_json(m, o.model, err))) {
+        if (!(s->model_json = al__model_json(m, o.model, 1, err))) {
             rc = err && err->code ? err->code : AL_E_NOMEM;
             goto written;
         }
@@ -2878,7 +2878,7 @@ static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, c
     int H = mi->n_layer * mi->n_head;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlim.diagnose/1");
-    cJSON *mo = al__model_json(m, o->model ? o->model : "gpt2", err);
+    cJSON *mo = al__model_json(m, o->model ? o->model : "gpt2", 1, err);
     if (!mo) {
         cJSON_Delete(root);
         return err && err->code ? err->code : AL_E_NOMEM;

@@ -637,7 +637,7 @@ int cmd_capture(int argc, char **argv) {
     man = cJSON_CreateObject();
     cJSON_AddStringToObject(man, "command", "capture");
     cJSON_AddItemToObject(man, "versions", versions_json());
-    cJSON *jm = al__model_json(m, model, &err);
+    cJSON *jm = al__model_json(m, model, 1, &err);
     if (!jm) {
         rc = err.code ? err.code : AL_E_NOMEM;
         goto done;

@@ -154,57 +154,14 @@ int cmd_info(int argc, char **argv) {
     al_error err = {0};
     al_model *m;
     if (al_model_open(model, &m, &err)) return cli_fail("info", &err);
-    al__model_files files;
-    if (al__model_files_list(m, hash, &files, &err)) {
+    /* the model object every manifest carries (files, identity, shape, load warnings, dump) */
+    cJSON *j = al__model_json(m, model, hash, &err);
+    if (!j) {
         al_model_free(m);
         return cli_fail("info", &err);
     }
     const al_model_info *in = al_model_get_info(m);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "family", in->family);
-    cJSON_AddStringToObject(j, "name", in->name);
-    cJSON_AddStringToObject(j, "path", in->path);
-    if (hash) {
-        cJSON_AddStringToObject(j, "sha256", files.sha256);
-        cJSON_AddStringToObject(j, "sha256_of",
-                                "sha256sum of the files below, sorted by name: the lines "
-                                "'<sha256>  <name>' (bytewise order, each ending in a newline)");
-    }
-    cJSON *jf = cJSON_AddArrayToObject(j, "files");
-    for (int i = 0; i < files.n; i++) {
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "name", files.f[i].name);
-        cJSON_AddStringToObject(f, "role", files.f[i].role);
-        cJSON_AddNumberToObject(f, "bytes", (double)files.f[i].bytes);
-        if (hash) cJSON_AddStringToObject(f, "sha256", files.f[i].sha256);
-        cJSON_AddItemToArray(jf, f);
-    }
-    al__model_files_free(&files);
-    int n_warn, n_warn_total;
-    const al__load_warning *warn = al__model_warnings(m, &n_warn, &n_warn_total);
-    cJSON *jw = cJSON_AddArrayToObject(j, "load_warnings"); /* NaN/Inf tensors */
-    for (int i = 0; i < n_warn; i++) {
-        cJSON *w = cJSON_CreateObject();
-        cJSON_AddStringToObject(w, "file", warn[i].file);
-        cJSON_AddStringToObject(w, "tensor", warn[i].tensor);
-        cJSON_AddNumberToObject(w, "nonfinite", (double)warn[i].n_bad);
-        cJSON_AddNumberToObject(w, "first_index", (double)warn[i].first);
-        cJSON_AddItemToArray(jw, w);
-    }
-    cJSON_AddNumberToObject(j, "load_warnings_total", n_warn_total);
-    cJSON_AddStringToObject(j, "dtype", in->dtype);
-    cJSON_AddNumberToObject(j, "n_layer", in->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", in->n_head);
-    cJSON_AddNumberToObject(j, "n_kv_head", in->n_kv_head);
-    cJSON_AddNumberToObject(j, "d_model", in->d_model);
-    cJSON_AddNumberToObject(j, "d_head", in->d_head);
-    cJSON_AddNumberToObject(j, "d_ff", in->d_ff);
-    cJSON_AddNumberToObject(j, "n_ctx", in->n_ctx);
-    cJSON_AddNumberToObject(j, "vocab_size", in->vocab_size);
-    cJSON_AddBoolToObject(j, "causal", in->causal);
-    cJSON_AddNumberToObject(j, "n_params", (double)in->n_params);
-    cJSON *dump = al__dump_json(m); /* an attention dump: what it holds */
-    if (dump) cJSON_AddItemToObject(j, "dump", dump);
+    int dump = cJSON_GetObjectItemCaseSensitive(j, "dump") != NULL;
     int rc = 0;
     if (dump)
         ; /* arrays, not tensors: the files above */
