@@ -78,7 +78,8 @@ static al_model *build_random_gpt2(int L, int H, int C, int n_ctx, int V, uint64
     return m;
 }
 
-/* ---- consumers: touch every attention weight (touch.h; the loops get the same) ------------------ */
+/* ---- consumers: touch every attention weight (touch.h; the loops get the same) ------------------
+ */
 
 static void touch_loops(const float *att, int layer, int H, int T, void *user) {
     (void)layer;

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -52,9 +52,9 @@ typedef enum al_dtype { AL_F32 = 0, AL_F64 = 1 } al_dtype;
 /* An owned, C-ordered, dense array. data is malloc'ed; al_array_free releases it. */
 typedef struct al_array {
     al_dtype dtype;
-    int ndim;                     /* 0..AL_MAX_DIMS */
+    int ndim; /* 0..AL_MAX_DIMS */
     int64_t shape[AL_MAX_DIMS];
-    void *data;                   /* [shape[0], ..., shape[ndim-1]] */
+    void *data; /* [shape[0], ..., shape[ndim-1]] */
 } al_array;
 
 /* The product of a's dimensions (1 for ndim 0, 0 when a dimension is 0); a must be valid (as
@@ -156,9 +156,9 @@ int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, 
 /* J[n, n], J[i*n+j] = dp_i/dz_j. z as al_norm_forward; an entry beyond the double range (sa
  * forms at extreme z/T) is AL_E_RANGE naming (i, j). */
 int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err);
-/* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax, sparsemax,
- * entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms, with J
- * scaled to entries of order 1 first (so J^T J neither overflows nor underflows). z as
+/* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax,
+ * sparsemax, entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms,
+ * with J scaled to entries of order 1 first (so J^T J neither overflows nor underflows). z as
  * al_norm_forward; a norm (or, for the sa forms, an entry of J) beyond the double range is
  * AL_E_RANGE. al_norm_frobenius_norm likewise. */
 int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
@@ -184,14 +184,14 @@ void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bou
 
 /* What al_row_metrics / al_head_metrics compute. */
 typedef struct al_metrics_opts {
-    const int *top_n;     /* [n_top] the N grid, any order, each >= 1 */
+    const int *top_n; /* [n_top] the N grid, any order, each >= 1 */
     int n_top;
-    int distance;         /* compute dtilde, dmax, E (METHOD section 3) */
-    int separability;     /* compute N_s/N and its bounds (METHOD section 5) */
-    int mc_samples;       /* Monte-Carlo E: random N-subsets per row (0 = off); cost
-                           * mc_samples * (n + N) * d per row and N */
-    uint64_t mc_seed;     /* its seed (mixed with the row index and N) */
-    int causal;           /* 1: row t sees keys 0..t (n = t+1); 0: every row sees all L keys */
+    int distance;     /* compute dtilde, dmax, E (METHOD section 3) */
+    int separability; /* compute N_s/N and its bounds (METHOD section 5) */
+    int mc_samples;   /* Monte-Carlo E: random N-subsets per row (0 = off); cost
+                       * mc_samples * (n + N) * d per row and N */
+    uint64_t mc_seed; /* its seed (mixed with the row index and N) */
+    int causal;       /* 1: row t sees keys 0..t (n = t+1); 0: every row sees all L keys */
 } al_metrics_opts;
 
 /* Per-N results: means over the rows with n > N (rows == 0: every mean is NaN).
@@ -208,15 +208,15 @@ typedef struct al_metrics_opts {
  * relative (rounding of the inputs' own products aside), an exact 0 comes out 0. */
 typedef struct al_topn_stats {
     int N;
-    int64_t rows;     /* rows with n > N that entered the means */
-    double dtilde;    /* sum_{i not in I_N} ||alpha_i x_i - s||                 [reading] */
-    double dmax;      /* b d1 + ((n-N) abar - b) m                              [reading] */
-    double E;         /* ((n-N)/n) sum_i ||alpha_i x_i - N/(n-1) sum_{j!=i} alpha_j x_j|| */
-    double E_mc;      /* Monte-Carlo mean of dtilde over uniform random N-subsets (NaN if off) */
-    double E_mc_se;   /* standard error of E_mc (over samples, combined over rows) */
-    double ns_ratio;  /* N_s / N on unit vectors                                          */
-    double ns_lower;  /* max(0, 1 - sum_i xi_i / (r N))                         [reading] */
-    double ns_upper;  /* min(1, (1/N) sum_i exp(-max(xi_i - r, 0)^2 / 2))       [reading] */
+    int64_t rows;    /* rows with n > N that entered the means */
+    double dtilde;   /* sum_{i not in I_N} ||alpha_i x_i - s||                 [reading] */
+    double dmax;     /* b d1 + ((n-N) abar - b) m                              [reading] */
+    double E;        /* ((n-N)/n) sum_i ||alpha_i x_i - N/(n-1) sum_{j!=i} alpha_j x_j|| */
+    double E_mc;     /* Monte-Carlo mean of dtilde over uniform random N-subsets (NaN if off) */
+    double E_mc_se;  /* standard error of E_mc (over samples, combined over rows) */
+    double ns_ratio; /* N_s / N on unit vectors                                          */
+    double ns_lower; /* max(0, 1 - sum_i xi_i / (r N))                         [reading] */
+    double ns_upper; /* min(1, (1/N) sum_i exp(-max(xi_i - r, 0)^2 / 2))       [reading] */
 } al_topn_stats;
 
 /* One row: alpha[n] weights, x[n, d] vectors (o->causal is ignored). out[n_top] in the order
@@ -265,15 +265,14 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
  * fd_mean and spec_mean are the means of these over the rows with n_t >= 2, each row with its
  * own v, computed by the same code. NaN/Inf in z or v is AL_E_RANGE naming the position;
  * temps and eps not finite and > 0 are AL_E_INVALID naming the position; n < 1 AL_E_INVALID. */
-int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
-                       int n_t, const double *eps, int n_eps, const double *v, double *fd,
-                       double *spec, al_error *err);
+int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps, int n_t,
+                       const double *eps, int n_eps, const double *v, double *fd, double *spec,
+                       al_error *err);
 /* The direction v[n] of Algorithm 5 for (seed, layer, head, row): n standard normals from the
  * project's xoshiro256** generator (seeded by SplitMix64 mixing of the four), normalised to
  * unit length. Exposed so that references can use the same v. Returns 0 (AL_E_INVALID if
  * v == NULL or n < 1). */
-int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
-                             double *v);
+int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n, double *v);
 
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */
@@ -325,14 +324,15 @@ int al_tokenizer_vocab_size(const al_tokenizer *tk);
  * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the
  * pattern; its last pre-token and every byte from the first invalid one on are merged as one
  * BPE piece (per segment between allowed special tokens). decode(encode(x)) == x always. */
-int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special, int32_t **ids,
-                size_t *n, al_error *err);
+int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special,
+                int32_t **ids, size_t *n, al_error *err);
 /* Decodes ids into bytes (*text malloc'ed, NUL-terminated, len excludes the NUL). */
 int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text, size_t *len,
                   al_error *err);
 /* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
  * as al_data_find's explicit path) or a path to a text file (read as bytes). */
-int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len, al_error *err);
+int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len,
+                   al_error *err);
 /* Length of the longest valid UTF-8 prefix of text[len] (== len when it is all valid). */
 size_t al_utf8_valid_len(const char *text, size_t len);
 
@@ -342,20 +342,20 @@ size_t al_utf8_valid_len(const char *text, size_t len);
 typedef struct al_model al_model;
 
 typedef struct al_model_info {
-    char family[16];   /* "gpt2", "llama", "bert" */
-    char name[128];    /* e.g. "gpt2-124M-shape", "SmolLM2-135M-Instruct" */
-    char path[1024];   /* the file opened */
-    char sha256[65];   /* the model identity ("" until computed by al_model_hash) */
-    char dtype[16];    /* storage of the weights: "f32", "bf16", "q4_1", ... */
+    char family[16]; /* "gpt2", "llama", "bert" */
+    char name[128];  /* e.g. "gpt2-124M-shape", "SmolLM2-135M-Instruct" */
+    char path[1024]; /* the file opened */
+    char sha256[65]; /* the model identity ("" until computed by al_model_hash) */
+    char dtype[16];  /* storage of the weights: "f32", "bf16", "q4_1", ... */
     int n_layer;
-    int n_head;        /* query heads */
-    int n_kv_head;     /* key/value heads (== n_head without grouped-query attention) */
+    int n_head;    /* query heads */
+    int n_kv_head; /* key/value heads (== n_head without grouped-query attention) */
     int d_model;
     int d_head;
     int d_ff;
-    int n_ctx;         /* the longest window the model takes */
+    int n_ctx; /* the longest window the model takes */
     int vocab_size;
-    int causal;        /* 1 decoder (n = t+1 keys for row t), 0 encoder (n = L) */
+    int causal; /* 1 decoder (n = t+1 keys for row t), 0 encoder (n = L) */
     int64_t n_params;
 } al_model_info;
 
@@ -392,12 +392,12 @@ enum {
  * increasing order (heads[0..n_sel-1]). */
 typedef struct al_capture {
     int layer;
-    int T;             /* tokens in the window */
+    int T; /* tokens in the window */
     int n_head, n_kv_head, d_head, d_model;
     int causal;
     int n_sel;
-    const int *heads;   /* [n_sel] query head indices */
-    const int *kv_head; /* [n_head] key/value head read by each query head */
+    const int *heads;     /* [n_sel] query head indices */
+    const int *kv_head;   /* [n_head] key/value head read by each query head */
     const float *q;       /* [n_sel, T, d_head] or NULL */
     const float *k;       /* [n_sel, T, d_head] or NULL */
     const float *v;       /* [n_sel, T, d_head] or NULL */
@@ -411,9 +411,9 @@ typedef struct al_capture {
 typedef int (*al_observer)(void *user, const al_capture *cap, al_error *err);
 
 typedef struct al_capture_request {
-    unsigned what;           /* AL_CAP_* flags; 0 = no capture */
-    const uint8_t *layers;   /* [n_layer] non-zero = wanted; NULL = all layers */
-    const uint8_t *heads;    /* [n_head] non-zero = wanted; NULL = all heads */
+    unsigned what;         /* AL_CAP_* flags; 0 = no capture */
+    const uint8_t *layers; /* [n_layer] non-zero = wanted; NULL = all layers */
+    const uint8_t *heads;  /* [n_head] non-zero = wanted; NULL = all heads */
     al_observer fn;
     void *user;
 } al_capture_request;
@@ -441,7 +441,7 @@ typedef enum al_verify_status {
 } al_verify_status;
 
 typedef struct al_verify_entry {
-    char name[160];         /* the table's name (HF, "transformer." prefix), or the file's */
+    char name[160]; /* the table's name (HF, "transformer." prefix), or the file's */
     al_verify_status status;
     int64_t bytes;          /* float32 bytes hashed, -1 if absent */
     int64_t expected_bytes; /* from the table, -1 if not in it */
@@ -454,9 +454,9 @@ typedef struct al_verify_report {
     int n;
     al_verify_entry *entries; /* [n], table order, then the unexpected ones */
     int matched, mismatched, missing, unexpected, optional_absent;
-    int complete;             /* 1: every parameter of the table present and matched */
-    char format[32];          /* "safetensors", "llm.c v3 (fp32)", "llm.c v5 (bf16)" */
-    char table[1024];         /* the table used */
+    int complete;     /* 1: every parameter of the table present and matched */
+    char format[32];  /* "safetensors", "llm.c v3 (fp32)", "llm.c v5 (bf16)" */
+    char table[1024]; /* the table used */
 } al_verify_report;
 
 /* Hashes every tensor of a GPT-2 checkpoint (a bare .safetensors, an HF directory or index,
@@ -510,35 +510,35 @@ enum {
 /* Options of al_reproduce. al_repro_defaults fills the paper's settings; every NULL grid
  * means the default grid of METHOD (or the --quick grid when quick is set). */
 typedef struct al_repro_opts {
-    const char *model;       /* path or known name; NULL = the best available (al_repro_pick_model) */
-    const char *corpus;      /* "war-and-peace" (default, NULL) or a text file; none for a dump */
-    const char *data_path;   /* explicit data location for al_data_find, or NULL */
-    const char *out_dir;     /* where every output goes (created) */
-    int windows;             /* K >= 1: windows 0..K-1 of every L */
+    const char *model;     /* path or known name; NULL = the best available (al_repro_pick_model) */
+    const char *corpus;    /* "war-and-peace" (default, NULL) or a text file; none for a dump */
+    const char *data_path; /* explicit data location for al_data_find, or NULL */
+    const char *out_dir;   /* where every output goes (created) */
+    int windows;           /* K >= 1: windows 0..K-1 of every L */
     al_vectors vectors;
-    const char *normalizer;  /* NULL: the model's own softmax weights; else an al_norm_parse name */
-    int quick;               /* small grids for tiny test models */
-    int resume;              /* reuse OUT/partial results whose options match */
-    int progress;            /* draw a progress bar on stderr */
-    int quiet;               /* no messages on stderr at all */
-    int threads;             /* OpenMP threads over heads (0 = the OpenMP default) */
-    unsigned experiments;    /* AL_EXP_* (0 = all) */
-    uint64_t seed;           /* Algorithm 5 directions and Monte-Carlo E */
-    int mc_samples;          /* Monte-Carlo samples for E (0 = off) */
-    int long_length;         /* L of the vanishing study and Algorithms 2, 4, 5 (0 = min(1024, ctx)) */
-    const int *lengths;      /* [n_lengths] Algorithms 1 and 3 */
+    const char *normalizer; /* NULL: the model's own softmax weights; else an al_norm_parse name */
+    int quick;              /* small grids for tiny test models */
+    int resume;             /* reuse OUT/partial results whose options match */
+    int progress;           /* draw a progress bar on stderr */
+    int quiet;              /* no messages on stderr at all */
+    int threads;            /* OpenMP threads over heads (0 = the OpenMP default) */
+    unsigned experiments;   /* AL_EXP_* (0 = all) */
+    uint64_t seed;          /* Algorithm 5 directions and Monte-Carlo E */
+    int mc_samples;         /* Monte-Carlo samples for E (0 = off) */
+    int long_length;    /* L of the vanishing study and Algorithms 2, 4, 5 (0 = min(1024, ctx)) */
+    const int *lengths; /* [n_lengths] Algorithms 1 and 3 */
     int n_lengths;
-    const int *top_n;        /* [n_top_n] Algorithm 2 */
+    const int *top_n; /* [n_top_n] Algorithm 2 */
     int n_top_n;
-    const int *critical_n;   /* [n_critical_n] Algorithm 3 (only N < L is used) */
+    const int *critical_n; /* [n_critical_n] Algorithm 3 (only N < L is used) */
     int n_critical_n;
     const int *separability_n; /* [n_separability_n] Algorithm 4 */
     int n_separability_n;
     const double *temperatures; /* [n_temperatures] Algorithm 5 */
     int n_temperatures;
-    const double *eps;       /* [n_eps] Algorithm 5 */
+    const double *eps; /* [n_eps] Algorithm 5 */
     int n_eps;
-    int synthetic;           /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+    int synthetic; /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);
@@ -554,11 +554,11 @@ typedef struct al_diag_opts {
     const char *model;
     const char *corpus;
     const char *data_path;
-    const char *out_dir;     /* diagnose.json and diagnose.md (NULL: only the JSON on stdout) */
-    int length;              /* 0 = min(1024, ctx) */
+    const char *out_dir; /* diagnose.json and diagnose.md (NULL: only the JSON on stdout) */
+    int length;          /* 0 = min(1024, ctx) */
     int window;
     int threads;
-    const char *normalizer;  /* NULL = softmax */
+    const char *normalizer; /* NULL = softmax */
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test.sh: sets up everything the tests need on Debian 12 (apt, pip), builds, and runs every
 # test, in four stages:
-#   1. the whole test suite (ctest: C tests and Python reference tests) on the release build;
+#   1. every C file formatted as .clang-format says (scripts/format.sh --check), then the whole
+#      test suite (ctest: C tests and Python reference tests) on the release build;
 #   2. the same suite on an AddressSanitizer + UndefinedBehaviorSanitizer build;
-#   3. valgrind memcheck of the CLI on a small model: zero errors, zero definite leaks;
+#   3. valgrind memcheck of the CLI on a small model: zero errors, zero definite, indirect or
+#      possible leaks;
 #   4. every libFuzzer harness (tests/fuzz) for AL_FUZZ_SECONDS (default 20) each, from its
 #      committed seed corpus.
 # Usage: scripts/test.sh [--fast]   (--fast: stage 1 only)
@@ -14,7 +16,8 @@ fast=0
 jobs=$(nproc)
 
 scripts/setup.sh
-echo "== stage 1: test suite (release build)"
+echo "== stage 1: source format (.clang-format) and test suite (release build)"
+scripts/format.sh --check
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900 "$@")
 [ "$fast" = 1 ] && exit 0
 

@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define MAX_TOKEN_BYTES 65536     /* one token's string */
 #define MAX_TOKENS      (1 << 24) /* vocabulary size cap */
 #define SMALL_PIECE     48        /* pieces up to this many bytes: array scan, cached */

@@ -6,19 +6,30 @@
 #include <time.h>
 #include <math.h>
 
-const char *al_version(void) { return AL_VERSION; }
+const char *al_version(void) {
+    return AL_VERSION;
+}
 
 const char *al_code_name(al_code code) {
     switch (code) {
-    case AL_OK: return "ok";
-    case AL_E_INVALID: return "invalid argument";
-    case AL_E_IO: return "input/output error";
-    case AL_E_FORMAT: return "format error";
-    case AL_E_NOMEM: return "out of memory";
-    case AL_E_RANGE: return "value out of range";
-    case AL_E_UNSUPPORTED: return "unsupported";
-    case AL_E_NOTFOUND: return "not found";
-    case AL_E_CANCELLED: return "cancelled";
+    case AL_OK:
+        return "ok";
+    case AL_E_INVALID:
+        return "invalid argument";
+    case AL_E_IO:
+        return "input/output error";
+    case AL_E_FORMAT:
+        return "format error";
+    case AL_E_NOMEM:
+        return "out of memory";
+    case AL_E_RANGE:
+        return "value out of range";
+    case AL_E_UNSUPPORTED:
+        return "unsupported";
+    case AL_E_NOTFOUND:
+        return "not found";
+    case AL_E_CANCELLED:
+        return "cancelled";
     }
     return "unknown error";
 }
@@ -56,7 +67,8 @@ void *al__malloc(size_t n, const char *what, al_error *err) {
 void *al__calloc(size_t count, size_t size, const char *what, al_error *err) {
     size_t n;
     if (!al__mul_ok(count, size, &n)) {
-        al__err(err, AL_E_NOMEM, "size overflow allocating %zu x %zu bytes for %s", count, size, what);
+        al__err(err, AL_E_NOMEM, "size overflow allocating %zu x %zu bytes for %s", count, size,
+                what);
         return NULL;
     }
     void *p = calloc(count ? count : 1, size ? size : 1);
@@ -96,7 +108,9 @@ void al__rng_seed(al__rng *r, uint64_t seed) {
     if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3])) r->s[0] = 1;
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t al__rng_next(al__rng *r) {
     uint64_t *s = r->s;
@@ -111,7 +125,9 @@ uint64_t al__rng_next(al__rng *r) {
     return result;
 }
 
-double al__rng_uniform(al__rng *r) { return (double)(al__rng_next(r) >> 11) * 0x1.0p-53; }
+double al__rng_uniform(al__rng *r) {
+    return (double)(al__rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 double al__rng_normal(al__rng *r) {
     double u1;

@@ -21,8 +21,10 @@ static const data_pin PINS[] = {
      "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe"},
     {"war_and_peace/pg2600.txt", "aa4a454fb73861c0c84c662ed1fa3ddd71bbd7a237783932c05d5f3b2cdd6718",
      "https://www.gutenberg.org/cache/epub/2600/pg2600.txt"},
-    {"gpt2/gpt2_124M_tensor_sha256.tsv", "e38f27ff7bc73f823d1208887408e68f739d14bc28da4f6715f15a15be9ad640", NULL},
-    {"gpt2/gpt2-124M-partial.safetensors", "3261bf82448a9b638e53cc01130b5528c7cc94d4ddb97728689417b5bb4640e2", NULL},
+    {"gpt2/gpt2_124M_tensor_sha256.tsv",
+     "e38f27ff7bc73f823d1208887408e68f739d14bc28da4f6715f15a15be9ad640", NULL},
+    {"gpt2/gpt2-124M-partial.safetensors",
+     "3261bf82448a9b638e53cc01130b5528c7cc94d4ddb97728689417b5bb4640e2", NULL},
 };
 
 static const data_pin *find_pin(const char *relpath) {
@@ -31,17 +33,21 @@ static const data_pin *find_pin(const char *relpath) {
     return NULL;
 }
 
-
 int al_cache_dir(char *out, size_t out_size, al_error *err) {
     const char *c = getenv("ATTNLIM_CACHE");
     const char *x = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
     int n;
-    if (c && *c) n = snprintf(out, out_size, "%s", c);
-    else if (x && *x) n = snprintf(out, out_size, "%s/attnlim", x);
-    else if (home && *home) n = snprintf(out, out_size, "%s/.cache/attnlim", home);
-    else n = snprintf(out, out_size, "/tmp/attnlim-cache");
-    if (n < 0 || (size_t)n >= out_size) return al__err(err, AL_E_INVALID, "cache directory path too long");
+    if (c && *c)
+        n = snprintf(out, out_size, "%s", c);
+    else if (x && *x)
+        n = snprintf(out, out_size, "%s/attnlim", x);
+    else if (home && *home)
+        n = snprintf(out, out_size, "%s/.cache/attnlim", home);
+    else
+        n = snprintf(out, out_size, "/tmp/attnlim-cache");
+    if (n < 0 || (size_t)n >= out_size)
+        return al__err(err, AL_E_INVALID, "cache directory path too long");
     return al__mkdirs(out, err);
 }
 
@@ -64,10 +70,11 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
     char *wget[] = {"wget", "-q", "-O", tmp, (char *)pin->url, NULL};
     if (al__run(curl) != 0 && al__run(wget) != 0) {
         unlink(tmp);
-        return al__err(err, AL_E_NOTFOUND,
-                       "%s: not found locally and the download from %s failed (no network, or neither curl "
-                       "nor wget); put the file under $ATTNLIM_DATA/%s or pass its path",
-                       pin->relpath, pin->url, pin->relpath);
+        return al__err(
+            err, AL_E_NOTFOUND,
+            "%s: not found locally and the download from %s failed (no network, or neither curl "
+            "nor wget); put the file under $ATTNLIM_DATA/%s or pass its path",
+            pin->relpath, pin->url, pin->relpath);
     }
     int rc = check_pin(tmp, pin, err);
     if (rc) {
@@ -76,13 +83,14 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
     }
     if (rename(tmp, dest) != 0) {
         unlink(tmp);
-        return al__err(err, AL_E_IO, "%s: cannot rename the download into place: %s", dest, strerror(errno));
+        return al__err(err, AL_E_IO, "%s: cannot rename the download into place: %s", dest,
+                       strerror(errno));
     }
     return 0;
 }
 
-static int try_path(const char *path, const data_pin *pin, char *out, size_t out_size, al_error *err,
-                    int *found) {
+static int try_path(const char *path, const data_pin *pin, char *out, size_t out_size,
+                    al_error *err, int *found) {
     *found = 0;
     if (!al__is_file(path)) return 0;
     int rc = check_pin(path, pin, err);
@@ -93,7 +101,8 @@ static int try_path(const char *path, const data_pin *pin, char *out, size_t out
     return 0;
 }
 
-int al_data_find(const char *relpath, const char *explicit_path, char *out, size_t out_size, al_error *err) {
+int al_data_find(const char *relpath, const char *explicit_path, char *out, size_t out_size,
+                 al_error *err) {
     const data_pin *pin = find_pin(relpath);
     char cand[4096];
     int found = 0, rc;
@@ -146,8 +155,9 @@ int al_data_find(const char *relpath, const char *explicit_path, char *out, size
         snprintf(out, out_size, "%s", cand);
         return 0;
     }
-    return al__err(err, AL_E_NOTFOUND,
-                   "%s: not found (looked in the flag, $ATTNLIM_DATA, the cache %s/data, ../shared/data); "
-                   "set ATTNLIM_DATA to a directory holding it",
-                   relpath, have_cache ? cache : "(none)");
+    return al__err(
+        err, AL_E_NOTFOUND,
+        "%s: not found (looked in the flag, $ATTNLIM_DATA, the cache %s/data, ../shared/data); "
+        "set ATTNLIM_DATA to a directory holding it",
+        relpath, have_cache ? cache : "(none)");
 }

@@ -71,15 +71,14 @@ static int json_int(const cJSON *o, const char *key, const char *where, int requ
                     long lo, long hi, int *out, const char *name, al_error *err) {
     const cJSON *v = member(o, key);
     if (!v) {
-        if (required)
-            return al__err(err, AL_E_FORMAT, "%s: \"%s%s\" is missing", name, where, key);
+        if (required) return al__err(err, AL_E_FORMAT, "%s: \"%s%s\" is missing", name, where, key);
         *out = def;
         return 0;
     }
     double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!isfinite(x) || x != floor(x) || x < (double)lo || x > (double)hi)
-        return al__err(err, AL_E_FORMAT, "%s: \"%s%s\" must be an integer in %ld..%ld", name,
-                       where, key, lo, hi);
+        return al__err(err, AL_E_FORMAT, "%s: \"%s%s\" must be an integer in %ld..%ld", name, where,
+                       key, lo, hi);
     *out = (int)x;
     return 0;
 }
@@ -149,8 +148,10 @@ static int in_list(const int *v, int n, int x) {
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
         if (v[mid] == x) return 1;
-        if (v[mid] < x) lo = mid + 1;
-        else hi = mid - 1;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return 0;
 }
@@ -345,11 +346,11 @@ typedef struct dump_impl {
     char dir[PATH_MAX];
     char **files; /* [n_files]: manifest.json, then every array */
     int n_files;
-    unsigned stored;  /* kinds held for every stored layer */
-    int32_t *tokens;  /* [T]: the token ids, or zeros */
-    int *kv_head;     /* [n_head] */
-    int *pos;         /* [n_head]: index of head h in the arrays, -1 if not stored */
-    int dtypes;       /* 1: float32 seen, 2: float64 seen */
+    unsigned stored; /* kinds held for every stored layer */
+    int32_t *tokens; /* [T]: the token ids, or zeros */
+    int *kv_head;    /* [n_head] */
+    int *pos;        /* [n_head]: index of head h in the arrays, -1 if not stored */
+    int dtypes;      /* 1: float32 seen, 2: float64 seen */
 } dump_impl;
 
 static void array_path(const dump_impl *p, int layer, int w, char *buf, size_t cap) {
@@ -409,8 +410,8 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
         else
             snprintf(exp, sizeof exp, "%lld, %lld", (long long)want[0], (long long)want[1]);
         al_array_free(a);
-        return al__err(err, AL_E_FORMAT, "%s: shape [%s], but the manifest implies [%s] (%s)",
-                       path, got, exp, dims);
+        return al__err(err, AL_E_FORMAT, "%s: shape [%s], but the manifest implies [%s] (%s)", path,
+                       got, exp, dims);
     }
     /* finite, masked entries aside */
     size_t rows = (size_t)(w <= W_WEIGHTS ? d->n_heads * (size_t)d->T : (size_t)d->T);
@@ -457,9 +458,12 @@ static int arrays_for(const dump_impl *p, unsigned what, unsigned *load, al_erro
     int need_z = (what & AL_CAP_LOGITS) || ((what & AL_CAP_WEIGHTS) && !(S & AL_CAP_WEIGHTS));
     if (what & AL_CAP_WEIGHTS && S & AL_CAP_WEIGHTS) ld |= AL_CAP_WEIGHTS;
     if (need_z) {
-        if (S & AL_CAP_LOGITS) ld |= AL_CAP_LOGITS;
-        else if ((S & QK) == QK) ld |= QK;
-        else missing |= (what & AL_CAP_LOGITS) ? AL_CAP_LOGITS : AL_CAP_WEIGHTS;
+        if (S & AL_CAP_LOGITS)
+            ld |= AL_CAP_LOGITS;
+        else if ((S & QK) == QK)
+            ld |= QK;
+        else
+            missing |= (what & AL_CAP_LOGITS) ? AL_CAP_LOGITS : AL_CAP_WEIGHTS;
     }
     *load = ld;
     if (!missing) return 0;
@@ -470,8 +474,8 @@ static int arrays_for(const dump_impl *p, unsigned what, unsigned *load, al_erro
     kinds_text(what, ",", need, sizeof need);
     kinds_text(S, ", ", held, sizeof held);
     if (w == W_LOGITS || w == W_WEIGHTS)
-        snprintf(derive, sizeof derive, " (%s can also be derived from %s)",
-                 al__dump_what[w], w == W_LOGITS ? "q and k" : "logits, or from q and k");
+        snprintf(derive, sizeof derive, " (%s can also be derived from %s)", al__dump_what[w],
+                 w == W_LOGITS ? "q and k" : "logits, or from q and k");
     return al__err(err, AL_E_NOTFOUND,
                    "%s: missing: this run reads %s of every layer%s, and the dump holds %s; "
                    "`attnlim capture --what %s` (or attnlim.write_dump with those arrays) writes "
@@ -485,10 +489,11 @@ static int check_window(const dump_impl *p, int T, al_error *err) {
                        "%s: a window of %d tokens, but the dump holds attention over T = %d",
                        p->dir, T, p->d.T);
     if (!p->d.causal && T != p->d.T)
-        return al__err(err, AL_E_INVALID,
-                       "%s: a bidirectional dump serves only its whole window (L = T = %d, not %d): "
-                       "every row of a shorter window would see other keys",
-                       p->dir, p->d.T, T);
+        return al__err(
+            err, AL_E_INVALID,
+            "%s: a bidirectional dump serves only its whole window (L = T = %d, not %d): "
+            "every row of a shorter window would see other keys",
+            p->dir, p->d.T, T);
     return 0;
 }
 
@@ -828,7 +833,9 @@ int al__dump_open(al_model *m, const char *dir, al_error *err) {
         snprintf(in->name, sizeof in->name, "%s", b && b[1] ? b + 1 : p->dir);
     }
     snprintf(in->dtype, sizeof in->dtype, "%s",
-             p->dtypes == 3 ? "f32+f64" : p->dtypes == 2 ? "f64" : "f32");
+             p->dtypes == 3   ? "f32+f64"
+             : p->dtypes == 2 ? "f64"
+                              : "f32");
     in->n_layer = d->n_layer;
     in->n_head = d->n_head;
     in->n_kv_head = d->n_kv_head;

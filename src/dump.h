@@ -7,10 +7,10 @@
 
 #include "internal.h"
 
-#define AL__DUMP_SCHEMA "attnlim.dump/1"
+#define AL__DUMP_SCHEMA       "attnlim.dump/1"
 #define AL__DUMP_MAX_MANIFEST ((size_t)64 << 20) /* bytes of manifest.json read at most */
-#define AL__DUMP_MAX_DIM (1 << 20)               /* T, d_head, d_model, layer and head counts */
-#define AL__DUMP_N_WHAT 7
+#define AL__DUMP_MAX_DIM      (1 << 20)          /* T, d_head, d_model, layer and head counts */
+#define AL__DUMP_N_WHAT       7
 
 /* The array kinds, in AL_CAP_* bit order: what[i] is the kind of bit 1u << i. */
 extern const char *const al__dump_what[AL__DUMP_N_WHAT]; /* "q", "k", ..., "embed" */
@@ -38,8 +38,7 @@ typedef struct al__dump_desc {
  * vocab_size when given; layers and heads distinct and in range; arrays known and distinct;
  * a "files" list, when present, naming only layer{l}.{what}.npy of a stored layer and a declared
  * array (so no name from the manifest can reach outside the directory). */
-int al__dump_parse(const char *text, size_t len, const char *name, al__dump_desc *d,
-                   al_error *err);
+int al__dump_parse(const char *text, size_t len, const char *name, al__dump_desc *d, al_error *err);
 void al__dump_desc_free(al__dump_desc *d);
 
 /* "layer{l}.{what}.npy" for kind index w into buf. */

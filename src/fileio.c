@@ -95,7 +95,8 @@ void al__unmap(al__map *m) {
 
 int al__afile_open(al__afile *a, const char *path, al_error *err) {
     memset(a, 0, sizeof *a);
-    if (strlen(path) >= sizeof a->path) return al__err(err, AL_E_INVALID, "%s: path too long", path);
+    if (strlen(path) >= sizeof a->path)
+        return al__err(err, AL_E_INVALID, "%s: path too long", path);
     snprintf(a->path, sizeof a->path, "%s", path);
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
     a->f = fopen(a->tmp, "wb");
@@ -167,14 +168,16 @@ int al__write_file_atomic(const char *path, const void *buf, size_t n, al_error 
 int al__mkdirs(const char *path, al_error *err) {
     char buf[4096];
     size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return al__err(err, AL_E_INVALID, "bad directory path '%s'", path);
+    if (n == 0 || n >= sizeof buf)
+        return al__err(err, AL_E_INVALID, "bad directory path '%s'", path);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] == '/' || buf[i] == 0) {
             char c = buf[i];
             buf[i] = 0;
             if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return al__err(err, AL_E_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+                return al__err(err, AL_E_IO, "%s: cannot create directory: %s", buf,
+                               strerror(errno));
             buf[i] = c;
         }
     }
@@ -242,10 +245,11 @@ int al__check_sha256(const char *path, const char *want, const char *what, al_er
     int rc = al_sha256_file(path, hex, err);
     if (rc) return rc;
     if (strcmp(hex, want) != 0)
-        return al__err(err, AL_E_FORMAT,
-                       "%s: SHA-256 %s does not match the pinned %s for %s (a different or corrupted file; "
-                       "remove it, or set ATTNLIM_NO_VERIFY=1 to use it anyway)",
-                       path, hex, want, what);
+        return al__err(
+            err, AL_E_FORMAT,
+            "%s: SHA-256 %s does not match the pinned %s for %s (a different or corrupted file; "
+            "remove it, or set ATTNLIM_NO_VERIFY=1 to use it anyway)",
+            path, hex, want, what);
     return 0;
 }
 

@@ -14,7 +14,8 @@
 #define AL_PRINTF(a, b)
 #endif
 
-/* Sets err (if not NULL) and returns code. Usage: return al__err(err, AL_E_FORMAT, "%s: ...", path); */
+/* Sets err (if not NULL) and returns code. Usage: return al__err(err, AL_E_FORMAT, "%s: ...",
+ * path); */
 int al__err(al_error *err, al_code code, const char *fmt, ...) AL_PRINTF(3, 4);
 /* Prefixes err->msg with "prefix: " (keeps the code). Returns err->code (or code if err NULL). */
 int al__err_prefix(al_error *err, al_code code, const char *fmt, ...) AL_PRINTF(3, 4);
@@ -72,7 +73,9 @@ int al__run(char *const argv[]);
 int al__mkdirs(const char *path, al_error *err);
 
 /* Little-endian loads from untrusted bytes. */
-static inline uint16_t al__le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t al__le16(const unsigned char *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t al__le32(const unsigned char *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
@@ -89,9 +92,9 @@ typedef struct al__rng {
 } al__rng;
 void al__rng_seed(al__rng *r, uint64_t seed);
 uint64_t al__rng_next(al__rng *r);
-double al__rng_uniform(al__rng *r);  /* [0, 1) with 53 bits */
-double al__rng_normal(al__rng *r);   /* standard normal (Box-Muller, no cached state) */
-uint64_t al__hash64(uint64_t x);     /* SplitMix64 finaliser: mixes seeds with indices */
+double al__rng_uniform(al__rng *r); /* [0, 1) with 53 bits */
+double al__rng_normal(al__rng *r);  /* standard normal (Box-Muller, no cached state) */
+uint64_t al__hash64(uint64_t x);    /* SplitMix64 finaliser: mixes seeds with indices */
 
 /* numparse.c: one decimal number token (NUL-terminated) as the text readers and the CLI take it:
  * [+-] digits [. digits] [e [+-] digits]. 0 with *out set (and *underflow = 1 when the value

@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- per-call state -------------------------------------------------------------------- */
 
 typedef struct grid {
@@ -89,11 +88,11 @@ typedef struct rowws {
     double *mns;   /* [cap] Monte-Carlo 1 if i not in the sample, else 0 */
     double *sv;    /* [d] Monte-Carlo s */
     /* exact fallbacks (near cancellation), filled lazily */
-    double *sdd;   /* [2 d] s = sum_{q < s_cnt} alpha_sel[q] x_sel[q], double-double (hi, lo) */
-    double *Sdd;   /* [2 d] S = sum_{j < n} alpha_j x_j, double-double (when S_ok) */
-    double *sudd;  /* [2 d] s_u = sum_{q < su_cnt} alpha_sel[q] u_sel[q], double-double */
-    double *mdd;   /* [2 d] Monte-Carlo s of one sample, double-double */
-    double *Dx;    /* [cap] max_{q < dx_cnt} |x_i - x_sel[q]|^2 computed in d-space */
+    double *sdd;  /* [2 d] s = sum_{q < s_cnt} alpha_sel[q] x_sel[q], double-double (hi, lo) */
+    double *Sdd;  /* [2 d] S = sum_{j < n} alpha_j x_j, double-double (when S_ok) */
+    double *sudd; /* [2 d] s_u = sum_{q < su_cnt} alpha_sel[q] u_sel[q], double-double */
+    double *mdd;  /* [2 d] Monte-Carlo s of one sample, double-double */
+    double *Dx;   /* [cap] max_{q < dx_cnt} |x_i - x_sel[q]|^2 computed in d-space */
     int64_t s_cnt, su_cnt, dx_cnt;
     int S_ok;
     int dx_mode; /* Dx from: 0 not yet, 1 the centred Gram matrix, 2 the vectors */
@@ -412,14 +411,16 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
 
 /* ---- exact fallbacks near cancellation (see the header comment) ----------------------------- */
 
-#define AL_U 1.1102230246251565e-16 /* unit roundoff 2^-53 */
-#define AL_RHO 1e-10                /* relative accuracy kept by the expansion */
+#define AL_U   1.1102230246251565e-16 /* unit roundoff 2^-53 */
+#define AL_RHO 1e-10                  /* relative accuracy kept by the expansion */
 
 /* The threshold factor for a chain of k roundings: 2 gamma_k / RHO. */
 /* the fallbacks: out of line, out of the hot loops' way */
 #define AL_COLD __attribute__((noinline, cold))
 
-static inline double cancel_tau(double k) { return 2.0 * k * AL_U / AL_RHO; }
+static inline double cancel_tau(double k) {
+    return 2.0 * k * AL_U / AL_RHO;
+}
 
 /* p + e = a b exactly (error-free product). */
 static inline void two_prod(double a, double b, double *p, double *e) {
@@ -489,8 +490,8 @@ static double dd_dist2_int(double m1, double a, const double *x, double m2, cons
 
 /* dd[2 d] (hi, lo) = sum_{q < N} alpha_sel[q] x_sel[q] (sc = NULL) or alpha_sel[q] u_sel[q]
  * (sc = 1/|x|), extended from the first *cnt terms already in it. */
-AL_COLD static void dd_extend(const double *a, const rowctx *rc, const int64_t *sel, const double *sc,
-                      int64_t N, double *dd, int64_t *cnt) {
+AL_COLD static void dd_extend(const double *a, const rowctx *rc, const int64_t *sel,
+                              const double *sc, int64_t N, double *dd, int64_t *cnt) {
     int64_t d = rc->d;
     if (*cnt == 0) memset(dd, 0, 2 * (size_t)d * sizeof(double));
     for (int64_t q = *cnt; q < N; q++) {
@@ -698,8 +699,8 @@ static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w
 
 /* The exact dtilde at N: the flagged terms (t2 < tau (|alpha_i x_i|^2 + Q^2)) from the vectors
  * (s in double-double), the others as the vectorised loop had them. */
-AL_COLD static double dtilde_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
-                           double ss, double tdt, double tQ2) {
+AL_COLD static double dtilde_exact(const double *a, int64_t n, const rowctx *rc, rowws *w,
+                                   int64_t N, double ss, double tdt, double tQ2) {
     int64_t d = rc->d;
     dd_extend(a, rc, w->sel, NULL, N, w->sdd, &w->s_cnt);
     double dt = 0;
@@ -716,7 +717,7 @@ AL_COLD static double dtilde_exact(const double *a, int64_t n, const rowctx *rc,
 /* The exact sum of E's norms at N: flagged terms as ||(n-1+N) alpha_i x_i - N S|| / (n-1) from
  * the vectors (S in double-double, once per row). */
 AL_COLD static double E_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
-                      double f2, double fc2, double cc2SS, double f2tE, double CE) {
+                              double f2, double fc2, double cc2SS, double f2tE, double CE) {
     int64_t d = rc->d;
     if (!w->S_ok) {
         memset(w->Sdd, 0, 2 * (size_t)d * sizeof(double));
@@ -738,8 +739,8 @@ AL_COLD static double E_exact(const double *a, int64_t n, const rowctx *rc, roww
 /* The exact r^2 at N: the minimum over the non-selected j whose expansion value is <= thr
  * (every j that can hold the minimum) of ||s_u - alpha_j u_j||^2 from the vectors (u_j as
  * fl(x_j / |x_j|), s_u in double-double). */
-AL_COLD static double radius_exact(const double *a, int64_t n, const rowctx *rc, rowws *w, int64_t N,
-                           double ssu, double thr) {
+AL_COLD static double radius_exact(const double *a, int64_t n, const rowctx *rc, rowws *w,
+                                   int64_t N, double ssu, double thr) {
     int64_t d = rc->d;
     dd_extend(a, rc, w->sel, rc->inv, N, w->sudd, &w->su_cnt);
     double r2 = INFINITY;
@@ -755,7 +756,8 @@ AL_COLD static double radius_exact(const double *a, int64_t n, const rowctx *rc,
 
 /* xi_i^2 with sum_{j in I, j != i} alpha_j^2 and alpha_j summed over the others directly
  * (no A2 - alpha_i^2, A1 - alpha_i cancellation). */
-AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N, int64_t q, double kf) {
+AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N, int64_t q,
+                                 double kf) {
     double sq = 0, lin = 0;
     for (int64_t p = 0; p < N; p++) {
         if (p == q) continue;
@@ -951,8 +953,8 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
                         double ai = a[i];
                         double v = FMA(-2.0 * ai * inv[i], cu[i], FMA(ai * ai, un[i], ssu));
                         if (fabs(v - r2c) - win < 0)
-                            cnt += sqrt(dd_dist2(ai, rc->x + i * d, inv[i], w->sudd,
-                                                 w->sudd + d, d)) < rlim;
+                            cnt += sqrt(dd_dist2(ai, rc->x + i * d, inv[i], w->sudd, w->sudd + d,
+                                                 d)) < rlim;
                         else
                             cnt += (v > 0 ? v : 0) < r2;
                     }

@@ -42,7 +42,8 @@ struct al_model {
     al_model_info info;
     void *impl; /* the family's state: weights, mappings, scratch */
     al__model_format format;
-    /* load warnings, kept for manifests: the first AL__MAX_LOAD_WARNINGS, and how many there were */
+    /* load warnings, kept for manifests: the first AL__MAX_LOAD_WARNINGS, and how many there were
+     */
     al__load_warning warnings[AL__MAX_LOAD_WARNINGS];
     int n_warnings, n_warnings_total;
     /* the files that define the model, with their SHA-256, once hashed (al__model_files_list) */

@@ -111,7 +111,8 @@ static int norm_scale(const al_norm *nm, int64_t n, double *c, al_error *err) {
 void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
     double sup = NAN, paper = NAN;
     if (nm && nm->temperature > 0 && isfinite(nm->temperature) &&
-        (nm->kind == AL_NORM_SOFTMAX || (nm->kind == AL_NORM_SSMAX && nm->ssmax_s > 0 && isfinite(nm->ssmax_s)))) {
+        (nm->kind == AL_NORM_SOFTMAX ||
+         (nm->kind == AL_NORM_SSMAX && nm->ssmax_s > 0 && isfinite(nm->ssmax_s)))) {
         double c = 1.0 / nm->temperature; /* 1/T_eff */
         if (nm->kind == AL_NORM_SSMAX) c *= nm->ssmax_s * log((double)(n > 1 ? n : 1));
         sup = 0.5 * c;
@@ -533,7 +534,7 @@ static int sa_build(const al_norm *nm, const double *z, lin *L, al_error *err) {
     double st = s[t], s2 = 0; /* s2 = the largest s_j, j != top */
     for (int64_t j = 0; j < n; j++)
         if (j != t && s[j] > s2) s2 = s[j];
-    /* 1 - s_i, without cancellation at the top */
+            /* 1 - s_i, without cancellation at the top */
 #define OM(i) ((i) == t ? L->rest : 1 - s[(i)])
     double scale, wr = 0; /* wr: the top row's rho-part, as a numerator over den */
     double den = 1, fac = 1;
@@ -545,7 +546,8 @@ static int sa_build(const al_norm *nm, const double *z, lin *L, al_error *err) {
             E = fmax(E, fmax(d, o));
         }
         scale = L->c * E;
-        if (!(E > 0)) scale = 0;
+        if (!(E > 0))
+            scale = 0;
         else {
             for (int64_t i = 0; i < n; i++) {
                 a[i] = s[i] / E;
@@ -583,9 +585,10 @@ static int sa_build(const al_norm *nm, const double *z, lin *L, al_error *err) {
             scale = 0;
     }
     if (!isfinite(scale))
-        return al__err(err, AL_E_RANGE,
-                       "%s: the Jacobian has entries beyond the double range at these logits (T = %g)",
-                       kind_names[nm->kind], nm->temperature);
+        return al__err(
+            err, AL_E_RANGE,
+            "%s: the Jacobian has entries beyond the double range at these logits (T = %g)",
+            kind_names[nm->kind], nm->temperature);
     L->scale = scale;
     if (scale == 0) { /* J = 0 */
         memset(a, 0, (size_t)n * sizeof(double));
@@ -665,7 +668,9 @@ static int lin_build(const al_norm *nm, const double *z, int64_t n, double zmax,
         if ((rc = sa_build(nm, z, L, err))) return rc;
         if (p_out) /* x s or w s (w == 0 everywhere when J = 0 for want of a range) */
             for (int64_t i = 0; i < n; i++)
-                p_out[i] = (nm->kind == AL_NORM_SA_SOFTMAX_NORM && !(L->inf.R > 0)) ? 0 : L->g[i] * L->p[i];
+                p_out[i] = (nm->kind == AL_NORM_SA_SOFTMAX_NORM && !(L->inf.R > 0))
+                               ? 0
+                               : L->g[i] * L->p[i];
         return 0;
     }
     return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
@@ -704,12 +709,13 @@ static void lin_apply(const lin *L, const double *v, double *out, int transpose)
             for (int64_t i = 0; i < n; i++)
                 out[i] = a[i] * ((v[i] - vm) - w[i] * (vM - vm)) + rho[i] * (v[i] - sv);
         out[t] = (L->kind == AL_NORM_SA_SOFTMAX ? a[t] * v[t]
-                                                 : a[t] * ((v[t] - vm) - w[t] * (vM - vm))) +
+                                                : a[t] * ((v[t] - vm) - w[t] * (vM - vm))) +
                  L->dt * v[t] - rtv;
     } else {
         double R1 = dot(rho, v, n); /* rho[t] = 0: the sum over i != top */
         double ut = v[t];
-        for (int64_t j = 0; j < n; j++) out[j] = a[j] * v[j] + rho[j] * v[j] - rt[j] * ut - s[j] * R1;
+        for (int64_t j = 0; j < n; j++)
+            out[j] = a[j] * v[j] + rho[j] * v[j] - rt[j] * ut - s[j] * R1;
         out[t] = a[t] * v[t] + L->dt * ut - s[t] * R1;
         if (inf->mact || inf->Mact) {
             double Am = 0, AM = 0; /* sum_i bm_i u_i, sum_i bM_i u_i */
@@ -1004,8 +1010,8 @@ static int check_vector(const al_norm *nm, const char *what, const double *v, in
 
 /* out = J v or J^T v: the sa forms' A v times the scale; a result beyond the double range is an
  * error naming the position. */
-static int lin_product(const al_norm *nm, const lin *L, const double *v, double *out,
-                       int transpose, al_error *err) {
+static int lin_product(const al_norm *nm, const lin *L, const double *v, double *out, int transpose,
+                       al_error *err) {
     int64_t n = L->n;
     lin_apply(L, v, out, transpose);
     double bad = 0;
@@ -1054,7 +1060,8 @@ int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, a
     for (int64_t i = 0; rc == 0 && i < n; i++)
         for (int64_t j = 0; j < n; j++)
             if (!isfinite(J[i * n + j])) {
-                rc = al__err(err, AL_E_RANGE, "%s: Jacobian entry (%lld, %lld) exceeds the double range",
+                rc = al__err(err, AL_E_RANGE,
+                             "%s: Jacobian entry (%lld, %lld) exceeds the double range",
                              kind_names[nm->kind], (long long)i, (long long)j);
                 break;
             }

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NPY_MAX_FILE ((size_t)1 << 40)
+#define NPY_MAX_FILE   ((size_t)1 << 40)
 #define NPY_MAX_HEADER 65536u
 
-size_t al_dtype_size(al_dtype dt) { return dt == AL_F64 ? 8 : 4; }
+size_t al_dtype_size(al_dtype dt) {
+    return dt == AL_F64 ? 8 : 4;
+}
 
 int64_t al_array_numel(const al_array *a) {
     int64_t n = 1;
@@ -23,7 +25,8 @@ int al_array_alloc(al_array *a, al_dtype dt, int ndim, const int64_t *shape, al_
         return al__err(err, AL_E_INVALID, "array rank %d outside 0..%d", ndim, AL_MAX_DIMS);
     size_t n = al_dtype_size(dt);
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return al__err(err, AL_E_INVALID, "negative array dimension %lld", (long long)shape[i]);
+        if (shape[i] < 0)
+            return al__err(err, AL_E_INVALID, "negative array dimension %lld", (long long)shape[i]);
         if (!al__mul_ok(n, (size_t)shape[i], &n))
             return al__err(err, AL_E_NOMEM, "array dimensions overflow the address space");
         a->shape[i] = shape[i];
@@ -46,7 +49,8 @@ int al_array_to_f64(const al_array *a, al_array *out, al_error *err) {
     if (rc) return rc;
     int64_t n = al_array_numel(a);
     double *d = out->data;
-    if (a->dtype == AL_F64) memcpy(d, a->data, (size_t)n * 8);
+    if (a->dtype == AL_F64)
+        memcpy(d, a->data, (size_t)n * 8);
     else
         for (int64_t i = 0; i < n; i++) d[i] = ((const float *)a->data)[i];
     return 0;
@@ -60,7 +64,8 @@ typedef struct {
 } hparse;
 
 static void skip_ws(hparse *h) {
-    while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r')) h->p++;
+    while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r'))
+        h->p++;
 }
 
 static int expect(hparse *h, char c) {
@@ -74,14 +79,19 @@ static int expect(hparse *h, char c) {
 static int parse_str(hparse *h, char *out, size_t cap) {
     skip_ws(h);
     if (h->p >= h->end || (*h->p != '\'' && *h->p != '"'))
-        return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: expected a string", h->name);
+        return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: expected a string",
+                       h->name);
     char q = *h->p++;
     size_t n = 0;
     while (h->p < h->end && *h->p != q) {
-        if (n + 1 >= cap) return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: string too long", h->name);
+        if (n + 1 >= cap)
+            return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: string too long",
+                           h->name);
         out[n++] = *h->p++;
     }
-    if (h->p >= h->end) return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: unterminated string", h->name);
+    if (h->p >= h->end)
+        return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: unterminated string",
+                       h->name);
     h->p++;
     out[n] = 0;
     return 0;
@@ -97,14 +107,17 @@ static int parse_shape(hparse *h, al_array *a) {
             return 0;
         }
         if (h->p >= h->end || !isdigit((unsigned char)*h->p))
-            return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: bad shape entry", h->name);
+            return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: bad shape entry",
+                           h->name);
         if (a->ndim >= AL_MAX_DIMS)
-            return al__err(h->err, AL_E_UNSUPPORTED, "%s: .npy array has more than %d dimensions", h->name, AL_MAX_DIMS);
+            return al__err(h->err, AL_E_UNSUPPORTED, "%s: .npy array has more than %d dimensions",
+                           h->name, AL_MAX_DIMS);
         uint64_t v = 0;
         while (h->p < h->end && isdigit((unsigned char)*h->p)) {
             v = v * 10 + (uint64_t)(*h->p - '0');
             if (v > ((uint64_t)1 << 50))
-                return al__err(h->err, AL_E_FORMAT, "%s: .npy dimension %d is absurdly large", h->name, a->ndim);
+                return al__err(h->err, AL_E_FORMAT, "%s: .npy dimension %d is absurdly large",
+                               h->name, a->ndim);
             h->p++;
         }
         a->shape[a->ndim++] = (int64_t)v;
@@ -128,11 +141,14 @@ static int parse_header(hparse *h, al_array *a, int *fortran) {
         if (parse_str(h, key, sizeof key) || expect(h, ':')) return AL_E_FORMAT;
         if (strcmp(key, "descr") == 0) {
             if (parse_str(h, val, sizeof val)) return AL_E_FORMAT;
-            if (!strcmp(val, "<f8") || !strcmp(val, "=f8")) a->dtype = AL_F64;
-            else if (!strcmp(val, "<f4") || !strcmp(val, "=f4")) a->dtype = AL_F32;
+            if (!strcmp(val, "<f8") || !strcmp(val, "=f8"))
+                a->dtype = AL_F64;
+            else if (!strcmp(val, "<f4") || !strcmp(val, "=f4"))
+                a->dtype = AL_F32;
             else
                 return al__err(h->err, AL_E_UNSUPPORTED,
-                               "%s: .npy dtype '%s' is not supported (use little-endian float32 '<f4' or float64 '<f8')",
+                               "%s: .npy dtype '%s' is not supported (use little-endian float32 "
+                               "'<f4' or float64 '<f8')",
                                h->name, val);
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0) {
@@ -144,19 +160,23 @@ static int parse_header(hparse *h, al_array *a, int *fortran) {
                 *fortran = 0;
                 h->p += 5;
             } else
-                return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: fortran_order not True/False", h->name);
+                return al__err(h->err, AL_E_FORMAT,
+                               "%s: malformed .npy header: fortran_order not True/False", h->name);
             have_order = 1;
         } else if (strcmp(key, "shape") == 0) {
             if (parse_shape(h, a)) return h->err ? (int)h->err->code : AL_E_FORMAT;
             have_shape = 1;
         } else
-            return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: unknown key '%s'", h->name, key);
+            return al__err(h->err, AL_E_FORMAT, "%s: malformed .npy header: unknown key '%s'",
+                           h->name, key);
         skip_ws(h);
         if (h->p < h->end && *h->p == ',') h->p++;
     }
     if (!have_descr || !have_order || !have_shape)
         return al__err(h->err, AL_E_FORMAT, "%s: .npy header lacks %s", h->name,
-                       !have_descr ? "'descr'" : !have_order ? "'fortran_order'" : "'shape'");
+                       !have_descr   ? "'descr'"
+                       : !have_order ? "'fortran_order'"
+                                     : "'shape'");
     return 0;
 }
 
@@ -180,7 +200,8 @@ int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, a
     if (memcmp(b, "\x93NUMPY", len < 6 ? len : 6) != 0) {
         char shown[6 * 4 + 1];
         magic_text(b, len, shown);
-        return al__err(err, AL_E_FORMAT, "%s: not a .npy file (bad magic): it starts with '%s', not '\\x93NUMPY'",
+        return al__err(err, AL_E_FORMAT,
+                       "%s: not a .npy file (bad magic): it starts with '%s', not '\\x93NUMPY'",
                        name, shown);
     }
     if (len < 10) /* the start of a .npy file, cut inside the magic, version or header length */
@@ -195,9 +216,11 @@ int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, a
         hlen = al__le32(b + 8);
         hstart = 12;
     } else
-        return al__err(err, AL_E_UNSUPPORTED, "%s: .npy format version %u.%u is not supported", name, major, b[7]);
+        return al__err(err, AL_E_UNSUPPORTED, "%s: .npy format version %u.%u is not supported",
+                       name, major, b[7]);
     if (hlen > NPY_MAX_HEADER)
-        return al__err(err, AL_E_FORMAT, "%s: .npy header length %zu exceeds the limit %u", name, hlen, NPY_MAX_HEADER);
+        return al__err(err, AL_E_FORMAT, "%s: .npy header length %zu exceeds the limit %u", name,
+                       hlen, NPY_MAX_HEADER);
     if (hlen > len - hstart) return al__err(err, AL_E_FORMAT, "%s: truncated .npy header", name);
     al_array a = {0};
     int fortran = 0;
@@ -205,15 +228,17 @@ int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, a
     int rc = parse_header(&h, &a, &fortran);
     if (rc) return rc;
     if (fortran && a.ndim > 1)
-        return al__err(err, AL_E_UNSUPPORTED, "%s: Fortran-ordered .npy arrays are not supported (save with C order)", name);
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: Fortran-ordered .npy arrays are not supported (save with C order)",
+                       name);
     size_t need = al_dtype_size(a.dtype);
     for (int i = 0; i < a.ndim; i++)
         if (!al__mul_ok(need, (size_t)a.shape[i], &need))
             return al__err(err, AL_E_FORMAT, "%s: .npy shape overflows", name);
     size_t have = len - hstart - hlen;
     if (have != need)
-        return al__err(err, AL_E_FORMAT, "%s: .npy data is %zu bytes but the shape needs %zu (%s)", name, have, need,
-                       have < need ? "truncated" : "trailing bytes");
+        return al__err(err, AL_E_FORMAT, "%s: .npy data is %zu bytes but the shape needs %zu (%s)",
+                       name, have, need, have < need ? "truncated" : "trailing bytes");
     rc = al_array_alloc(out, a.dtype, a.ndim, a.shape, err);
     if (rc) return rc;
     memcpy(out->data, b + hstart + hlen, need);
@@ -244,7 +269,15 @@ int al_npy_write(const char *path, const al_array *a, al_error *err) {
     size_t total = 10 + (size_t)n + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = (size_t)n + pad + 1;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
     al__afile f;
     int rc = al__afile_open(&f, path, err);
@@ -252,7 +285,8 @@ int al_npy_write(const char *path, const al_array *a, al_error *err) {
     char spaces[64];
     memset(spaces, ' ', sizeof spaces);
     size_t bytes = (size_t)al_array_numel(a) * al_dtype_size(a->dtype);
-    if ((rc = al__afile_write(&f, pre, 10, err)) || (rc = al__afile_write(&f, dict, (size_t)n, err)) ||
+    if ((rc = al__afile_write(&f, pre, 10, err)) ||
+        (rc = al__afile_write(&f, dict, (size_t)n, err)) ||
         (rc = al__afile_write(&f, spaces, pad, err)) || (rc = al__afile_write(&f, "\n", 1, err)) ||
         (rc = al__afile_write(&f, a->data, bytes, err))) {
         al__afile_abort(&f);

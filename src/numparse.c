@@ -14,9 +14,13 @@
 
 #define MAX_TOKEN 1023 /* characters in one value */
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
-static int lower(char c) { return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c; }
+static int lower(char c) {
+    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
 
 /* s (NUL-terminated) equals word, ignoring ASCII case */
 static int word_is(const char *s, const char *word) {
@@ -75,7 +79,9 @@ static void shown(const char *tok, size_t n, char out[200]) {
     out[k] = 0;
 }
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
 
 int al_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err) {
     if (out) memset(out, 0, sizeof *out);
@@ -94,13 +100,15 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
         char c = p < end ? *p : '\n';
         if (c == '\n') {
             if (comma) {
-                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: empty field (the line ends with a comma)",
+                rc = al__err(err, AL_E_FORMAT,
+                             "%s: line %zu, field %lld: empty field (the line ends with a comma)",
                              name, line, (long long)cur + 1);
                 goto fail;
             }
             if (cur > 0) {
                 if (cols >= 0 && cur != cols) {
-                    rc = al__err(err, AL_E_FORMAT, "%s: line %zu has %lld numbers, earlier lines %lld", name, line,
+                    rc = al__err(err, AL_E_FORMAT,
+                                 "%s: line %zu has %lld numbers, earlier lines %lld", name, line,
                                  (long long)cur, (long long)cols);
                     goto fail;
                 }
@@ -119,8 +127,9 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
         }
         if (c == ',') {
             if (comma || cur == 0) {
-                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: empty field (%s)", name, line,
-                             (long long)cur + 1, cur == 0 ? "the line starts with a comma" : "two commas in a row");
+                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: empty field (%s)", name,
+                             line, (long long)cur + 1,
+                             cur == 0 ? "the line starts with a comma" : "two commas in a row");
                 goto fail;
             }
             comma = 1;
@@ -130,7 +139,8 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
         size_t k = 0;
         while (p < end && !(is_space(*p) || *p == '\n' || *p == ',')) {
             if (k >= MAX_TOKEN) {
-                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: a value longer than %d characters", name,
+                rc = al__err(err, AL_E_FORMAT,
+                             "%s: line %zu, field %lld: a value longer than %d characters", name,
                              line, (long long)cur + 1, MAX_TOKEN);
                 goto fail;
             }
@@ -144,18 +154,21 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
             shown(buf, k, show);
             long long f = (long long)cur + 1;
             if (why == AL__NUM_HEX)
-                rc = al__err(err, AL_E_FORMAT,
-                             "%s: line %zu, field %lld: '%s' is hexadecimal (only decimal numbers are read)", name,
-                             line, f, show);
+                rc = al__err(
+                    err, AL_E_FORMAT,
+                    "%s: line %zu, field %lld: '%s' is hexadecimal (only decimal numbers are read)",
+                    name, line, f, show);
             else if (why == AL__NUM_NONFINITE)
-                rc = al__err(err, AL_E_RANGE, "%s: line %zu, field %lld: %s is not finite (NaN and Inf are refused)",
+                rc = al__err(err, AL_E_RANGE,
+                             "%s: line %zu, field %lld: %s is not finite (NaN and Inf are refused)",
                              name, line, f, show);
             else if (why == AL__NUM_OVERFLOW)
-                rc = al__err(err, AL_E_RANGE, "%s: line %zu, field %lld: %s is beyond the double range", name, line,
+                rc = al__err(err, AL_E_RANGE,
+                             "%s: line %zu, field %lld: %s is beyond the double range", name, line,
                              f, show);
             else
-                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: '%s' is not a number", name, line, f,
-                             show);
+                rc = al__err(err, AL_E_FORMAT, "%s: line %zu, field %lld: '%s' is not a number",
+                             name, line, f, show);
             goto fail;
         }
         if (cnt == cap) {
@@ -175,7 +188,8 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
         goto fail;
     }
     int64_t shape[2] = {rows, cols};
-    rc = rows == 1 ? al_array_alloc(out, AL_F64, 1, &shape[1], err) : al_array_alloc(out, AL_F64, 2, shape, err);
+    rc = rows == 1 ? al_array_alloc(out, AL_F64, 1, &shape[1], err)
+                   : al_array_alloc(out, AL_F64, 2, shape, err);
     if (rc) goto fail;
     memcpy(out->data, v, cnt * sizeof *v);
     free(v);

@@ -390,8 +390,8 @@ typedef struct obs_ctx {
     const plan *p;
     job *j;
     int L, dx, d_head, n_threads;
-    scratch *sc;  /* [n_threads] */
-    float *embed; /* [L, d_model] copy of the model input (given with layer 0) */
+    scratch *sc;   /* [n_threads] */
+    float *embed;  /* [L, d_model] copy of the model input (given with layer 0) */
     uint8_t *done; /* [H] times this rank computed head h (once for its own heads, else 0) */
     al__progress *pg;
     int layers_done;
@@ -460,8 +460,8 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
 static int row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
                      al_error *err) {
     for (int64_t t = 0; t < L; t++) {
-        int rc = al_row_vanishing(w + (size_t)t * L, causal ? t + 1 : L, &rmax[t], &rent[t], NULL,
-                                  err);
+        int rc =
+            al_row_vanishing(w + (size_t)t * L, causal ? t + 1 : L, &rmax[t], &rent[t], NULL, err);
         if (rc) return al__err_prefix(err, rc, "row %lld", (long long)t);
     }
     return 0;
@@ -1037,15 +1037,24 @@ typedef enum { F_DTILDE, F_DMAX, F_E, F_EMC, F_RATIO, F_LOWER, F_UPPER, F_FD, F_
 static double job_value(const job *j, head_field f, int h, int k, const plan *p) {
     size_t d = (size_t)h * j->nd + k, s = (size_t)h * j->ns + k;
     switch (f) {
-    case F_DTILDE: return j->dtilde[d];
-    case F_DMAX: return j->dmax[d];
-    case F_E: return j->E[d];
-    case F_EMC: return j->E_mc[d];
-    case F_RATIO: return j->ns_ratio[s];
-    case F_LOWER: return j->ns_lower[s];
-    case F_UPPER: return j->ns_upper[s];
-    case F_FD: return j->fd[(size_t)h * p->nT * p->nE + k];
-    case F_SPEC: return j->spec[(size_t)h * p->nT + k];
+    case F_DTILDE:
+        return j->dtilde[d];
+    case F_DMAX:
+        return j->dmax[d];
+    case F_E:
+        return j->E[d];
+    case F_EMC:
+        return j->E_mc[d];
+    case F_RATIO:
+        return j->ns_ratio[s];
+    case F_LOWER:
+        return j->ns_lower[s];
+    case F_UPPER:
+        return j->ns_upper[s];
+    case F_FD:
+        return j->fd[(size_t)h * p->nT * p->nE + k];
+    case F_SPEC:
+        return j->spec[(size_t)h * p->nT + k];
     }
     return NAN;
 }

@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
 /* e[n] = exp((z - mx) / T), returns sum e (mx = max z: every exponent <= 0). */
 static double exp_shifted(const double *restrict z, double mx, double T, int64_t n,
                           double *restrict e) {
@@ -87,8 +85,8 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
 }
 
 /* The checks al_head_sensitivity and al_row_sensitivity share; *base = nm at T = 1. */
-static int check_args(const al_norm *nm, const double *temps, int n_t, const double *eps,
-                      int n_eps, al_norm *base, al_error *err) {
+static int check_args(const al_norm *nm, const double *temps, int n_t, const double *eps, int n_eps,
+                      al_norm *base, al_error *err) {
     if (n_t < 1 || n_eps < 0)
         return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (%d T, %d eps)", n_t, n_eps);
     for (int a = 0; a < n_t; a++)
@@ -126,9 +124,9 @@ static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
 }
 
 /* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
-static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps,
-                    int n_t, const double *eps, int n_eps, const double *v, sens_ws *w,
-                    double *fd, double *spec, al_error *err) {
+static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
+                    const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
+                    double *spec, al_error *err) {
     int fast = base->kind == AL_NORM_SOFTMAX;
     double *p0 = w->p0, *p1 = w->p1, *zp = w->zp, *mxe = w->mxe;
     double mx0 = max_of(zt, n);
@@ -163,9 +161,9 @@ static int sens_row(const double *zt, int64_t n, const al_norm *base, const doub
     return 0;
 }
 
-int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
-                       int n_t, const double *eps, int n_eps, const double *v, double *fd,
-                       double *spec, al_error *err) {
+int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps, int n_t,
+                       const double *eps, int n_eps, const double *v, double *fd, double *spec,
+                       al_error *err) {
     if (!z || !nm || !temps || !v || (n_eps > 0 && (!eps || !fd)) || !spec)
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (n < 1 || n > ((int64_t)1 << 24))

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 #define MAX_VOCAB_FILE (256u << 20) /* encoder.json / vocab.bpe size cap */
 #define MAX_VOCAB      (1 << 24)
 

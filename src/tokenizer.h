@@ -18,12 +18,13 @@ int al__bpe_create(const char *const *tokens, int n_tokens, const char *const *m
 int al__bpe_add_special(al__bpe *b, const char *text, int id, al_error *err);
 /* As al__bpe_create, with the source line of each merge (merge_lines[n_merges], may be NULL)
  * and the merges file's name, so that errors name the file and the line. */
-int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges, int n_merges,
-                         const int *merge_lines, const char *merges_name, al__pretok pre, al__bpe **out,
-                         al_error *err);
-int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids, size_t *n,
+int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
+                         int n_merges, const int *merge_lines, const char *merges_name,
+                         al__pretok pre, al__bpe **out, al_error *err);
+int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids,
+                   size_t *n, al_error *err);
+int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len,
                    al_error *err);
-int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len, al_error *err);
 int al__bpe_vocab_size(const al__bpe *b);
 /* The length of the longest valid UTF-8 prefix of s[n]. */
 size_t al__utf8_valid_len(const unsigned char *s, size_t n);
@@ -36,10 +37,10 @@ int al__wordpiece_open(const char *vocab_txt, int lowercase, int strip_accents, 
 void al__wordpiece_free(al__wordpiece *w);
 int al__wordpiece_vocab_size(const al__wordpiece *w); /* ids 0..n-1 */
 /* Encodes text into ids with [CLS] ... [SEP] around it; *ids malloc'ed. */
-int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, int32_t **ids, size_t *n,
-                         al_error *err);
-int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text, size_t *len,
-                         al_error *err);
+int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, int32_t **ids,
+                         size_t *n, al_error *err);
+int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text,
+                         size_t *len, al_error *err);
 
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);

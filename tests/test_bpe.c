@@ -143,7 +143,8 @@ static int naive_bpe(const vocab *v, char syms[][256], int n) {
                 strcpy(syms[o++], m);
                 i += 2;
             } else {
-                if (o != i) memmove(syms[o], syms[i], strlen(syms[i]) + 1); /* o < i: distinct rows */
+                if (o != i)
+                    memmove(syms[o], syms[i], strlen(syms[i]) + 1); /* o < i: distinct rows */
                 o++;
                 i++;
             }

@@ -214,7 +214,7 @@ static void test_malformed(void **state) {
     expect_bad(&b, lo.tensor_type, AL_GGML_Q4_0, 4, "not a multiple of its block"); /* rows of 4 */
     expect_bad(&b, lo.tensor_offset, 8, 8, "not aligned");
     expect_bad(&b, lo.tensor_offset, 1ull << 40, 8, "outside");
-    expect_bad(&b, lo.tensor_offset, 64, 8, "outside"); /* w at 64 runs past the end */
+    expect_bad(&b, lo.tensor_offset, 64, 8, "outside");             /* w at 64 runs past the end */
     expect_bad(&b, lo.tensor_offset, 32, 8, "'w' and 'q' overlap"); /* w on q's bytes */
     /* every truncation is an error, never a crash */
     for (size_t n = 0; n < b.n; n++) {

@@ -115,9 +115,9 @@ static double norm_d(const double *v, int d) {
  * threshold carries up to that: the expansion's rounding times (|alpha_i x_i| + |s|)^2 / t_i^2,
  * seen up to ~80 ulps of scale here), BOUND_ULPS the roundings of dmax and of the sums. The
  * audit's failures were ~1e-8 relative, 0 > 1e-8 absolute on exact zeros. */
-#define RHO 1e-10
+#define RHO        1e-10
 #define BOUND_ULPS 8.0
-#define U53 1.1102230246251565e-16
+#define U53        1.1102230246251565e-16
 
 /* the scale above for I = ord[0..N-1] */
 static double bound_scale(const double *a, const double *x, int n, int d, const int *ord, int N) {
@@ -259,8 +259,8 @@ static void test_E_exact_expectation(void **state) {
         sc *= (double)n; /* every term of E and of dtilde is <= sum_i |alpha_i| |x_i| */
         double tol = 1e-11 * fabs(mu) + 64 * U53 * sc;
         if (!(st.E <= mu + tol))
-            fail_msg("instance %d (n %d, d %d, N %d): E %.17g > exact expectation %.17g", it, n,
-                     d, N, st.E, mu);
+            fail_msg("instance %d (n %d, d %d, N %d): E %.17g > exact expectation %.17g", it, n, d,
+                     N, st.E, mu);
         if (!(fabs(st.E_mc - mu) <= hoeff * (hi - lo) + tol))
             fail_msg("instance %d (n %d, d %d, N %d): E_mc %.17g, exact %.17g, range [%.17g, "
                      "%.17g]: outside Hoeffding's bound",

@@ -16,8 +16,8 @@
 #include "attnlim.h"
 
 /* Builds a v1 .npy in buf from a header dict and raw data; returns the length. */
-static size_t make_npy(unsigned char *buf, size_t cap, int major, const char *dict, const void *data,
-                       size_t data_len) {
+static size_t make_npy(unsigned char *buf, size_t cap, int major, const char *dict,
+                       const void *data, size_t data_len) {
     size_t dl = strlen(dict);
     size_t pre = major == 1 ? 10 : 12;
     size_t hlen = dl + 1;
@@ -51,8 +51,8 @@ static void test_parse_valid(void **state) {
     (void)state;
     unsigned char buf[512];
     double d[6] = {1, 2, 3, 4, 5, 6};
-    size_t n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d,
-                        sizeof d);
+    size_t n = make_npy(buf, sizeof buf, 1,
+                        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d, sizeof d);
     al_array a;
     al_error err = {0};
     assert_int_equal(al_npy_parse(buf, n, "ok.npy", &a, &err), 0);
@@ -64,19 +64,22 @@ static void test_parse_valid(void **state) {
     al_array_free(&a);
     /* v2 header, float32, 1-D, keys in another order, scalar */
     float f[3] = {1.5f, -2.f, 0.25f};
-    n = make_npy(buf, sizeof buf, 2, "{'shape': (3,), 'fortran_order': False, 'descr': '<f4'}", f, sizeof f);
+    n = make_npy(buf, sizeof buf, 2, "{'shape': (3,), 'fortran_order': False, 'descr': '<f4'}", f,
+                 sizeof f);
     assert_int_equal(al_npy_parse(buf, n, "ok.npy", &a, &err), 0);
     assert_int_equal(a.dtype, AL_F32);
     assert_int_equal(a.ndim, 1);
     assert_memory_equal(a.data, f, sizeof f);
     al_array_free(&a);
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }", d, 8);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }", d,
+                 8);
     assert_int_equal(al_npy_parse(buf, n, "ok.npy", &a, &err), 0);
     assert_int_equal(a.ndim, 0);
     assert_int_equal(al_array_numel(&a), 1);
     al_array_free(&a);
     /* empty array (0 rows) is valid */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4), }", NULL, 0);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4), }",
+                 NULL, 0);
     assert_int_equal(al_npy_parse(buf, n, "ok.npy", &a, &err), 0);
     assert_int_equal(al_array_numel(&a), 0);
     al_array_free(&a);
@@ -88,35 +91,43 @@ static void test_malformed(void **state) {
     double d[6] = {0};
     size_t n;
     /* wrong magic */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d,
+                 sizeof d);
     buf[1] = 'X';
     expect_error(buf, n, AL_E_FORMAT, "magic");
     /* unsupported version */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d,
+                 sizeof d);
     buf[6] = 9;
     expect_error(buf, n, AL_E_UNSUPPORTED, "version");
     /* header length past the end */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d,
+                 sizeof d);
     buf[8] = 0xff;
     buf[9] = 0x7f;
     expect_error(buf, n, AL_E_FORMAT, "header");
     /* v2 header length absurd */
-    n = make_npy(buf, sizeof buf, 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", d,
+                 sizeof d);
     buf[11] = 0x7f;
     expect_error(buf, n, AL_E_FORMAT, "header length");
     /* lying shapes */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (7,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (7,), }", d,
+                 sizeof d);
     expect_error(buf, n, AL_E_FORMAT, "truncated");
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (5,), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (5,), }", d,
+                 sizeof d);
     expect_error(buf, n, AL_E_FORMAT, "trailing");
     /* overflow: the product of dims exceeds size_t */
     n = make_npy(buf, sizeof buf, 1,
-                 "{'descr': '<f8', 'fortran_order': False, 'shape': (1125899906842624, 1125899906842624, 64), }", d,
-                 sizeof d);
+                 "{'descr': '<f8', 'fortran_order': False, 'shape': (1125899906842624, "
+                 "1125899906842624, 64), }",
+                 d, sizeof d);
     expect_error(buf, n, AL_E_FORMAT, "overflow");
     /* a single absurd dimension */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }",
-                 d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1,
+                 "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }", d,
+                 sizeof d);
     expect_error(buf, n, AL_E_FORMAT, "large");
     /* ranks: 9, 32 and AL_MAX_DIMS = 64 (numpy 2's limit) are read; 65 is refused by name */
     for (int nd = 9; nd <= AL_MAX_DIMS + 1; nd++) {
@@ -142,13 +153,15 @@ static void test_malformed(void **state) {
     expect_error(buf, 64, AL_E_FORMAT, "(bad magic): it starts with 'PK\\x03\\x04\\x14\\x00'");
     expect_error(buf, 0, AL_E_FORMAT, "empty file");
     /* Fortran order */
-    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", d, sizeof d);
+    n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",
+                 d, sizeof d);
     expect_error(buf, n, AL_E_UNSUPPORTED, "Fortran");
     /* dtypes: int, big-endian, complex, object */
     const char *dts[] = {"<i4", ">f8", "<c16", "|O", "<f2"};
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
         char dict[128];
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (6,), }", dts[i]);
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (6,), }",
+                 dts[i]);
         n = make_npy(buf, sizeof buf, 1, dict, d, sizeof d);
         expect_error(buf, n, AL_E_UNSUPPORTED, dts[i]);
     }
@@ -175,8 +188,8 @@ static void test_every_truncation(void **state) {
     (void)state;
     unsigned char buf[512];
     double d[6] = {1, 2, 3, 4, 5, 6};
-    size_t n = make_npy(buf, sizeof buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d,
-                        sizeof d);
+    size_t n = make_npy(buf, sizeof buf, 1,
+                        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d, sizeof d);
     for (size_t k = 0; k < n; k++) {
         al_array a;
         al_error err = {0};
@@ -203,8 +216,10 @@ static void test_write_read_roundtrip(void **state) {
             assert_int_equal(al_array_alloc(&a, dt ? AL_F64 : AL_F32, ndim, shape, &err), 0);
             int64_t n = al_array_numel(&a);
             for (int64_t i = 0; i < n; i++) {
-                if (dt) ((double *)a.data)[i] = (double)i * 0.1 - 1;
-                else ((float *)a.data)[i] = (float)i * 0.5f;
+                if (dt)
+                    ((double *)a.data)[i] = (double)i * 0.1 - 1;
+                else
+                    ((float *)a.data)[i] = (float)i * 0.5f;
             }
             assert_int_equal(al_npy_write(path, &a, &err), 0);
             assert_int_equal(al_npy_read(path, &b, &err), 0);
@@ -326,14 +341,17 @@ static void test_numbers(void **state) {
         {"1 .", AL_E_FORMAT, "'.' is not a number"},
         {"1 +-2", AL_E_FORMAT, "'+-2' is not a number"},
         {"1 1e+", AL_E_FORMAT, "'1e+' is not a number"},
-        {"\x7f" "ELF", AL_E_FORMAT, "line 1, field 1: '\\x7fELF' is not a number"},
+        {"\x7f"
+         "ELF",
+         AL_E_FORMAT, "line 1, field 1: '\\x7fELF' is not a number"},
         {"-1e309", AL_E_RANGE, "line 1, field 1: -1e309 is beyond the double range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         memset(&err, 0, sizeof err);
         int rc = al_parse_numbers(cases[i].text, strlen(cases[i].text), "in", &a, &err);
         if (rc != (int)cases[i].code || !strstr(err.msg, cases[i].msg))
-            fail_msg("'%s': rc %d, '%s' (wanted %d, '%s')", cases[i].text, rc, err.msg, cases[i].code, cases[i].msg);
+            fail_msg("'%s': rc %d, '%s' (wanted %d, '%s')", cases[i].text, rc, err.msg,
+                     cases[i].code, cases[i].msg);
         assert_null(a.data);
     }
     /* a NUL inside a value is not a number (the value does not end at it) */
@@ -342,7 +360,8 @@ static void test_numbers(void **state) {
     assert_non_null(strstr(err.msg, "field 2: '2\\x003' is not a number"));
     /* accepted: every decimal form, commas with spaces, long digit strings (1 + 1e-65 rounds
      * to 1), underflow to 0, CRLF line ends */
-    t = "+1, .5 ,5. -2.5e+2\r\n1E-2,-0 1.00000000000000000000000000000000000000000000000000000000000000001 1e-400\r\n";
+    t = "+1, .5 ,5. -2.5e+2\r\n1E-2,-0 "
+        "1.00000000000000000000000000000000000000000000000000000000000000001 1e-400\r\n";
     assert_int_equal(al_parse_numbers(t, strlen(t), "in", &a, &err), 0);
     assert_int_equal(a.ndim, 2);
     double want2[8] = {1, 0.5, 5, -250, 0.01, -0.0, 1, 0};
@@ -363,9 +382,9 @@ static void test_numbers(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_valid),    cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_parse_valid),      cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_every_truncation), cmocka_unit_test(test_write_read_roundtrip),
-        cmocka_unit_test(test_write_errors),   cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_write_errors),     cmocka_unit_test(test_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,21 +25,30 @@ extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, 
 /* ---- inputs ---------------------------------------------------------------------------- */
 
 typedef enum { IN_NAN, IN_PINF, IN_NINF, IN_BIG, IN_NBIG, IN_EMPTY, IN_ONE, N_IN } in_kind;
-static const char *const in_names[N_IN] = {"NaN", "+Inf", "-Inf", "+1e30", "-1e30", "n = 0", "n = 1"};
+static const char *const in_names[N_IN] = {"NaN",   "+Inf",  "-Inf", "+1e30",
+                                           "-1e30", "n = 0", "n = 1"};
 #define POS 2 /* where the special value goes */
-#define NB 5  /* length of the base inputs */
+#define NB  5 /* length of the base inputs */
 
 static double special(in_kind k) {
     switch (k) {
-    case IN_NAN: return NAN;
-    case IN_PINF: return INFINITY;
-    case IN_NINF: return -INFINITY;
-    case IN_BIG: return 1e30;
-    case IN_NBIG: return -1e30;
-    default: return 0;
+    case IN_NAN:
+        return NAN;
+    case IN_PINF:
+        return INFINITY;
+    case IN_NINF:
+        return -INFINITY;
+    case IN_BIG:
+        return 1e30;
+    case IN_NBIG:
+        return -1e30;
+    default:
+        return 0;
     }
 }
-static int is_value(in_kind k) { return k < IN_EMPTY; }
+static int is_value(in_kind k) {
+    return k < IN_EMPTY;
+}
 
 /* dst[rows * width] from base: the special value at row POS (column 0) for the value kinds; n
  * (rows) is NB, 0 or 1. Returns the number of rows. */
@@ -71,8 +80,8 @@ static int close_to(double a, double b, double rel) {
 
 /* ---- normalizers --------------------------------------------------------------------------- */
 
-static const al_norm_kind kinds[] = {AL_NORM_SOFTMAX, AL_NORM_SPARSEMAX,  AL_NORM_ENTMAX15,
-                                     AL_NORM_ENTMAX,  AL_NORM_SSMAX,      AL_NORM_SA_SOFTMAX,
+static const al_norm_kind kinds[] = {AL_NORM_SOFTMAX,        AL_NORM_SPARSEMAX, AL_NORM_ENTMAX15,
+                                     AL_NORM_ENTMAX,         AL_NORM_SSMAX,     AL_NORM_SA_SOFTMAX,
                                      AL_NORM_SA_SOFTMAX_NORM};
 #define N_KINDS 7
 static const double Z[NB] = {0.5, -1.0, 2.0, 0.25, 1.0};
@@ -101,7 +110,8 @@ static int all_kinds(kind_fn f, int arg, in_kind k, run *r, al_error *err) {
         } else if (rc != rc0) {
             bad(r, "[%s] rc %d, but %d for softmax (%s)", al_norm_name(kinds[i]), rc, rc0, e.msg);
         } else if (rc && !strstr(e.msg, al_norm_name(kinds[i]))) {
-            bad(r, "[%s] the message '%s' does not name the normalizer", al_norm_name(kinds[i]), e.msg);
+            bad(r, "[%s] the message '%s' does not name the normalizer", al_norm_name(kinds[i]),
+                e.msg);
         }
     }
     return rc0;
@@ -119,8 +129,12 @@ static double onehot_p(al_norm_kind kd, int i) {
 static double onehot_J(al_norm_kind kd, int i, int j) {
     return kd == AL_NORM_SA_SOFTMAX && i == POS && j == POS ? 1 : 0;
 }
-static double one_p(al_norm_kind kd) { return kd == AL_NORM_SA_SOFTMAX ? Z[0] : 1; }
-static double one_J(al_norm_kind kd) { return kd == AL_NORM_SA_SOFTMAX ? 1 : 0; }
+static double one_p(al_norm_kind kd) {
+    return kd == AL_NORM_SA_SOFTMAX ? Z[0] : 1;
+}
+static double one_J(al_norm_kind kd) {
+    return kd == AL_NORM_SA_SOFTMAX ? 1 : 0;
+}
 
 static int k_forward(const al_norm *nm, int arg, in_kind k, run *r, al_error *err) {
     (void)arg;
@@ -132,14 +146,16 @@ static int k_forward(const al_norm *nm, int arg, in_kind k, run *r, al_error *er
         if (!isfinite(p[i])) bad(r, "p[%lld] = %g", (long long)i, p[i]);
     if (k == IN_BIG)
         for (int i = 0; i < NB; i++)
-            if (p[i] != onehot_p(nm->kind, i)) bad(r, "p[%d] = %g, the one-hot form says %g", i, p[i], onehot_p(nm->kind, i));
+            if (p[i] != onehot_p(nm->kind, i))
+                bad(r, "p[%d] = %g, the one-hot form says %g", i, p[i], onehot_p(nm->kind, i));
     if (k == IN_NBIG) {
         if (p[POS] != 0) bad(r, "p[POS] = %g, not 0", p[POS]);
         if (nm->kind == AL_NORM_SOFTMAX) { /* the other four, as if POS were absent */
             double s = 0;
             for (int i = 0; i < NB; i++) s += i == POS ? 0 : exp(Z[i]);
             for (int i = 0; i < NB; i++)
-                if (i != POS && !close_to(p[i], exp(Z[i]) / s, 1e-14)) bad(r, "p[%d] = %.17g", i, p[i]);
+                if (i != POS && !close_to(p[i], exp(Z[i]) / s, 1e-14))
+                    bad(r, "p[%d] = %.17g", i, p[i]);
         }
     }
     if (k == IN_ONE && p[0] != one_p(nm->kind)) bad(r, "p[0] = %g, want %g", p[0], one_p(nm->kind));
@@ -170,7 +186,8 @@ static int k_product(const al_norm *nm, int arg, in_kind k, run *r, al_error *er
             mag += fabsl((long double)a * v[j]);
         }
         if (!isfinite(out[i]) || fabsl(out[i] - s) > 1e-13L * mag + 1e-300L)
-            bad(r, "out[%lld] = %.17g, J%s v = %.17Lg", (long long)i, out[i], transpose ? "^T" : "", s);
+            bad(r, "out[%lld] = %.17g, J%s v = %.17Lg", (long long)i, out[i], transpose ? "^T" : "",
+                s);
     }
     return 0;
 }
@@ -192,10 +209,12 @@ static int k_jacobian(const al_norm *nm, int arg, in_kind k, run *r, al_error *e
     if (k == IN_BIG)
         for (int i = 0; i < NB; i++)
             for (int j = 0; j < NB; j++)
-                if (J[i * NB + j] != onehot_J(nm->kind, i, j)) bad(r, "J[%d][%d] = %g", i, j, J[i * NB + j]);
+                if (J[i * NB + j] != onehot_J(nm->kind, i, j))
+                    bad(r, "J[%d][%d] = %g", i, j, J[i * NB + j]);
     if (k == IN_NBIG && al_norm_sums_to_one(nm))
         for (int i = 0; i < NB; i++)
-            if (J[POS * NB + i] != 0 || J[i * NB + POS] != 0) bad(r, "row/column POS not zero at %d", i);
+            if (J[POS * NB + i] != 0 || J[i * NB + POS] != 0)
+                bad(r, "row/column POS not zero at %d", i);
     if (k == IN_ONE && J[0] != one_J(nm->kind)) bad(r, "J = %g, want %g", J[0], one_J(nm->kind));
     return 0;
 }
@@ -234,7 +253,8 @@ static int k_norms(const al_norm *nm, int arg, in_kind k, run *r, al_error *err,
     } else
         ref = svd_max(J, (int)n);
     double tol = al_norm_sums_to_one(nm) ? 1e-12 : 1e-6; /* the documented accuracies */
-    if (!isfinite(s) || !(fabs(s - ref) <= tol * ref + 1e-14)) bad(r, "norm %.17g, reference %.17g", s, ref);
+    if (!isfinite(s) || !(fabs(s - ref) <= tol * ref + 1e-14))
+        bad(r, "norm %.17g, reference %.17g", s, ref);
     if (which == 2) {
         double q[NB];
         al_error e;
@@ -253,8 +273,10 @@ static int k_fwd_spectral(const al_norm *nm, int arg, in_kind k, run *r, al_erro
     return k_norms(nm, arg, k, r, err, 2);
 }
 
-#define KIND_ADAPTER(name, f)                                                                  \
-    static int name(int arg, in_kind k, run *r, al_error *err) { return all_kinds(f, arg, k, r, err); }
+#define KIND_ADAPTER(name, f)                                                                      \
+    static int name(int arg, in_kind k, run *r, al_error *err) {                                   \
+        return all_kinds(f, arg, k, r, err);                                                       \
+    }
 KIND_ADAPTER(a_forward, k_forward)
 KIND_ADAPTER(a_jvp, k_jvp)
 KIND_ADAPTER(a_vjp, k_vjp)
@@ -282,7 +304,8 @@ static int a_rank1(int arg, in_kind k, run *r, al_error *err) {
         for (int i = 0; i < NB; i++) rest += i == POS ? 0 : g[i];
         for (int i = 0; i < NB; i++)
             for (int j = 0; j < NB; j++)
-                A[i * NB + j] = i == j ? g[i] * (i == POS ? rest : s - g[i]) / s : -g[i] * (g[j] / s);
+                A[i * NB + j] =
+                    i == j ? g[i] * (i == POS ? rest : s - g[i]) / s : -g[i] * (g[j] / s);
         int nn = NB, lwork = 64, info = 0;
         dsyev_("N", "U", &nn, A, &nn, w, work, &lwork, &info, 1, 1);
         if (info || !close_to(got, w[NB - 1], 1e-12)) bad(r, "%.17g, LAPACK %.17g", got, w[NB - 1]);
@@ -303,8 +326,10 @@ static int a_bounds(int arg, in_kind k, run *r, al_error *err) {
         double c = 1 / nm.temperature;
         if (ss) c *= 0.43 * log((double)(n > 1 ? n : 1));
         if (!(nm.temperature > 0) || !isfinite(nm.temperature)) {
-            if (!isnan(sup) || !isnan(paper)) bad(r, "%s: %g %g, documented NaN", al_norm_name(nm.kind), sup, paper);
-        } else if (!close_to(sup, 0.5 * c, 1e-15) || !close_to(paper, fmin(0.25 * c, sqrt(2.0)), 1e-15)) {
+            if (!isnan(sup) || !isnan(paper))
+                bad(r, "%s: %g %g, documented NaN", al_norm_name(nm.kind), sup, paper);
+        } else if (!close_to(sup, 0.5 * c, 1e-15) ||
+                   !close_to(paper, fmin(0.25 * c, sqrt(2.0)), 1e-15)) {
             bad(r, "%s: %g %g", al_norm_name(nm.kind), sup, paper);
         }
     }
@@ -314,7 +339,8 @@ static int a_bounds(int arg, in_kind k, run *r, al_error *err) {
 /* ---- metrics (METHOD sections 2-6) -------------------------------------------------------- */
 
 static const double ALPHA[NB] = {0.1, 0.3, 0.25, 0.15, 0.2};
-static const double X3[NB * 3] = {1, 0, 0.5, -0.2, 1, 0.3, 0.7, -0.4, 0.1, 0, 0.2, -1, 0.6, 0.6, 0.6};
+static const double X3[NB * 3] = {1,   0, 0.5, -0.2, 1,   0.3, 0.7, -0.4,
+                                  0.1, 0, 0.2, -1,   0.6, 0.6, 0.6};
 static const int TOPN[2] = {1, 2};
 
 static al_metrics_opts mopts(void) {
@@ -376,9 +402,11 @@ static int a_head_metrics(int arg, in_kind k, run *r, al_error *err) {
     int rc = al_head_metrics(wl, x, L, 3, &o, out, rmax, rent, err);
     if (rc) return rc;
     for (int i = 0; i < 2; i++) /* rows with n_t = t + 1 > N: L - N of them */
-        if (out[i].rows != (L > TOPN[i] ? L - TOPN[i] : 0)) bad(r, "N = %d: rows %lld", TOPN[i], (long long)out[i].rows);
+        if (out[i].rows != (L > TOPN[i] ? L - TOPN[i] : 0))
+            bad(r, "N = %d: rows %lld", TOPN[i], (long long)out[i].rows);
     for (int64_t t = 0; t < L; t++)
-        if (!isfinite(rmax[t]) || !isfinite(rent[t])) bad(r, "row %lld: max %g entropy %g", (long long)t, rmax[t], rent[t]);
+        if (!isfinite(rmax[t]) || !isfinite(rent[t]))
+            bad(r, "row %lld: max %g entropy %g", (long long)t, rmax[t], rent[t]);
     return 0;
 }
 
@@ -393,7 +421,8 @@ static int a_row_vanishing(int arg, in_kind k, run *r, al_error *err) {
         if (alpha[j] > m) m = alpha[j];
         if (alpha[j] > 0) h -= (long double)alpha[j] * logl(alpha[j]);
     }
-    if (!close_to(mx, (double)m, 0) || !close_to(H, (double)h, 1e-14)) bad(r, "max %.17g H %.17g, want %.17Lg %.17Lg", mx, H, m, h);
+    if (!close_to(mx, (double)m, 0) || !close_to(H, (double)h, 1e-14))
+        bad(r, "max %.17g H %.17g, want %.17Lg %.17Lg", mx, H, m, h);
     if (n == 1 ? !isnan(Hn) : !close_to(Hn, (double)(h / logl((long double)n)), 1e-14))
         bad(r, "H / log n = %.17g%s", Hn, n == 1 ? " (documented NaN for n = 1)" : "");
     return 0;
@@ -409,11 +438,14 @@ static int a_vanishing_D(int arg, in_kind k, run *r, al_error *err) {
     if (rc) return rc;
     long double run_max = 0; /* the definition, in long double */
     for (int64_t t = 0; t < L; t++) {
-        long double nk = sqrtl((long double)kk[2 * t] * kk[2 * t] + (long double)kk[2 * t + 1] * kk[2 * t + 1]);
+        long double nk =
+            sqrtl((long double)kk[2 * t] * kk[2 * t] + (long double)kk[2 * t + 1] * kk[2 * t + 1]);
         if (nk > run_max) run_max = nk;
-        long double nq = sqrtl((long double)q[2 * t] * q[2 * t] + (long double)q[2 * t + 1] * q[2 * t + 1]);
+        long double nq =
+            sqrtl((long double)q[2 * t] * q[2 * t] + (long double)q[2 * t + 1] * q[2 * t + 1]);
         double want = (double)(nq * run_max / sqrtl(2.0L));
-        if (!close_to(D[t], want, 1e-14)) bad(r, "D[%lld] = %.17g, want %.17g", (long long)t, D[t], want);
+        if (!close_to(D[t], want, 1e-14))
+            bad(r, "D[%lld] = %.17g, want %.17g", (long long)t, D[t], want);
     }
     return 0;
 }
@@ -470,7 +502,8 @@ static int a_row_sensitivity(int arg, in_kind k, run *r, al_error *err) {
                 continue;
             }
             long double d2 = 0;
-            for (int64_t q = 0; q < n; q++) d2 += ((long double)p1[q] - p0[q]) * ((long double)p1[q] - p0[q]);
+            for (int64_t q = 0; q < n; q++)
+                d2 += ((long double)p1[q] - p0[q]) * ((long double)p1[q] - p0[q]);
             double want = (double)(sqrtl(d2) / eps[j]);
             if (!(fabs(fd[i * 2 + j] - want) <= 1e-9 * want + 1e-12))
                 bad(r, "fd[%d][%d] = %.17g, the definition %.17g", i, j, fd[i * 2 + j], want);
@@ -491,8 +524,10 @@ static int a_ks(int arg, in_kind k, run *r, al_error *err) {
     int64_t na = arg == 0 ? n : NB, nb = arg == 1 ? n : NB;
     int rc = al_ks_2samp(a, (size_t)na, b, (size_t)nb, &st, &p, err);
     if (rc) return rc;
-    if (k == IN_ONE) { /* one value (0.1 or 0.2) among 5, at rank 1 of 6: D = 0.8, Pr(D >= 0.8) = 4/6 */
-        if (!close_to(st, 0.8, 1e-15) || !close_to(p, 4.0 / 6.0, 1e-14)) bad(r, "D %.17g p %.17g", st, p);
+    if (k ==
+        IN_ONE) { /* one value (0.1 or 0.2) among 5, at rank 1 of 6: D = 0.8, Pr(D >= 0.8) = 4/6 */
+        if (!close_to(st, 0.8, 1e-15) || !close_to(p, 4.0 / 6.0, 1e-14))
+            bad(r, "D %.17g p %.17g", st, p);
         return 0;
     }
     /* the statistic and p depend on ranks only: +-1e30 is the same as 10 / -10 */
@@ -536,7 +571,8 @@ static int a_critical_n(int arg, in_kind k, run *r, al_error *err) {
         memcpy(d2, dt, sizeof d2);
         memcpy(e2, ee, sizeof e2);
         (arg == 0 ? d2 : e2)[POS] = k == IN_BIG ? 100 : -100;
-        if (al_critical_n(N, 2, d2, e2, 4, 0.05, q, &c2, &e) || q[0] != pv[0] || q[1] != pv[1] || c2 != crit)
+        if (al_critical_n(N, 2, d2, e2, 4, 0.05, q, &c2, &e) || q[0] != pv[0] || q[1] != pv[1] ||
+            c2 != crit)
             bad(r, "p %g %g crit %d; rank-equivalent %g %g %d", pv[0], pv[1], crit, q[0], q[1], c2);
     }
     return 0;
@@ -587,11 +623,12 @@ static int a_five(int arg, in_kind k, run *r, al_error *err) {
             }
     long double sum = 0;
     for (int i = 0; i < n; i++) sum += x[i];
-    double want[6] = {s[0], n == 1 ? s[0] : s[1], n == 1 ? s[0] : s[2], n == 1 ? s[0] : s[3], s[n - 1],
-                      (double)(sum / n)};
+    double want[6] = {s[0],     n == 1 ? s[0] : s[1], n == 1 ? s[0] : s[2], n == 1 ? s[0] : s[3],
+                      s[n - 1], (double)(sum / n)};
     double got[6] = {f.min, f.q1, f.median, f.q3, f.max, f.mean};
     for (int i = 0; i < 6; i++)
-        if (!close_to(got[i], want[i], 1e-15)) bad(r, "field %d = %.17g, want %.17g", i, got[i], want[i]);
+        if (!close_to(got[i], want[i], 1e-15))
+            bad(r, "field %d = %.17g, want %.17g", i, got[i], want[i]);
     return 0;
 }
 
@@ -622,14 +659,16 @@ static int a_arrays(int arg, in_kind k, run *r, al_error *err) {
     int rc = al_array_alloc(&a, AL_F32, 1, &n, err);
     if (rc) return rc;
     if (al_array_numel(&a) != n) bad(r, "numel %lld", (long long)al_array_numel(&a));
-    for (int64_t i = 0; i < n; i++) ((float *)a.data)[i] = (float)(i == POS && is_value(k) ? special(k) : Z[i]);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)a.data)[i] = (float)(i == POS && is_value(k) ? special(k) : Z[i]);
     if ((rc = al_array_to_f64(&a, &d, err))) {
         al_array_free(&a);
         return rc;
     }
     for (int64_t i = 0; i < n; i++) {
         double want = (double)((float *)a.data)[i], got = ((double *)d.data)[i];
-        if (!(got == want || (isnan(got) && isnan(want)))) bad(r, "element %lld: %g, want %g", (long long)i, got, want);
+        if (!(got == want || (isnan(got) && isnan(want))))
+            bad(r, "element %lld: %g, want %g", (long long)i, got, want);
     }
     al_array_free(&a);
     al_array_free(&d);
@@ -642,8 +681,8 @@ static int a_npy_parse(int arg, in_kind k, run *r, al_error *err) {
     int64_t n = k == IN_EMPTY ? 0 : k == IN_ONE ? 1 : NB;
     unsigned char buf[128 + NB * 8];
     char dict[128];
-    int dl = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%lld,), }",
-                      (long long)n);
+    int dl = snprintf(dict, sizeof dict,
+                      "{'descr': '<f8', 'fortran_order': False, 'shape': (%lld,), }", (long long)n);
     size_t hl = 128 - 10; /* the header padded to 128 bytes */
     memcpy(buf, "\x93NUMPY\x01\x00", 8);
     buf[8] = (unsigned char)hl;
@@ -657,8 +696,10 @@ static int a_npy_parse(int arg, in_kind k, run *r, al_error *err) {
     al_array a;
     int rc = al_npy_parse(buf, 128 + (size_t)n * 8, "x.npy", &a, err);
     if (rc) return rc;
-    if (a.ndim != 1 || a.shape[0] != n || a.dtype != AL_F64) bad(r, "shape or dtype");
-    else if (memcmp(a.data, v, (size_t)n * 8)) bad(r, "values differ from the file's");
+    if (a.ndim != 1 || a.shape[0] != n || a.dtype != AL_F64)
+        bad(r, "shape or dtype");
+    else if (memcmp(a.data, v, (size_t)n * 8))
+        bad(r, "values differ from the file's");
     al_array_free(&a);
     return 0;
 }
@@ -673,8 +714,13 @@ static int a_npy_empty_buffer(int arg, in_kind k, run *r, al_error *err) {
 
 static int a_numbers(int arg, in_kind k, run *r, al_error *err) {
     (void)arg;
-    static const char *const texts[N_IN] = {"0.5 -1 nan 0.25 1", "0.5 -1 inf 0.25 1", "0.5 -1 -inf 0.25 1",
-                                            "0.5 -1 1e30 0.25 1", "0.5 -1 -1e30 0.25 1", "", "0.5"};
+    static const char *const texts[N_IN] = {"0.5 -1 nan 0.25 1",
+                                            "0.5 -1 inf 0.25 1",
+                                            "0.5 -1 -inf 0.25 1",
+                                            "0.5 -1 1e30 0.25 1",
+                                            "0.5 -1 -1e30 0.25 1",
+                                            "",
+                                            "0.5"};
     al_array a;
     int rc = al_parse_numbers(texts[k], strlen(texts[k]), "t.txt", &a, err);
     if (rc) return rc;
@@ -712,23 +758,37 @@ typedef struct row {
     expect e[N_IN]; /* NaN, +Inf, -Inf, +1e30, -1e30, n = 0, n = 1 */
 } row;
 
-#define OK {0, NULL}
-#define NORM_Z(what)                                                                                 \
-    {{AL_E_RANGE, "logit 2 (0-based) is NaN"}, {AL_E_RANGE, "logit 2 (0-based) is +Inf"},           \
-     {AL_E_RANGE, "logit 2 (0-based) is -Inf"}, OK, OK, {AL_E_INVALID, "empty input (n = 0)"}, OK}
+#define OK                                                                                         \
+    { 0, NULL }
+#define NORM_Z(what)                                                                               \
+    {                                                                                              \
+        {AL_E_RANGE, "logit 2 (0-based) is NaN"}, {AL_E_RANGE, "logit 2 (0-based) is +Inf"},       \
+            {AL_E_RANGE, "logit 2 (0-based) is -Inf"}, OK, OK,                                     \
+            {AL_E_INVALID, "empty input (n = 0)"}, OK                                              \
+    }
 #define VEC(name)                                                                                  \
-    {{AL_E_RANGE, name " element 2 (0-based) is NaN"}, {AL_E_RANGE, name " element 2 (0-based) is +Inf"}, \
-     {AL_E_RANGE, name " element 2 (0-based) is -Inf"}, OK, OK, {AL_E_INVALID, "empty input (n = 0)"}, OK}
-#define ALL_OK {OK, OK, OK, OK, OK, OK, OK}
+    {                                                                                              \
+        {AL_E_RANGE, name " element 2 (0-based) is NaN"},                                          \
+            {AL_E_RANGE, name " element 2 (0-based) is +Inf"},                                     \
+            {AL_E_RANGE, name " element 2 (0-based) is -Inf"}, OK, OK,                             \
+            {AL_E_INVALID, "empty input (n = 0)"}, OK                                              \
+    }
+#define ALL_OK                                                                                     \
+    { OK, OK, OK, OK, OK, OK, OK }
 #define SENS(what)                                                                                 \
-    {{AL_E_RANGE, what " nan at position 2"}, {AL_E_RANGE, what " inf at position 2"},              \
-     {AL_E_RANGE, what " -inf at position 2"}, OK, OK, {AL_E_INVALID, "bad row length n = 0"}, OK}
+    {                                                                                              \
+        {AL_E_RANGE, what " nan at position 2"}, {AL_E_RANGE, what " inf at position 2"},          \
+            {AL_E_RANGE, what " -inf at position 2"}, OK, OK,                                      \
+            {AL_E_INVALID, "bad row length n = 0"}, OK                                             \
+    }
 #define POSITIVE(what)                                                                             \
-    {{AL_E_INVALID, what " nan at position 1 is not a positive number"},                            \
-     {AL_E_INVALID, what " inf at position 1 is not a positive number"},                            \
-     {AL_E_INVALID, what " -inf at position 1 is not a positive number"}, OK,                       \
-     {AL_E_INVALID, what " -1e+30 at position 1 is not a positive number"},                         \
-     {AL_E_INVALID, "bad row length n = 0"}, OK}
+    {                                                                                              \
+        {AL_E_INVALID, what " nan at position 1 is not a positive number"},                        \
+            {AL_E_INVALID, what " inf at position 1 is not a positive number"},                    \
+            {AL_E_INVALID, what " -inf at position 1 is not a positive number"}, OK,               \
+            {AL_E_INVALID, what " -1e+30 at position 1 is not a positive number"},                 \
+            {AL_E_INVALID, "bad row length n = 0"}, OK                                             \
+    }
 
 static const row table[] = {
     {"al_norm_forward", "z", a_forward, 0, NORM_Z()},
@@ -742,87 +802,206 @@ static const row table[] = {
     {"al_norm_forward_spectral", "z", a_fwd_spectral, 0, NORM_Z()},
     {"al_norm_rank1_spectral", "g", a_rank1, 0, ALL_OK},
     {"al_norm_bounds", "T, n", a_bounds, 0, ALL_OK},
-    {"al_row_metrics", "alpha", a_row_metrics, 0,
+    {"al_row_metrics",
+     "alpha",
+     a_row_metrics,
+     0,
      {{AL_E_RANGE, "weights: non-finite value nan at position 2"},
       {AL_E_RANGE, "weights: non-finite value inf at position 2"},
-      {AL_E_RANGE, "weights: non-finite value -inf at position 2"}, OK, OK,
-      {AL_E_INVALID, "empty row (n = 0)"}, OK}},
-    {"al_row_metrics", "x", a_row_metrics, 1,
-     {{AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, OK, OK,
-      {AL_E_INVALID, "empty row (n = 0)"}, OK}},
-    {"al_head_metrics", "w", a_head_metrics, 0,
-     {{AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, OK, OK,
-      {AL_E_INVALID, "L = 0"}, OK}},
-    {"al_head_metrics", "x", a_head_metrics, 1,
-     {{AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, OK, OK,
-      {AL_E_INVALID, "L = 0"}, OK}},
-    {"al_row_vanishing", "alpha", a_row_vanishing, 0,
+      {AL_E_RANGE, "weights: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      {AL_E_INVALID, "empty row (n = 0)"},
+      OK}},
+    {"al_row_metrics",
+     "x",
+     a_row_metrics,
+     1,
+     {{AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "empty row (n = 0)"},
+      OK}},
+    {"al_head_metrics",
+     "w",
+     a_head_metrics,
+     0,
+     {{AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "L = 0"},
+      OK}},
+    {"al_head_metrics",
+     "x",
+     a_head_metrics,
+     1,
+     {{AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "L = 0"},
+      OK}},
+    {"al_row_vanishing",
+     "alpha",
+     a_row_vanishing,
+     0,
      {{AL_E_RANGE, "weights: non-finite value nan at position 2"},
       {AL_E_RANGE, "weights: non-finite value inf at position 2"},
-      {AL_E_RANGE, "weights: non-finite value -inf at position 2"}, OK, OK,
-      {AL_E_INVALID, "empty row (n = 0)"}, OK}},
-    {"al_head_vanishing_D", "q", a_vanishing_D, 0,
-     {{AL_E_RANGE, "q: non-finite value at row 2, column 0"}, {AL_E_RANGE, "q: non-finite value at row 2, column 0"},
-      {AL_E_RANGE, "q: non-finite value at row 2, column 0"}, OK, OK, {AL_E_INVALID, "bad shape (L 0"}, OK}},
-    {"al_head_vanishing_D", "k", a_vanishing_D, 1,
-     {{AL_E_RANGE, "k: non-finite value at row 2, column 0"}, {AL_E_RANGE, "k: non-finite value at row 2, column 0"},
-      {AL_E_RANGE, "k: non-finite value at row 2, column 0"}, OK, OK, {AL_E_INVALID, "bad shape (L 0"}, OK}},
-    {"al_head_sensitivity", "z", a_sensitivity, 0,
-     {{AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, {AL_E_RANGE, "row 2, column 0"}, OK, OK,
-      {AL_E_INVALID, "bad sizes (L 0"}, OK}},
-    {"al_head_sensitivity", "temps", a_sensitivity, 1,
+      {AL_E_RANGE, "weights: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      {AL_E_INVALID, "empty row (n = 0)"},
+      OK}},
+    {"al_head_vanishing_D",
+     "q",
+     a_vanishing_D,
+     0,
+     {{AL_E_RANGE, "q: non-finite value at row 2, column 0"},
+      {AL_E_RANGE, "q: non-finite value at row 2, column 0"},
+      {AL_E_RANGE, "q: non-finite value at row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "bad shape (L 0"},
+      OK}},
+    {"al_head_vanishing_D",
+     "k",
+     a_vanishing_D,
+     1,
+     {{AL_E_RANGE, "k: non-finite value at row 2, column 0"},
+      {AL_E_RANGE, "k: non-finite value at row 2, column 0"},
+      {AL_E_RANGE, "k: non-finite value at row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "bad shape (L 0"},
+      OK}},
+    {"al_head_sensitivity",
+     "z",
+     a_sensitivity,
+     0,
+     {{AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      {AL_E_RANGE, "row 2, column 0"},
+      OK,
+      OK,
+      {AL_E_INVALID, "bad sizes (L 0"},
+      OK}},
+    {"al_head_sensitivity",
+     "temps",
+     a_sensitivity,
+     1,
      {{AL_E_INVALID, "temperature nan at position 1 is not a positive number"},
       {AL_E_INVALID, "temperature inf at position 1 is not a positive number"},
-      {AL_E_INVALID, "temperature -inf at position 1 is not a positive number"}, OK,
-      {AL_E_INVALID, "temperature -1e+30 at position 1 is not a positive number"}, {AL_E_INVALID, "bad sizes (L 0"},
+      {AL_E_INVALID, "temperature -inf at position 1 is not a positive number"},
+      OK,
+      {AL_E_INVALID, "temperature -1e+30 at position 1 is not a positive number"},
+      {AL_E_INVALID, "bad sizes (L 0"},
       OK}},
-    {"al_head_sensitivity", "eps", a_sensitivity, 2,
+    {"al_head_sensitivity",
+     "eps",
+     a_sensitivity,
+     2,
      {{AL_E_INVALID, "eps nan at position 1 is not a positive number"},
       {AL_E_INVALID, "eps inf at position 1 is not a positive number"},
-      {AL_E_INVALID, "eps -inf at position 1 is not a positive number"}, OK,
-      {AL_E_INVALID, "eps -1e+30 at position 1 is not a positive number"}, {AL_E_INVALID, "bad sizes (L 0"}, OK}},
+      {AL_E_INVALID, "eps -inf at position 1 is not a positive number"},
+      OK,
+      {AL_E_INVALID, "eps -1e+30 at position 1 is not a positive number"},
+      {AL_E_INVALID, "bad sizes (L 0"},
+      OK}},
     {"al_row_sensitivity", "z", a_row_sensitivity, 0, SENS("logits: non-finite value")},
     {"al_row_sensitivity", "v", a_row_sensitivity, 1, SENS("direction: non-finite value")},
     {"al_row_sensitivity", "temps", a_row_sensitivity, 2, POSITIVE("temperature")},
     {"al_row_sensitivity", "eps", a_row_sensitivity, 3, POSITIVE("eps")},
-    {"al_ks_2samp", "a", a_ks, 0,
+    {"al_ks_2samp",
+     "a",
+     a_ks,
+     0,
      {{AL_E_RANGE, "first sample: non-finite value nan at position 2"},
       {AL_E_RANGE, "first sample: non-finite value inf at position 2"},
-      {AL_E_RANGE, "first sample: non-finite value -inf at position 2"}, OK, OK,
-      {AL_E_INVALID, "empty sample (sizes 0 and 5)"}, OK}},
-    {"al_ks_2samp", "b", a_ks, 1,
+      {AL_E_RANGE, "first sample: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      {AL_E_INVALID, "empty sample (sizes 0 and 5)"},
+      OK}},
+    {"al_ks_2samp",
+     "b",
+     a_ks,
+     1,
      {{AL_E_RANGE, "second sample: non-finite value nan at position 2"},
       {AL_E_RANGE, "second sample: non-finite value inf at position 2"},
-      {AL_E_RANGE, "second sample: non-finite value -inf at position 2"}, OK, OK,
-      {AL_E_INVALID, "empty sample (sizes 5 and 0)"}, OK}},
-    {"al_critical_n", "dtilde", a_critical_n, 0,
+      {AL_E_RANGE, "second sample: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      {AL_E_INVALID, "empty sample (sizes 5 and 0)"},
+      OK}},
+    {"al_critical_n",
+     "dtilde",
+     a_critical_n,
+     0,
      {{AL_E_RANGE, "N = 1: ks_2samp: first sample: non-finite value nan at position 2"},
       {AL_E_RANGE, "N = 1: ks_2samp: first sample: non-finite value inf at position 2"},
-      {AL_E_RANGE, "N = 1: ks_2samp: first sample: non-finite value -inf at position 2"}, OK, OK, OK, OK}},
-    {"al_critical_n", "E", a_critical_n, 1,
+      {AL_E_RANGE, "N = 1: ks_2samp: first sample: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      OK,
+      OK}},
+    {"al_critical_n",
+     "E",
+     a_critical_n,
+     1,
      {{AL_E_RANGE, "N = 1: ks_2samp: second sample: non-finite value nan at position 2"},
       {AL_E_RANGE, "N = 1: ks_2samp: second sample: non-finite value inf at position 2"},
-      {AL_E_RANGE, "N = 1: ks_2samp: second sample: non-finite value -inf at position 2"}, OK, OK, OK, OK}},
+      {AL_E_RANGE, "N = 1: ks_2samp: second sample: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      OK,
+      OK}},
     {"al_slope_origin", "x", a_slope, 0, ALL_OK},
     {"al_slope_origin", "y", a_slope, 1, ALL_OK},
-    {"al_five_number", "x", a_five, 0,
+    {"al_five_number",
+     "x",
+     a_five,
+     0,
      {{AL_E_RANGE, "five_number: non-finite value nan at position 2"},
       {AL_E_RANGE, "five_number: non-finite value inf at position 2"},
-      {AL_E_RANGE, "five_number: non-finite value -inf at position 2"}, OK, OK,
-      {AL_E_INVALID, "five_number: empty input"}, OK}},
+      {AL_E_RANGE, "five_number: non-finite value -inf at position 2"},
+      OK,
+      OK,
+      {AL_E_INVALID, "five_number: empty input"},
+      OK}},
     {"al_percentile_sorted", "p, n", a_percentile, 0, ALL_OK},
     {"al_array_alloc/numel/to_f64/free", "data", a_arrays, 0, ALL_OK},
     {"al_npy_parse", "data", a_npy_parse, 0, ALL_OK},
-    {"al_npy_parse", "buffer", a_npy_empty_buffer, 0,
-     {{AL_E_FORMAT, "truncated .npy header (1 bytes)"}, {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
-      {AL_E_FORMAT, "truncated .npy header (1 bytes)"}, {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
-      {AL_E_FORMAT, "truncated .npy header (1 bytes)"}, {AL_E_FORMAT, "y.npy: empty file"},
+    {"al_npy_parse",
+     "buffer",
+     a_npy_empty_buffer,
+     0,
+     {{AL_E_FORMAT, "truncated .npy header (1 bytes)"},
+      {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
+      {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
+      {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
+      {AL_E_FORMAT, "truncated .npy header (1 bytes)"},
+      {AL_E_FORMAT, "y.npy: empty file"},
       {AL_E_FORMAT, "truncated .npy header (1 bytes)"}}},
-    {"al_parse_numbers", "text", a_numbers, 0,
-     {{AL_E_RANGE, "t.txt: line 1, field 3: nan is not finite"}, {AL_E_RANGE, "t.txt: line 1, field 3: inf is not finite"},
-      {AL_E_RANGE, "t.txt: line 1, field 3: -inf is not finite"}, OK, OK,
-      {AL_E_INVALID, "t.txt: no numbers in the input"}, OK}},
-    {"al_sensitivity_direction", "n", a_direction, 0,
+    {"al_parse_numbers",
+     "text",
+     a_numbers,
+     0,
+     {{AL_E_RANGE, "t.txt: line 1, field 3: nan is not finite"},
+      {AL_E_RANGE, "t.txt: line 1, field 3: inf is not finite"},
+      {AL_E_RANGE, "t.txt: line 1, field 3: -inf is not finite"},
+      OK,
+      OK,
+      {AL_E_INVALID, "t.txt: no numbers in the input"},
+      OK}},
+    {"al_sensitivity_direction",
+     "n",
+     a_direction,
+     0,
      {OK, OK, OK, OK, OK, {AL_E_INVALID, NULL}, OK}},
 };
 
@@ -839,13 +1018,17 @@ static void test_table(void **state) {
             char got[1200];
             snprintf(got, sizeof got, "rc %d '%s'", rc, err.msg);
             const char *fault = NULL;
-            if (rc != e->rc) fault = "wrong code";
-            else if (rc && e->msg && !strstr(err.msg, e->msg)) fault = "message lacks the documented words";
-            else if (rc == 0 && r.why[0]) fault = r.why;
+            if (rc != e->rc)
+                fault = "wrong code";
+            else if (rc && e->msg && !strstr(err.msg, e->msg))
+                fault = "message lacks the documented words";
+            else if (rc == 0 && r.why[0])
+                fault = r.why;
             if (fault) {
                 failures++;
-                print_message("FAIL %s(%s = %s): %s: %s (documented: rc %d%s%s)\n", w->fn, w->arg_name, in_names[k], fault,
-                              got, e->rc, e->msg ? ", " : "", e->msg ? e->msg : "");
+                print_message("FAIL %s(%s = %s): %s: %s (documented: rc %d%s%s)\n", w->fn,
+                              w->arg_name, in_names[k], fault, got, e->rc, e->msg ? ", " : "",
+                              e->msg ? e->msg : "");
             }
         }
     assert_int_equal(failures, 0);
@@ -872,6 +1055,7 @@ static void test_double_range(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_double_range)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table),
+                                       cmocka_unit_test(test_double_range)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

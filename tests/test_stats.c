@@ -139,10 +139,8 @@ static void test_critical_n_grid(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ks_separated),
-        cmocka_unit_test(test_ks_errors),
-        cmocka_unit_test(test_kstwo_closed_forms),
-        cmocka_unit_test(test_percentiles_and_slope),
+        cmocka_unit_test(test_ks_separated),       cmocka_unit_test(test_ks_errors),
+        cmocka_unit_test(test_kstwo_closed_forms), cmocka_unit_test(test_percentiles_and_slope),
         cmocka_unit_test(test_critical_n_grid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,9 +12,12 @@ typedef struct {
 static const command *commands(size_t *n) {
     static command table[16];
     const command all[] = {
-        {"reproduce", cmd_reproduce, "run the paper's Algorithms 1-5 and write figures and a report"},
-        {"diagnose", cmd_diagnose, "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
-        {"demo", cmd_demo, "normalizers side by side and Jacobian norms against T on synthetic logits"},
+        {"reproduce", cmd_reproduce,
+         "run the paper's Algorithms 1-5 and write figures and a report"},
+        {"diagnose", cmd_diagnose,
+         "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
+        {"demo", cmd_demo,
+         "normalizers side by side and Jacobian norms against T on synthetic logits"},
         {"normalize", cmd_normalize, "map logits to weights with a normalizer"},
         {"jacobian", cmd_jacobian, "spectral and Frobenius norms of a normalizer's Jacobian"},
         {"metrics", cmd_metrics, "METHOD sections 2-5 on weights and vectors"},
@@ -38,8 +41,10 @@ static const command *commands(size_t *n) {
 static void usage(FILE *f) {
     size_t n;
     const command *c = commands(&n);
-    fprintf(f, "attnlim %s: the limits of normalization in attention (arXiv 2508.17821)\n\n"
-               "usage: attnlim COMMAND [OPTIONS]   (attnlim COMMAND --help for its options)\n\ncommands:\n",
+    fprintf(f,
+            "attnlim %s: the limits of normalization in attention (arXiv 2508.17821)\n\n"
+            "usage: attnlim COMMAND [OPTIONS]   (attnlim COMMAND --help for its "
+            "options)\n\ncommands:\n",
             al_version());
     for (size_t i = 0; i < n; i++) fprintf(f, "  %-12s %s\n", c[i].name, c[i].summary);
 }

@@ -24,7 +24,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-static int set_err(al_error *err, al_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_err(al_error *err, al_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int set_err(al_error *err, al_code code, const char *fmt, ...) {
     if (err) {
         err->code = code;
@@ -41,11 +42,14 @@ int cli_parse_double(const char *s, const char *what, double *out, al_error *err
     double v = 0;
     int under = 0, why = al__number_token(s, &v, &under);
     if (why == AL__NUM_HEX)
-        return set_err(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)", what, s);
+        return set_err(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)", what,
+                       s);
     if (why == AL__NUM_NONFINITE)
-        return set_err(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)", what, s);
+        return set_err(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)", what,
+                       s);
     if (why == AL__NUM_OVERFLOW || under)
-        return set_err(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)", what, s);
+        return set_err(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)",
+                       what, s);
     if (why) return set_err(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
     *out = v;
     return 0;
@@ -56,7 +60,8 @@ int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, 
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (*end != 0 || end == s) return set_err(err, AL_E_INVALID, "%s: '%s' is not an integer", what, s);
+    if (*end != 0 || end == s)
+        return set_err(err, AL_E_INVALID, "%s: '%s' is not an integer", what, s);
     if (errno == ERANGE || v < lo || v > hi)
         return set_err(err, AL_E_RANGE, "%s: %s is outside %ld..%ld", what, s, lo, hi);
     *out = v;
@@ -70,7 +75,9 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
     char *e;
     if (*p == ',' || *p == 0)
         return set_err(err, AL_E_INVALID, "%s: item %d is empty (%s)", what, item,
-                       *p == 0 ? "a comma at the end" : item == 1 ? "a comma at the start" : "two commas in a row");
+                       *p == 0     ? "a comma at the end"
+                       : item == 1 ? "a comma at the start"
+                                   : "two commas in a row");
     errno = 0;
     *a = strtol(p, &e, 10);
     if (e == p) goto bad;
@@ -82,7 +89,9 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
         *b = strtol(q, &e, 10);
         if (e == q) goto bad;
         if (errno == ERANGE) goto big;
-        if (*b < *a) return set_err(err, AL_E_INVALID, "%s: item %d: the range %ld-%ld runs backwards", what, item, *a, *b);
+        if (*b < *a)
+            return set_err(err, AL_E_INVALID, "%s: item %d: the range %ld-%ld runs backwards", what,
+                           item, *a, *b);
     }
     if (*e != ',' && *e != 0) goto bad;
     if (*a < -2147483647L || *b > 2147483647L) goto big;
@@ -91,8 +100,10 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
 bad:;
     const char *stop = p;
     while (*stop && *stop != ',') stop++;
-    return set_err(err, AL_E_INVALID, "%s: item %d, '%.*s', is not an integer N or a range N-M (e.g. 1,5,10 or 1-16,18)",
-                   what, item, (int)(stop - p > 64 ? 64 : stop - p), p);
+    return set_err(
+        err, AL_E_INVALID,
+        "%s: item %d, '%.*s', is not an integer N or a range N-M (e.g. 1,5,10 or 1-16,18)", what,
+        item, (int)(stop - p > 64 ? 64 : stop - p), p);
 big:
     return set_err(err, AL_E_RANGE, "%s: item %d is outside the int range", what, item);
 }
@@ -111,7 +122,8 @@ int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_er
         if (rc) return rc;
         total += (long long)b - a + 1;
         if (total > CLI_MAX_LIST)
-            return set_err(err, AL_E_RANGE, "%s: the list expands to more than %d entries (item %d%s%ld-%ld)", what,
+            return set_err(err, AL_E_RANGE,
+                           "%s: the list expands to more than %d entries (item %d%s%ld-%ld)", what,
                            CLI_MAX_LIST, item, a == b ? "" : ", the range ", a, b);
         if (*end == 0) break;
         p = end + 1;
@@ -148,7 +160,8 @@ int cli_parse_double_list(const char *s, const char *what, double **out, int *n,
     return 0;
 }
 
-int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err) {
+int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *out,
+                      al_error *err) {
     return al_parse_numbers(text, len, name, out, err);
 }
 
@@ -157,7 +170,8 @@ int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *
  * line that could be judged otherwise alone (one with a comma: empty fields are per line), or
  * every line after a failure, is parsed alone, and the first bad one is reported by parsing
  * the text up to it with the earlier lines blanked (newlines kept: the message names it). */
-static int parse_flat(const char *text, size_t len, const char *name, al_array *out, al_error *err) {
+static int parse_flat(const char *text, size_t len, const char *name, al_array *out,
+                      al_error *err) {
     char *t = malloc(len + 1);
     if (!t) return set_err(err, AL_E_NOMEM, "%s: out of memory", name);
     for (size_t i = 0; i < len; i++) t[i] = text[i] == '\n' ? ' ' : text[i];
@@ -218,7 +232,8 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
     int rc;
     if (n == 0) {
         free(buf);
-        return set_err(err, AL_E_INVALID, "%s: empty %s", name, strcmp(name, "<stdin>") ? "file" : "input");
+        return set_err(err, AL_E_INVALID, "%s: empty %s", name,
+                       strcmp(name, "<stdin>") ? "file" : "input");
     }
     /* .npy: by the name, by the first byte (a text file cannot start with 0x93), or by bytes no
      * text of numbers holds (NUL and other control characters): a bad magic is named as such */
@@ -226,7 +241,8 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
     int npy = (nl >= 4 && strcasecmp(name + nl - 4, ".npy") == 0) || (unsigned char)buf[0] == 0x93;
     for (size_t i = 0; i < n && !npy; i++) {
         unsigned char c = (unsigned char)buf[i];
-        npy = (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f') || c == 0x7f;
+        npy = (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f') ||
+              c == 0x7f;
     }
     if (npy) {
         al_array raw;
@@ -240,14 +256,15 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
             int64_t cnt = al_array_numel(out);
             for (int64_t i = 0; i < cnt; i++)
                 if (!isfinite(v[i])) {
-                    rc = set_err(err, AL_E_RANGE, "%s: element %lld (flat, 0-based) is %s", name, (long long)i,
-                                 isnan(v[i]) ? "NaN" : "infinite");
+                    rc = set_err(err, AL_E_RANGE, "%s: element %lld (flat, 0-based) is %s", name,
+                                 (long long)i, isnan(v[i]) ? "NaN" : "infinite");
                     al_array_free(out);
                     break;
                 }
         }
     } else {
-        size_t bom = n >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
+        size_t bom =
+            n >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
         rc = (flat ? parse_flat : cli_parse_numbers)(buf + bom, n - bom, name, out, err);
     }
     free(buf);
@@ -255,7 +272,8 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
         char shape[64 + 24 * AL_MAX_DIMS];
         size_t k = 0;
         for (int i = 0; i < out->ndim; i++)
-            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? ", " : "", (long long)out->shape[i]);
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? ", " : "",
+                                  (long long)out->shape[i]);
         shape[k] = 0;
         rc = set_err(err, AL_E_INVALID, "%s: empty array (shape (%s%s)): no numbers", name, shape,
                      out->ndim == 1 ? "," : "");
@@ -264,10 +282,16 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
     return rc;
 }
 
-const char *cli_input_name(const char *path) { return (!path || strcmp(path, "-") == 0) ? "<stdin>" : path; }
+const char *cli_input_name(const char *path) {
+    return (!path || strcmp(path, "-") == 0) ? "<stdin>" : path;
+}
 
-int cli_read_array(const char *path, al_array *out, al_error *err) { return read_input(path, 0, out, err); }
-int cli_read_flat(const char *path, al_array *out, al_error *err) { return read_input(path, 1, out, err); }
+int cli_read_array(const char *path, al_array *out, al_error *err) {
+    return read_input(path, 0, out, err);
+}
+int cli_read_flat(const char *path, al_array *out, al_error *err) {
+    return read_input(path, 1, out, err);
+}
 
 void cli_print_json(cJSON *obj, int pretty) {
     char *s = pretty ? cJSON_Print(obj) : cJSON_PrintUnformatted(obj);
@@ -279,7 +303,9 @@ void cli_print_json(cJSON *obj, int pretty) {
     cJSON_Delete(obj);
 }
 
-cJSON *cli_json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+cJSON *cli_json_num(double v) {
+    return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+}
 
 cJSON *cli_json_array_d(const double *v, int64_t n) {
     cJSON *a = cJSON_CreateArray();
@@ -293,7 +319,8 @@ int cli_read_rows(const char *input, al_array *out, al_error *err) {
     if (out->ndim != 1 && out->ndim != 2) {
         int nd = out->ndim;
         al_array_free(out);
-        return set_err(err, AL_E_INVALID, "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
+        return set_err(err, AL_E_INVALID,
+                       "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
                        cli_input_name(input), nd);
     }
     return 0;

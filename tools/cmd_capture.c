@@ -101,7 +101,9 @@ static void usage(FILE *f) {
 
 static volatile sig_atomic_t stop_signal; /* the CLI's state, not the library's */
 
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
 
 static void catch_stop_signals(void) {
     const int sigs[2] = {SIGINT, SIGTERM};
@@ -120,7 +122,9 @@ static int check_stop(al_error *err) {
     int sig = stop_signal;
     if (!sig) return 0;
     return al__err(err, AL_E_CANCELLED, "interrupted by %s",
-                   sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal");
+                   sig == SIGINT    ? "SIGINT"
+                   : sig == SIGTERM ? "SIGTERM"
+                                    : "a signal");
 }
 
 /* ---- the output directory -------------------------------------------------------------------- */
@@ -202,7 +206,8 @@ static int out_prepare(out_dir *o, const char *out, int force, al_error *err) {
     memset(o, 0, sizeof *o);
     size_t n = strlen(out);
     while (n > 1 && out[n - 1] == '/') n--;
-    if (n == 0 || n >= sizeof o->dir) return al__err(err, AL_E_INVALID, "--out '%s': bad path", out);
+    if (n == 0 || n >= sizeof o->dir)
+        return al__err(err, AL_E_INVALID, "--out '%s': bad path", out);
     memcpy(o->dir, out, n);
     o->dir[n] = 0;
     struct stat st;
@@ -241,8 +246,8 @@ static int out_prepare(out_dir *o, const char *out, int force, al_error *err) {
         if (!first[0]) snprintf(first, sizeof first, "%s", e->d_name);
         char path[PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
-        if (!foreign[0] && (!capture_file_name(e->d_name) || lstat(path, &st) != 0 ||
-                            !S_ISREG(st.st_mode)))
+        if (!foreign[0] &&
+            (!capture_file_name(e->d_name) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)))
             snprintf(foreign, sizeof foreign, "%s", e->d_name);
     }
     closedir(d);
@@ -434,8 +439,10 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
         if (bad) {
             cJSON_AddNumberToObject(f, "nonfinite", (double)bad);
             cJSON_AddStringToObject(f, "first_nonfinite_at", where);
-            fprintf(stderr, "attnlim capture: warning: layer %d %s: %zu NaN/Inf values (first at "
-                    "%s), written (--allow-nonfinite)\n", c->layer, WHAT[i].name, bad, where);
+            fprintf(stderr,
+                    "attnlim capture: warning: layer %d %s: %zu NaN/Inf values (first at "
+                    "%s), written (--allow-nonfinite)\n",
+                    c->layer, WHAT[i].name, bad, where);
             r->n_nonfinite += bad;
         }
         cJSON_AddItemToArray(r->jfiles, f);
@@ -725,8 +732,7 @@ done:
     free(od);
     if (rc && stop_signal) {
         int sig = stop_signal;
-        fprintf(stderr, "attnlim capture: %s; nothing was written to %s\n", err.msg,
-                out);
+        fprintf(stderr, "attnlim capture: %s; nothing was written to %s\n", err.msg, out);
         signal(sig, SIG_DFL);
         raise(sig); /* the default action: the exit status says which signal */
     }

@@ -88,7 +88,8 @@ static void print_dump(const cJSON *d) {
            cJSON_GetObjectItem(d, "path")->valuestring,
            cJSON_GetObjectItem(d, "manifest_schema")->valuestring,
            cJSON_GetObjectItem(d, "T")->valueint,
-           cJSON_IsTrue(cJSON_GetObjectItem(d, "token_ids")) ? "recorded" : "not recorded (any tokens)");
+           cJSON_IsTrue(cJSON_GetObjectItem(d, "token_ids")) ? "recorded"
+                                                             : "not recorded (any tokens)");
     printf("%-12s", "  arrays");
     for (const cJSON *a = ar->child; a; a = a->next) printf(" %s", a->valuestring);
     printf("\n%-12s %d stored, %d stored heads\n", "  layers", cJSON_GetArraySize(ly),

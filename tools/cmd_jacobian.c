@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static void usage(void) {
     printf(
         "usage: attnlim jacobian --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"

@@ -12,26 +12,27 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
-            "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
-            "\n"
-            "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
-            "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
-            "next-token predictions inside each window (the first token of a window has no\n"
-            "context and is not predicted), then over windows, and the spread of the per-window\n"
-            "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
-            "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
-            "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
-            "its NaN/Inf tensor) unless --allow-nonfinite.\n"
-            "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-            "                  the model's tokenizer\n"
-            "  --tokens FILE   token ids separated by whitespace\n"
-            "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
-            "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
-            "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
-            "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\", ...}\n");
+    fprintf(
+        f,
+        "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
+        "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
+        "\n"
+        "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
+        "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
+        "next-token predictions inside each window (the first token of a window has no\n"
+        "context and is not predicted), then over windows, and the spread of the per-window\n"
+        "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
+        "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
+        "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
+        "its NaN/Inf tensor) unless --allow-nonfinite.\n"
+        "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+        "                  the model's tokenizer\n"
+        "  --tokens FILE   token ids separated by whitespace\n"
+        "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
+        "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
+        "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
+        "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
+        "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\", ...}\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -147,7 +148,7 @@ int cmd_perplexity(int argc, char **argv) {
         rc = al__err(&err, AL_E_NOMEM, "logits of %ld x %d overflow", length, V);
         goto done;
     }
-    logits = al__malloc(n_logits, "logits", &err);                          /* [L, V] */
+    logits = al__malloc(n_logits, "logits", &err); /* [L, V] */
     /* [2, windows]: the per-window NLL, then the per-window perplexity */
     nll = al__calloc(2 * (size_t)windows, sizeof *nll, "per-window NLL", &err);
     if (!logits || !nll) {
@@ -172,11 +173,11 @@ int cmd_perplexity(int argc, char **argv) {
                         k, isnan(nll[k]) ? "NaN" : "infinite", cause);
                 continue;
             }
-            rc = al__err(&err, AL_E_RANGE,
-                         "window %ld (tokens [%ld, %ld)): the NLL is %s; %s (--allow-nonfinite "
-                         "reports it anyway)",
-                         k, k * length, (k + 1) * length, isnan(nll[k]) ? "NaN" : "infinite",
-                         cause);
+            rc =
+                al__err(&err, AL_E_RANGE,
+                        "window %ld (tokens [%ld, %ld)): the NLL is %s; %s (--allow-nonfinite "
+                        "reports it anyway)",
+                        k, k * length, (k + 1) * length, isnan(nll[k]) ? "NaN" : "infinite", cause);
             break;
         }
         char status[64];

@@ -9,10 +9,10 @@
 typedef struct run_tokens {
     int32_t *ids; /* [n] */
     size_t n;
-    int from_corpus;   /* 1: --corpus, 0: --tokens */
-    char source[4096]; /* the corpus name or the ids file path */
-    char sha256[65];   /* of the ids file, or of the corpus bytes before tokenization */
-    double seconds;    /* reading + tokenizing */
+    int from_corpus;      /* 1: --corpus, 0: --tokens */
+    char source[4096];    /* the corpus name or the ids file path */
+    char sha256[65];      /* of the ids file, or of the corpus bytes before tokenization */
+    double seconds;       /* reading + tokenizing */
     long invalid_utf8_at; /* --corpus: byte offset of the first invalid UTF-8 byte, -1 if none */
 } run_tokens;
 

@@ -59,9 +59,9 @@ static const char *ref_long(const char *s, long *v, int *ovf) {
 }
 
 static void fuzz_int(const char *s, int which) {
-    static const long bounds[][2] = {{LONG_MIN, LONG_MAX}, {0, 100}, {1, 1024}, {-5, 5},
-                                     {0, 1L << 40},       {-(1L << 40), 1L << 40}, {1, 1},
-                                     {0, 2147483647L}};
+    static const long bounds[][2] = {
+        {LONG_MIN, LONG_MAX},    {0, 100}, {1, 1024},       {-5, 5}, {0, 1L << 40},
+        {-(1L << 40), 1L << 40}, {1, 1},   {0, 2147483647L}};
     long lo = bounds[which % 8][0], hi = bounds[which % 8][1];
     long v = 12345, want = 0;
     int ovf = 0;

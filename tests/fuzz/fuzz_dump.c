@@ -35,22 +35,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_root[256], g_dir[320], g_manifest[400];
-static const char *const NAMES[] = {
-    "layer0.q.npy",      "layer0.k.npy",       "layer0.v.npy",      "layer0.logits.npy",
-    "layer0.weights.npy", "layer0.hidden.npy", "layer0.embed.npy", "layer1.q.npy",
-    "layer1.k.npy",      "layer1.v.npy",       "layer2.q.npy",      "layer3.logits.npy"};
+static const char *const NAMES[] = {"layer0.q.npy",      "layer0.k.npy",       "layer0.v.npy",
+                                    "layer0.logits.npy", "layer0.weights.npy", "layer0.hidden.npy",
+                                    "layer0.embed.npy",  "layer1.q.npy",       "layer1.k.npy",
+                                    "layer1.v.npy",      "layer2.q.npy",       "layer3.logits.npy"};
 #define N_NAMES (sizeof NAMES / sizeof NAMES[0])
 
-static void put_array(const char *dir, const char *name, al_dtype dt, int ndim, int64_t a, int64_t b,
-                      int64_t c, double nan_at) {
+static void put_array(const char *dir, const char *name, al_dtype dt, int ndim, int64_t a,
+                      int64_t b, int64_t c, double nan_at) {
     al_array x;
     int64_t shape[3] = {a, b, c};
     if (al_array_alloc(&x, dt, ndim, shape, NULL)) abort();
     int64_t n = al_array_numel(&x);
     for (int64_t i = 0; i < n; i++) {
         double v = sin(0.7 * (double)i + 0.3) * 1.5;
-        if (dt == AL_F64) ((double *)x.data)[i] = v;
-        else ((float *)x.data)[i] = (float)v;
+        if (dt == AL_F64)
+            ((double *)x.data)[i] = v;
+        else
+            ((float *)x.data)[i] = (float)v;
     }
     if (nan_at >= 0) ((double *)x.data)[(int64_t)nan_at] = NAN;
     char path[600];
@@ -142,7 +144,8 @@ static int observer(void *user, const al_capture *cap, al_error *err) {
     const float *qkv[3] = {cap->q, cap->k, cap->v};
     for (int i = 0; i < 3; i++)
         if (!!qkv[i] != !!(s->what & (1u << i))) abort();
-    if (!!cap->logits != !!(s->what & AL_CAP_LOGITS) || !!cap->weights != !!(s->what & AL_CAP_WEIGHTS) ||
+    if (!!cap->logits != !!(s->what & AL_CAP_LOGITS) ||
+        !!cap->weights != !!(s->what & AL_CAP_WEIGHTS) ||
         !!cap->hidden != !!(s->what & AL_CAP_HIDDEN) || !!cap->embed != !!(s->what & AL_CAP_EMBED))
         abort();
     for (int i = 0; i < 3; i++)
@@ -159,7 +162,8 @@ static int observer(void *user, const al_capture *cap, al_error *err) {
     if (cap->hidden) check_array(cap->hidden, T, (size_t)cap->d_model, cap->T, 0, 0);
     if (cap->embed) check_array(cap->embed, T, (size_t)cap->d_model, cap->T, 0, 0);
     for (size_t i = 0; i < n; i++)
-        if (cap->heads[i] < 0 || cap->heads[i] >= cap->n_head || (i && cap->heads[i] <= cap->heads[i - 1]))
+        if (cap->heads[i] < 0 || cap->heads[i] >= cap->n_head ||
+            (i && cap->heads[i] <= cap->heads[i - 1]))
             abort();
     s->layers++;
     return 0;
@@ -222,8 +226,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memset(&err, 0, sizeof err);
         rc = al_model_forward(m, ids, T, &req, NULL, NULL, &err);
         if (!!c1 != !!rc) abort(); /* the preflight agrees with the forward */
-        if (rc) starts_with(err.msg, g_dir);
-        else if (s.layers != in->n_layer) abort();
+        if (rc)
+            starts_with(err.msg, g_dir);
+        else if (s.layers != in->n_layer)
+            abort();
     }
     al_model_free(m);
     return 0;

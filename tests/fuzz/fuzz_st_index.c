@@ -36,8 +36,10 @@ typedef struct shard {
     const char *name;
     int n_tensors; /* -1: not a valid shard */
 } shard;
-static const shard SHARDS[] = {{"a.safetensors", 2},   {"b.safetensors", 2},
-                               {"c.safetensors", 1},   {"bad.safetensors", -1},
+static const shard SHARDS[] = {{"a.safetensors", 2},
+                               {"b.safetensors", 2},
+                               {"c.safetensors", 1},
+                               {"bad.safetensors", -1},
                                {"empty.safetensors", -1}};
 
 static void put(const char *dir, const char *name, const void *p, size_t n) {
@@ -93,7 +95,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (mkdir(g_model, 0700) || mkdir(sub, 0700)) abort();
     atexit(cleanup);
     const float x[2] = {1.5f, -2.0f};
-    const unsigned char y[4] = {0x00, 0x3c, 0x00, 0xc0}; /* F16 1, -2 */
+    const unsigned char y[4] = {0x00, 0x3c, 0x00, 0xc0};             /* F16 1, -2 */
     const unsigned char z[6] = {0x80, 0x3f, 0x00, 0x40, 0x40, 0x40}; /* BF16 1, 2, 3 */
     unsigned char ay[12];
     memcpy(ay, x, 8);
@@ -107,12 +109,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
            "\"z\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
            "\"e\":{\"dtype\":\"I32\",\"shape\":[0],\"data_offsets\":[6,6]}}",
            z, sizeof z);
-    put_st(g_model, "c.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-           x, sizeof x);
+    put_st(g_model, "c.safetensors",
+           "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", x, sizeof x);
     put(g_model, "bad.safetensors", "\x40\0\0\0\0\0\0\0{\"x\":", 13);
     put(g_model, "empty.safetensors", "", 0);
-    put_st(sub, "s.safetensors", "{\"s\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", x,
-           sizeof x);
+    put_st(sub, "s.safetensors", "{\"s\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+           x, sizeof x);
     put_st(g_root, "outside.safetensors",
            "{\"secret\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", x, sizeof x);
     return 0;

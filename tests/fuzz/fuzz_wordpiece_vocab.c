@@ -48,8 +48,8 @@ static void put(const char *path, const void *p, size_t n) {
 
 static void cleanup(void) {
     char p[400];
-    const char *names[] = {"vocab.txt", "direct_vocab.txt", "tokenizer_config.json",
-                           "config.json", "model.safetensors"};
+    const char *names[] = {"vocab.txt", "direct_vocab.txt", "tokenizer_config.json", "config.json",
+                           "model.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
         unlink(p);
@@ -95,9 +95,10 @@ static void write_tiny_bert(void) {
             snprintf(shape, sizeof shape, "[%d,%d]", T[i].rows, T[i].cols);
         else
             snprintf(shape, sizeof shape, "[%d]", T[i].rows);
-        h += (size_t)snprintf(hdr + h, sizeof hdr - h,
-                              "%s\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                              i ? "," : "", T[i].name, shape, off, off + nb);
+        h +=
+            (size_t)snprintf(hdr + h, sizeof hdr - h,
+                             "%s\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                             i ? "," : "", T[i].name, shape, off, off + nb);
         off += nb;
     }
     h += (size_t)snprintf(hdr + h, sizeof hdr - h, "}");
