@@ -19,6 +19,9 @@ import subprocess
 import numpy as np
 import pytest
 
+from jsoncmp import RUN_KEYS
+from jsoncmp import close_json as _close_json
+
 BIN = os.environ.get("ATTNLIM_BIN")
 LIB = os.environ.get("ATTNLIM_LIB")
 BUILD = os.environ.get("ATTNLIM_BUILD_DIR", "")
@@ -101,26 +104,9 @@ def work(tmp_path_factory, mpirun):
     return {"dir": d, "model": model, "one": one, "res": json.load(open(os.path.join(one, "results.json")))}
 
 
-SKIP = ("manifest.timings", "manifest.started", "manifest.finished", "manifest.parallel")
-
-
-def close_json(a, b, path="results.json", skip=SKIP + ("manifest.resume",)):
-    """a == b, numbers to 1e-12 (relative or absolute), except the keys in skip."""
-    if path.split("results.json.", 1)[-1] in skip:
-        return
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
-        for k in a:
-            close_json(a[k], b[k], f"{path}.{k}", skip)
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), f"{path}: lengths"
-        for i, (x, y) in enumerate(zip(a, b)):
-            close_json(x, y, f"{path}[{i}]", skip)
-    elif isinstance(a, (int, float)) and not isinstance(a, bool):
-        assert isinstance(b, (int, float)) and not isinstance(b, bool), f"{path}: {a!r} vs {b!r}"
-        assert abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b)), f"{path}: {a!r} vs {b!r}"
-    else:
-        assert a == b, f"{path}: {a!r} vs {b!r}"
+def close_json(a, b):
+    """Equal to 1e-12, except the run-specific keys and the parallel layout."""
+    _close_json(a, b, skip=RUN_KEYS + ("manifest.parallel",))
 
 
 def same_partial(a, b):

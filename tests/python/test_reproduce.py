@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jsoncmp import close_json as _close_json
+
 import reproduce_ref as ref
 
 BIN = os.environ.get("ATTNLIM_BIN")
@@ -286,26 +288,6 @@ def _files(d):
 
 def _temps(d):
     return sorted(k for k in _files(d) if re.search(r"\.tmp\.\d+$", k))
-
-
-def _close_json(a, b, path="results.json", skip=("manifest.timings", "manifest.started", "manifest.finished",
-                                                 "manifest.resume")):
-    """a == b, numbers to 1e-12 (relative or absolute), except the keys in skip."""
-    if path.split("results.json.", 1)[-1] in skip:
-        return
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
-        for k in a:
-            _close_json(a[k], b[k], f"{path}.{k}", skip)
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), f"{path}: lengths"
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close_json(x, y, f"{path}[{i}]", skip)
-    elif isinstance(a, (int, float)) and not isinstance(a, bool):
-        assert isinstance(b, (int, float)) and not isinstance(b, bool), f"{path}: {a!r} vs {b!r}"
-        assert abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b)), f"{path}: {a!r} vs {b!r}"
-    else:
-        assert a == b, f"{path}: {a!r} vs {b!r}"
 
 
 def _default_signals():
