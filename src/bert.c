@@ -24,6 +24,7 @@
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,25 +80,41 @@ static int json_int(const cJSON *j, const char *key, long lo, long hi, int *out,
     return 0;
 }
 
-/* tokenizer_config.json: do_lower_case (default true), strip_accents (null: as lower-case). */
-static void read_tokenizer_config(bert *b) {
+/* tokenizer_config.json, if present: do_lower_case (a boolean; default true) and strip_accents
+ * (a boolean, or null / absent: as do_lower_case). A file that is there but unreadable, not a
+ * JSON object, or holding either key with another type is an error naming it: a tokenizer
+ * silently read with other flags than the model's would give other ids. */
+static int read_tokenizer_config(bert *b, al_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", b->dir);
     b->lowercase = 1;
     b->strip_accents = -1;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
+        b->strip_accents = b->lowercase;
+        return 0;
+    }
     char *text;
     size_t len;
-    al_error ignore;
-    if (al__read_file(path, 1 << 20, &text, &len, &ignore) == 0) {
-        cJSON *j = cJSON_ParseWithLength(text, len);
-        free(text);
-        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
-        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
-        if (cJSON_IsBool(lc)) b->lowercase = cJSON_IsTrue(lc);
-        if (cJSON_IsBool(sa)) b->strip_accents = cJSON_IsTrue(sa);
+    int rc = al__read_file(path, 1 << 20, &text, &len, err);
+    if (rc) return rc;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
+        return al__err(err, AL_E_FORMAT, "%s: not a JSON object", path);
     }
+    const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
+    if (lc && !cJSON_IsBool(lc))
+        rc = al__err(err, AL_E_FORMAT, "%s: \"do_lower_case\" is not a boolean", path);
+    else if (sa && !cJSON_IsBool(sa) && !cJSON_IsNull(sa))
+        rc = al__err(err, AL_E_FORMAT, "%s: \"strip_accents\" is neither a boolean nor null", path);
+    if (cJSON_IsBool(lc)) b->lowercase = cJSON_IsTrue(lc);
+    if (cJSON_IsBool(sa)) b->strip_accents = cJSON_IsTrue(sa);
+    cJSON_Delete(j);
     if (b->strip_accents < 0) b->strip_accents = b->lowercase;
+    return rc;
 }
 
 static int read_config(bert *b, al_model_info *info, al_error *err) {
@@ -430,11 +447,11 @@ int al__bert_open_safetensors(al_model *m, const char *path, al_error *err) {
     if (rc == 0) rc = al__st_open(path, &st, err);
     if (rc == 0) rc = load_weights(b, st, &m->info, err);
     al__st_close(st);
+    if (rc == 0) rc = read_tokenizer_config(b, err);
     if (rc) {
         bert_free(b);
         return rc;
     }
-    read_tokenizer_config(b);
     al_model_info *info = &m->info;
     snprintf(info->family, sizeof info->family, "bert");
     /* the file opened: model.safetensors of a directory (hashed by al_model_hash) */

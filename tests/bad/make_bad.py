@@ -309,7 +309,7 @@ model_dir("nan_attn_weights", safetensors(T6))
 # ---- WordPiece vocabularies, each in a tiny valid BERT directory (read by `attnlim embed`) ----
 
 
-def tiny_bert(d, vocab_text):
+def tiny_bert(d, vocab_text, tokenizer_config=None):
     g = np.random.default_rng(13)
     Cb, Fb, Pb, Vb = 4, 8, 8, 8
     bcfg = {"model_type": "bert", "hidden_size": Cb, "num_attention_heads": 1, "num_hidden_layers": 1,
@@ -329,12 +329,17 @@ def tiny_bert(d, vocab_text):
                                             for k, s in shapes.items()}))
     w(d + "/config.json", json.dumps(bcfg))
     w(d + "/vocab.txt", vocab_text)
+    if tokenizer_config is not None:
+        w(d + "/tokenizer_config.json", tokenizer_config)
 
 
 tiny_bert("wordpiece/empty", "")
 tiny_bert("wordpiece/no_unk", "[PAD]\n[CLS]\n[SEP]\nhello\n")
 tiny_bert("wordpiece/no_cls", "[PAD]\n[UNK]\n[SEP]\nhello\n")
 tiny_bert("wordpiece/nul_byte", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhel\0lo\n")
+GOOD_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n"
+tiny_bert("wordpiece/tokenizer_config_not_json", GOOD_VOCAB, '{"do_lower_case": true,')
+tiny_bert("wordpiece/tokenizer_config_lower_not_bool", GOOD_VOCAB, '{"do_lower_case": "yes"}')
 
 # ---- attention dumps (docs/dumps.md): T = 4 tokens, 1 layer, 1 head, d_head 2, causal -------
 

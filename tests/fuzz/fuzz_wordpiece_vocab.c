@@ -21,7 +21,9 @@
  *    alone; upper-cased it still does exactly when lower-casing is on; followed by U+0301
  *    (a combining accent) it still does exactly when accent stripping is on. The flags
  *    expected are read here from the config: do_lower_case (a bool, default true),
- *    strip_accents (a bool, default: as do_lower_case), anything else ignored. */
+ *    strip_accents (a bool or null, default: as do_lower_case), other keys ignored;
+ *  - a config that is not a JSON object, or holds either key with another type, makes the
+ *    model fail to open, naming tokenizer_config.json. */
 #include "attnlim.h"
 #include "tokenizer.h"
 
@@ -178,18 +180,27 @@ static int last_id(const vocab *V, const char *s, size_t n) {
 
 /* ---- our own reading of tokenizer_config.json ----------------------------------------------- */
 
-static void expected_flags(const char *cfg, size_t len, int *lower, int *strip) {
+/* 1 when the model must open with this config: a JSON object whose do_lower_case is absent or
+ * a boolean and whose strip_accents is absent, a boolean or null (at most 1 MiB). */
+static int expected_flags(const char *cfg, size_t len, int *lower, int *strip) {
     *lower = 1;
     *strip = -1;
-    cJSON *j = cfg ? cJSON_ParseWithLength(cfg, len) : NULL;
-    if (cJSON_IsObject(j)) {
-        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
-        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
-        if (cJSON_IsBool(lc)) *lower = cJSON_IsTrue(lc);
-        if (cJSON_IsBool(sa)) *strip = cJSON_IsTrue(sa);
+    int ok = 1;
+    if (cfg) {
+        cJSON *j = len <= (1u << 20) ? cJSON_ParseWithLength(cfg, len) : NULL;
+        ok = cJSON_IsObject(j);
+        if (ok) {
+            const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
+            const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
+            if (lc && !cJSON_IsBool(lc)) ok = 0;
+            if (sa && !cJSON_IsBool(sa) && !cJSON_IsNull(sa)) ok = 0;
+            if (cJSON_IsBool(lc)) *lower = cJSON_IsTrue(lc);
+            if (cJSON_IsBool(sa)) *strip = cJSON_IsTrue(sa);
+        }
+        cJSON_Delete(j);
     }
-    cJSON_Delete(j);
     if (*strip < 0) *strip = *lower;
+    return ok;
 }
 
 /* ---- checks ------------------------------------------------------------------------------ */
@@ -291,7 +302,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int should_open = V.n >= 1 && V.n <= (1 << 22) && !V.has_nul && last_id(&V, "[UNK]", 5) >= 0 &&
                       last_id(&V, "[CLS]", 5) >= 0 && last_id(&V, "[SEP]", 5) >= 0;
     int lower, strip;
-    expected_flags(cfg, clen, &lower, &strip);
+    int cfg_ok = expected_flags(cfg, clen, &lower, &strip);
     al_tokenizer *tk = NULL;
     al_model *m = NULL;
     al_error err = {0};
@@ -307,9 +318,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         vpath = g_vocab;
         put(g_vocab, in, vlen);
         put(g_tcfg, cfg, clen);
-        if (al_model_open(g_dir, &m, &err)) {
-            fprintf(stderr, "the tiny BERT does not open: %s\n", err.msg);
+        int orc = al_model_open(g_dir, &m, &err);
+        if ((orc == 0) != cfg_ok) {
+            fprintf(stderr,
+                    "the tiny BERT %s but its tokenizer_config.json should make it %s: %s\n",
+                    orc ? "does not open" : "opens", cfg_ok ? "open" : "fail", err.msg);
             abort();
+        }
+        if (orc) {
+            if (!strstr(err.msg, g_tcfg)) abort(); /* the failure names the config */
+            free(V.v);
+            return 0;
         }
         rc = al_model_tokenizer(m, &tk, &err);
     }
