@@ -527,30 +527,22 @@ static cJSON *versions_json(void) {
 }
 
 int cmd_capture(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *corpus = NULL, *layers_s = NULL, *heads_s = NULL;
-    const char *what_s = "weights", *out = NULL;
-    long window = 0, length = -1, threads = 0;
-    int json = 0, have_length = 0, force = 0, allow_nonfinite = 0;
+    const char *layers_s = NULL, *heads_s = NULL, *what_s = "weights", *out = NULL;
+    long window = 0;
+    int force = 0, r;
+    run_opts ro = {0};
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
+        } else if ((r = run_opts_arg("capture", argc, argv, &i, &ro))) {
+            if (r != 1) return r;
         } else if (!strcmp(a, "--force")) {
             force = 1;
-        } else if (!strcmp(a, "--allow-nonfinite")) {
-            allow_nonfinite = 1;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("capture", "unknown argument or missing value: '%s'", a);
-        } else if (!strcmp(a, "--model")) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--tokens")) {
-            tokens = argv[++i];
-        } else if (!strcmp(a, "--corpus")) {
-            corpus = argv[++i];
         } else if (!strcmp(a, "--layers")) {
             layers_s = argv[++i];
         } else if (!strcmp(a, "--heads")) {
@@ -562,26 +554,17 @@ int cmd_capture(int argc, char **argv) {
         } else if (!strcmp(a, "--window")) {
             if (cli_parse_int(argv[++i], "--window", 0, 1L << 40, &window, &err))
                 return cli_usage_error("capture", "%s", err.msg);
-        } else if (!strcmp(a, "--length")) {
-            if (cli_parse_int(argv[++i], "--length", -(1L << 40), 1L << 40, &length, &err))
-                return cli_usage_error("capture", "%s", err.msg);
-            have_length = 1;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(argv[++i], "--threads", 1, 1024, &threads, &err))
-                return cli_usage_error("capture", "%s", err.msg);
         } else {
             return cli_usage_error("capture", "unknown option '%s'", a);
         }
     }
-    if (!model) return cli_usage_error("capture", "--model PATH is required");
+    if ((r = run_opts_finish("capture", &ro, 1, "at least 1 token"))) return r;
     if (!out) return cli_usage_error("capture", "--out DIR is required");
-    if (!have_length) return cli_usage_error("capture", "--length L is required");
-    if (!!tokens == !!corpus)
-        return cli_usage_error("capture", "give exactly one of --tokens FILE and --corpus NAME");
-    if (length < 1) return cli_usage_error("capture", "--length %ld: at least 1 token", length);
     unsigned what;
     if (parse_what(what_s, &what, &err)) return cli_usage_error("capture", "%s", err.msg);
-    if (threads) al__set_threads((int)threads);
+    const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
+    const long length = ro.length;
+    const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t_start = al__now();
     al_model *m = NULL;

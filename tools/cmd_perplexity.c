@@ -74,49 +74,30 @@ static double window_nll(const float *logits, const int32_t *tokens, int T, int 
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *corpus = NULL;
-    long windows = 1, length = -1, threads = 0;
-    int json = 0, have_length = 0, allow_nonfinite = 0;
+    long windows = 1;
+    int r;
+    run_opts ro = {0};
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--allow-nonfinite")) {
-            allow_nonfinite = 1;
+        } else if ((r = run_opts_arg("perplexity", argc, argv, &i, &ro))) {
+            if (r != 1) return r;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("perplexity", "unknown argument or missing value: '%s'", a);
-        } else if (!strcmp(a, "--model")) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--tokens")) {
-            tokens = argv[++i];
-        } else if (!strcmp(a, "--corpus")) {
-            corpus = argv[++i];
         } else if (!strcmp(a, "--windows")) {
             if (cli_parse_int(argv[++i], "--windows", 1, 1L << 30, &windows, &err))
-                return cli_usage_error("perplexity", "%s", err.msg);
-        } else if (!strcmp(a, "--length")) {
-            if (cli_parse_int(argv[++i], "--length", -(1L << 40), 1L << 40, &length, &err))
-                return cli_usage_error("perplexity", "%s", err.msg);
-            have_length = 1;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(argv[++i], "--threads", 1, 1024, &threads, &err))
                 return cli_usage_error("perplexity", "%s", err.msg);
         } else {
             return cli_usage_error("perplexity", "unknown option '%s'", a);
         }
     }
-    if (!model) return cli_usage_error("perplexity", "--model PATH is required");
-    if (!have_length) return cli_usage_error("perplexity", "--length L is required");
-    if (!!tokens == !!corpus)
-        return cli_usage_error("perplexity", "give exactly one of --tokens FILE and --corpus NAME");
-    if (length < 2)
-        return cli_usage_error("perplexity", "--length %ld: at least 2 tokens (one prediction)",
-                               length);
-    if (threads) al__set_threads((int)threads);
+    if ((r = run_opts_finish("perplexity", &ro, 2, "at least 2 tokens (one prediction)"))) return r;
+    const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
+    const long length = ro.length;
+    const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t0 = al__now();
     al_model *m = NULL;

@@ -1,8 +1,10 @@
 /* run_tokens.c: token ids for capture and perplexity (see run_tokens.h). */
 #include "run_tokens.h"
 
+#include "cli.h"
 #include "internal.h"
 #include "model.h"
+#include "ops.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -156,4 +158,46 @@ void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
         snprintf(buf, cap, "%s: tensor %s has %zu NaN/Inf values (first at flat index %zu)%s",
                  w[0].file, w[0].tensor, w[0].n_bad, w[0].first,
                  total > 1 ? ", and other tensors too (see the warnings)" : "");
+}
+
+/* ---- the run options --------------------------------------------------------------------- */
+
+int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
+    const char *a = argv[*i];
+    al_error err = {0};
+    if (!strcmp(a, "--json")) {
+        o->json = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--allow-nonfinite")) {
+        o->allow_nonfinite = 1;
+        return 1;
+    }
+    const char **str = !strcmp(a, "--model")    ? &o->model
+                       : !strcmp(a, "--tokens") ? &o->tokens
+                       : !strcmp(a, "--corpus") ? &o->corpus
+                                                : NULL;
+    long *num = !strcmp(a, "--length") ? &o->length : !strcmp(a, "--threads") ? &o->threads : NULL;
+    if (!str && !num) return 0;
+    if (*i + 1 >= argc) return cli_usage_error(cmd, "unknown argument or missing value: '%s'", a);
+    const char *v = argv[++*i];
+    if (str) {
+        *str = v;
+        return 1;
+    }
+    long lo = num == &o->length ? -(1L << 40) : 1, hi = num == &o->length ? 1L << 40 : 1024;
+    if (cli_parse_int(v, a, lo, hi, num, &err)) return cli_usage_error(cmd, "%s", err.msg);
+    if (num == &o->length) o->have_length = 1;
+    return 1;
+}
+
+int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what) {
+    if (!o->model) return cli_usage_error(cmd, "--model PATH is required");
+    if (!o->have_length) return cli_usage_error(cmd, "--length L is required");
+    if (!!o->tokens == !!o->corpus)
+        return cli_usage_error(cmd, "give exactly one of --tokens FILE and --corpus NAME");
+    if (o->length < min_length)
+        return cli_usage_error(cmd, "--length %ld: %s", o->length, min_what);
+    if (o->threads) al__set_threads((int)o->threads);
+    return 0;
 }

@@ -32,6 +32,22 @@ void run_tokens_free(run_tokens *t);
 int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
                       const int32_t **out, al_error *err);
 
+/* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
+ * --length, --threads, --json, --allow-nonfinite. */
+typedef struct run_opts {
+    const char *model, *tokens, *corpus;
+    long length, threads; /* threads 0: the default */
+    int have_length, json, allow_nonfinite;
+} run_opts;
+
+/* Reads argv[*i] (and its value, advancing *i) when it is one of the run options: returns 1
+ * when taken, 0 when it is not a run option, 2 after printing a usage error (a missing or bad
+ * value). */
+int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
+/* After the loop: --model, --length >= min_length and exactly one of --tokens and --corpus
+ * are required (2 after a usage error); applies --threads. */
+int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what);
+
 /* For the error when a run's output is not finite (capture, perplexity): "MODEL FILE: tensor
  * NAME has N NaN/Inf values (first at flat index I)" from the model's first load warning, or,
  * when the weights are all finite, "PATH: the weights are finite (the forward overflowed)". */
