@@ -22,6 +22,7 @@
  *    when derived, and fails cleanly (naming the directory) when an array is missing. */
 #include "dump.h"
 #include "model.h"
+#include "fuzz_files.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -61,29 +62,13 @@ static void put_array(const char *dir, const char *name, al_dtype dt, int ndim, 
     al_array_free(&x);
 }
 
-static void cleanup(void) {
-    char p[600];
-    for (size_t i = 0; i < N_NAMES; i++) {
-        snprintf(p, sizeof p, "%s/%s", g_dir, NAMES[i]);
-        unlink(p);
-    }
-    unlink(g_manifest);
-    rmdir(g_dir);
-    snprintf(p, sizeof p, "%s/outside.npy", g_root);
-    unlink(p);
-    rmdir(g_root);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(g_root, sizeof g_root, "%s/al_fuzz_dump_XXXXXX", base);
-    if (!mkdtemp(g_root)) abort();
+    snprintf(g_root, sizeof g_root, "%s", fuzz_root("dump"));
     snprintf(g_dir, sizeof g_dir, "%s/d", g_root);
     snprintf(g_manifest, sizeof g_manifest, "%s/manifest.json", g_dir);
     if (mkdir(g_dir, 0700)) abort();
-    atexit(cleanup);
     put_array(g_root, "outside.npy", AL_F64, 3, 2, 4, 2, -1);
     put_array(g_dir, "layer0.q.npy", AL_F64, 3, 2, 4, 2, -1);
     put_array(g_dir, "layer0.k.npy", AL_F64, 3, 2, 4, 2, -1);
@@ -188,10 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         al__dump_desc_free(&d);
     }
     /* 2. the same bytes as the manifest of a directory of real arrays */
-    FILE *f = fopen(g_manifest, "wb");
-    if (!f) abort();
-    if (size && fwrite(data, 1, size, f) != size) abort();
-    fclose(f);
+    fuzz_put(g_manifest, data, size);
     al_model *m = NULL;
     memset(&err, 0, sizeof err);
     rc = al_model_open(g_dir, &m, &err);

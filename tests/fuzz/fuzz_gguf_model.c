@@ -16,6 +16,7 @@
 #include "attnlim.h"
 #include "gguf.h"
 #include "model.h"
+#include "fuzz_files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,31 +27,15 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char g_dir[256], g_path[320];
-
-static void cleanup(void) {
-    unlink(g_path);
-    rmdir(g_dir);
-}
+static char g_path[320];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/al_fuzz_gguf_model_XXXXXX", base);
-    if (!mkdtemp(g_dir)) abort();
-    snprintf(g_path, sizeof g_path, "%s/model.gguf", g_dir);
-    atexit(cleanup);
+    snprintf(g_path, sizeof g_path, "%s/model.gguf", fuzz_root("gguf_model"));
     return 0;
-}
-
-static void put(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n && fwrite(p, 1, n, f) != n) abort();
-    fclose(f);
 }
 
 static int check_rows(void *user, const al_capture *cap, al_error *err) {
@@ -111,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     al_error err = {0};
     if (al__gguf_parse(data, size, "fuzz.gguf", &g, &err) != 0) return 0; /* fuzz_gguf's job */
     al__gguf_close(g);
-    put(g_path, data, size);
+    fuzz_put(g_path, data, size);
     al_model *m = calloc(1, sizeof *m);
     if (!m) return 0;
     int rc = al__llama_open_gguf(m, g_path, &err);

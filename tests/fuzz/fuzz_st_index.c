@@ -19,6 +19,7 @@
  *    the table above), every weight_map entry found in the shard it names (checked with our
  *    own cJSON walk of the input), and every tensor's bytes readable and convertible. */
 #include "safetensors.h"
+#include "fuzz_files.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -45,10 +46,7 @@ static const shard SHARDS[] = {{"a.safetensors", 2},
 static void put(const char *dir, const char *name, const void *p, size_t n) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n && fwrite(p, 1, n, f) != n) abort();
-    fclose(f);
+    fuzz_put(path, p, n);
 }
 
 /* A safetensors image: the header JSON (padded to 8) then data bytes. */
@@ -65,35 +63,15 @@ static void put_st(const char *dir, const char *name, const char *header, const 
     free(buf);
 }
 
-static void cleanup(void) {
-    char p[600];
-    for (size_t i = 0; i < sizeof SHARDS / sizeof SHARDS[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", g_model, SHARDS[i].name);
-        unlink(p);
-    }
-    unlink(g_index);
-    snprintf(p, sizeof p, "%s/sub/s.safetensors", g_model);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/sub", g_model);
-    rmdir(p);
-    rmdir(g_model);
-    snprintf(p, sizeof p, "%s/outside.safetensors", g_root);
-    unlink(p);
-    rmdir(g_root);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(g_root, sizeof g_root, "%s/al_fuzz_st_index_XXXXXX", base);
-    if (!mkdtemp(g_root)) abort();
+    snprintf(g_root, sizeof g_root, "%s", fuzz_root("st_index"));
     snprintf(g_model, sizeof g_model, "%s/m", g_root);
     snprintf(g_index, sizeof g_index, "%s/model.safetensors.index.json", g_model);
     char sub[400];
     snprintf(sub, sizeof sub, "%s/sub", g_model);
     if (mkdir(g_model, 0700) || mkdir(sub, 0700)) abort();
-    atexit(cleanup);
     const float x[2] = {1.5f, -2.0f};
     const unsigned char y[4] = {0x00, 0x3c, 0x00, 0xc0};             /* F16 1, -2 */
     const unsigned char z[6] = {0x80, 0x3f, 0x00, 0x40, 0x40, 0x40}; /* BF16 1, 2, 3 */

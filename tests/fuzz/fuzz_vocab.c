@@ -5,6 +5,7 @@
  * loads then encodes and decodes a fixed text and the input itself.
  * Run: build-fuzz/fuzz_vocab tests/fuzz/corpus/vocab -max_total_time=120 */
 #include "attnlim.h"
+#include "fuzz_files.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,34 +13,6 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char g_dir[256]; /* created once per process (harness state), removed at exit */
-
-static void cleanup(void) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/encoder.json", g_dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/vocab.bpe", g_dir);
-    unlink(p);
-    rmdir(g_dir);
-}
-
-static const char *workdir(void) {
-    if (!g_dir[0]) {
-        const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        snprintf(g_dir, sizeof g_dir, "%s/al_fuzz_vocab_XXXXXX", base);
-        if (!mkdtemp(g_dir)) abort();
-        atexit(cleanup);
-    }
-    return g_dir;
-}
-
-static void put(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n && fwrite(p, 1, n, f) != n) abort();
-    fclose(f);
-}
 
 static void exercise(const al_tokenizer *tk, const char *text, size_t len) {
     int32_t *ids = NULL;
@@ -66,12 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t enc_len = sep ? (size_t)(sep - in) : n;
     const char *bpe = sep ? sep + 6 : "";
     size_t bpe_len = sep ? n - enc_len - 6 : 0;
-    const char *dir = workdir();
+    const char *dir = fuzz_root("vocab");
     char enc_path[512], bpe_path[512];
     snprintf(enc_path, sizeof enc_path, "%s/encoder.json", dir);
     snprintf(bpe_path, sizeof bpe_path, "%s/vocab.bpe", dir);
-    put(enc_path, in, enc_len);
-    put(bpe_path, bpe, bpe_len);
+    fuzz_put(enc_path, in, enc_len);
+    fuzz_put(bpe_path, bpe, bpe_len);
     al_tokenizer *tk = NULL;
     al_error err = {0};
     if (al_tokenizer_open_bpe(dir, which, &tk, &err) == 0) {

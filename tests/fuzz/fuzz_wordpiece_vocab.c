@@ -26,6 +26,7 @@
  *    model fail to open, naming tokenizer_config.json. */
 #include "attnlim.h"
 #include "tokenizer.h"
+#include "fuzz_files.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -40,24 +41,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SEP_LEN 6
 
 static char g_dir[256], g_vocab[320], g_direct[320], g_tcfg[320];
-
-static void put(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n && fwrite(p, 1, n, f) != n) abort();
-    fclose(f);
-}
-
-static void cleanup(void) {
-    char p[400];
-    const char *names[] = {"vocab.txt", "direct_vocab.txt", "tokenizer_config.json", "config.json",
-                           "model.safetensors"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
-        unlink(p);
-    }
-    rmdir(g_dir);
-}
 
 /* A BERT of hidden size 2, one layer, one head, all weights zero (finite), F32. */
 static void write_tiny_bert(void) {
@@ -111,23 +94,20 @@ static void write_tiny_bert(void) {
     memcpy(buf + 8, hdr, h);
     char p[400];
     snprintf(p, sizeof p, "%s/model.safetensors", g_dir);
-    put(p, buf, 8 + h + off);
+    fuzz_put(p, buf, 8 + h + off);
     free(buf);
     static const char cfg[] =
         "{\"model_type\":\"bert\",\"hidden_size\":2,\"num_attention_heads\":1,"
         "\"num_hidden_layers\":1,\"intermediate_size\":2,\"max_position_embeddings\":4,"
         "\"vocab_size\":5,\"type_vocab_size\":1,\"layer_norm_eps\":1e-12,\"hidden_act\":\"gelu\"}";
     snprintf(p, sizeof p, "%s/config.json", g_dir);
-    put(p, cfg, sizeof cfg - 1);
+    fuzz_put(p, cfg, sizeof cfg - 1);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/al_fuzz_wordpiece_vocab_XXXXXX", base);
-    if (!mkdtemp(g_dir)) abort();
-    atexit(cleanup);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_root("wordpiece_vocab"));
     snprintf(g_vocab, sizeof g_vocab, "%s/vocab.txt", g_dir);
     snprintf(g_direct, sizeof g_direct, "%s/direct_vocab.txt", g_dir);
     snprintf(g_tcfg, sizeof g_tcfg, "%s/tokenizer_config.json", g_dir);
@@ -310,14 +290,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *vpath;
     if (!cfg) {
         vpath = g_direct;
-        put(g_direct, in, vlen);
+        fuzz_put(g_direct, in, vlen);
         al__wordpiece *w = NULL;
         rc = al__wordpiece_open(g_direct, 1, 1, &w, &err);
         if (rc == 0 && al__tokenizer_from_wordpiece(w, &tk, &err)) abort();
     } else {
         vpath = g_vocab;
-        put(g_vocab, in, vlen);
-        put(g_tcfg, cfg, clen);
+        fuzz_put(g_vocab, in, vlen);
+        fuzz_put(g_tcfg, cfg, clen);
         int orc = al_model_open(g_dir, &m, &err);
         if ((orc == 0) != cfg_ok) {
             fprintf(stderr,
