@@ -1,4 +1,4 @@
-"""test_bert.py: the BERT family (src/bert.c, src/wordpiece.c, attnlim embed) against
+"""test_bert.py: the BERT family (src/bert.c, src/text/wordpiece.c, attnlim embed) against
 independent references:
   - WordPiece ids vs HF `tokenizers` (Tokenizer.from_file on the model's own tokenizer.json) on
     the whole War and Peace body and on a Unicode torture text;
@@ -278,9 +278,9 @@ def test_wordpiece_code_points(minilm, hf):
 
 
 def test_unicode_tables_match_unicodedata():
-    src = open(os.path.join(SRC, "src", "wordpiece.c"), encoding="utf-8").read()
+    src = open(os.path.join(SRC, "src", "text", "wordpiece.c"), encoding="utf-8").read()
     m = re.search(r"/\* ---- BEGIN TABLES[^\n]*\n(.*?)/\* ---- END TABLES", src, re.S)
-    assert m, "no table markers in src/wordpiece.c"
+    assert m, "no table markers in src/text/wordpiece.c"
     if f'"{unicodedata.unidata_version}"' not in m.group(1):
         pytest.fail(f"tables not of this Python's Unicode {unicodedata.unidata_version}", pytrace=False)
     assert m.group(1).replace(" ", "").replace("\n", "") == bert_ref.unicode_tables_c().replace(
