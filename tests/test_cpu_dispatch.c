@@ -95,7 +95,8 @@ static void test_pointwise_variants(void **state) {
         assert_true(fabs(ref[i] - e) <= 1e-6 * e);
         assert_true(fabs(ref[N_PT + i] - gelu) <= 1e-5 * (1 + fabs(gelu)));
         assert_true(fabs(ref[2 * N_PT + i] - v / (1 + exp(-v)) * up[i]) <= 1e-5 * (1 + fabs(v)));
-        assert_true(fabs(ref[3 * N_PT + i] - exp(x[i] - mx) / s) <= 1e-6 * exp(x[i] - mx) / s + 1e-12);
+        assert_true(fabs(ref[3 * N_PT + i] - exp(x[i] - mx) / s) <=
+                    1e-6 * exp(x[i] - mx) / s + 1e-12);
     }
     for (int isa = AL__CPU_AVX2; isa <= (int)al__cpu_detect(); isa++) {
         run_pointwise((al__cpu_isa)isa, x, up, got);
@@ -123,15 +124,26 @@ static int grab(void *user, const al_capture *c, al_error *err) {
     memcpy(cc->w, c->weights, cc->n * sizeof(float));
     return 0;
 }
-static void run_attention(al__cpu_isa isa, int T, int H, int G, int D, int causal,
-                          const float *q, const float *k, const float *v, float *out, float *w) {
+static void run_attention(al__cpu_isa isa, int T, int H, int G, int D, int causal, const float *q,
+                          const float *k, const float *v, float *out, float *w) {
     assert_int_equal(al__cpu_force(isa), isa);
     cap_copy cc = {w, (size_t)H * T * T};
     al_capture_request req = {.what = AL_CAP_WEIGHTS, .fn = grab, .user = &cc};
-    al__attn a = {.layer = 0, .T = T, .n_head = H, .n_kv_head = G, .d_head = D,
-                  .d_model = H * D, .causal = causal, .q = q, .q_stride = (size_t)H * D,
-                  .k = k, .k_stride = (size_t)G * D, .v = v, .v_stride = (size_t)G * D,
-                  .out = out, .req = &req};
+    al__attn a = {.layer = 0,
+                  .T = T,
+                  .n_head = H,
+                  .n_kv_head = G,
+                  .d_head = D,
+                  .d_model = H * D,
+                  .causal = causal,
+                  .q = q,
+                  .q_stride = (size_t)H * D,
+                  .k = k,
+                  .k_stride = (size_t)G * D,
+                  .v = v,
+                  .v_stride = (size_t)G * D,
+                  .out = out,
+                  .req = &req};
     al_error err = {0};
     assert_int_equal(al__attention(&a, &err), 0);
 }
@@ -147,15 +159,16 @@ static void test_attention_variants(void **state) {
         float *q = randv(&r, (size_t)T * H * D, 1.0), *k = randv(&r, (size_t)T * G * D, 1.0);
         float *v = randv(&r, (size_t)T * G * D, 1.0);
         size_t no = (size_t)T * H * D, nw = (size_t)H * T * T;
-        float *o0 = malloc(no * 4), *w0 = malloc(nw * 4), *o1 = malloc(no * 4), *w1 = malloc(nw * 4);
+        float *o0 = malloc(no * 4), *w0 = malloc(nw * 4), *o1 = malloc(no * 4),
+              *w1 = malloc(nw * 4);
         run_attention(AL__CPU_SCALAR, T, H, G, D, causal, q, k, v, o0, w0);
         for (int isa = AL__CPU_AVX2; isa <= (int)al__cpu_detect(); isa++) {
             run_attention((al__cpu_isa)isa, T, H, G, D, causal, q, k, v, o1, w1);
             const char *name = al__cpu_name((al__cpu_isa)isa);
             assert_near(o1, o0, no, 1e-5, 1e-4, "attention output", name);
             assert_near(w1, w0, nw, 1e-7, 1e-4, "attention weights", name);
-            print_message("%s: attention T %d H %d G %d D %d causal %d agrees with scalar\n",
-                          name, T, H, G, D, causal);
+            print_message("%s: attention T %d H %d G %d D %d causal %d agrees with scalar\n", name,
+                          T, H, G, D, causal);
         }
         free(q), free(k), free(v), free(o0), free(w0), free(o1), free(w1);
     }

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cpu.h"
 
+#include <signal.h>
 #include <string.h>
 
 typedef struct {
@@ -51,6 +52,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* a file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports
+     * (naming its file) and cleans up after, instead of killing the process mid-write */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

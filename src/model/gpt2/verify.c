@@ -275,7 +275,7 @@ static int hash_llmc(const char *path, found **out, int *n_out, char *format, si
 }
 
 static bool is_llmc(const char *path) {
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = al__fopen_read(path, NULL);
     if (!fp) return false;
     unsigned char m[4] = {0};
     size_t got = fread(m, 1, 4, fp);
