@@ -72,8 +72,7 @@ static void sweep_stem(const char *parent, const char *stem, size_t n) {
     if (lstat(tmp, &st) == 0 && (!S_ISDIR(st.st_mode) || al__remove_flat(tmp) != 0)) bad = 1;
     if (lstat(old, &st) == 0 && (!S_ISDIR(st.st_mode) || al__remove_flat(old) != 0)) bad = 1;
     if (bad)
-        fprintf(stderr, "attnlim: warning: could not remove %s or %s (a killed run's)\n", tmp,
-                old);
+        fprintf(stderr, "attnlim: warning: could not remove %s or %s (a killed run's)\n", tmp, old);
     else
         unlink(lock);
     close(fd);
@@ -115,7 +114,8 @@ static int resolve(al__outdir *o, const char *out, int *exists, al_error *err) {
             return al__err(err, AL_E_IO, "%s: exists and is %s, not a directory", o->dir,
                            al__file_kind(st.st_mode));
         char real[PATH_MAX];
-        if (!realpath(o->dir, real)) return al__err(err, AL_E_IO, "%s: %s", o->dir, strerror(errno));
+        if (!realpath(o->dir, real))
+            return al__err(err, AL_E_IO, "%s: %s", o->dir, strerror(errno));
         if (!strcmp(real, "/"))
             return al__err(err, AL_E_INVALID, "--out %s: not the root directory", out);
         snprintf(o->dir, sizeof o->dir, "%s", real);
@@ -133,8 +133,8 @@ static int resolve(al__outdir *o, const char *out, int *exists, al_error *err) {
     return 0;
 }
 
-int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *), const char *out,
-                       int force, al_error *err) {
+int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *),
+                       const char *out, int force, al_error *err) {
     memset(o, 0, sizeof *o);
     o->tool = tool, o->is_own = is_own, o->lock_fd = -1;
     int exists = 0;

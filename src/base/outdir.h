@@ -22,13 +22,13 @@
 #include <limits.h>
 
 typedef struct al__outdir {
-    const char *tool;               /* "capture", "make-model": names the temporaries */
+    const char *tool;                /* "capture", "make-model": names the temporaries */
     int (*is_own)(const char *name); /* a file name the tool writes in DIR */
-    char dir[PATH_MAX];             /* DIR without trailing slashes (its real path if it exists) */
-    char parent[PATH_MAX];          /* where the temporary directory lives */
-    char tmp[PATH_MAX + 96];        /* PARENT/.TOOL-PID[-K].tmp: write the results here */
-    char old[PATH_MAX + 96];        /* PARENT/.TOOL-PID[-K].old */
-    char lock[PATH_MAX + 96];       /* PARENT/.TOOL-PID[-K].lock */
+    char dir[PATH_MAX];              /* DIR without trailing slashes (its real path if it exists) */
+    char parent[PATH_MAX];           /* where the temporary directory lives */
+    char tmp[PATH_MAX + 96];         /* PARENT/.TOOL-PID[-K].tmp: write the results here */
+    char old[PATH_MAX + 96];         /* PARENT/.TOOL-PID[-K].old */
+    char lock[PATH_MAX + 96];        /* PARENT/.TOOL-PID[-K].lock */
     int lock_fd;
     int tmp_made;
     int created[64]; /* lengths of the parent prefixes this run created (undone on failure) */
@@ -37,8 +37,8 @@ typedef struct al__outdir {
 
 /* Resolves DIR, sweeps the parent of dead runs' temporaries, checks that DIR may receive the
  * results (absent, empty, or with force the tool's own earlier output). */
-int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *), const char *out,
-                       int force, al_error *err);
+int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *),
+                       const char *out, int force, al_error *err);
 /* Creates the missing parents, the lock (held) and the temporary directory o->tmp. */
 int al__outdir_make_tmp(al__outdir *o, al_error *err);
 /* The one rename that makes o->tmp DIR (replacing the earlier output when force). */

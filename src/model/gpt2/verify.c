@@ -35,9 +35,10 @@ typedef struct found {
     int used; /* matched a table row */
 } found;
 
-static bool file_exists(const char *p) {
+static bool file_exists(
+    const char *p) { /* present (not a directory): the reader refuses what is not a regular file */
     struct stat s;
-    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+    return stat(p, &s) == 0 && !S_ISDIR(s.st_mode);
 }
 
 /* The default table: share/attnlim next to the installed executable, then the source tree. */
