@@ -144,7 +144,8 @@ int al__ex_aggregate(plan *p, agg *a, al_error *err);
 int al__ex_nearest_d(const double *v, int n, double x);
 int al__ex_nearest_i(const int *v, int n, int x);
 int al__ex_build_heatmaps(const plan *p, agg *a, char titles[6][160], al_error *err);
-void al__ex_verdicts(const plan *p, agg *a);
+/* s->verdicts from the summary's grids and statistics (verdicts.c) */
+void al__ex_verdicts(al__summary *s);
 
 /* ---- writers (results_json.c, results_csv.c) */
 

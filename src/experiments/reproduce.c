@@ -355,7 +355,7 @@ setup_end:
         if ((rc = al__ex_aggregate(&p, &a, err))) goto written;
         char titles[6][160];
         if ((rc = al__ex_build_heatmaps(&p, &a, titles, err))) goto written;
-        al__ex_verdicts(&p, &a);
+        al__ex_verdicts(&a.s);
         double tw = 0, tf = 0, td = 0, tsp = 0, tse = 0, tv = 0;
         for (int i = 0; i < p.n_jobs; i++) {
             tw += p.jobs[i].t_wall;
