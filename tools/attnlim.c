@@ -1,9 +1,12 @@
 /* attnlim.c: the command-line tool. main dispatches to one subcommand (tools/cmd_*.c). */
 #include "cli.h"
 #include "cpu.h"
+#include "textsafe.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -51,7 +54,94 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < n; i++) fprintf(f, "  %-12s %s\n", c[i].name, c[i].summary);
 }
 
+/* ---- terminal output: every byte the CLI prints to stderr (and to stdout when it is a
+ * terminal) passes al__term_text, so that a model name, path or token holding ESC, CSI or other
+ * control sequences, or invalid UTF-8, is shown as \xNN / \u00NN instead of acting on the
+ * terminal. A UTF-8 sequence split across two writes is held back until it is complete. */
+typedef struct term_sink {
+    int fd;
+    unsigned char pend[4];
+    size_t n_pend;
+} term_sink;
+
+static void put_fd(int fd, const char *s, size_t n) {
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(fd, s + off, n - off);
+        if (w <= 0) return;
+        off += (size_t)w;
+    }
+}
+
+/* bytes at the end of s[n] that start a UTF-8 sequence not yet complete (0 .. 3) */
+static size_t open_tail(const unsigned char *s, size_t n) {
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned c = s[n - back];
+        if ((c & 0xC0) == 0x80) continue;
+        size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return len > back ? back : 0;
+    }
+    return 0;
+}
+
+static void sink_text(term_sink *t, const unsigned char *s, size_t n) {
+    char out[4096 * 4 + 16];
+    while (n) {
+        size_t chunk = n > 4096 ? 4096 : n;
+        if (chunk < n) chunk -= open_tail(s, chunk); /* never cut a sequence in two */
+        if (!chunk) chunk = n < 4 ? n : 4;
+        put_fd(t->fd, out, al__term_text((const char *)s, chunk, out, sizeof out));
+        s += chunk, n -= chunk;
+    }
+}
+
+static ssize_t term_write(void *cookie, const char *buf, size_t n) {
+    term_sink *t = cookie;
+    const unsigned char *u = (const unsigned char *)buf;
+    size_t used = 0;
+    if (t->n_pend) { /* complete the held-back sequence first */
+        unsigned char tmp[8];
+        size_t k = t->n_pend;
+        memcpy(tmp, t->pend, k);
+        while (k < sizeof tmp && used < n && (u[used] & 0xC0) == 0x80 && k < 4)
+            tmp[k++] = u[used++];
+        t->n_pend = 0;
+        sink_text(t, tmp, k);
+    }
+    size_t rest = n - used, hold = open_tail(u + used, rest);
+    sink_text(t, u + used, rest - hold);
+    memcpy(t->pend, u + n - hold, hold);
+    t->n_pend = hold;
+    return (ssize_t)n;
+}
+
+static int term_close(void *cookie) {
+    term_sink *t = cookie;
+    if (t->n_pend) sink_text(t, t->pend, t->n_pend); /* a cut sequence: shown as \xNN */
+    t->n_pend = 0;
+    return 0;
+}
+
+/* stderr always; stdout when it is a terminal, and also when it is not, except for tokenize
+ * (whose decoded text is the user's data, kept byte for byte in a pipe) */
+static void filter_terminal_output(const char *cmd) {
+    static term_sink err_sink = {.fd = 2}, out_sink = {.fd = 1};
+    cookie_io_functions_t io = {.write = term_write, .close = term_close};
+    FILE *e = fopencookie(&err_sink, "w", io);
+    if (e) {
+        setvbuf(e, NULL, _IOLBF, 4096);
+        stderr = e;
+    }
+    if (isatty(1) || !cmd || strcmp(cmd, "tokenize") != 0) {
+        FILE *o = fopencookie(&out_sink, "w", io);
+        if (o) {
+            setvbuf(o, NULL, _IOLBF, 4096);
+            stdout = o;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
+    filter_terminal_output(argc > 1 ? argv[1] : NULL);
     /* a file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports
      * (naming its file) and cleans up after, instead of killing the process mid-write */
     signal(SIGXFSZ, SIG_IGN);

@@ -1,5 +1,6 @@
 /* cli.c: argument and input parsing, errors and JSON output shared by the subcommands. */
 #include "cli.h"
+#include "textsafe.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -294,7 +295,7 @@ int cli_read_flat(const char *path, al_array *out, al_error *err) {
 }
 
 void cli_print_json(cJSON *obj, int pretty) {
-    char *s = pretty ? cJSON_Print(obj) : cJSON_PrintUnformatted(obj);
+    char *s = al__json_print(obj, pretty);
     if (s) {
         fputs(s, stdout);
         fputc('\n', stdout);

@@ -21,6 +21,7 @@
  * at once (its temporary directory is swept by the next run). A signal inherited as ignored
  * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
+#include "textsafe.h"
 #include "internal.h"
 #include "model.h"
 #include "ops.h"
@@ -127,7 +128,8 @@ static int check_stop(al_error *err) {
 /* ---- the output directory -------------------------------------------------------------------- */
 
 /* Is name a file capture writes (so that --force may replace it)? */
-static int capture_file_name(const char *name) {
+static int capture_file_name(const char *name, int is_dir) {
+    if (is_dir) return 0;
     if (!strcmp(name, "manifest.json")) return 1;
     if (strncmp(name, "layer", 5) != 0) return 0;
     const char *p = name + 5, *digits = p;
@@ -469,7 +471,7 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddNumberToObject(tm, "forward", fwd_total - run.write_s);
     cJSON_AddNumberToObject(tm, "write", run.write_s);
     cJSON_AddNumberToObject(tm, "total", al__now() - t_start);
-    char *text = cJSON_Print(man);
+    char *text = al__json_print(man, 1);
     char tmp_manifest[PATH_MAX + 80];
     snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", od->tmp);
     rc = text ? al__write_file_atomic(tmp_manifest, text, strlen(text), &err)

@@ -1,6 +1,8 @@
 /* cmd_diagnose.c: attnlim diagnose: per-head health of a model's attention (al_diagnose). */
 #include "cli.h"
+#include "outdir.h"
 
+#include <stdlib.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +10,9 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE] [--length L]\n"
-        "                        [--window K] [--normalizer M] [--out DIR] [--threads T] [--json]\n"
+        "                        [--window K] [--normalizer M] [--out DIR [--force]] [--threads "
+        "T]\n"
+        "                        [--json]\n"
         "\n"
         "Per-head health of the attention on one window (default: window 0, L = min(1024, "
         "context)):\n"
@@ -19,10 +23,35 @@ static void usage(FILE *f) {
         "or sinks into token 0 (mean weight > 0.5).\n"
         "--model DUMPDIR reads an attention dump (docs/dumps.md): its T tokens, window 0,\n"
         "L = min(1024, T) by default (any L <= T when causal; L = T when bidirectional).\n"
-        "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md\n"
+        "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md (DIR new or empty; it\n"
+        "              appears in one rename)\n"
+        "  --force     replace an earlier diagnose output in DIR, atomically\n"
         "  --json      print the JSON report on stdout (default: a summary line per flag)\n"
         "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
         "reports.\n");
+}
+
+static int own_entry(const char *name, int is_dir) {
+    return !is_dir && (!strcmp(name, "diagnose.json") || !strcmp(name, "diagnose.md"));
+}
+
+/* Rank 0 with --out: the reports go to a temporary directory beside DIR, published in one
+ * rename (src/base/outdir.h): DIR new or empty, or with --force its own earlier output. */
+static int prepare_out(al_diag_opts *o, int force, al__outdir **od, al_error *err) {
+    *od = NULL;
+    if (!o->out_dir) return 0;
+    al__outdir *d = calloc(1, sizeof *d);
+    if (!d) return al__err(err, AL_E_NOMEM, "out of memory");
+    int rc = al__outdir_prepare(d, "diagnose", own_entry, o->out_dir, force, err);
+    if (!rc) rc = al__outdir_make_tmp(d, err);
+    if (rc) {
+        al__outdir_abandon(d);
+        free(d);
+        return rc;
+    }
+    o->out_dir = d->tmp;
+    *od = d;
+    return 0;
 }
 
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
@@ -30,8 +59,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
     int root = al_dist_rank(d) == 0;
 #define USAGE_ERROR(...) (root ? cli_usage_error("diagnose", __VA_ARGS__) : 2)
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
+    int rc;
     al_error err = {0};
-    int json = 0;
+    int json = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -40,6 +70,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
             continue;
         }
         if (!v) return USAGE_ERROR("%s needs a value (or is unknown)", a);
@@ -75,7 +108,17 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
         o.model = picked;
     }
     char *txt = NULL;
-    if (al_diagnose_dist(&o, d, &txt, &err)) return root ? cli_fail("diagnose", &err) : 1;
+    al__outdir *od = NULL;
+    if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err))
+        return root ? cli_fail("diagnose", &err) : 1;
+    rc = al_diagnose_dist(&o, d, &txt, &err);
+    if (!rc && od) rc = al__outdir_publish(od, force, &err);
+    if (od) al__outdir_abandon(od);
+    free(od);
+    if (rc) {
+        free(txt);
+        return root ? cli_fail("diagnose", &err) : 1;
+    }
     if (!txt) return 0; /* not rank 0 */
     if (json) {
         printf("%s\n", txt);

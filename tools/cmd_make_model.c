@@ -26,8 +26,8 @@ static void usage(FILE *f) {
            "\"format\", \"n_params\", ...}.\n");
 }
 
-static int own_file(const char *name) {
-    return !strcmp(name, "model.safetensors") || !strcmp(name, "config.json");
+static int own_file(const char *name, int is_dir) {
+    return !is_dir && (!strcmp(name, "model.safetensors") || !strcmp(name, "config.json"));
 }
 
 /* safetensors: written into a temporary directory beside PATH, published in one rename

@@ -1,8 +1,11 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
 #include "internal.h"
+#include "outdir.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,6 +33,10 @@ static void usage(FILE *f) {
         "                      own softmax weights)\n"
         "  --quick             small grids for tiny test models (L 16,32,64; 9 temperatures)\n"
         "  --out DIR           output directory\n"
+        "  --force             replace an earlier reproduce output in DIR, atomically (the new\n"
+        "                      one is written beside it and exchanged in one rename); without\n"
+        "                      it (or --resume) a DIR holding files is refused, and a DIR\n"
+        "                      holding anything reproduce does not write always is\n"
         "  --resume            reuse finished (window, L) results in DIR/partial whose options "
         "match\n"
         "                      (refused, naming them, if the model, corpus, vectors, normalizer,\n"
@@ -77,6 +84,63 @@ static int parse_experiments(const char *s, unsigned *out, al_error *err) {
     return 0;
 }
 
+/* An entry reproduce writes in DIR: the outputs, partial/, its lock and temp files. */
+static int own_entry(const char *name, int is_dir) {
+    if (is_dir) return !strcmp(name, "partial");
+    static const char *fixed[] = {"results.json", "report.md", "report.html",
+                                  ".attnlim-reproduce.lock"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        if (!strcmp(name, fixed[i])) return 1;
+    const char *t = strstr(name, ".tmp.");
+    if (t && t > name && t[5] && strspn(t + 5, "0123456789") == strlen(t + 5)) return 1;
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
+            (size_t)(dot - name))
+        return 0;
+    return !strcmp(dot, ".csv") || !strcmp(dot, ".npy") || !strcmp(dot, ".png") ||
+           !strcmp(dot, ".svg");
+}
+
+/* Rank 0, before the run: DIR absent or empty, or --resume over its own earlier output, or an
+ * earlier run's that never finished (no results.json): the run works in DIR (a killed run
+ * leaves partial/ for --resume). --force over its own earlier
+ * output: the run works in a temporary directory beside DIR (*od) that replaces it in one
+ * rename at the end. Anything else is refused. */
+static int prepare_out(al_repro_opts *o, int force, al__outdir **od, al_error *err) {
+    *od = NULL;
+    const char *out = o->out_dir;
+    struct stat st;
+    if (lstat(out, &st) != 0) return 0; /* a new directory: made by the run */
+    if (S_ISLNK(st.st_mode))
+        return al__err(err, AL_E_IO, "%s: is a symbolic link: refused (give the link's target)",
+                       out);
+    if (!S_ISDIR(st.st_mode))
+        return al__err(err, AL_E_IO, "%s: exists and is %s, not a directory", out,
+                       al__file_kind(st.st_mode));
+    int rc = al__outdir_check_own(out, "reproduce", own_entry, err);
+    if (rc || o->resume) return rc;
+    char res[4200];
+    snprintf(res, sizeof res, "%s/results.json", out);
+    if (lstat(res, &st) != 0) return 0; /* an interrupted or failed run's: continued in place */
+    al__outdir *d = calloc(1, sizeof *d);
+    if (!d) return al__err(err, AL_E_NOMEM, "out of memory");
+    rc = al__outdir_prepare(d, "reproduce", own_entry, out, force, err);
+    if (!rc && !force) { /* empty: the run works in it */
+        free(d);
+        return 0;
+    }
+    if (!rc) rc = al__outdir_make_tmp(d, err);
+    if (rc) {
+        al__outdir_abandon(d);
+        free(d);
+        return rc;
+    }
+    o->out_dir = d->tmp;
+    *od = d;
+    return 0;
+}
+
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
 static int reproduce_main(int argc, char **argv, al_dist *d) {
     int root = al_dist_rank(d) == 0;
@@ -84,7 +148,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al_repro_opts o;
     al_repro_defaults(&o);
     al_error err = {0};
-    int json = 0, rc = 0;
+    int json = 0, rc = 0, force = 0;
+    al__outdir *od = NULL; /* --force: the temporary output that replaces DIR */
+    const char *out_dir = NULL;
     int *lists[4] = {NULL, NULL, NULL, NULL};
     double *dl[2] = {NULL, NULL};
     for (int i = 1; i < argc; i++) {
@@ -102,6 +168,8 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (root) usage(stdout);
             goto out;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else if (!strcmp(a, "--model")) {
             NEED_VALUE();
             o.model = v;
@@ -168,9 +236,10 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE();
             char *end;
+            errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end) {
-                rc = USAGE_ERROR("--seed: '%s' is not a non-negative integer", v);
+            if (!*v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
+                rc = USAGE_ERROR("--seed: '%s' is not an integer in [0, 2^64 - 1]", v);
                 goto out;
             }
             o.seed = s;
@@ -208,10 +277,17 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
 #undef NEED_VALUE
     }
     o.progress = !o.quiet && isatty(2);
-    if (al_reproduce_dist(&o, d, &err)) {
+    out_dir = o.out_dir;
+    if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err)) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
+    if (al_reproduce_dist(&o, d, &err) || (od && al__outdir_publish(od, force, &err))) {
+        if (od) al__err_prefix(&err, err.code, "%s", od->dir);
+        rc = root ? cli_fail("reproduce", &err) : 1;
+        goto out;
+    }
+    o.out_dir = out_dir;
     if (!root) goto out; /* rank 0 wrote everything */
     if (json) {
         char path[4200];
@@ -247,6 +323,8 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
 usage_err:
     rc = USAGE_ERROR("%s", err.msg);
 out:
+    if (od) al__outdir_abandon(od);
+    free(od);
     for (int i = 0; i < 4; i++) free(lists[i]);
     free(dl[0]);
     free(dl[1]);

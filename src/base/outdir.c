@@ -3,6 +3,7 @@
 #include "outdir.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -31,6 +32,18 @@ int al__remove_flat(const char *dir) {
         }
     }
     return rmdir(dir);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT;
+}
+
+int al__remove_tree(const char *dir) {
+    struct stat st;
+    if (lstat(dir, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(dir);
+    return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
 /* Is name ".TOOL-PID[-K]" followed by suffix? The stem length, else 0. */
@@ -133,7 +146,42 @@ static int resolve(al__outdir *o, const char *out, int *exists, al_error *err) {
     return 0;
 }
 
-int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *),
+/* "" when dir holds only is_own entries, else the first other one in foreign (and its kind) */
+static int list_dir(const char *dir, int (*is_own)(const char *, int), char *first, char *foreign,
+                    char *kind, al_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return al__err(err, AL_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *e;
+    first[0] = foreign[0] = kind[0] = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!first[0]) snprintf(first, 256, "%s", e->d_name);
+        struct stat st;
+        if (foreign[0]) continue;
+        int ok = fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        int reg = ok && S_ISREG(st.st_mode), dir_ = ok && S_ISDIR(st.st_mode);
+        if (!ok || !(reg || dir_) || !is_own(e->d_name, dir_)) {
+            snprintf(foreign, 256, "%s", e->d_name);
+            snprintf(kind, 64, "%s", ok ? al__file_kind(st.st_mode) : "unreadable");
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+int al__outdir_check_own(const char *dir, const char *tool, int (*is_own)(const char *, int),
+                         al_error *err) {
+    char first[256], foreign[256], kind[64];
+    int rc = list_dir(dir, is_own, first, foreign, kind, err);
+    if (!rc && foreign[0])
+        rc = al__err(err, AL_E_INVALID,
+                     "%s holds %s (%s), which %s does not write: not one of its earlier outputs; "
+                     "choose another --out",
+                     dir, foreign, kind, tool);
+    return rc;
+}
+
+int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *, int),
                        const char *out, int force, al_error *err) {
     memset(o, 0, sizeof *o);
     o->tool = tool, o->is_own = is_own, o->lock_fd = -1;
@@ -142,22 +190,8 @@ int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char
     if (rc) return rc;
     sweep_parent(o);
     if (!exists) return 0;
-    DIR *d = opendir(o->dir);
-    if (!d) return al__err(err, AL_E_IO, "%s: cannot list: %s", o->dir, strerror(errno));
-    struct dirent *e;
-    char first[256] = "", foreign[256] = "", kind[64] = "";
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (!first[0]) snprintf(first, sizeof first, "%s", e->d_name);
-        struct stat st;
-        if (foreign[0]) continue;
-        int ok = fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0;
-        if (!ok || !is_own(e->d_name) || !S_ISREG(st.st_mode)) {
-            snprintf(foreign, sizeof foreign, "%s", e->d_name);
-            snprintf(kind, sizeof kind, "%s", ok ? al__file_kind(st.st_mode) : "unreadable");
-        }
-    }
-    closedir(d);
+    char first[256], foreign[256], kind[64];
+    if ((rc = list_dir(o->dir, is_own, first, foreign, kind, err))) return rc;
     if (!first[0]) return 0;
     if (!force)
         return al__err(err, AL_E_INVALID,
@@ -300,7 +334,7 @@ int al__outdir_publish(al__outdir *o, int force, al_error *err) {
         if (rc) return rc;
     }
     o->tmp_made = 0, o->n_created = 0;
-    if (al__remove_flat(old) != 0)
+    if (al__remove_tree(old) != 0)
         fprintf(stderr,
                 "attnlim %s: warning: the earlier output replaced in %s is left at %s: %s\n",
                 o->tool, o->dir, old, strerror(errno));

@@ -10,10 +10,10 @@
  * without its lock file is left alone (its owner cannot be proven gone).
  *
  * DIR itself: absent or empty, it is replaced by the temporary in one rename; holding files, it
- * is refused unless force, and with force only when every entry is a regular file of a name the
- * tool writes (is_own), its own earlier output: then exchanged atomically (renameat2
- * RENAME_EXCHANGE; without it, moved aside, the new one renamed in and the old one removed), so
- * that DIR never holds files of two runs. */
+ * is refused unless force, and with force only when every entry is a regular file (or a real
+ * directory, not a link) of a name the tool writes (is_own(name, is_dir)), its own earlier output:
+ * then exchanged atomically (renameat2 RENAME_EXCHANGE; without it, moved aside, the new one
+ * renamed in and the old one removed), so that DIR never holds files of two runs. */
 #ifndef AL_OUTDIR_H
 #define AL_OUTDIR_H
 
@@ -22,13 +22,13 @@
 #include <limits.h>
 
 typedef struct al__outdir {
-    const char *tool;                /* "capture", "make-model": names the temporaries */
-    int (*is_own)(const char *name); /* a file name the tool writes in DIR */
-    char dir[PATH_MAX];              /* DIR without trailing slashes (its real path if it exists) */
-    char parent[PATH_MAX];           /* where the temporary directory lives */
-    char tmp[PATH_MAX + 96];         /* PARENT/.TOOL-PID[-K].tmp: write the results here */
-    char old[PATH_MAX + 96];         /* PARENT/.TOOL-PID[-K].old */
-    char lock[PATH_MAX + 96];        /* PARENT/.TOOL-PID[-K].lock */
+    const char *tool; /* "capture", "make-model": names the temporaries */
+    int (*is_own)(const char *name, int is_dir); /* an entry the tool writes in DIR */
+    char dir[PATH_MAX];       /* DIR without trailing slashes (its real path if it exists) */
+    char parent[PATH_MAX];    /* where the temporary directory lives */
+    char tmp[PATH_MAX + 96];  /* PARENT/.TOOL-PID[-K].tmp: write the results here */
+    char old[PATH_MAX + 96];  /* PARENT/.TOOL-PID[-K].old */
+    char lock[PATH_MAX + 96]; /* PARENT/.TOOL-PID[-K].lock */
     int lock_fd;
     int tmp_made;
     int created[64]; /* lengths of the parent prefixes this run created (undone on failure) */
@@ -37,8 +37,12 @@ typedef struct al__outdir {
 
 /* Resolves DIR, sweeps the parent of dead runs' temporaries, checks that DIR may receive the
  * results (absent, empty, or with force the tool's own earlier output). */
-int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *),
+int al__outdir_prepare(al__outdir *o, const char *tool, int (*is_own)(const char *, int),
                        const char *out, int force, al_error *err);
+/* The check of al__outdir_prepare alone, for a run that works inside DIR (reproduce --resume):
+ * DIR must hold nothing but is_own entries. */
+int al__outdir_check_own(const char *dir, const char *tool, int (*is_own)(const char *, int),
+                         al_error *err);
 /* Creates the missing parents, the lock (held) and the temporary directory o->tmp. */
 int al__outdir_make_tmp(al__outdir *o, al_error *err);
 /* The one rename that makes o->tmp DIR (replacing the earlier output when force). */
@@ -48,5 +52,7 @@ int al__outdir_publish(al__outdir *o, int force, al_error *err);
 void al__outdir_abandon(al__outdir *o);
 /* Removes the regular files of dir, then dir (0 when dir is gone). */
 int al__remove_flat(const char *dir);
+/* Removes the tree at dir, never following a link (0 when it is gone). */
+int al__remove_tree(const char *dir);
 
 #endif

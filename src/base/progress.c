@@ -1,5 +1,8 @@
 /* progress.c: progress bar with ETA for long runs (see progress.h). */
 #include "progress.h"
+#include "textsafe.h"
+
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -57,9 +60,23 @@ static void draw(al__progress *p, int force) {
     for (int i = 0; i < p->n_tasks && k < sizeof tasks - 32; i++)
         k += (size_t)snprintf(tasks + k, sizeof tasks - k, "%s%s %d/%d", i ? " " : "",
                               p->task_name[i], p->task_done[i], p->task_total[i]);
-    fprintf(p->out, "\r\033[K[%s] %3.0f%% %s ETA %s | %s | %s", bar, frac * 100, elapsed, eta,
-            tasks, p->status);
+    /* the labels made inert (textsafe.h); the line's own erase sequence goes to the terminal
+     * as it is: straight to fd 2 when out is stderr (the CLI's stderr filters escapes) */
+    char safe_tasks[512], safe_status[512], line[1400];
+    al__term_text(tasks, strlen(tasks), safe_tasks, sizeof safe_tasks);
+    al__term_text(p->status, strlen(p->status), safe_status, sizeof safe_status);
+    int n = snprintf(line, sizeof line, "\r\033[K[%s] %3.0f%% %s ETA %s | %s | %s", bar, frac * 100,
+                     elapsed, eta, safe_tasks, safe_status);
+    if (n < 0) return;
+    if (n >= (int)sizeof line) n = (int)sizeof line - 1;
     fflush(p->out);
+    if (p->out == stderr) {
+        for (ssize_t off = 0, w; off < n; off += w)
+            if ((w = write(2, line + off, (size_t)(n - off))) <= 0) break;
+    } else {
+        fputs(line, p->out);
+        fflush(p->out);
+    }
 }
 
 void al__progress_task_step(al__progress *p, int task) {

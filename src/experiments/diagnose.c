@@ -1,5 +1,6 @@
 /* diagnose.c: `attnlim diagnose`: per-head health of the attention on one window. */
 #include "experiments.h"
+#include "textsafe.h"
 
 #include <math.h>
 #include <omp.h>
@@ -153,7 +154,7 @@ static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, c
     cJSON_AddNumberToObject(sm, "collapsed", n_coll);
     cJSON_AddNumberToObject(sm, "vanishing", n_van);
     cJSON_AddNumberToObject(sm, "sink", n_sink);
-    *json = cJSON_Print(root);
+    *json = al__json_print(root, 1);
     cJSON_Delete(root);
     if (!*json) return al__err(err, AL_E_NOMEM, "out of memory printing the diagnosis");
     if (!o->out_dir) return 0;
@@ -165,6 +166,10 @@ static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, c
     snprintf(path, sizeof path, "%s/diagnose.md", o->out_dir);
     al__afile f;
     if ((rc = al__afile_open(&f, path, err))) return rc;
+    char name_md[3 * sizeof mi->name + 1], corpus_md[3 * 4096 + 1], norm_md[3 * 64 + 1];
+    al__md_text(mi->name, name_md, sizeof name_md); /* strings from files: inert Markdown */
+    al__md_text(o->corpus ? o->corpus : "war-and-peace", corpus_md, sizeof corpus_md);
+    al__md_text(o->normalizer ? o->normalizer : "softmax", norm_md, sizeof norm_md);
     al__afile_printf(
         &f, err,
         "# Attention health: %s\n\nWindow %d of %s, L = %d, normalizer %s. %d heads: %d collapsed, "
@@ -172,8 +177,7 @@ static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, c
         "vanishing, %d sinks.\n\nFlags: collapsed = mean max weight > 0.9 or mean H/log n < 0.1; "
         "vanishing = mean H/log n > 0.95 (near uniform); sink = mean weight on token 0 > 0.5.\n\n"
         "| layer | head | max weight | H / log n | weight on token 0 |",
-        mi->name, o->window, o->corpus ? o->corpus : "war-and-peace", L,
-        o->normalizer ? o->normalizer : "softmax", H, n_coll, n_van, n_sink);
+        name_md, o->window, corpus_md, L, norm_md, H, n_coll, n_van, n_sink);
     for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, " N_s/N (N=%d) |", c->Ns[k]);
     al__afile_printf(&f, err, " Jacobian norm at T=1 | flags |\n|---|---|---|---|---|");
     for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, "---|");

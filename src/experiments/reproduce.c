@@ -14,6 +14,7 @@
  *     al__report_figures / al__report_write (report.c)
  * Memory: one layer's capture at a time; per thread, one head's [L, L] weights and logits. */
 #include "experiments.h"
+#include "textsafe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -159,7 +160,7 @@ static int run_sweep(run *r, al_error *err) {
         fprintf(stderr,
                 "attnlim reproduce: removed %d temporary file(s) an interrupted run left in %s\n",
                 r->p.n_swept, r->o.out_dir);
-    char *txt = cJSON_Print(r->run_opts);
+    char *txt = al__json_print(r->run_opts, 1);
     snprintf(path, sizeof path, "%s/run.json", pdir);
     if (!txt) rc = al__err(err, AL_E_NOMEM, "out of memory (run options)");
     if (!rc) rc = al__mkdirs(pdir, err);

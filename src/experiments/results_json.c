@@ -1,6 +1,7 @@
 /* results_json.c: results.json of `attnlim reproduce` (schema attnlim.reproduce/1,
  * docs/outputs.md), and the JSON helpers of the layer. */
 #include "experiments.h"
+#include "textsafe.h"
 
 #include <math.h>
 #include <omp.h>
@@ -398,7 +399,7 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
         if (p->exp & sections[i].exp) sections[i].fn(p, a, root);
     json_verdicts(&a->s, root);
-    char *txt = cJSON_PrintBuffered(root, 1 << 20, 1);
+    char *txt = al__json_print(root, 1);
     cJSON_Delete(root);
     if (!txt) return al__err(err, AL_E_NOMEM, "out of memory printing results.json");
     char path[4200];

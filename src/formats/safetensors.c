@@ -5,6 +5,7 @@
  * data start) plus an optional "__metadata__" {string: string}. Files are mapped read-only;
  * tensors point into the mapping (no copies). The checks are listed in safetensors.h. */
 #include "safetensors.h"
+#include "textsafe.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -348,6 +349,10 @@ static int open_index(al__safetensors *st, const char *index, al_error *err) {
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", index);
+    if (al__json_check_unique(j, index, err)) {
+        cJSON_Delete(j);
+        return AL_E_FORMAT;
+    }
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
     if (!cJSON_IsObject(wm) || !wm->child) {
         cJSON_Delete(j);

@@ -40,11 +40,25 @@
  */
 #include "internal.h"
 #include "mathx.h"
+#include "mv.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(AL_MV_ISA) || defined(AL_MV_DISPATCH)
+#define AL_METRICS_PROTOS(f)                                                                       \
+    int f(al_row_vanishing)(const double *, int64_t, double *, double *, double *, al_error *);    \
+    int f(al_row_metrics)(const double *, const double *, int64_t, int64_t,                        \
+                          const al_metrics_opts *, al_topn_stats *, al_error *);                   \
+    int f(al_head_metrics)(const double *, const double *, int64_t, int64_t,                       \
+                           const al_metrics_opts *, al_topn_stats *, double *, double *,           \
+                           al_error *);                                                            \
+    int f(al_head_vanishing_D)(const double *, const double *, int64_t, int64_t, int, double *,    \
+                               al_error *);
+AL_MV_FOR_EACH(AL_METRICS_PROTOS)
+#endif
 
 /* ---- per-call state -------------------------------------------------------------------- */
 
@@ -1096,8 +1110,8 @@ static void vanishing(const double *a, int64_t n, double *mx, double *H) {
     *H = h;
 }
 
-int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
-                     double *entropy_norm, al_error *err) {
+int AL_MV(al_row_vanishing)(const double *alpha, int64_t n, double *max_weight, double *entropy,
+                            double *entropy_norm, al_error *err) {
     if (!alpha) return al__err(err, AL_E_INVALID, "vanishing: NULL weights");
     if (n < 1) return al__err(err, AL_E_INVALID, "vanishing: empty row (n = %lld)", (long long)n);
     for (int64_t j = 0; j < n; j++)
@@ -1113,8 +1127,8 @@ int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double 
     return 0;
 }
 
-int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
-                   const al_metrics_opts *o, al_topn_stats *out, al_error *err) {
+int AL_MV(al_row_metrics)(const double *alpha, const double *x, int64_t n, int64_t d,
+                          const al_metrics_opts *o, al_topn_stats *out, al_error *err) {
     int rc = check_opts(o, d, err);
     if (rc) return rc;
     if (n < 1) return al__err(err, AL_E_INVALID, "metrics: empty row (n = %lld)", (long long)n);
@@ -1232,9 +1246,9 @@ fail:
     return AL_E_NOMEM;
 }
 
-int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
-                    const al_metrics_opts *o, al_topn_stats *out, double *row_max,
-                    double *row_entropy, al_error *err) {
+int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                           double *row_entropy, al_error *err) {
     int rc = check_opts(o, d, err);
     if (rc) return rc;
     if (L < 1) return al__err(err, AL_E_INVALID, "metrics: empty head (L = %lld)", (long long)L);
@@ -1341,8 +1355,8 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */
 
-int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
-                        double *D, al_error *err) {
+int AL_MV(al_head_vanishing_D)(const double *q, const double *k, int64_t L, int64_t d_head,
+                               int causal, double *D, al_error *err) {
     if (!q || !k || !D) return al__err(err, AL_E_INVALID, "vanishing_D: NULL argument");
     if (L < 1 || d_head < 1)
         return al__err(err, AL_E_INVALID, "vanishing_D: bad shape (L %lld, d_head %lld)",
@@ -1377,3 +1391,28 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
     }
     return 0;
 }
+
+/* ---- one copy of this file per instruction set (mv.h) --------------------------------------- */
+
+#ifdef AL_MV_DISPATCH
+int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
+                     double *entropy_norm, al_error *err) {
+    return AL_MV_PICK(al_row_vanishing)(alpha, n, max_weight, entropy, entropy_norm, err);
+}
+
+int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_metrics_opts *o, al_topn_stats *out, al_error *err) {
+    return AL_MV_PICK(al_row_metrics)(alpha, x, n, d, o, out, err);
+}
+
+int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                    double *row_entropy, al_error *err) {
+    return AL_MV_PICK(al_head_metrics)(w, x, L, d, o, out, row_max, row_entropy, err);
+}
+
+int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
+                        double *D, al_error *err) {
+    return AL_MV_PICK(al_head_vanishing_D)(q, k, L, d_head, causal, D, err);
+}
+#endif

@@ -26,11 +26,38 @@
  * monotone test a full sort would scan, "x_(k) > tau_k". alpha-entmax: tau by bisection with
  * Newton steps inside the bracket, float64. */
 #include "internal.h"
+#include "mv.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(AL_MV_ISA) || defined(AL_MV_DISPATCH)
+#define AL_NORMALIZE_PROTOS(f)                                                                     \
+    void f(al_norm_bounds)(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper);  \
+    int f(al_norm_check)(const al_norm *nm, al_error *err);                                        \
+    al_norm f(al_norm_default)(al_norm_kind kind);                                                 \
+    int f(al_norm_forward)(const al_norm *nm, const double *z, int64_t n, double *p,               \
+                           al_error *err);                                                         \
+    int f(al_norm_forward_spectral)(const al_norm *nm, const double *z, int64_t n, double *p,      \
+                                    double *spectral, al_error *err);                              \
+    int f(al_norm_frobenius_norm)(const al_norm *nm, const double *z, int64_t n, double *out,      \
+                                  al_error *err);                                                  \
+    int f(al_norm_jacobian)(const al_norm *nm, const double *z, int64_t n, double *J,              \
+                            al_error *err);                                                        \
+    int f(al_norm_jvp)(const al_norm *nm, const double *z, int64_t n, const double *v,             \
+                       double *out, al_error *err);                                                \
+    const char *f(al_norm_name)(al_norm_kind kind);                                                \
+    int f(al_norm_parse)(const char *name, al_norm *out, al_error *err);                           \
+    double f(al_norm_rank1_spectral)(const double *g, int64_t n);                                  \
+    int f(al_norm_spectral_norm)(const al_norm *nm, const double *z, int64_t n, double *out,       \
+                                 al_error *err);                                                   \
+    int f(al_norm_sums_to_one)(const al_norm *nm);                                                 \
+    int f(al_norm_vjp)(const al_norm *nm, const double *z, int64_t n, const double *u,             \
+                       double *out, al_error *err);
+AL_MV_FOR_EACH(AL_NORMALIZE_PROTOS)
+#endif
 
 #define STACK_N 1024 /* rows up to this length use stack scratch (no malloc) */
 
@@ -44,16 +71,16 @@ static const char *const kind_names[] = {"softmax", "sparsemax",  "entmax15",   
                                          "ssmax",   "sa-softmax", "sa-softmax-norm"};
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
-al_norm al_norm_default(al_norm_kind kind) {
+al_norm AL_MV(al_norm_default)(al_norm_kind kind) {
     al_norm nm = {kind, 1.0, 1.5, 0.43};
     return nm;
 }
 
-const char *al_norm_name(al_norm_kind kind) {
+const char *AL_MV(al_norm_name)(al_norm_kind kind) {
     return ((int)kind >= 0 && (int)kind < N_KINDS) ? kind_names[kind] : "unknown";
 }
 
-int al_norm_parse(const char *name, al_norm *out, al_error *err) {
+int AL_MV(al_norm_parse)(const char *name, al_norm *out, al_error *err) {
     static const struct {
         const char *alias;
         al_norm_kind kind;
@@ -79,11 +106,11 @@ int al_norm_parse(const char *name, al_norm *out, al_error *err) {
                    name);
 }
 
-int al_norm_sums_to_one(const al_norm *nm) {
+int AL_MV(al_norm_sums_to_one)(const al_norm *nm) {
     return nm->kind != AL_NORM_SA_SOFTMAX && nm->kind != AL_NORM_SA_SOFTMAX_NORM;
 }
 
-int al_norm_check(const al_norm *nm, al_error *err) {
+int AL_MV(al_norm_check)(const al_norm *nm, al_error *err) {
     if (!nm) return al__err(err, AL_E_INVALID, "normalizer: NULL");
     if ((int)nm->kind < 0 || (int)nm->kind >= N_KINDS)
         return al__err(err, AL_E_INVALID, "normalizer: unknown kind %d", (int)nm->kind);
@@ -108,7 +135,7 @@ static int norm_scale(const al_norm *nm, int64_t n, double *c, al_error *err) {
     return 0;
 }
 
-void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
+void AL_MV(al_norm_bounds)(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
     double sup = NAN, paper = NAN;
     if (nm && nm->temperature > 0 && isfinite(nm->temperature) &&
         (nm->kind == AL_NORM_SOFTMAX ||
@@ -454,7 +481,8 @@ static int forward_core(const al_norm *nm, const double *z, int64_t n, double zm
     return al__err(err, AL_E_INVALID, "normalizer: unknown kind");
 }
 
-int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err) {
+int AL_MV(al_norm_forward)(const al_norm *nm, const double *z, int64_t n, double *p,
+                           al_error *err) {
     double zmax = 0, c = 0;
     int rc = check_input(nm, z, n, &zmax, err);
     if (rc) return rc;
@@ -782,7 +810,7 @@ static void secular_sums(const double *g, int64_t n, int64_t top, double o, doub
     *dpsi = d;
 }
 
-double al_norm_rank1_spectral(const double *g, int64_t n) {
+double AL_MV(al_norm_rank1_spectral)(const double *g, int64_t n) {
     if (n < 2) return 0;
     if (!g) return NAN;
     double d1 = max_simd(g, n);
@@ -1027,8 +1055,8 @@ static int lin_product(const al_norm *nm, const lin *L, const double *v, double 
     return 0;
 }
 
-int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
-                al_error *err) {
+int AL_MV(al_norm_jvp)(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
+                       al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
@@ -1039,8 +1067,8 @@ int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, 
     return rc;
 }
 
-int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
-                al_error *err) {
+int AL_MV(al_norm_vjp)(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
+                       al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
@@ -1051,7 +1079,8 @@ int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, 
     return rc;
 }
 
-int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err) {
+int AL_MV(al_norm_jacobian)(const al_norm *nm, const double *z, int64_t n, double *J,
+                            al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
@@ -1080,8 +1109,8 @@ static int spectral_of(const lin *L, double *out, al_error *err) {
     return sa_spectral(L, out, err);
 }
 
-int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
-                          al_error *err) {
+int AL_MV(al_norm_spectral_norm)(const al_norm *nm, const double *z, int64_t n, double *out,
+                                 al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
@@ -1091,8 +1120,8 @@ int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double 
     return rc;
 }
 
-int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
-                             double *spectral, al_error *err) {
+int AL_MV(al_norm_forward_spectral)(const al_norm *nm, const double *z, int64_t n, double *p,
+                                    double *spectral, al_error *err) {
     lin_mem m;
     lin L;
     if (!p || !spectral) return al__err(err, AL_E_INVALID, "forward_spectral: NULL output");
@@ -1102,8 +1131,8 @@ int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, doub
     return rc;
 }
 
-int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
-                           al_error *err) {
+int AL_MV(al_norm_frobenius_norm)(const al_norm *nm, const double *z, int64_t n, double *out,
+                                  al_error *err) {
     lin_mem m;
     lin L;
     int rc = lin_open(nm, z, n, &m, &L, NULL, err);
@@ -1169,3 +1198,68 @@ int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double
     free(m.heap);
     return 0;
 }
+
+/* ---- one copy of this file per instruction set (mv.h) ---- */
+
+#ifdef AL_MV_DISPATCH
+void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper) {
+    AL_MV_PICK(al_norm_bounds)(nm, n, bound_sup, bound_paper);
+}
+
+int al_norm_check(const al_norm *nm, al_error *err) {
+    return AL_MV_PICK(al_norm_check)(nm, err);
+}
+
+al_norm al_norm_default(al_norm_kind kind) {
+    return AL_MV_PICK(al_norm_default)(kind);
+}
+
+int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err) {
+    return AL_MV_PICK(al_norm_forward)(nm, z, n, p, err);
+}
+
+int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
+                             double *spectral, al_error *err) {
+    return AL_MV_PICK(al_norm_forward_spectral)(nm, z, n, p, spectral, err);
+}
+
+int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                           al_error *err) {
+    return AL_MV_PICK(al_norm_frobenius_norm)(nm, z, n, out, err);
+}
+
+int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err) {
+    return AL_MV_PICK(al_norm_jacobian)(nm, z, n, J, err);
+}
+
+int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
+                al_error *err) {
+    return AL_MV_PICK(al_norm_jvp)(nm, z, n, v, out, err);
+}
+
+const char *al_norm_name(al_norm_kind kind) {
+    return AL_MV_PICK(al_norm_name)(kind);
+}
+
+int al_norm_parse(const char *name, al_norm *out, al_error *err) {
+    return AL_MV_PICK(al_norm_parse)(name, out, err);
+}
+
+double al_norm_rank1_spectral(const double *g, int64_t n) {
+    return AL_MV_PICK(al_norm_rank1_spectral)(g, n);
+}
+
+int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                          al_error *err) {
+    return AL_MV_PICK(al_norm_spectral_norm)(nm, z, n, out, err);
+}
+
+int al_norm_sums_to_one(const al_norm *nm) {
+    return AL_MV_PICK(al_norm_sums_to_one)(nm);
+}
+
+int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
+                al_error *err) {
+    return AL_MV_PICK(al_norm_vjp)(nm, z, n, u, out, err);
+}
+#endif

@@ -1,5 +1,6 @@
 /* model.c: opening a model of any supported family, and the forward entry point. */
 #include "model.h"
+#include "textsafe.h"
 
 #include "safetensors.h"
 
@@ -399,6 +400,10 @@ static int hf_model_type(const char *path, char *type, size_t cap, al_error *err
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", cfg);
+    if (al__json_check_unique(j, cfg, err)) {
+        cJSON_Delete(j);
+        return AL_E_FORMAT;
+    }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (!cJSON_IsString(t) || !t->valuestring) {
         cJSON_Delete(j);

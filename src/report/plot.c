@@ -1,6 +1,7 @@
 /* plot.c: line, box and heatmap figures with cairo. One drawing routine renders onto an SVG
  * surface and an image surface (PNG); both are written atomically. See plot.h. */
 #include "plot.h"
+#include "textsafe.h"
 
 #include <cairo-svg.h>
 #include <cairo.h>
@@ -206,18 +207,22 @@ static void text_at(cairo_t *cr, const char *s, double x, double y, double size,
     cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL,
                            bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, size);
+    char safe[1024]; /* cairo refuses invalid UTF-8: labels from model files made plain */
+    al__plain_text(s, safe, sizeof safe);
     cairo_text_extents_t e;
-    cairo_text_extents(cr, s, &e);
+    cairo_text_extents(cr, safe, &e);
     (void)ay; /* every label is centred vertically on y */
     cairo_move_to(cr, x - e.x_advance * ax, y + size * 0.35);
-    cairo_show_text(cr, s);
+    cairo_show_text(cr, safe);
 }
 
 static double text_width(cairo_t *cr, const char *s, double size) {
     cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, size);
+    char safe[1024];
+    al__plain_text(s, safe, sizeof safe);
     cairo_text_extents_t e;
-    cairo_text_extents(cr, s, &e);
+    cairo_text_extents(cr, safe, &e);
     return e.x_advance;
 }
 
@@ -767,25 +772,14 @@ static void mb_printf(membuf *b, const char *fmt, ...) {
     free(big);
 }
 
-static void mb_xml(membuf *b, const char *s) {
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '<':
-            mb_put(b, "&lt;", 4);
-            break;
-        case '>':
-            mb_put(b, "&gt;", 4);
-            break;
-        case '&':
-            mb_put(b, "&amp;", 5);
-            break;
-        case '"':
-            mb_put(b, "&quot;", 6);
-            break;
-        default:
-            mb_put(b, s, 1);
-        }
-    }
+static void mb_xml(membuf *b, const char *s) { /* untrusted labels: textsafe.h */
+    if (!s) return;
+    size_t cap = strlen(s) * 6 + 1;
+    char *t = malloc(cap);
+    if (!t) return;
+    al__html_text(s, t, cap);
+    mb_put(b, t, strlen(t));
+    free(t);
 }
 
 static void mb_nums(membuf *b, const double *v, int n) {

@@ -2,6 +2,7 @@
  * reports, report.md and report.html (self-contained: PNGs inline as base64 data URIs). Both
  * reports are written from one sequence of blocks (headings, paragraphs, tables, figures). */
 #include "report.h"
+#include "textsafe.h"
 
 #include "plot.h"
 
@@ -488,40 +489,29 @@ typedef struct doc {
     int rc;
 } doc;
 
+/* untrusted text (model names, paths, messages) escaped where it is written (textsafe.h) */
 static void html_esc(doc *d, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<':
-            al__afile_printf(&d->html, d->err, "&lt;");
-            break;
-        case '>':
-            al__afile_printf(&d->html, d->err, "&gt;");
-            break;
-        case '&':
-            al__afile_printf(&d->html, d->err, "&amp;");
-            break;
-        case '"':
-            al__afile_printf(&d->html, d->err, "&quot;");
-            break;
-        default:
-            al__afile_write(&d->html, s, 1, d->err);
-        }
-    }
+    size_t cap = strlen(s) * 6 + 1;
+    char *t = malloc(cap);
+    if (!t) return;
+    al__html_text(s, t, cap);
+    al__afile_printf(&d->html, d->err, "%s", t);
+    free(t);
 }
 
-static void md_esc(doc *d, const char *s) { /* table cells: no pipes or newlines */
-    for (; *s; s++) {
-        if (*s == '|')
-            al__afile_printf(&d->md, d->err, "\\|");
-        else if (*s == '\n')
-            al__afile_printf(&d->md, d->err, " ");
-        else
-            al__afile_write(&d->md, s, 1, d->err);
-    }
+static void md_esc(doc *d, const char *s) {
+    size_t cap = strlen(s) * 3 + 1;
+    char *t = malloc(cap);
+    if (!t) return;
+    al__md_text(s, t, cap);
+    al__afile_printf(&d->md, d->err, "%s", t);
+    free(t);
 }
 
 static void heading(doc *d, int level, const char *text) {
-    al__afile_printf(&d->md, d->err, "\n%.*s %s\n\n", level, "######", text);
+    al__afile_printf(&d->md, d->err, "\n%.*s ", level, "######");
+    md_esc(d, text);
+    al__afile_printf(&d->md, d->err, "\n\n");
     al__afile_printf(&d->html, d->err, "<h%d>", level);
     html_esc(d, text);
     al__afile_printf(&d->html, d->err, "</h%d>\n", level);
@@ -534,7 +524,8 @@ static void para(doc *d, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    al__afile_printf(&d->md, d->err, "%s\n\n", buf);
+    md_esc(d, buf);
+    al__afile_printf(&d->md, d->err, "\n\n");
     al__afile_printf(&d->html, d->err, "<p>");
     html_esc(d, buf);
     al__afile_printf(&d->html, d->err, "</p>\n");
@@ -547,7 +538,9 @@ static void note(doc *d, const char *fmt, ...) { /* a highlighted [reading] / wa
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    al__afile_printf(&d->md, d->err, "> %s\n\n", buf);
+    al__afile_printf(&d->md, d->err, "> ");
+    md_esc(d, buf);
+    al__afile_printf(&d->md, d->err, "\n\n");
     al__afile_printf(&d->html, d->err, "<p class=\"note\">");
     html_esc(d, buf);
     al__afile_printf(&d->html, d->err, "</p>\n");
@@ -584,8 +577,9 @@ static void table_end(doc *d) {
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 static void figure(doc *d, const char *name, const char *caption) {
-    al__afile_printf(&d->md, d->err, "![%s](%s.png)\n\n*%s* ([SVG](%s.svg))\n\n", name, name,
-                     caption, name);
+    al__afile_printf(&d->md, d->err, "![%s](%s.png)\n\n*", name, name); /* our own names */
+    md_esc(d, caption);
+    al__afile_printf(&d->md, d->err, "* ([SVG](%s.svg))\n\n", name);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.png", d->dir, name);
     char *png = NULL;
@@ -646,6 +640,8 @@ int al__report_write(const al__summary *s, al_error *err) {
         al__afile_abort(&d.md);
         return rc;
     }
+    char safe_name[6 * sizeof s->model_name + 1];
+    al__html_text(s->model_name, safe_name, sizeof safe_name);
     al__afile_printf(
         &d.html, err,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attnlim "
@@ -660,7 +656,7 @@ int al__report_write(const al__summary *s, al_error *err) {
         "0}figcaption{font-size:0.9em;color:#444}"
         ".note{background:#fff6dd;border-left:4px solid #e0a800;padding:0.5em 0.8em}"
         "code{background:#f3f3f3;padding:0 3px}</style></head><body>\n",
-        s->model_name);
+        safe_name);
     char buf[2048];
     heading(&d, 1, "Limitations of normalization in attention: paper vs. measured");
     snprintf(buf, sizeof buf, "Model %s (%s), corpus %s", s->model_name, s->family, s->corpus);

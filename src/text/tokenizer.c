@@ -6,6 +6,7 @@
  * "#version" line then one "left right" merge per line, rank = order. Every fault is
  * reported with the file and, for vocab.bpe and JSON syntax, the line. */
 #include "tokenizer.h"
+#include "textsafe.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -155,6 +156,11 @@ static int read_encoder(const char *path, cJSON **root, const char ***tokens_out
         free(buf);
         cJSON_Delete(j);
         return al__err(err, AL_E_FORMAT, "%s: expected a JSON object token -> id", path);
+    }
+    if (al__json_check_unique(j, path, err)) {
+        free(buf);
+        cJSON_Delete(j);
+        return AL_E_FORMAT;
     }
     int n = cJSON_GetArraySize(j);
     if (n <= 0 || n > MAX_VOCAB) {

@@ -122,6 +122,9 @@ model_dir("no_config", full, config=None)
 model_dir("config_not_json", full, config="{\"model_type\": \"gpt2\", ")
 model_dir("config_unknown_family", full, config=dict(cfg, model_type="t5"))
 model_dir("config_lies_layers", full, config=dict(cfg, n_layer=3))
+# a duplicate key (issue 12, class 7): n_layer 1 first (what the weights hold), 3 last (what
+# Python and HF read)
+model_dir("config_duplicate_key", full, config=json.dumps(cfg)[:-1] + ', "n_layer": 3}')
 w("st/missing_shard/model.safetensors.index.json",
   json.dumps({"metadata": {}, "weight_map": {k: "model-00001-of-00002.safetensors" for k in T}}))
 w("st/missing_shard/config.json", json.dumps(cfg))
@@ -263,6 +266,8 @@ w("vocab/bad_merges/encoder.json", json.dumps({"a": 0, "b": 1, "ab": 2}))
 w("vocab/bad_merges/vocab.bpe", "#version: 0.2\na b\nthis-line-has-no-space\n")
 w("vocab/bad_ids/encoder.json", json.dumps({"a": -5, "b": 1}))
 w("vocab/bad_ids/vocab.bpe", "#version: 0.2\n")
+w("vocab/duplicate_key/encoder.json", '{"a": 0, "b": 1, "a": 2}')
+w("vocab/duplicate_key/vocab.bpe", "#version: 0.2\n")
 w("text/empty.txt", "")
 w("text/ids_out_of_range.txt", "15 31 99999999\n")
 w("text/not_utf8.txt", b"The quick brown fox \xff jumps over the lazy dog, twice over.\n")
@@ -340,6 +345,9 @@ tiny_bert("wordpiece/nul_byte", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhel\0lo\n")
 GOOD_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n"
 tiny_bert("wordpiece/tokenizer_config_not_json", GOOD_VOCAB, '{"do_lower_case": true,')
 tiny_bert("wordpiece/tokenizer_config_lower_not_bool", GOOD_VOCAB, '{"do_lower_case": "yes"}')
+# a duplicate key (issue 12, class 7): cJSON would take the first, Python and HF the last
+tiny_bert("wordpiece/tokenizer_config_duplicate_key", GOOD_VOCAB,
+          '{"do_lower_case": true, "do_lower_case": false}')
 
 # ---- attention dumps (docs/dumps.md): T = 4 tokens, 1 layer, 1 head, d_head 2, causal -------
 

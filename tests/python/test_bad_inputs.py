@@ -84,7 +84,9 @@ class Hostile:
       {outlink}             a symbolic link to an empty directory (it must stay empty)
       {filelink}            a symbolic link to a file holding "precious" (it must keep it)
       {planted}             a directory holding notes.txt that no attnlim command writes (it
-                            must be left exactly so)"""
+                            must be left exactly so)
+      {partiallink}         a directory whose partial/ is a symbolic link to an empty directory
+                            (reproduce --resume must not write through it)"""
 
     def __init__(self, tmp_path, tiny):
         self.tmp, self.tiny, self.made = tmp_path, tiny, {}
@@ -105,7 +107,7 @@ class Hostile:
         for key, val in self.made.items():
             text = text.replace(key, val)
         text = re.sub(r"\{fifo:(in|tiny)/([^}]*)\}", self.fifo, text)
-        for name in ("outlink", "filelink", "planted"):
+        for name in ("outlink", "filelink", "planted", "partiallink"):
             if "{" + name + "}" in text and name not in base:
                 base[name] = getattr(self, "make_" + name)()
         return text.format(**base)
@@ -114,6 +116,12 @@ class Hostile:
         (self.tmp / "linked_dir").mkdir()
         os.symlink(self.tmp / "linked_dir", self.tmp / "outlink")
         return str(self.tmp / "outlink")
+
+    def make_partiallink(self):
+        (self.tmp / "linked_dir").mkdir(exist_ok=True)
+        (self.tmp / "prior").mkdir()
+        os.symlink(self.tmp / "linked_dir", self.tmp / "prior" / "partial")
+        return str(self.tmp / "prior")
 
     def make_filelink(self):
         (self.tmp / "victim.txt").write_text("precious")
@@ -126,8 +134,8 @@ class Hostile:
         return str(self.tmp / "planted")
 
     def check_untouched(self, base):
-        if "outlink" in base:
-            assert os.path.islink(base["outlink"]) and os.listdir(self.tmp / "linked_dir") == []
+        if "outlink" in base or "partiallink" in base:
+            assert os.listdir(self.tmp / "linked_dir") == []
         if "filelink" in base:
             assert os.path.islink(base["filelink"])
             assert (self.tmp / "victim.txt").read_text() == "precious"

@@ -19,6 +19,7 @@
  * window 0 starts with [CLS], no window is re-wrapped; sentences (attnlim embed) get their own
  * [CLS] ... [SEP]. Every token has token type 0 and attends to all T tokens of its window. */
 #include "model.h"
+#include "textsafe.h"
 #include "ops.h"
 #include "safetensors.h"
 #include "tokenizer.h"
@@ -104,6 +105,10 @@ static int read_tokenizer_config(bert *b, al_error *err) {
         cJSON_Delete(j);
         return al__err(err, AL_E_FORMAT, "%s: not a JSON object", path);
     }
+    if (al__json_check_unique(j, path, err)) {
+        cJSON_Delete(j);
+        return AL_E_FORMAT;
+    }
     const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
     const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
     if (lc && !cJSON_IsBool(lc))
@@ -127,7 +132,8 @@ static int read_config(bert *b, al_model_info *info, al_error *err) {
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", cfg);
-    rc = json_int(j, "hidden_size", 1, 16384, &b->d_model, cfg, err);
+    rc = al__json_check_unique(j, cfg, err);
+    if (!rc) rc = json_int(j, "hidden_size", 1, 16384, &b->d_model, cfg, err);
     if (!rc) rc = json_int(j, "num_attention_heads", 1, 1024, &b->n_head, cfg, err);
     if (!rc) rc = json_int(j, "num_hidden_layers", 1, 512, &b->n_layer, cfg, err);
     if (!rc) rc = json_int(j, "intermediate_size", 1, 131072, &b->d_ff, cfg, err);

@@ -21,6 +21,7 @@
  * q.k / sqrt(d_head) (in double, from the stored q and k), missing weights as the row softmax
  * of the logits over the unmasked part (in double), both rounded once to float32. */
 #include "dump.h"
+#include "textsafe.h"
 
 #include "model.h"
 #include "ops.h"
@@ -324,7 +325,8 @@ int al__dump_parse(const char *text, size_t len, const char *name, al__dump_desc
     memset(d, 0, sizeof *d);
     cJSON *j = cJSON_ParseWithLength(text, len);
     if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", name);
-    int rc = parse_root(j, name, d, err);
+    int rc = al__json_check_unique(j, name, err);
+    if (!rc) rc = parse_root(j, name, d, err);
     cJSON_Delete(j);
     if (rc) al__dump_desc_free(d);
     return rc;

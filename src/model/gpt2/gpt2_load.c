@@ -8,6 +8,7 @@
  * does not match the file), except the HF buffers h.N.attn.bias / h.N.attn.masked_bias;
  * lm_head.weight, when present, must equal wte (GPT-2 ties them; an untied head is an error). */
 #include "checkpoint.h"
+#include "textsafe.h"
 #include "gpt2.h"
 #include "safetensors.h"
 
@@ -155,7 +156,8 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
         cJSON_Delete(j);
         return al__err(err, AL_E_FORMAT, "%s: not a valid JSON object", cfg);
     }
-    rc = cfg_int(j, "n_layer", "num_hidden_layers", &c->n_layer, cfg, err);
+    rc = al__json_check_unique(j, cfg, err);
+    if (!rc) rc = cfg_int(j, "n_layer", "num_hidden_layers", &c->n_layer, cfg, err);
     if (!rc) rc = cfg_int(j, "n_head", "num_attention_heads", &c->n_head, cfg, err);
     if (!rc) rc = cfg_int(j, "n_embd", "hidden_size", &c->n_embd, cfg, err);
     if (!rc) rc = cfg_int(j, "n_positions", "n_ctx", &c->n_ctx, cfg, err);
