@@ -175,12 +175,72 @@ static void test_attention_variants(void **state) {
     al__cpu_force((al__cpu_isa)-1);
 }
 
+/* The multi-versioned files (src/base/mv.h): al_head_metrics, al_norm_forward and
+ * al_norm_spectral_norm, al_head_sensitivity at every level against the baseline copy. */
+static void test_multiversioned_math(void **state) {
+    (void)state;
+    enum { L = 96, D = 16, NT = 3 };
+    al__rng r;
+    al__rng_seed(&r, 77);
+    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
+    double *z = malloc(sizeof(double) * L * L);
+    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(&r);
+    for (int t = 0; t < L; t++) { /* causal softmax rows of random logits */
+        double s = 0;
+        for (int j = 0; j < L; j++) z[t * L + j] = 2 * al__rng_normal(&r);
+        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(z[t * L + j]));
+        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
+    }
+    const int top[NT] = {1, 4, 16};
+    al_metrics_opts o = {.top_n = top, .n_top = NT, .distance = 1, .separability = 1, .causal = 1};
+    double temps[2] = {0.5, 2.0}, eps[2] = {1e-3, 1e-1};
+    al_norm nm = {.kind = AL_NORM_ENTMAX15, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+    al_norm sm = {.kind = AL_NORM_SOFTMAX, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+    al_topn_stats ref[NT], got[NT];
+    double pref[L], pgot[L], sref, sgot, fref[4], fgot[4], spref[2], spgot[2];
+    al_error err = {0};
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        al_topn_stats *o_ = isa ? got : ref;
+        double *p_ = isa ? pgot : pref, *s_ = isa ? &sgot : &sref, *f_ = isa ? fgot : fref;
+        double *sp_ = isa ? spgot : spref;
+        assert_int_equal(al_head_metrics(w, x, L, D, &o, o_, NULL, NULL, &err), 0);
+        assert_int_equal(al_norm_forward(&nm, z + (L - 1) * L, L, p_, &err), 0);
+        assert_int_equal(al_norm_spectral_norm(&sm, z + (L - 1) * L, L, s_, &err), 0);
+        assert_int_equal(
+            al_head_sensitivity(z, L, 1, &sm, temps, 2, eps, 2, 5, 0, 0, f_, sp_, &err), 0);
+        if (!isa) continue;
+        const char *name = al__cpu_name((al__cpu_isa)isa);
+        for (int k = 0; k < NT; k++) {
+            const double a[5] = {got[k].dtilde, got[k].dmax, got[k].E, got[k].ns_ratio,
+                                 got[k].ns_lower};
+            const double b[5] = {ref[k].dtilde, ref[k].dmax, ref[k].E, ref[k].ns_ratio,
+                                 ref[k].ns_lower};
+            for (int q = 0; q < 5; q++)
+                if (!(fabs(a[q] - b[q]) <= 1e-10 * (1 + fabs(b[q]))))
+                    fail_msg("al_head_metrics N=%d field %d (%s vs scalar): %.17g vs %.17g", top[k],
+                             q, name, a[q], b[q]);
+        }
+        for (int j = 0; j < L; j++) assert_true(fabs(pgot[j] - pref[j]) <= 1e-12);
+        assert_true(fabs(sgot - sref) <= 1e-12 * (1 + fabs(sref)));
+        for (int q = 0; q < 4; q++)
+            assert_true(fabs(fgot[q] - fref[q]) <= 1e-9 * (1 + fabs(fref[q])));
+        for (int q = 0; q < 2; q++)
+            assert_true(fabs(spgot[q] - spref[q]) <= 1e-9 * (1 + fabs(spref[q])));
+        print_message("%s: metrics, entmax15, spectral norm, Algorithm 5 agree with scalar\n",
+                      name);
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(w), free(x), free(z);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect),
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_pointwise_variants),
         cmocka_unit_test(test_attention_variants),
+        cmocka_unit_test(test_multiversioned_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

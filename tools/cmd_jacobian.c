@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(void) {
     printf(
@@ -42,10 +43,17 @@ static int one_row(const norm_opts *o, const double *z, int64_t n, row_result *r
     al_norm_bounds(&o->nm, n, &r->sup, &r->paper);
     r->J = NULL;
     if (o->full) {
-        if ((uint64_t)n > 46340) { /* n*n*8 bytes would not be sane */
+        /* the dense J must fit: at most half the memory available now, and 1 GiB (n = 11585),
+         * beyond which printing it is no use either */
+        double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        double need = (double)n * (double)n * sizeof(double);
+        double cap = avail > 0 && avail / 2 < 1073741824.0 ? avail / 2 : 1073741824.0;
+        if (need > cap) {
             err->code = AL_E_INVALID;
             snprintf(err->msg, sizeof err->msg,
-                     "--full: n = %lld is too large for a dense Jacobian", (long long)n);
+                     "--full: the dense Jacobian of n = %lld needs %.3g GB, more than the %.3g GB "
+                     "allowed (half the available memory, at most 1 GiB): refused",
+                     (long long)n, need / 1e9, cap / 1e9);
             return AL_E_INVALID;
         }
         r->J = malloc((size_t)n * (size_t)n * sizeof(double));

@@ -17,10 +17,10 @@
 #include "cpu.h"
 
 #define AL_MV_CAT2(a, b) a##_##b
-#define AL_MV_CAT(a, b) AL_MV_CAT2(a, b)
-#define AL_MV_BASE(f) f##_base
-#define AL_MV_AVX2(f) f##_avx2
-#define AL_MV_AVX512(f) f##_avx512
+#define AL_MV_CAT(a, b)  AL_MV_CAT2(a, b)
+#define AL_MV_BASE(f)    f##_base
+#define AL_MV_AVX2(f)    f##_avx2
+#define AL_MV_AVX512(f)  f##_avx512
 #if defined(AL_MV_ISA)
 #define AL_MV(f) AL_MV_CAT(f, AL_MV_ISA)
 #elif defined(AL_MV_DISPATCH)

@@ -15,7 +15,10 @@ size_t al__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
         *cp = c;
         return 1;
     }
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    size_t len = c >= 0xC2 && c <= 0xDF   ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
     if (!len || n < len) return 1;
     uint32_t v = c & (0x7F >> len);
     for (size_t i = 1; i < len; i++) {
@@ -46,8 +49,8 @@ size_t al__term_text(const char *s, size_t n, char *out, size_t cap) {
         if (cp == AL__BAD_UTF8)
             plen = (size_t)snprintf(esc, sizeof esc, "\\x%02x", u[i]), piece = esc;
         else if (al__is_control(cp) && cp != '\r')
-            plen = (size_t)snprintf(esc, sizeof esc, cp >= 0x80 ? "\\u%04x" : "\\x%02x",
-                                    (unsigned)cp),
+            plen =
+                (size_t)snprintf(esc, sizeof esc, cp >= 0x80 ? "\\u%04x" : "\\x%02x", (unsigned)cp),
             piece = esc;
         if (k + plen + 1 > cap) break;
         memcpy(out + k, piece, plen);

@@ -53,6 +53,21 @@ static void job_key(const plan *p, const job *j, char hex[65]) {
     al_sha256_buf(buf, strlen(buf), hex);
 }
 
+/* SHA-256 over the arrays' bytes in order (the hex of each array's SHA-256, concatenated, hashed):
+ * what --resume checks before it reuses a job (a changed, truncated or NaN-poisoned array is
+ * recomputed) */
+static void arrays_sha(const named_arr *a, int n, char hex[65]) {
+    char cat[16 * 64 + 1];
+    size_t k = 0;
+    for (int i = 0; i < n && i < 16; i++, k += 64) {
+        char h[65];
+        al_sha256_buf(a[i].data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]), h);
+        memcpy(cat + k, h, 64);
+    }
+    cat[k] = 0;
+    al_sha256_buf(cat, k, hex);
+}
+
 int al__ex_save_job(const plan *p, const job *j, al_error *err) {
     char dir[4096], path[4200], key[65];
     job_dir(p, j, dir, sizeof dir);
@@ -73,19 +88,23 @@ int al__ex_save_job(const plan *p, const job *j, al_error *err) {
         if ((rc = al_npy_write(path, &arr, err))) return rc;
     }
     job_key(p, j, key);
+    char sha[65];
+    arrays_sha(a, n, sha);
     /* the marker goes last: a job counts as done only when every array is on disk */
     snprintf(path, sizeof path, "%s/done.json", dir);
     char buf[1024];
     int len = snprintf(buf, sizeof buf,
-                       "{\"key\": \"%s\", \"window\": %d, \"L\": %d, \"t_wall\": %.6f, "
+                       "{\"key\": \"%s\", \"arrays_sha256\": \"%s\", \"window\": %d, \"L\": %d, "
+                       "\"t_wall\": %.6f, "
                        "\"t_forward\": %.6f, \"t_dist\": %.6f, "
                        "\"t_sep\": %.6f, \"t_sens\": %.6f, \"t_van\": %.6f}\n",
-                       key, j->window, j->L, j->t_wall, j->t_forward, j->t_dist, j->t_sep,
+                       key, sha, j->window, j->L, j->t_wall, j->t_forward, j->t_dist, j->t_sep,
                        j->t_sens, j->t_van);
     return al__write_file_atomic(path, buf, (size_t)len, err);
 }
 
-/* 1: loaded; 0: not there; -1: saved but stale (another key, or unreadable arrays): recompute.
+/* 1: loaded; 0: not there; -1: saved but stale (another key, unreadable arrays, a shape or the
+ * checksum of the arrays not the saved one): recompute.
  * Errors in the files only make it stale. */
 int al__ex_load_job(const plan *p, job *j) {
     char dir[4096], path[4200], key[65];
@@ -101,7 +120,11 @@ int al__ex_load_job(const plan *p, job *j) {
     if (!js) return -1;
     job_key(p, j, key);
     cJSON *k = cJSON_GetObjectItemCaseSensitive(js, "key");
-    int ok = cJSON_IsString(k) && !strcmp(k->valuestring, key);
+    cJSON *sh = cJSON_GetObjectItemCaseSensitive(js, "arrays_sha256");
+    int ok = cJSON_IsString(k) && !strcmp(k->valuestring, key) && cJSON_IsString(sh) &&
+             strlen(sh->valuestring) == 64;
+    char want_sha[65] = "";
+    if (ok) snprintf(want_sha, sizeof want_sha, "%s", sh->valuestring);
     if (ok) {
         const char *names[6] = {"t_forward", "t_dist", "t_sep", "t_sens", "t_van", "t_wall"};
         double *dst[6] = {&j->t_forward, &j->t_dist, &j->t_sep, &j->t_sens, &j->t_van, &j->t_wall};
@@ -123,6 +146,11 @@ int al__ex_load_job(const plan *p, job *j) {
         else
             memcpy(a[i].data, arr.data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]));
         al_array_free(&arr);
+    }
+    if (ok) { /* the arrays are the ones saved: not changed, cut or poisoned since */
+        char got[65];
+        arrays_sha(a, n, got);
+        ok = !strcmp(got, want_sha);
     }
     return ok ? 1 : -1;
 }

@@ -339,8 +339,10 @@ static int run_jobs(run *r, al_error *err) {
             "%s/partial",
             p->n_reused, p->n_recomputed, p->n_jobs, r->o.out_dir);
     if (p->n_stale)
-        fprintf(stderr, " (%d saved with other grids or options, or unreadable: %s)", p->n_stale,
-                r->stale);
+        fprintf(stderr,
+                " (%d recomputed: saved with other grids or options, unreadable, of another "
+                "shape, or not matching their checksum: %s)",
+                p->n_stale, r->stale);
     fprintf(stderr, "\n");
     return 0;
 }

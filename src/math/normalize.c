@@ -897,8 +897,17 @@ static double tridiag_top(const double *al, const double *be, int k, double *s, 
     return d[k - 1];
 }
 
+/* The largest row the sa forms' Lanczos takes: its restarts grow with n (about n^2.6: 29 s at
+ * n = 128k), so longer rows are refused rather than left running (docs/reliability.md). */
+#define AL_SA_SPECTRAL_MAX_N 65536
+
 static int sa_spectral(const lin *L, double *out, al_error *err) {
     int64_t n = L->n;
+    if (n > AL_SA_SPECTRAL_MAX_N)
+        return al__err(err, AL_E_INVALID,
+                       "%s: the spectral norm of the Jacobian is computed for rows of up to %d "
+                       "logits (Lanczos, super-linear in n); n = %lld refused",
+                       kind_names[L->kind], AL_SA_SPECTRAL_MAX_N, (long long)n);
     if (L->scale == 0) { /* J = 0 */
         *out = 0;
         return 0;

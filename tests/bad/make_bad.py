@@ -272,6 +272,10 @@ w("text/empty.txt", "")
 w("text/ids_out_of_range.txt", "15 31 99999999\n")
 w("text/not_utf8.txt", b"The quick brown fox \xff jumps over the lazy dog, twice over.\n")
 w("text/ids_small.txt", "0 1 2 3 4 5 6 7\n")
+# hostile sizes (issue 12, class 11): a row longer than the sa-softmax spectral norm takes, and one
+# whose dense Jacobian (--full) would need 1.15 GB
+w("text/row_70000.txt", " ".join(["0"] * 70000) + "\n")
+w("text/row_12000.txt", " ".join(["0"] * 12000) + "\n")
 
 # ---- duplicated names --------------------------------------------------------------------------
 # safetensors: the header's JSON object names ln_f.bias twice (a duplicate key, same entry)

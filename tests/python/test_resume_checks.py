@@ -1,0 +1,57 @@
+"""reproduce --resume reuses a saved (window, L) job only when its arrays are the ones saved
+(issue 12, class 10): an array poisoned with NaN in place, or cut to another shape, is
+recomputed, the message says which, and the results equal a fresh run's."""
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+BIN = os.environ.get("ATTNLIM_BIN")
+if not BIN:
+    raise RuntimeError("run through ctest (ATTNLIM_BIN unset)")
+
+
+def run(*args, check=0):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == check, "%s: exit %d\n%s" % (args, p.returncode, p.stderr)
+    return p
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    run("make-model", "--layers", 2, "--heads", 2, "--embd", 16, "--ctx", 64, "--vocab", 50257,
+        "--seed", 4, "--out", d / "m")
+    run("reproduce", "--model", d / "m", "--quick", "--quiet", "--experiments", "alg1,alg2",
+        "--out", d / "ref")
+    return d
+
+
+def results(out):
+    r = json.load(open(os.path.join(out, "results.json")))
+    r.pop("manifest", None)
+    return r
+
+
+@pytest.mark.parametrize("damage", ["nan_in_place", "other_shape"])
+def test_damaged_partial_is_recomputed(fresh, tmp_path, damage):
+    out = tmp_path / "out"
+    shutil.copytree(fresh / "ref", out)
+    jobs = sorted(os.listdir(out / "partial"))
+    job = next(j for j in jobs if j.startswith("w0_L"))
+    arr = sorted(f for f in os.listdir(out / "partial" / job) if f.endswith(".npy"))[0]
+    path = out / "partial" / job / arr
+    a = np.load(path)
+    if damage == "nan_in_place":
+        a.flat[0] = np.nan
+    else:
+        a = a[:, :-1] if a.shape[1] > 1 else a[:-1]
+    np.save(path, a)
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--experiments", "alg1,alg2", "--resume",
+            "--out", out)
+    assert "not matching their checksum" in r.stderr and job in r.stderr, r.stderr
+    assert "computed 1 of" in r.stderr, r.stderr
+    assert results(out) == results(fresh / "ref")
