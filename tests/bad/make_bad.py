@@ -318,12 +318,13 @@ model_dir("nan_attn_weights", safetensors(T6))
 # ---- WordPiece vocabularies, each in a tiny valid BERT directory (read by `attnlim embed`) ----
 
 
-def tiny_bert(d, vocab_text, tokenizer_config=None):
+def tiny_bert(d, vocab_text, tokenizer_config=None, cfg_update=None):
     g = np.random.default_rng(13)
     Cb, Fb, Pb, Vb = 4, 8, 8, 8
     bcfg = {"model_type": "bert", "hidden_size": Cb, "num_attention_heads": 1, "num_hidden_layers": 1,
             "intermediate_size": Fb, "max_position_embeddings": Pb, "vocab_size": Vb, "type_vocab_size": 1,
             "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
+    bcfg.update(cfg_update or {})
     shapes = {"embeddings.word_embeddings.weight": (Vb, Cb), "embeddings.position_embeddings.weight": (Pb, Cb),
               "embeddings.token_type_embeddings.weight": (1, Cb), "embeddings.LayerNorm.weight": (Cb,),
               "embeddings.LayerNorm.bias": (Cb,)}
@@ -349,6 +350,11 @@ tiny_bert("wordpiece/nul_byte", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhel\0lo\n")
 GOOD_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n"
 tiny_bert("wordpiece/tokenizer_config_not_json", GOOD_VOCAB, '{"do_lower_case": true,')
 tiny_bert("wordpiece/tokenizer_config_lower_not_bool", GOOD_VOCAB, '{"do_lower_case": "yes"}')
+# a config that claims far more than the file holds (issue 12, class 5): 512 layers of 16384
+# channels would be terabytes of weights; the tensors are checked before anything is allocated
+tiny_bert("wordpiece/config_claims_terabytes", GOOD_VOCAB,
+          cfg_update={"hidden_size": 16384, "num_attention_heads": 128, "num_hidden_layers": 512,
+                      "intermediate_size": 131072, "max_position_embeddings": 65536})
 # a duplicate key (issue 12, class 7): cJSON would take the first, Python and HF the last
 tiny_bert("wordpiece/tokenizer_config_duplicate_key", GOOD_VOCAB,
           '{"do_lower_case": true, "do_lower_case": false}')
@@ -408,4 +414,10 @@ dump_dir("dump/kv_not_divisor", dman(model={"n_head": 3, "n_kv_head": 2}), DA)
 bz = dq @ dk.transpose(0, 2, 1) / np.sqrt(2)
 dump_dir("dump/bidirectional", dman(model={"causal": False}), {"layer0.q.npy": dq, "layer0.k.npy": dk,
                                                               "layer0.v.npy": dv, "layer0.logits.npy": bz})
+# stored weights that are not rows of a distribution (issue 12, class 8)
+dump_dir("dump/weights_not_normalized", DM, dict(DA, **{"layer0.weights.npy": dw * 0.5}))
+negw = dw.copy()
+negw[0, 3, 0] -= 0.25
+negw[0, 3, 1] += 0.25
+dump_dir("dump/weights_negative", DM, dict(DA, **{"layer0.weights.npy": negw}))
 print("wrote", OUT)

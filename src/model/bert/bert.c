@@ -42,13 +42,14 @@ typedef struct bert_layer {
 } bert_layer;
 
 typedef struct bert_acts {
-    float *mem;     /* one allocation for the buffers below, sized for n_ctx tokens */
-    float *x;       /* [n_ctx, C] residual stream (normalised after each block) */
-    float *embed;   /* [n_ctx, C] normalised embedding (capture) */
-    float *qkv;     /* [n_ctx, 3C] q | k | v, head h at columns h*d of each */
-    float *atty;    /* [n_ctx, C] concatenated head outputs */
-    float *proj;    /* [n_ctx, C] a projection's output */
-    float *ff;      /* [n_ctx, F] MLP hidden */
+    int cap;        /* tokens the buffers hold: the longest window so far (sized by need) */
+    float *mem;     /* one allocation for the buffers below, sized for cap tokens */
+    float *x;       /* [cap, C] residual stream (normalised after each block) */
+    float *embed;   /* [cap, C] normalised embedding (capture) */
+    float *qkv;     /* [cap, 3C] q | k | v, head h at columns h*d of each */
+    float *atty;    /* [cap, C] concatenated head outputs */
+    float *proj;    /* [cap, C] a projection's output */
+    float *ff;      /* [cap, F] MLP hidden */
     al__attn_ws ws; /* attention buffers kept across layers */
 } bert_acts;
 
@@ -207,6 +208,19 @@ static int load_one(const al__safetensors *st, const char *prefix, const wspec *
         return al__err(err, AL_E_UNSUPPORTED,
                        "%s: tensor %s has dtype %s (expected F32, F16, BF16 or F64)", t->file, full,
                        t->dtype_name);
+    if (!s->dst) { /* the check before anything is allocated: present, of the config's shape */
+        int same = t->ndim == s->ndim;
+        for (int i = 0; same && i < s->ndim; i++) same = t->shape[i] == s->shape[i];
+        if (!same)
+            return al__err(
+                err, AL_E_FORMAT,
+                "%s: tensor %s has another shape than config.json implies ([%lld%s%lld%s], "
+                "file: %d dimensions, first %lld)",
+                t->file, full, (long long)s->shape[0], s->ndim == 2 ? ", " : "",
+                s->ndim == 2 ? (long long)s->shape[1] : 0LL, s->ndim == 2 ? "" : " (1-d)", t->ndim,
+                t->ndim ? (long long)t->shape[0] : 0LL);
+        return 0;
+    }
     int rc = al__st_load_f32(st, full, s->ndim, s->shape, s->dst, err);
     if (rc) return rc;
     size_t n = (size_t)s->shape[0] * (s->ndim == 2 ? (size_t)s->shape[1] : 1);
@@ -218,6 +232,53 @@ static int load_one(const al__safetensors *st, const char *prefix, const wspec *
     return 0;
 }
 
+/* The 16 tensors of encoder layer l (dst: w's buffers, or NULL for the check-only pass). */
+static void layer_specs(int l, int64_t C, int64_t F, const bert_layer *w, wspec out[16]) {
+#define W(f) (w ? w->f : NULL)
+    const wspec t[16] = {
+        {"encoder.layer.%d.attention.self.query.weight", l, 2, {C, C}, W(wqkv)},
+        {"encoder.layer.%d.attention.self.key.weight", l, 2, {C, C}, W(wqkv + C * C)},
+        {"encoder.layer.%d.attention.self.value.weight", l, 2, {C, C}, W(wqkv + 2 * C * C)},
+        {"encoder.layer.%d.attention.self.query.bias", l, 1, {C, 0}, W(bqkv)},
+        {"encoder.layer.%d.attention.self.key.bias", l, 1, {C, 0}, W(bqkv + C)},
+        {"encoder.layer.%d.attention.self.value.bias", l, 1, {C, 0}, W(bqkv + 2 * C)},
+        {"encoder.layer.%d.attention.output.dense.weight", l, 2, {C, C}, W(wo)},
+        {"encoder.layer.%d.attention.output.dense.bias", l, 1, {C, 0}, W(bo)},
+        {"encoder.layer.%d.attention.output.LayerNorm.weight", l, 1, {C, 0}, W(ln1_g)},
+        {"encoder.layer.%d.attention.output.LayerNorm.bias", l, 1, {C, 0}, W(ln1_b)},
+        {"encoder.layer.%d.intermediate.dense.weight", l, 2, {F, C}, W(wi)},
+        {"encoder.layer.%d.intermediate.dense.bias", l, 1, {F, 0}, W(bi)},
+        {"encoder.layer.%d.output.dense.weight", l, 2, {C, F}, W(wout)},
+        {"encoder.layer.%d.output.dense.bias", l, 1, {C, 0}, W(bout)},
+        {"encoder.layer.%d.output.LayerNorm.weight", l, 1, {C, 0}, W(ln2_g)},
+        {"encoder.layer.%d.output.LayerNorm.bias", l, 1, {C, 0}, W(ln2_b)},
+    };
+
+#undef W
+    for (int i = 0; i < 16; i++) out[i] = t[i];
+}
+
+/* Every tensor present with the shape config.json implies, before the weights are allocated:
+ * a config claiming more than the file holds is a tensor mismatch, not "out of memory". */
+static int check_tensors(const bert *b, const al__safetensors *st, const char *prefix,
+                         al_error *err) {
+    const int64_t C = b->d_model, F = b->d_ff;
+    size_t n = 0;
+    wspec emb[3] = {
+        {"embeddings.word_embeddings.weight", -1, 2, {b->vocab_size, C}, NULL},
+        {"embeddings.position_embeddings.weight", -1, 2, {b->n_ctx, C}, NULL},
+        {"embeddings.token_type_embeddings.weight", -1, 2, {b->n_types, C}, NULL},
+    };
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) rc = load_one(st, prefix, &emb[i], &n, err);
+    for (int l = 0; l < b->n_layer && !rc; l++) {
+        wspec specs[16];
+        layer_specs(l, C, F, NULL, specs);
+        for (int i = 0; i < 16 && !rc; i++) rc = load_one(st, prefix, &specs[i], &n, err);
+    }
+    return rc;
+}
+
 static int load_weights(bert *b, const al__safetensors *st, al_model_info *info, al_error *err) {
     const int64_t C = b->d_model, F = b->d_ff, L = b->n_layer;
     /* floats: embeddings, then per layer 3C*C + 3C + C*C + C + 2C + F*C + F + C*F + C + 2C */
@@ -227,6 +288,9 @@ static int load_weights(bert *b, const al__safetensors *st, al_model_info *info,
     if (!al__mul_ok(per_layer, (size_t)L, &total) || !al__add_ok(total, emb, &total) ||
         !al__mul_ok(total, sizeof(float), &total))
         return al__err(err, AL_E_NOMEM, "%s: the model's size overflows", b->dir);
+    const char *pre = al__st_find(st, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    int rc0 = check_tensors(b, st, pre, err);
+    if (rc0) return rc0;
     b->arena = al__malloc_aligned(total, "BERT weights", err);
     b->layers = al__calloc((size_t)L, sizeof *b->layers, "BERT layers", err);
     if (!b->arena || !b->layers) return AL_E_NOMEM;
@@ -272,24 +336,8 @@ static int load_weights(bert *b, const al__safetensors *st, al_model_info *info,
         w->bout = p, p += C;
         w->ln2_g = p, p += C;
         w->ln2_b = p, p += C;
-        wspec specs[16] = {
-            {"encoder.layer.%d.attention.self.query.weight", l, 2, {C, C}, w->wqkv},
-            {"encoder.layer.%d.attention.self.key.weight", l, 2, {C, C}, w->wqkv + C * C},
-            {"encoder.layer.%d.attention.self.value.weight", l, 2, {C, C}, w->wqkv + 2 * C * C},
-            {"encoder.layer.%d.attention.self.query.bias", l, 1, {C, 0}, w->bqkv},
-            {"encoder.layer.%d.attention.self.key.bias", l, 1, {C, 0}, w->bqkv + C},
-            {"encoder.layer.%d.attention.self.value.bias", l, 1, {C, 0}, w->bqkv + 2 * C},
-            {"encoder.layer.%d.attention.output.dense.weight", l, 2, {C, C}, w->wo},
-            {"encoder.layer.%d.attention.output.dense.bias", l, 1, {C, 0}, w->bo},
-            {"encoder.layer.%d.attention.output.LayerNorm.weight", l, 1, {C, 0}, w->ln1_g},
-            {"encoder.layer.%d.attention.output.LayerNorm.bias", l, 1, {C, 0}, w->ln1_b},
-            {"encoder.layer.%d.intermediate.dense.weight", l, 2, {F, C}, w->wi},
-            {"encoder.layer.%d.intermediate.dense.bias", l, 1, {F, 0}, w->bi},
-            {"encoder.layer.%d.output.dense.weight", l, 2, {C, F}, w->wout},
-            {"encoder.layer.%d.output.dense.bias", l, 1, {C, 0}, w->bout},
-            {"encoder.layer.%d.output.LayerNorm.weight", l, 1, {C, 0}, w->ln2_g},
-            {"encoder.layer.%d.output.LayerNorm.bias", l, 1, {C, 0}, w->ln2_b},
-        };
+        wspec specs[16];
+        layer_specs(l, C, F, w, specs);
         for (int i = 0; i < 16; i++)
             if ((rc = load_one(st, prefix, &specs[i], &n_params, err))) return rc;
     }
@@ -328,8 +376,8 @@ static void free_acts(bert_acts *a) {
     free(a);
 }
 
-static int build_acts(const bert *b, bert_acts **out, al_error *err) {
-    size_t T = (size_t)b->n_ctx, C = (size_t)b->d_model, F = (size_t)b->d_ff;
+static int build_acts(const bert *b, int T_need, bert_acts **out, al_error *err) {
+    size_t T = (size_t)T_need, C = (size_t)b->d_model, F = (size_t)b->d_ff;
     size_t sizes[6] = {T * C, T * C, 3 * T * C, T * C, T * C, T * F};
     size_t total = 0, bytes;
     for (int i = 0; i < 6; i++)
@@ -344,6 +392,7 @@ static int build_acts(const bert *b, bert_acts **out, al_error *err) {
         free(a);
         return AL_E_NOMEM;
     }
+    a->cap = T_need;
     float **ptrs[6] = {&a->x, &a->embed, &a->qkv, &a->atty, &a->proj, &a->ff};
     float *p = a->mem;
     for (int i = 0; i < 6; i++) {
@@ -366,9 +415,12 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     if (T < 1 || T > b->n_ctx)
         return al__err(err, AL_E_INVALID, "%s: window of %d tokens outside 1..%d", m->info.path, T,
                        b->n_ctx);
-    if (!b->acts) {
-        int rc = build_acts(b, &b->acts, err);
+    if (!b->acts || b->acts->cap < T) { /* sized by need, grown for a longer window */
+        bert_acts *fresh = NULL;
+        int rc = build_acts(b, T, &fresh, err);
         if (rc) return rc;
+        free_acts(b->acts);
+        b->acts = fresh;
     }
     bert_acts *a = b->acts;
     const int C = b->d_model, H = b->n_head, F = b->d_ff;

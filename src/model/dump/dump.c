@@ -309,6 +309,10 @@ static int parse_root(const cJSON *j, const char *name, al__dump_desc *d, al_err
         for (int i = 0; i < d->n_head; i++) d->heads[i] = i;
         d->n_heads = d->n_head;
     }
+    const cJSON *wf = member(j, "weights_sum_to_one");
+    if (wf && !cJSON_IsBool(wf))
+        return al__err(err, AL_E_FORMAT, "%s: \"weights_sum_to_one\" must be true or false", name);
+    d->weights_free = wf && cJSON_IsFalse(wf);
     const cJSON *ar = member(src, d->from_capture ? "what" : "arrays");
     if ((ar || d->from_capture) &&
         (rc = json_kinds(ar, d->from_capture ? "options.what" : "arrays", &d->arrays, name, err)))
@@ -367,6 +371,40 @@ static double at(const al_array *a, size_t i) {
 
 /* Reads layer l's array of kind w and checks it against the manifest: the reader's checks
  * (a .npy of float32 or float64), the shape, and finite values outside the causal mask. */
+/* Stored weights are what they claim: every visible entry >= 0 and every row summing to 1
+ * within AL__DUMP_SUM_TOL (float32 rounding of rows of thousands of keys stays far below it),
+ * unless the manifest says "weights_sum_to_one": false. The first bad row is named. */
+#define AL__DUMP_SUM_TOL 1e-3
+static int check_distribution(const dump_impl *p, const al_array *a, const char *path,
+                              al_error *err) {
+    const al__dump_desc *d = &p->d;
+    const size_t T = (size_t)d->T;
+    for (size_t r = 0; r < (size_t)d->n_heads * T; r++) {
+        size_t t = r % T, n = d->causal ? t + 1 : T;
+        double sum = 0, mn = INFINITY;
+        size_t neg = 0;
+        for (size_t c = 0; c < n; c++) {
+            double x = at(a, r * T + c);
+            sum += x;
+            if (x < mn) mn = x, neg = c;
+        }
+        if (mn < 0 || fabs(sum - 1) > AL__DUMP_SUM_TOL) {
+            char what[96];
+            if (mn < 0)
+                snprintf(what, sizeof what, "weight %g at column %zu is negative", mn, neg);
+            else
+                snprintf(what, sizeof what, "the row sums to %.9g, not 1 (within %g)", sum,
+                         AL__DUMP_SUM_TOL);
+            return al__err(err, AL_E_FORMAT,
+                           "%s: head %d, row %zu: %s; stored attention weights must be rows of a "
+                           "distribution (a normalizer that is not one is declared with "
+                           "\"weights_sum_to_one\": false in manifest.json)",
+                           path, d->heads[r / T], t, what);
+        }
+    }
+    return 0;
+}
+
 static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *err) {
     const al__dump_desc *d = &p->d;
     char path[PATH_MAX + 80];
@@ -446,7 +484,9 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
                        masked ? "entries above the diagonal are masked and may hold anything"
                               : "nothing is masked");
     }
-    return 0;
+    if (w == W_WEIGHTS && !d->weights_free && (rc = check_distribution(p, a, path, err)))
+        al_array_free(a);
+    return rc;
 }
 
 /* ---- what a request reads -------------------------------------------------------------------- */

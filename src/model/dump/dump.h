@@ -27,7 +27,9 @@ typedef struct al__dump_desc {
     int *layers;
     int n_heads; /* stored heads: heads[n_heads], increasing */
     int *heads;
-    unsigned arrays;          /* AL_CAP_* bits the manifest declares (0: not declared) */
+    unsigned arrays;  /* AL_CAP_* bits the manifest declares (0: not declared) */
+    int weights_free; /* "weights_sum_to_one": false: stored weights are not checked as rows of
+                       * a distribution (a normalizer such as sa-softmax) */
     struct cJSON *model_json; /* a copy of the manifest's "model" object */
 } al__dump_desc;
 

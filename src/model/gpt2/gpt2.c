@@ -5,9 +5,10 @@
  *   final_hidden = ln_f(x);  logits = final_hidden @ wte[0..V)^T (only when asked)
  *
  * Weights come from the loaders (gpt2_load.c) in either layout (HF Conv1D [in, out] or llm.c
- * [out, in]). Activations live in one arena per model sized for n_ctx, allocated on the first
- * forward (inference only: one layer's activations at a time). A model runs one forward at a
- * time (the arena and the attention buffers are the model's). */
+ * [out, in]). Activations live in one arena per model sized for the longest window run so far
+ * (grown when a longer one comes, never for n_ctx up front: a config claiming a huge context
+ * costs nothing until a window that long is run; inference only: one layer's at a time). A model
+ * runs one forward at a time (the arena and the attention buffers are the model's). */
 #include "gpt2.h"
 #include "ops.h"
 
@@ -15,16 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The activation arena: every buffer for T = n_ctx tokens. */
+/* The activation arena: every buffer for T = cap tokens (cap: the longest window so far). */
 typedef struct gpt2_acts {
+    int cap;        /* tokens the buffers hold */
     float *mem;     /* the one allocation holding everything below */
-    float *x;       /* [n_ctx, C] residual stream */
-    float *embed;   /* [n_ctx, C] token + position embedding (kept for the capture) */
-    float *ln;      /* [n_ctx, C] ln_1 / ln_2 / ln_f output */
-    float *qkv;     /* [n_ctx, 3C] q | k | v, head h at columns h*d_head of each */
-    float *atty;    /* [n_ctx, C] concatenated head outputs */
-    float *proj;    /* [n_ctx, C] output of a projection, added to x */
-    float *fch;     /* [n_ctx, 4C] MLP hidden, GELU in place */
+    float *x;       /* [cap, C] residual stream */
+    float *embed;   /* [cap, C] token + position embedding (kept for the capture) */
+    float *ln;      /* [cap, C] ln_1 / ln_2 / ln_f output */
+    float *qkv;     /* [cap, 3C] q | k | v, head h at columns h*d_head of each */
+    float *atty;    /* [cap, C] concatenated head outputs */
+    float *proj;    /* [cap, C] output of a projection, added to x */
+    float *fch;     /* [cap, 4C] MLP hidden, GELU in place */
     al__attn_ws ws; /* attention scratch and capture buffers, kept across layers */
 } gpt2_acts;
 
@@ -35,8 +37,8 @@ static void free_acts(gpt2_acts *a) {
     free(a);
 }
 
-static int build_acts(const al__gpt2 *g, gpt2_acts **out, al_error *err) {
-    size_t T = (size_t)g->n_ctx, C = (size_t)g->d_model;
+static int build_acts(const al__gpt2 *g, int T_need, gpt2_acts **out, al_error *err) {
+    size_t T = (size_t)T_need, C = (size_t)g->d_model;
     size_t sizes[7] = {T * C, T * C, T * C, T * 3 * C, T * C, T * C, T * 4 * C};
     size_t total = 0;
     for (int i = 0; i < 7; i++) {
@@ -54,6 +56,7 @@ static int build_acts(const al__gpt2 *g, gpt2_acts **out, al_error *err) {
         free(a);
         return AL_E_NOMEM;
     }
+    a->cap = T_need;
     float **ptrs[7] = {&a->x, &a->embed, &a->ln, &a->qkv, &a->atty, &a->proj, &a->fch};
     float *p = a->mem;
     for (int i = 0; i < 7; i++) {
@@ -80,10 +83,11 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     if (T < 1 || T > g->n_ctx)
         return al__err(err, AL_E_INVALID, "%s: window of %d tokens outside 1..%d", m->info.path, T,
                        g->n_ctx);
-    if (!g->fwd) {
+    if (!g->fwd || ((gpt2_acts *)g->fwd)->cap < T) { /* sized by need */
         gpt2_acts *fresh = NULL;
-        int rc = build_acts(g, &fresh, err);
+        int rc = build_acts(g, T, &fresh, err);
         if (rc) return rc;
+        free_acts(g->fwd);
         g->fwd = fresh;
     }
     gpt2_acts *a = g->fwd;
