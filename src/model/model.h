@@ -134,8 +134,4 @@ int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, a
 /* vtable check, or 0 for models without one. */
 int al__model_check(al_model *m, int T, const al_capture_request *req, al_error *err);
 
-/* Resolves a known model name ("smollm2", "minilm", "gpt2") to a path in the cache,
- * fetching it on first use where it can be fetched. Returns AL_E_NOTFOUND for other names. */
-int al__model_resolve_name(const char *name, char *out, size_t out_size, al_error *err);
-
 #endif
