@@ -86,6 +86,12 @@ struct al_model {
  * and keeps the warning in m (al__model_warnings). */
 void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
                               size_t first);
+/* The one NaN/Inf policy for weights: scans the float32 values x[n] (x may be unaligned) of
+ * tensor in file and, when some are NaN/Inf, warns as al__model_warn_nonfinite (m may be NULL:
+ * printed only). Loading goes on: a NaN that reaches an output is caught where it is written
+ * (capture, perplexity, embed fail naming this warning). Returns the count. */
+size_t al__model_scan_nonfinite(al_model *m, const char *file, const char *tensor, const void *x,
+                                size_t n);
 /* The warnings kept (*n of them; *total counts those past the cap too). */
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total);
 
