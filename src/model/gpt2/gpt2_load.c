@@ -341,13 +341,9 @@ fail:
 
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
     al__map map;
-    int rc = al__map_file(path, &map, err);
-    if (rc) return rc;
     al__llmc_hdr h;
-    if ((rc = al__llmc_parse_buffer(map.data, map.size, path, &h, err))) {
-        al__unmap(&map);
-        return rc;
-    }
+    int rc = al__llmc_open(path, &map, &h, err);
+    if (rc) return rc;
     al__gpt2 *g = new_gpt2(&h.cfg, err);
     if (!g) {
         al__unmap(&map);

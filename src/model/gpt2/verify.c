@@ -196,13 +196,9 @@ static int hash_safetensors(const char *path, found **out, int *n_out, al_error 
 static int hash_llmc(const char *path, found **out, int *n_out, char *format, size_t fcap,
                      al_error *err) {
     al__map map;
-    int rc = al__map_file(path, &map, err);
-    if (rc) return rc;
     al__llmc_hdr h;
-    if ((rc = al__llmc_parse_buffer(map.data, map.size, path, &h, err))) {
-        al__unmap(&map);
-        return rc;
-    }
+    int rc = al__llmc_open(path, &map, &h, err);
+    if (rc) return rc;
     snprintf(format, fcap, "llm.c v%d (%s)", h.version, h.version == 3 ? "fp32" : "bf16");
     int n = al__gpt2_n_tensors(&h.cfg);
     size_t biggest = 0;
