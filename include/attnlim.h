@@ -480,6 +480,9 @@ enum {
     AL_CAP_WEIGHTS = 1u << 4, /* alpha [n_sel, T, T] = softmax rows; masked entries 0 */
     AL_CAP_HIDDEN = 1u << 5,  /* [T, d_model] the layer input after its first norm */
     AL_CAP_EMBED = 1u << 6,   /* [T, d_model] the model input (token + position embedding) */
+    /* [T, d_model] the layer input before its first norm (the residual stream); BERT, post-norm,
+     * has no norm before attention: its residual is its hidden */
+    AL_CAP_RESIDUAL = 1u << 7,
 };
 
 /* One layer's capture, handed to the observer while the forward runs. Pointers are valid
@@ -491,15 +494,16 @@ typedef struct al_capture {
     int n_head, n_kv_head, d_head, d_model;
     int causal;
     int n_sel;
-    const int *heads;     /* [n_sel] query head indices */
-    const int *kv_head;   /* [n_head] key/value head read by each query head */
-    const float *q;       /* [n_sel, T, d_head] or NULL */
-    const float *k;       /* [n_sel, T, d_head] or NULL */
-    const float *v;       /* [n_sel, T, d_head] or NULL */
-    const float *logits;  /* [n_sel, T, T] or NULL */
-    const float *weights; /* [n_sel, T, T] or NULL */
-    const float *hidden;  /* [T, d_model] or NULL */
-    const float *embed;   /* [T, d_model] or NULL */
+    const int *heads;      /* [n_sel] query head indices */
+    const int *kv_head;    /* [n_head] key/value head read by each query head */
+    const float *q;        /* [n_sel, T, d_head] or NULL */
+    const float *k;        /* [n_sel, T, d_head] or NULL */
+    const float *v;        /* [n_sel, T, d_head] or NULL */
+    const float *logits;   /* [n_sel, T, T] or NULL */
+    const float *weights;  /* [n_sel, T, T] or NULL */
+    const float *hidden;   /* [T, d_model] or NULL */
+    const float *embed;    /* [T, d_model] or NULL */
+    const float *residual; /* [T, d_model] or NULL */
 } al_capture;
 
 /* Returns 0 to go on, non-zero (with err set) to stop the forward. */
@@ -586,9 +590,12 @@ typedef enum al_vectors {
     AL_VEC_VALUE = 0, /* the head's value vectors v_j (default) */
     AL_VEC_KEY,       /* the head's key vectors k_j */
     AL_VEC_HIDDEN,    /* the layer input after its first norm, d_model wide */
-    AL_VEC_EMBED,     /* the model input (token + position embedding) */
+    AL_VEC_EMBED,     /* the model input embedding (GPT-2: token + position; Llama: token; BERT:
+                       * the normalised sum of word, position and type embeddings) */
+    AL_VEC_RESIDUAL,  /* the layer input before its first norm (the residual stream) */
 } al_vectors;
-const char *al_vectors_name(al_vectors v); /* "value", "key", "hidden", "embedding" */
+/* "value", "key", "hidden", "embedding", "residual" */
+const char *al_vectors_name(al_vectors v);
 int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
 
 /* The experiments of `attnlim reproduce` (bit flags; 0 = all). */
