@@ -641,6 +641,16 @@ typedef struct al_repro_opts {
     const double *eps; /* [n_eps] Algorithm 5 */
     int n_eps;
     int synthetic; /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+    /* the readings of METHOD section 9 (each [reading]; the defaults are METHOD's sections 3, 6) */
+    al_distance_kind distance;  /* --distance: dtilde of Algorithms 1-3 (default sum-of-norms) */
+    al_expect_kind expectation; /* --expectation: the E that Algorithm 3's KS test compares with
+                                 * and Algorithms 1-2 report (default analytic); mc needs
+                                 * mc_samples > 0; exact is refused where C(L, N) > exact_max */
+    int64_t exact_max;          /* cap on C(n, N) per row (0 = AL_EXACT_MAX_DEFAULT) */
+    int temperature_raw;        /* --temperature-scale: 0 scaled (T on q.k/sqrt(d_head)), 1 raw
+                                 * (T on q.k, the paper's axis) */
+    int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
+                                 * (T, eps, head, row), the paper's Algorithm 5) */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);
