@@ -86,10 +86,11 @@ void al__ex_free_plan(plan *p);
 
 /* Per thread: one head's arrays. */
 typedef struct scratch {
-    double *w, *z;     /* [L, L] */
-    double *x;         /* [L, dx] */
-    double *q, *k;     /* [L, d_head] */
-    al_topn_stats *st; /* [max(nd, ns)] */
+    double *w, *z;        /* [L, L] */
+    double *x;            /* [L, dx] */
+    double *q, *k;        /* [L, d_head] */
+    al_topn_stats *st;    /* [max(nd, ns)] */
+    al_reading_stats *rd; /* [max(nd, ns)] */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);
