@@ -79,6 +79,7 @@ typedef struct plan {
 
 int al__ex_cmp_dbl(const void *a, const void *b);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
 void al__ex_free_plan(plan *p);
 

@@ -205,10 +205,9 @@ static int build_job_grids(plan *p, job *j, al_error *err) {
     return 0;
 }
 
-/* The readings of METHOD section 9, before any work: names in range, --expectation mc with
- * samples, --expectation exact only where every job's C(L, N) is within the cap. */
-static int check_readings(const plan *p, al_error *err) {
-    const al_repro_opts *o = &p->o;
+/* The readings of METHOD section 9 that the options alone decide: names in range,
+ * --expectation mc with samples (al_reproduce checks them before it creates anything). */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err) {
     if (o->distance < AL_DIST_SUM_OF_NORMS || o->distance > AL_DIST_SUM_VECTOR)
         return al__err(err, AL_E_INVALID,
                        "--distance: %d is not one of sum-of-norms, norm-of-sum, sum-vector",
@@ -223,10 +222,21 @@ static int check_readings(const plan *p, al_error *err) {
     if (o->expectation == AL_EXPECT_MC && o->mc_samples < 1)
         return al__err(err, AL_E_INVALID,
                        "--expectation mc needs Monte-Carlo samples (--mc S with S >= 1)");
-    if (o->expectation != AL_EXPECT_EXACT) return 0;
+    if (o->exact_max < 0 || o->exact_max > AL_EXACT_MAX_LIMIT)
+        return al__err(err, AL_E_INVALID, "--exact-max: %lld is outside 1..%d",
+                       (long long)o->exact_max, AL_EXACT_MAX_LIMIT);
+    return 0;
+}
+
+/* ... and, with the plan, --expectation exact only where every job's C(L, N) is within the cap
+ * (before any work). */
+static int check_readings(const plan *p, al_error *err) {
+    const al_repro_opts *o = &p->o;
+    int rc = al__ex_check_reading_opts(o, err);
+    if (rc || o->expectation != AL_EXPECT_EXACT) return rc;
     for (int i = 0; i < p->n_jobs; i++) {
         const job *j = &p->jobs[i];
-        int rc = al_exact_check(j->L, j->Nd, j->nd, o->exact_max, err);
+        rc = al_exact_check(j->L, j->Nd, j->nd, o->exact_max, err);
         if (rc) return al__err_prefix(err, rc, "L = %d (the N of Algorithms 1-3 at that L)", j->L);
     }
     return 0;

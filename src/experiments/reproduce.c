@@ -101,6 +101,7 @@ static int run_start(run *r, al_error *err) {
     int rc = 0;
     if (r->root) {
         if (!r->o.out_dir) rc = al__err(err, AL_E_INVALID, "no output directory (--out)");
+        if (!rc) rc = al__ex_check_reading_opts(&r->o, err);
         if (!rc) rc = al__mkdirs(r->o.out_dir, err);
         if (!rc && !r->o.model && !(rc = al_repro_pick_model(r->picked, sizeof r->picked, err)) &&
             !r->o.quiet)
