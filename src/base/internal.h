@@ -132,4 +132,8 @@ int al__number_token(const char *tok, double *out, int *underflow);
 double al__kstwo_sf(double x, int64_t n);
 double al__smirnov_sf(int64_t n, double x);
 
+/* metrics.c: sel[K] = the indices of the K largest a[n] (1 <= K <= n), larger weight first,
+ * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
+void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp);
+
 #endif

@@ -322,6 +322,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         .weights = cw,
         .hidden = (what & AL_CAP_HIDDEN) ? a->hidden : NULL,
         .embed = (what & AL_CAP_EMBED) ? a->embed : NULL,
+        .residual = (what & AL_CAP_RESIDUAL) ? a->residual : NULL,
     };
     al_error local = {0};
     al_error *e = err ? err : &local;
