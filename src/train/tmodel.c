@@ -187,9 +187,13 @@ void al__tr_init(al__tr_model *m, uint64_t seed) {
         al__rng_seed(&r, al__hash64(seed ^ al__hash64((uint64_t)i + 1)));
         for (size_t k = 0; k < n; k++) w[k] = (float)(std * al__rng_normal(&r));
     }
+    al__tr_init_extra(m);
+}
+
+void al__tr_init_extra(al__tr_model *m) {
     float *s = al__tr_ssmax_s(m, m->params);
     if (s)
-        for (int k = 0; k < c->n_layer * c->n_head; k++) s[k] = (float)c->norm.ssmax_s;
+        for (int k = 0; k < m->cfg.n_layer * m->cfg.n_head; k++) s[k] = (float)m->cfg.norm.ssmax_s;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------ */

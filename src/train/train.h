@@ -87,6 +87,8 @@ void al__tr_model_free(al__tr_model *m);
  * embeddings and matrices, residual projections N(0, 0.02/sqrt(2L)), biases 0, LN weights 1,
  * biases 0; ssmax s = cfg.norm.ssmax_s. */
 void al__tr_init(al__tr_model *m, uint64_t seed);
+/* Only what a GPT-2 checkpoint does not hold: ssmax s = cfg.norm.ssmax_s (after loading). */
+void al__tr_init_extra(al__tr_model *m);
 
 /* Forward over tokens [B, T] (targets [B, T] or NULL): the mean cross-entropy in *loss when
  * targets are given; logits [B T, V] written when not NULL. Keeps the activations. */
