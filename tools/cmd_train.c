@@ -10,36 +10,35 @@
 
 static void usage(FILE *f) {
     fprintf(
-        f,
-        "usage: attnlim train --out DIR [options]\n"
-        "\n"
-        "Trains a GPT-2-style decoder (pre-LayerNorm, tanh GELU MLP, learned positions, tied\n"
-        "embeddings) with AdamW on a corpus, with the attention normalizer of your choice, and\n"
-        "writes DIR/model.safetensors + DIR/config.json (HF GPT-2 layout, the normalizer in\n"
-        "\"attnlim_normalizer\"), DIR/state.bin (for --resume) and DIR/log.jsonl.\n"
-        "\n"
-        "model:      --layers L (4) --heads H (4) --embd C (128) --ctx N (256)\n"
-        "normalizer: --normalizer softmax|sparsemax|entmax15|entmax|ssmax|sa-softmax|\n"
-        "            sa-softmax-norm (softmax) --temperature T (1) --alpha A (entmax, 1.5)\n"
-        "            --ssmax-s S (0.43) --ssmax-learn (s learnable per layer and head)\n"
-        "data:       --corpus war-and-peace|FILE (war-and-peace: METHOD's body) --data-dir DIR\n"
-        "            --tokenizer bytes|gpt2 (bytes) --val-frac F (0.1: the held-out tail)\n"
-        "batch:      --batch B (8) --seq T (the context) --seed S (1: init and data order)\n"
-        "            --fixed-batch (every step on step 0's batch)\n"
-        "optimizer:  --steps N (100) --lr X (1e-3) --warmup N (10) --min-lr-frac F (0.1)\n"
-        "            --weight-decay X (0.1, 2-D tensors) --beta1 (0.9) --beta2 (0.95)\n"
-        "            --clip X (1.0, global norm; 0 off)\n"
-        "run:        --eval-every K (50: validation loss, gradient norms per layer, per-head\n"
-        "            entropy, max weight and N_s/N into the log) --val-windows N (16)\n"
-        "            --ckpt-every K (0: at the end) --stop-after N (stop after N steps, saved)\n"
-        "            --resume (continue DIR's run bit for bit: give the same options)\n"
-        "            --init PATH (start from a GPT-2 checkpoint's weights)\n"
-        "            --dump FILE (the first step: batch, loss, gradients, updated weights)\n"
-        "            --threads N --quiet --json\n"
-        "\n"
-        "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
-        "transformers load them. The other commands refuse checkpoints of other normalizers\n"
-        "(their forward runs softmax attention only).\n");
+        f, "usage: attnlim train --out DIR [options]\n"
+           "\n"
+           "Trains a GPT-2-style decoder (pre-LayerNorm, tanh GELU MLP, learned positions, tied\n"
+           "embeddings) with AdamW on a corpus, with the attention normalizer of your choice, and\n"
+           "writes DIR/model.safetensors + DIR/config.json (HF GPT-2 layout, the normalizer in\n"
+           "\"attnlim_normalizer\"), DIR/state.bin (for --resume) and DIR/log.jsonl.\n"
+           "\n"
+           "model:      --layers L (4) --heads H (4) --embd C (128) --ctx N (256)\n"
+           "normalizer: --normalizer softmax|sparsemax|entmax15|entmax|ssmax|sa-softmax|\n"
+           "            sa-softmax-norm (softmax) --temperature T (1) --alpha A (entmax, 1.5)\n"
+           "            --ssmax-s S (0.43) --ssmax-learn (s learnable per layer and head)\n"
+           "data:       --corpus war-and-peace|FILE (war-and-peace: METHOD's body) --data-dir DIR\n"
+           "            --tokenizer bytes|gpt2 (bytes) --val-frac F (0.1: the held-out tail)\n"
+           "batch:      --batch B (8) --seq T (the context) --seed S (1: init and data order)\n"
+           "            --fixed-batch (every step on step 0's batch)\n"
+           "optimizer:  --steps N (100) --lr X (1e-3) --warmup N (10) --min-lr-frac F (0.1)\n"
+           "            --weight-decay X (0.1, 2-D tensors) --beta1 (0.9) --beta2 (0.95)\n"
+           "            --clip X (1.0, global norm; 0 off)\n"
+           "run:        --eval-every K (50: validation loss, gradient norms per layer, per-head\n"
+           "            entropy, max weight and N_s/N into the log) --val-windows N (16)\n"
+           "            --ckpt-every K (0: at the end) --stop-after N (stop after N steps, saved)\n"
+           "            --resume (continue DIR's run bit for bit: give the same options)\n"
+           "            --init PATH (start from a GPT-2 checkpoint's weights)\n"
+           "            --dump FILE (the first step: batch, loss, gradients, updated weights)\n"
+           "            --threads N --quiet --json\n"
+           "\n"
+           "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
+           "transformers load them. The other commands refuse checkpoints of other normalizers\n"
+           "(their forward runs softmax attention only).\n");
 }
 
 typedef struct numopt {
@@ -113,19 +112,32 @@ int cmd_train(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--quiet")) quiet = 1;
-        else if (!strcmp(a, "--resume")) o.resume = 1;
-        else if (!strcmp(a, "--fixed-batch")) o.fixed_batch = 1;
-        else if (!strcmp(a, "--ssmax-learn")) o.cfg.ssmax_learn = 1;
-        else if (i + 1 >= argc) return cli_usage_error("train", "unknown option or missing value: '%s'", a);
-        else if (!strcmp(a, "--out")) o.out = argv[++i];
-        else if (!strcmp(a, "--corpus")) o.corpus = argv[++i];
-        else if (!strcmp(a, "--data-dir")) o.data_path = argv[++i];
-        else if (!strcmp(a, "--tokenizer")) o.tokenizer = argv[++i];
-        else if (!strcmp(a, "--init")) o.init = argv[++i];
-        else if (!strcmp(a, "--dump")) o.dump = argv[++i];
-        else if (!strcmp(a, "--normalizer")) norm_name = argv[++i];
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--quiet"))
+            quiet = 1;
+        else if (!strcmp(a, "--resume"))
+            o.resume = 1;
+        else if (!strcmp(a, "--fixed-batch"))
+            o.fixed_batch = 1;
+        else if (!strcmp(a, "--ssmax-learn"))
+            o.cfg.ssmax_learn = 1;
+        else if (i + 1 >= argc)
+            return cli_usage_error("train", "unknown option or missing value: '%s'", a);
+        else if (!strcmp(a, "--out"))
+            o.out = argv[++i];
+        else if (!strcmp(a, "--corpus"))
+            o.corpus = argv[++i];
+        else if (!strcmp(a, "--data-dir"))
+            o.data_path = argv[++i];
+        else if (!strcmp(a, "--tokenizer"))
+            o.tokenizer = argv[++i];
+        else if (!strcmp(a, "--init"))
+            o.init = argv[++i];
+        else if (!strcmp(a, "--dump"))
+            o.dump = argv[++i];
+        else if (!strcmp(a, "--normalizer"))
+            norm_name = argv[++i];
         else {
             int k = -1;
             for (int j = 0; j < (int)(sizeof nums / sizeof nums[0]); j++)

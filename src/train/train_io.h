@@ -56,9 +56,9 @@ typedef struct al__tr_run_opts {
 } al__tr_run_opts;
 
 typedef struct al__tr_summary {
-    int steps_done;    /* steps completed in total (with earlier runs) */
-    double last_loss;  /* training loss of the last step */
-    double val_loss;   /* last validation loss (NaN if none) */
+    int steps_done;      /* steps completed in total (with earlier runs) */
+    double last_loss;    /* training loss of the last step */
+    double val_loss;     /* last validation loss (NaN if none) */
     double tokens_per_s; /* training tokens per second in this invocation */
     double seconds;
 } al__tr_summary;

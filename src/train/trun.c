@@ -257,8 +257,8 @@ static int write_dump(run *r, double loss, const float *before, al_error *err) {
     n += al__tr_gpt2_tensors(m, m->params, "new.", t + n, cap - n);
     if (m->cfg.norm.kind == AL_NORM_SSMAX) {
         const char *pre[3] = {"init.", "grad.", "new."};
-        const float *src[3] = {before + m->off[m->n_tensors - 1],
-                               al__tr_ssmax_s(m, m->grads), al__tr_ssmax_s(m, m->params)};
+        const float *src[3] = {before + m->off[m->n_tensors - 1], al__tr_ssmax_s(m, m->grads),
+                               al__tr_ssmax_s(m, m->params)};
         for (int k = 0; k < 3 && n < cap; k++, n++) {
             snprintf(t[n].name, sizeof t[n].name, "%sattnlim.ssmax_s", pre[k]);
             snprintf(t[n].dtype, sizeof t[n].dtype, "F32");
