@@ -31,6 +31,8 @@ static const command *commands(size_t *n) {
         {"verify", cmd_verify, "check a GPT-2 checkpoint's tensors against the pinned hashes"},
         {"info", cmd_info, "a model's config, parameter count, dtypes, file hash"},
         {"make-model", cmd_make_model, "write a deterministic random GPT-2 checkpoint"},
+        {"train", cmd_train, "train a small GPT-2 in C with a chosen attention normalizer"},
+        {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
     size_t k = 0;
