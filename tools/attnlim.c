@@ -12,7 +12,6 @@ typedef struct {
 } command;
 
 static const command *commands(size_t *n) {
-    static command table[16];
     const command all[] = {
         {"reproduce", cmd_reproduce,
          "run the paper's Algorithms 1-5 and write figures and a report"},
@@ -35,6 +34,7 @@ static const command *commands(size_t *n) {
         {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
+    static command table[sizeof all / sizeof all[0]]; /* sized by the list: never overflows */
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].fn) table[k++] = all[i];
