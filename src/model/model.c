@@ -97,7 +97,7 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     int rc;
     unsigned char magic[8] = {0};
     if (S_ISREG(st.st_mode)) {
-        FILE *f = fopen(path, "rb");
+        FILE *f = al__fopen_read(path, NULL);
         if (f) {
             if (fread(magic, 1, sizeof magic, f) == 0) magic[0] = 0;
             fclose(f);

@@ -383,6 +383,7 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         al__matmul_nt(a->qkv, a->x, w->wqkv, w->bqkv, T, C, 3 * C);
         al__attn at =
             al__attn_fused(l, T, H, C, 0, a->qkv, a->atty, a->x, want_embed ? a->embed : NULL, req);
+        at.residual = a->x; /* post-norm: the layer input is both hidden and residual */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         al__matmul_nt(a->proj, a->atty, w->wo, w->bo, T, C, C);

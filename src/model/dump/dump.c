@@ -465,6 +465,12 @@ static int arrays_for(const dump_impl *p, unsigned what, unsigned *load, al_erro
         else
             missing |= (what & AL_CAP_LOGITS) ? AL_CAP_LOGITS : AL_CAP_WEIGHTS;
     }
+    if (what & AL_CAP_RESIDUAL)
+        return al__err(err, AL_E_NOTFOUND,
+                       "%s: missing: this run reads the residual stream (the layer input before "
+                       "its first norm), which an attention dump does not hold (it holds q, k, v, "
+                       "logits, weights, hidden, embed at most)",
+                       p->dir);
     *load = ld;
     if (!missing) return 0;
     int w = 0;

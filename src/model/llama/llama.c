@@ -404,6 +404,7 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
             .out = a.att,
             .hidden = a.h,
             .embed = a.emb,
+            .residual = a.x, /* the layer input, before attn_norm */
             .req = cap ? req : NULL,
         };
         if ((rc = al__attention_ws(&at, &L->ws, err))) break;
