@@ -17,15 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void al__gpt2_release(al__gpt2 *g) {
-    if (!g) return;
-    free(g->layers);
-    free(g->arena);
-    al__unmap(&g->map);
-    al__st_close(g->st);
-    free(g);
-}
-
 /* The slot of the weight struct that parameter kind/layer goes to. */
 static const float **slot(al__gpt2 *g, int kind, int l) {
     al__gpt2_layer *y = l >= 0 ? &g->layers[l] : NULL;
