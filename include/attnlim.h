@@ -424,6 +424,51 @@ typedef struct al_capture_request {
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                      float *logits, float *final_hidden, al_error *err);
 
+/* ---- Part: attention variants inside the forward (src/model/attn_variant.c) ---- */
+
+/* Which keys each query row keeps before it is normalised. A row of n visible keys (causal:
+ * n = t + 1) in a window of L tokens keeps min(n, K) keys, K =
+ *   topk:K        K (an integer >= 1)
+ *   topk-frac:F   ceil(F L), F in (0, 1]
+ *   topk-sqrt:C   ceil(C sqrt(n)), C > 0
+ *   topk-log:C    ceil(C ln n), C > 0 (and at least 1)
+ * (each ceil taken of x - 1e-9, so that a product landing on an integer stays there); the kept
+ * keys are those of the K largest logits, ties at the K-th logit broken toward the lower index
+ * (METHOD section 3's rule). The others get weight 0. */
+typedef enum al_attn_rule {
+    AL_ATTN_DENSE = 0,
+    AL_ATTN_TOPK,
+    AL_ATTN_TOPK_FRAC,
+    AL_ATTN_TOPK_SQRT,
+    AL_ATTN_TOPK_LOG,
+} al_attn_rule;
+
+typedef struct al_attn_variant {
+    al_attn_rule rule;
+    double param; /* K, F or C (unused for dense) */
+    al_norm norm; /* over the kept logits (n = the kept count: ssmax's scale is s ln(kept)) */
+    const uint8_t *layers; /* [n_layer] non-zero = modified; NULL = every layer */
+    const uint8_t *heads;  /* [n_head] non-zero = modified (query heads); NULL = every head */
+} al_attn_variant;
+
+/* "dense", "topk:K", "topk-frac:F", "topk-sqrt:C", "topk-log:C" into rule and param (other fields
+ * untouched). */
+int al_attn_rule_parse(const char *spec, al_attn_variant *v, al_error *err);
+/* "softmax", "sparsemax", "entmax15", "entmax[:A]" (A > 1, default 1.5), "ssmax[:S]" (S > 0,
+ * default 0.43) into *out (temperature 1). */
+int al_attn_norm_parse(const char *spec, al_norm *out, al_error *err);
+/* The spellings parse reads back: "topk:16", "topk-frac:0.0625", "entmax:1.3", "ssmax:0.43". */
+void al_attn_rule_name(const al_attn_variant *v, char *buf, size_t cap);
+void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap);
+/* Keys kept of a row of n >= 1 visible keys in a window of L tokens (1..n). */
+int al_attn_kept(const al_attn_variant *v, int n, int L);
+/* Every later forward of m uses v (copied, masks included; NULL, or dense with softmax: the
+ * model's own attention). Families with a causal LM head (gpt2, llama) support it; others are
+ * AL_E_UNSUPPORTED. A mask shorter than the model is the caller's bug: give n_layer / n_head. */
+int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err);
+/* The variant in force (NULL when the model's own attention runs). */
+const al_attn_variant *al_model_get_attention(const al_model *m);
+
 /* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
  * src/makemodel.c) ---- */
 

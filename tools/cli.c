@@ -334,3 +334,24 @@ void cli_row_error(const char *input, const al_array *a, int64_t row, al_error *
         snprintf(m, sizeof m, "%s: %s", cli_input_name(input), err->msg);
     memcpy(err->msg, m, sizeof m);
 }
+
+int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err) {
+    if (!s || strcmp(s, "all") == 0) {
+        memset(mask, 1, (size_t)n);
+        return 0;
+    }
+    int *v, nv;
+    int rc = cli_parse_int_list(s, what, &v, &nv, err);
+    if (rc) return rc;
+    memset(mask, 0, (size_t)n);
+    for (int i = 0; i < nv; i++) {
+        if (v[i] < 0 || v[i] >= n) {
+            int bad = v[i];
+            free(v);
+            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
+        }
+        mask[v[i]] = 1;
+    }
+    free(v);
+    return 0;
+}

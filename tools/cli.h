@@ -42,6 +42,9 @@ int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, 
 #define CLI_MAX_LIST 1000000
 int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err);
 int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err);
+/* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an
+ * error naming what). */
+int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err);
 
 /* Numbers from a text buffer: whitespace- or comma-separated; one row per non-empty line.
  * One line -> a 1-D array; several lines of equal length -> 2-D. NaN/Inf are rejected with

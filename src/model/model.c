@@ -134,6 +134,7 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
 void al_model_free(al_model *m) {
     if (!m) return;
     if (m->vt && m->vt->destroy) m->vt->destroy(m);
+    al__attn_clear(m);
     al__model_files_free(m->hashed);
     free(m->hashed);
     free(m);

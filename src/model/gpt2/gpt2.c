@@ -108,6 +108,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
+        at.mod = al__model_attn(m);
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         linear(g, a->proj, a->atty, w->proj_w, w->proj_b, T, C, C);
@@ -144,4 +145,4 @@ static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
 }
 
 const al_model_vtable al__gpt2_vtable = {
-    .forward = gpt2_forward, .destroy = gpt2_destroy, .tokenizer = gpt2_tokenizer};
+    .forward = gpt2_forward, .destroy = gpt2_destroy, .tokenizer = gpt2_tokenizer, .variants = 1};

@@ -417,6 +417,7 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
             .hidden = a.h,
             .embed = a.emb,
             .req = cap ? req : NULL,
+            .mod = al__model_attn(m),
         };
         if ((rc = al__attention_ws(&at, &L->ws, err))) break;
         al__matmul_nt(a.tmp, a.att, ly->wo, NULL, T, H * d, C);
@@ -511,8 +512,10 @@ static void llama_destroy(al_model *m) {
     m->impl = NULL;
 }
 
-static const al_model_vtable llama_vtable = {
-    .forward = llama_forward, .destroy = llama_destroy, .tokenizer = llama_tokenizer};
+static const al_model_vtable llama_vtable = {.forward = llama_forward,
+                                             .destroy = llama_destroy,
+                                             .tokenizer = llama_tokenizer,
+                                             .variants = 1};
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;
