@@ -26,11 +26,21 @@ int al_attn_kept(const al_attn_variant *v, int n, int L) {
     if (n < 1) return 0;
     long k = n;
     switch (v ? v->rule : AL_ATTN_DENSE) {
-    case AL_ATTN_DENSE: k = n; break;
-    case AL_ATTN_TOPK: k = (long)v->param; break;
-    case AL_ATTN_TOPK_FRAC: k = ceil_down(v->param * L); break;
-    case AL_ATTN_TOPK_SQRT: k = ceil_down(v->param * sqrt((double)n)); break;
-    case AL_ATTN_TOPK_LOG: k = ceil_down(v->param * log((double)n)); break;
+    case AL_ATTN_DENSE:
+        k = n;
+        break;
+    case AL_ATTN_TOPK:
+        k = (long)v->param;
+        break;
+    case AL_ATTN_TOPK_FRAC:
+        k = ceil_down(v->param * L);
+        break;
+    case AL_ATTN_TOPK_SQRT:
+        k = ceil_down(v->param * sqrt((double)n));
+        break;
+    case AL_ATTN_TOPK_LOG:
+        k = ceil_down(v->param * log((double)n));
+        break;
     }
     return k < 1 ? 1 : k > n ? n : (int)k;
 }
@@ -142,7 +152,8 @@ void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", al_norm_name(nm->kind));
 }
 
-/* ---- the model's variant ---------------------------------------------------------------------- */
+/* ---- the model's variant ----------------------------------------------------------------------
+ */
 
 void al__attn_clear(al_model *m) {
     free(m->attn_layers);
@@ -238,7 +249,8 @@ cJSON *al__attn_json(const al_model *m) {
     return o;
 }
 
-/* ---- one row ---------------------------------------------------------------------------------- */
+/* ---- one row ----------------------------------------------------------------------------------
+ */
 
 static void swapf(float *a, float *b) {
     float t = *a;
@@ -276,7 +288,7 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
                           float *scr) {
     const int k = al_attn_kept(v, n, L);
     const int soft = v->norm.kind == AL_NORM_SOFTMAX && v->norm.temperature == 1.0;
-    float *copy = scr;                                          /* [n] */
+    float *copy = scr;                                                            /* [n] */
     double *dz = (double *)(void *)(scr + ((size_t)n + 1) / 2 * 2), *dp = dz + n; /* [n] each */
     int finite = 1;
     for (int j = 0; j < n; j++) finite &= isfinite(z[j]) != 0;
