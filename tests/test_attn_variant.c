@@ -16,7 +16,8 @@
 
 #include "ops.h"
 
-/* ---- brute force ------------------------------------------------------------------------------ */
+/* ---- brute force ------------------------------------------------------------------------------
+ */
 
 typedef struct {
     double z;
@@ -83,14 +84,16 @@ static void check_row(const al_attn_variant *v, const float *z, int n, int L) {
     else
         brute_softmax(z, kept, n, p);
     for (int j = 0; j < n; j++) {
-        if (!kept[j] && w[j] != 0.0f) fail_msg("n %d k %d: key %d not kept but w %g", n, k, j, w[j]);
+        if (!kept[j] && w[j] != 0.0f)
+            fail_msg("n %d k %d: key %d not kept but w %g", n, k, j, w[j]);
         if (fabs(w[j] - p[j]) > 2e-6)
             fail_msg("n %d k %d key %d: w %.9g, want %.9g", n, k, j, w[j], p[j]);
     }
     free(w), free(scr), free(kept), free(p);
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------------------------
+ */
 
 static void test_kept_counts(void **state) {
     (void)state;
@@ -119,8 +122,9 @@ static void test_parse(void **state) {
     assert_int_equal(al_attn_rule_parse("topk-sqrt:1.5", &v, &err), 0);
     assert_int_equal(v.rule, AL_ATTN_TOPK_SQRT);
     assert_true(v.param == 1.5);
-    const char *bad[] = {"topk", "topk:", "topk:0", "topk:2.5", "topk-frac:0", "topk-frac:1.5",
-                         "topk-log:-1", "topk-sqrt:nan", "top:3", "dense:1", "topk:3x"};
+    const char *bad[] = {"topk",        "topk:",         "topk:0",      "topk:2.5",
+                         "topk-frac:0", "topk-frac:1.5", "topk-log:-1", "topk-sqrt:nan",
+                         "top:3",       "dense:1",       "topk:3x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_not_equal(al_attn_rule_parse(bad[i], &v, &err), 0);
     al_norm nm;
@@ -169,7 +173,8 @@ static void test_ties_and_identity(void **state) {
     (void)state;
     float z[40], w[40], d[40], scr[AL__VSCR_PER_KEY * 40];
     for (int j = 0; j < 40; j++) z[j] = -0.5f;
-    al_attn_variant v = {.rule = AL_ATTN_TOPK, .param = 7, .norm = al_norm_default(AL_NORM_SOFTMAX)};
+    al_attn_variant v = {
+        .rule = AL_ATTN_TOPK, .param = 7, .norm = al_norm_default(AL_NORM_SOFTMAX)};
     al__attn_variant_row(&v, w, z, 40, 40, scr);
     for (int j = 0; j < 40; j++) assert_true(w[j] == (j < 7 ? (float)(1.0 / 7) : 0.0f));
     for (int j = 0; j < 40; j++) z[j] = (float)sin(j * 0.7);
@@ -208,10 +213,21 @@ static void test_attention_with_variant(void **state) {
                            .layers = layers,
                            .heads = heads};
     for (int layer = 0; layer < 2; layer++) {
-        al__attn a = {.layer = layer, .T = T, .n_head = H, .n_kv_head = G, .d_head = D,
-                      .d_model = H * D, .causal = 1, .q = q, .q_stride = (size_t)H * D,
-                      .k = k, .k_stride = (size_t)G * D, .v = vv, .v_stride = (size_t)G * D,
-                      .out = out, .mod = &var};
+        al__attn a = {.layer = layer,
+                      .T = T,
+                      .n_head = H,
+                      .n_kv_head = G,
+                      .d_head = D,
+                      .d_model = H * D,
+                      .causal = 1,
+                      .q = q,
+                      .q_stride = (size_t)H * D,
+                      .k = k,
+                      .k_stride = (size_t)G * D,
+                      .v = vv,
+                      .v_stride = (size_t)G * D,
+                      .out = out,
+                      .mod = &var};
         assert_int_equal(al__attention(&a, NULL), 0);
         float z[150];
         int kept[150];

@@ -12,6 +12,7 @@
 #include "ops.h"
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,15 +285,66 @@ static float kth_largest(float *x, int n, int k) {
     }
 }
 
+/* Is any of z[n] NaN or infinite? (exponent bits all ones; integer ops, vectorisable) */
+static int any_nonfinite(const float *z, int n) {
+    uint32_t bad = 0;
+    for (int j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, z + j, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad != 0;
+}
+
+/* Is (va, ja) a worse key than (vb, jb)? A lower logit, or an equal one at a higher index. */
+static inline int worse(float va, int ja, float vb, int jb) {
+    return va < vb || (va == vb && ja > jb);
+}
+
+static void sift_down(float *hv, int *hi, int k, int i) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= k) return;
+        if (c + 1 < k && worse(hv[c + 1], hi[c + 1], hv[c], hi[c])) c++;
+        if (!worse(hv[c], hi[c], hv[i], hi[i])) return;
+        float tv = hv[i];
+        int ti = hi[i];
+        hv[i] = hv[c], hi[i] = hi[c], hv[c] = tv, hi[c] = ti;
+        i = c;
+    }
+}
+
+/* The k kept keys of z[n] (k < n) into hv[k], hi[k] (any order): a heap of the k best with
+ * the worst at its root, fed in index order; a later key enters only when strictly above the
+ * root (an equal one has the higher index: the tie rule). Most keys of a long row are one
+ * predictable comparison. */
+static void kept_heap(const float *z, int n, int k, float *hv, int *hi) {
+    for (int j = 0; j < k; j++) hv[j] = z[j], hi[j] = j;
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(hv, hi, k, i);
+    for (int j = k; j < n; j++)
+        if (z[j] > hv[0]) {
+            hv[0] = z[j], hi[0] = j;
+            sift_down(hv, hi, k, 0);
+        }
+}
+
+/* The same set by a three-way quickselect of the K-th largest on a copy (rows keeping many
+ * keys, where the heap would take most of them in). */
+static int kept_select(const float *z, int n, int k, float *copy, float *hv, int *hi) {
+    memcpy(copy, z, (size_t)n * sizeof *copy);
+    float thr = kth_largest(copy, n, k);
+    int need_eq = k, m = 0;
+    for (int j = 0; j < n; j++) need_eq -= z[j] > thr;
+    for (int j = 0; j < n; j++)
+        if (z[j] > thr || (z[j] == thr && need_eq-- > 0)) hv[m] = z[j], hi[m++] = j;
+    return m;
+}
+
 void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, int n, int L,
                           float *scr) {
     const int k = al_attn_kept(v, n, L);
     const int soft = v->norm.kind == AL_NORM_SOFTMAX && v->norm.temperature == 1.0;
-    float *copy = scr;                                                            /* [n] */
-    double *dz = (double *)(void *)(scr + ((size_t)n + 1) / 2 * 2), *dp = dz + n; /* [n] each */
-    int finite = 1;
-    for (int j = 0; j < n; j++) finite &= isfinite(z[j]) != 0;
-    if (!finite) {
+    if (any_nonfinite(z, n)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
         return;
     }
@@ -300,43 +352,34 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
         al__softmax_row(w, z, n);
         return;
     }
-    float thr = -INFINITY, mx = -INFINITY;
-    int need_eq = k; /* ties at thr still to take */
-    if (k < n) {
-        memcpy(copy, z, (size_t)n * sizeof *copy);
-        thr = kth_largest(copy, n, k);
-        for (int j = 0; j < n; j++) need_eq -= z[j] > thr;
+    /* scratch: hv [n] floats, hi [n] ints, copy [n] floats, then dz, dp [n] doubles each */
+    float *hv = scr, *copy = scr + 2 * (size_t)n;
+    int *hi = (int *)(void *)(scr + n);
+    double *dz = (double *)(void *)(scr + ((size_t)3 * n + 1) / 2 * 2), *dp = dz + n;
+    int m = k;
+    if (k == n) {
+        for (int j = 0; j < n; j++) hv[j] = z[j], hi[j] = j;
+    } else if (k <= n / 4) {
+        kept_heap(z, n, k, hv, hi);
+    } else {
+        m = kept_select(z, n, k, copy, hv, hi);
     }
-    for (int j = 0; j < n; j++) mx = z[j] > mx ? z[j] : mx;
-    /* one pass in index order: read z_j, then write w_j (w may equal z) */
-    int nk = 0;
-    double s = 0.0;
-    for (int j = 0; j < n; j++) {
-        float zj = z[j];
-        int keep = zj > thr || (zj == thr && need_eq-- > 0);
-        if (!keep) {
-            w[j] = 0.0f;
-            continue;
-        }
-        if (soft) {
-            float e = al__expf(zj - mx);
-            s += e;
-            w[j] = e;
-        } else {
-            dz[nk++] = zj;
-            w[j] = 1.0f; /* marks a kept key for the scatter below */
-        }
-    }
+    /* z is read in full: now w (which may be z) is written */
+    memset(w, 0, (size_t)n * sizeof *w);
     if (soft) {
+        float mx = -INFINITY;
+        for (int i = 0; i < m; i++) mx = hv[i] > mx ? hv[i] : mx;
+        double s = 0.0;
+        for (int i = 0; i < m; i++) s += hv[i] = al__expf(hv[i] - mx);
         float inv = (float)(1.0 / s);
-        for (int j = 0; j < n; j++) w[j] *= inv;
+        for (int i = 0; i < m; i++) w[hi[i]] = hv[i] * inv;
         return;
     }
+    for (int i = 0; i < m; i++) dz[i] = hv[i];
     al_error e = {0};
-    if (al_norm_forward(&v->norm, dz, nk, dp, &e)) {
+    if (al_norm_forward(&v->norm, dz, m, dp, &e)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
         return;
     }
-    for (int j = 0, i = 0; j < n; j++)
-        if (w[j] != 0.0f) w[j] = (float)dp[i++];
+    for (int i = 0; i < m; i++) w[hi[i]] = (float)dp[i];
 }
