@@ -42,12 +42,18 @@ int main(int argc, char **argv) {
                *norm = "softmax";
     int T = 1024, reps = 5, threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--T")) T = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--attention")) rules = argv[i + 1];
-        else if (!strcmp(argv[i], "--normalizer")) norm = argv[i + 1];
+        if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--T"))
+            T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--attention"))
+            rules = argv[i + 1];
+        else if (!strcmp(argv[i], "--normalizer"))
+            norm = argv[i + 1];
         else {
             fprintf(stderr, "bench_topk: unknown option %s\n", argv[i]);
             return 2;
@@ -64,8 +70,8 @@ int main(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0, n_ids = 0;
     int32_t *ids = NULL;
-    if (al_corpus_load("war-and-peace", NULL, &text, &len, &err) || al_model_tokenizer(m, &tk, &err) ||
-        al_tokenize(tk, text, len, 0, &ids, &n_ids, &err))
+    if (al_corpus_load("war-and-peace", NULL, &text, &len, &err) ||
+        al_model_tokenizer(m, &tk, &err) || al_tokenize(tk, text, len, 0, &ids, &n_ids, &err))
         die("tokens", &err);
     if (n_ids < (size_t)T) return 1;
     float *logits = malloc((size_t)T * info->vocab_size * sizeof(float));
@@ -83,7 +89,8 @@ int main(int argc, char **argv) {
             die(s, &err);
         snprintf(names[nv], sizeof names[nv], "%s", s);
     }
-    double *wall = calloc((size_t)nv * reps, sizeof *wall), *cpu = calloc((size_t)nv * reps, sizeof *cpu);
+    double *wall = calloc((size_t)nv * reps, sizeof *wall),
+           *cpu = calloc((size_t)nv * reps, sizeof *cpu);
     /* one warm-up forward of each (buffers grown, pages touched) */
     for (int v = 0; v < nv; v++) {
         if (al_model_set_attention(m, v ? &vs[v] : NULL, &err) ||

@@ -469,6 +469,18 @@ int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err)
 /* The variant in force (NULL when the model's own attention runs). */
 const al_attn_variant *al_model_get_attention(const al_model *m);
 
+/* A variant as the command lines give it (every field optional: all zero = the model's own). */
+typedef struct al_attn_spec {
+    const char *rule;       /* al_attn_rule_parse spelling; NULL = dense */
+    const char *normalizer; /* al_attn_norm_parse spelling; NULL = softmax */
+    const int *layers;      /* [n_layers] layer indices modified; NULL = every layer */
+    int n_layers;
+    const int *heads; /* [n_heads] query head indices modified; NULL = every head */
+    int n_heads;
+} al_attn_spec;
+/* Parses s, checks the indices against m (an error names the one outside) and sets it. */
+int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err);
+
 /* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
  * src/makemodel.c) ---- */
 
@@ -584,6 +596,7 @@ typedef struct al_repro_opts {
     const double *eps; /* [n_eps] Algorithm 5 */
     int n_eps;
     int synthetic; /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+    al_attn_spec attention; /* the attention inside the forward (zero: the model's own) */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);
@@ -604,6 +617,7 @@ typedef struct al_diag_opts {
     int window;
     int threads;
     const char *normalizer; /* NULL = softmax */
+    al_attn_spec attention; /* the attention inside the forward (zero: the model's own) */
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

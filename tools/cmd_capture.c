@@ -69,36 +69,37 @@ static const char MASK_CONVENTION[] =
 
 static void usage(FILE *f) {
     fprintf(
-        f, "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
-           "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
-           "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
-           "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
-           "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
-           "                       [--attention-heads SET]\n"
-           "\n"
-           "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
-           "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
-           "  q, k, v   [n_heads, L, d_head]  selected heads (k, v: the key/value head each\n"
-           "                                  query head reads)\n"
-           "  logits    [n_heads, L, L]       q.k / sqrt(d_head); masked entries -inf\n"
-           "  weights   [n_heads, L, L]       softmax rows; masked entries 0\n"
-           "  hidden    [L, d_model]          the layer input after its first norm\n"
-           "  embed     [L, d_model]          the model input (token + position embedding)\n"
-           "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
-           "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
-           "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
-           "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
-           "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
-           "  --tokens FILE      token ids separated by whitespace\n"
-           "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-           "                     the model's tokenizer\n"
-           "  --what LIST        default: weights\n"
-           "  --force            replace an earlier capture in DIR (atomically)\n"
-           "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
-           "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-           "  --json             print the manifest on stdout\n"
-           "The attention variant (recorded as the manifest's \"attention\"; the weights captured\n"
-           "are the variant's, the logits the model's full rows):\n");
+        f,
+        "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
+        "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
+        "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
+        "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
+        "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
+        "                       [--attention-heads SET]\n"
+        "\n"
+        "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
+        "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
+        "  q, k, v   [n_heads, L, d_head]  selected heads (k, v: the key/value head each\n"
+        "                                  query head reads)\n"
+        "  logits    [n_heads, L, L]       q.k / sqrt(d_head); masked entries -inf\n"
+        "  weights   [n_heads, L, L]       softmax rows; masked entries 0\n"
+        "  hidden    [L, d_model]          the layer input after its first norm\n"
+        "  embed     [L, d_model]          the model input (token + position embedding)\n"
+        "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
+        "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
+        "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
+        "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
+        "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
+        "  --tokens FILE      token ids separated by whitespace\n"
+        "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+        "                     the model's tokenizer\n"
+        "  --what LIST        default: weights\n"
+        "  --force            replace an earlier capture in DIR (atomically)\n"
+        "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
+        "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
+        "  --json             print the manifest on stdout\n"
+        "The attention variant (recorded as the manifest's model.attention; the weights captured\n"
+        "are the variant's, the logits the model's full rows):\n");
     fputs(RUN_ATTN_USAGE, f);
 }
 
@@ -617,7 +618,6 @@ int cmd_capture(int argc, char **argv) {
         goto done;
     }
     cJSON_AddItemToObject(man, "model", jm);
-    cJSON_AddItemToObject(man, "attention", al__attn_json(m));
     cJSON *src = cJSON_AddObjectToObject(man, "tokens");
     cJSON_AddStringToObject(src, tk.from_corpus ? "corpus" : "file", tk.source);
     cJSON_AddStringToObject(src, "sha256", tk.sha256);

@@ -222,6 +222,7 @@ int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error
     if ((rc = al__dist_agree(dist, rc, err))) goto done;
     if (!root && (rc = al_model_open(model, &m, err))) goto setup_end;
     if ((rc = al_model_hash(m, err))) goto setup_end;
+    if ((rc = al_model_set_attention_spec(m, &o->attention, err))) goto setup_end;
     mi = al_model_get_info(m);
     char wopt[32] = "";
     if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);

@@ -220,6 +220,40 @@ const al_attn_variant *al_model_get_attention(const al_model *m) {
     return m ? al__model_attn(m) : NULL;
 }
 
+/* mask[n] from idx[k] (NULL idx: *mask NULL, every index); what names the option */
+static int spec_mask(const int *idx, int k, int n, const char *what, uint8_t **mask,
+                     al_error *err) {
+    *mask = NULL;
+    if (!idx) return 0;
+    if (!(*mask = al__calloc((size_t)n, 1, "attention variant mask", err))) return AL_E_NOMEM;
+    for (int i = 0; i < k; i++) {
+        if (idx[i] < 0 || idx[i] >= n) {
+            free(*mask);
+            *mask = NULL;
+            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, idx[i], n - 1);
+        }
+        (*mask)[idx[i]] = 1;
+    }
+    return 0;
+}
+
+int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err) {
+    if (!m) return al__err(err, AL_E_INVALID, "al_model_set_attention_spec: NULL model");
+    al_attn_variant v = {.rule = AL_ATTN_DENSE, .norm = al_norm_default(AL_NORM_SOFTMAX)};
+    if (!s) return al_model_set_attention(m, NULL, err);
+    int rc = s->rule ? al_attn_rule_parse(s->rule, &v, err) : 0;
+    if (!rc && s->normalizer) rc = al_attn_norm_parse(s->normalizer, &v.norm, err);
+    uint8_t *ml = NULL, *mh = NULL;
+    if (!rc)
+        rc = spec_mask(s->layers, s->n_layers, m->info.n_layer, "--attention-layers", &ml, err);
+    if (!rc) rc = spec_mask(s->heads, s->n_heads, m->info.n_head, "--attention-heads", &mh, err);
+    v.layers = ml, v.heads = mh;
+    if (!rc) rc = al_model_set_attention(m, &v, err);
+    free(ml);
+    free(mh);
+    return rc;
+}
+
 /* "all" or the indices i < n with mask[i] set */
 static cJSON *mask_json(const uint8_t *mask, int n) {
     if (!mask) return cJSON_CreateString("all");

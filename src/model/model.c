@@ -472,6 +472,8 @@ cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     cJSON_AddNumberToObject(o, "load_warnings_total", total);
     cJSON *dump = al__dump_json(m); /* an attention dump: what it holds, its source model */
     if (dump) cJSON_AddItemToObject(o, "dump", dump);
+    /* the attention its forward runs (attn_variant.c); a dump replays what it holds */
+    if (m->format != AL__FMT_DUMP) cJSON_AddItemToObject(o, "attention", al__attn_json(m));
     al__model_files_free(&files);
     return o;
 }
