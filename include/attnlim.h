@@ -627,6 +627,37 @@ typedef struct al_diag_opts {
  * diagnose.json and diagnose.md are written there too. */
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
 
+/* `attnlim guidelines`: the paper's guidelines tested in the model's loss (docs/guidelines.md).
+ * For each L: the mean next-token NLL over windows 0..K-1 of the unmodified model, of top-k
+ * attention at each fixed k < L and at each rule, and of each normalizer (in every layer);
+ * the smallest fixed k within 1% and 5% of the dense NLL, as k / L, with fitted rules; the KS
+ * critical N of `attnlim reproduce` beside it; entropy and N_s/N per layer of the modified
+ * models. Every NULL grid is the default. */
+typedef struct al_guide_opts {
+    const char *model;     /* path or known name (required) */
+    const char *corpus;    /* NULL: war-and-peace */
+    const char *data_path; /* explicit data location, or NULL */
+    const char *out_dir;   /* guidelines.json, guidelines.csv, monitoring.csv, figures, .md */
+    int windows;           /* K >= 1 (0: 4) */
+    const int *lengths;    /* [n_lengths]; NULL: 128, 256, 512, 1024 and 2048 when the context
+                            * allows */
+    int n_lengths;
+    const int *k; /* [n_k] fixed k (only k < L is run); NULL: 1, 2, 4, ..., 512 */
+    int n_k;
+    const char *const *rules; /* [n_rules] al_attn_rule_parse spellings; NULL: topk-frac:0.06,
+                               * topk-sqrt:1, topk-sqrt:2, topk-log:2, topk-log:4 */
+    int n_rules;
+    const char *const *normalizers; /* [n_normalizers] al_attn_norm_parse spellings; NULL:
+                                     * sparsemax, entmax15, entmax:1.25, ssmax */
+    int n_normalizers;
+    const char *reproduce_dir; /* a reproduce OUT (results.json) of the same model: critical N */
+    int monitor_length;        /* L of the per-layer monitoring (0: the largest L <= 1024;
+                                * -1: off) */
+    int monitor_n;             /* N of N_s/N (0: 16) */
+    int resume, progress, quiet, threads;
+} al_guide_opts;
+int al_guidelines(const al_guide_opts *o, al_error *err);
+
 /* ---- Part: several processes (MPI) (owner: src/dist.c) ---- */
 
 /* A group of cooperating processes, possibly on several machines: MPI_COMM_WORLD when attnlim

@@ -10,12 +10,14 @@ typedef struct {
 } command;
 
 static const command *commands(size_t *n) {
-    static command table[16];
+    static command table[32];
     const command all[] = {
         {"reproduce", cmd_reproduce,
          "run the paper's Algorithms 1-5 and write figures and a report"},
         {"diagnose", cmd_diagnose,
          "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
+        {"guidelines", cmd_guidelines,
+         "top-k attention and normalizers inside the forward, scored by NLL (the paper's advice)"},
         {"demo", cmd_demo,
          "normalizers side by side and Jacobian norms against T on synthetic logits"},
         {"normalize", cmd_normalize, "map logits to weights with a normalizer"},

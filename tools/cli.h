@@ -26,6 +26,7 @@ AL_CMD(cmd_embed);
 AL_CMD(cmd_fetch);
 AL_CMD(cmd_reproduce);
 AL_CMD(cmd_diagnose);
+AL_CMD(cmd_guidelines);
 #undef AL_CMD
 
 /* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */

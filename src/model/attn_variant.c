@@ -12,6 +12,9 @@
 #include "ops.h"
 
 #include <cjson/cJSON.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
@@ -319,47 +322,104 @@ static float kth_largest(float *x, int n, int k) {
     }
 }
 
-/* Is any of z[n] NaN or infinite? (exponent bits all ones; integer ops, vectorisable) */
-static int any_nonfinite(const float *z, int n) {
-    uint32_t bad = 0;
-    for (int j = 0; j < n; j++) {
-        uint32_t u;
-        memcpy(&u, z + j, sizeof u);
-        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    return bad != 0;
-}
-
-/* Is (va, ja) a worse key than (vb, jb)? A lower logit, or an equal one at a higher index. */
-static inline int worse(float va, int ja, float vb, int jb) {
-    return va < vb || (va == vb && ja > jb);
-}
-
-static void sift_down(float *hv, int *hi, int k, int i) {
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= k) return;
-        if (c + 1 < k && worse(hv[c + 1], hi[c + 1], hv[c], hi[c])) c++;
-        if (!worse(hv[c], hi[c], hv[i], hi[i])) return;
-        float tv = hv[i];
-        int ti = hi[i];
-        hv[i] = hv[c], hi[i] = hi[c], hv[c] = tv, hi[c] = ti;
-        i = c;
-    }
-}
-
-/* The k kept keys of z[n] (k < n) into hv[k], hi[k] (any order): a heap of the k best with
- * the worst at its root, fed in index order; a later key enters only when strictly above the
- * root (an equal one has the higher index: the tie rule). Most keys of a long row are one
- * predictable comparison. */
-static void kept_heap(const float *z, int n, int k, float *hv, int *hi) {
-    for (int j = 0; j < k; j++) hv[j] = z[j], hi[j] = j;
-    for (int i = k / 2 - 1; i >= 0; i--) sift_down(hv, hi, k, i);
-    for (int j = k; j < n; j++)
-        if (z[j] > hv[0]) {
-            hv[0] = z[j], hi[0] = j;
-            sift_down(hv, hi, k, 0);
+/* Is any of z[n] NaN or infinite? And its min and max (when finite). One pass: with AVX2,
+ * eight lanes of min, max and sum of z * 0 (NaN exactly when some z is NaN or infinite). */
+static int row_scan(const float *z, int n, float *mn, float *mx) {
+    int j = 0;
+    float lo = z[0], hi = z[0], zs = 0.0f;
+#ifdef __AVX2__
+    if (n >= 8) {
+        __m256 vl = _mm256_loadu_ps(z), vh = vl, vz = _mm256_setzero_ps(), zero = vz;
+        for (; j + 8 <= n; j += 8) {
+            __m256 x = _mm256_loadu_ps(z + j);
+            vl = _mm256_min_ps(vl, x), vh = _mm256_max_ps(vh, x);
+            vz = _mm256_add_ps(vz, _mm256_mul_ps(x, zero));
         }
+        float l8[8], h8[8], z8[8];
+        _mm256_storeu_ps(l8, vl), _mm256_storeu_ps(h8, vh), _mm256_storeu_ps(z8, vz);
+        lo = l8[0], hi = h8[0];
+        for (int i = 0; i < 8; i++)
+            lo = l8[i] < lo ? l8[i] : lo, hi = h8[i] > hi ? h8[i] : hi, zs += z8[i];
+    }
+#endif
+    for (; j < n; j++) lo = z[j] < lo ? z[j] : lo, hi = z[j] > hi ? z[j] : hi, zs += z[j] * 0.0f;
+    *mn = lo, *mx = hi;
+    return !(zs == 0.0f) || !isfinite(lo) || !isfinite(hi);
+}
+
+/* #{j : z_j >= t} */
+static int count_ge(const float *z, int n, float t) {
+    int c = 0, j = 0;
+#ifdef __AVX2__
+    const __m256 vt = _mm256_set1_ps(t);
+    for (; j + 8 <= n; j += 8)
+        c += __builtin_popcount(
+            (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(z + j), vt, _CMP_GE_OQ)));
+#endif
+    for (; j < n; j++) c += z[j] >= t;
+    return c;
+}
+
+/* Bisection of [*lo, *up] (count_ge(lo) = *c_lo >= k > count_ge(up) = *c_up, or up the max)
+ * until at most target keys are >= lo, or the interval no longer splits. */
+static void bisect(const float *z, int n, int k, int target, float *lo, float *up, int *c_lo,
+                   int *c_up) {
+    for (int it = 0; *c_lo > target && it < 64; it++) {
+        float mid = *lo + 0.5f * (*up - *lo);
+        if (!(mid > *lo && mid < *up)) return;
+        int c = count_ge(z, n, mid);
+        if (c >= k)
+            *lo = mid, *c_lo = c;
+        else
+            *up = mid, *c_up = c;
+    }
+}
+
+/* The k kept keys of z[n] (k < n; min and max given) into hv, hi (returns k): bisection on a
+ * threshold over the whole row (vectorised counts) until at most max(2k, k + 32) keys are
+ * >= lo; those candidates compacted (index order); bisection among them until at most 8 lie
+ * in [lo, up); every key >= up is kept, and the k - #{>= up} best of [lo, up) by
+ * (value desc, index asc). Rows that do not narrow (ties at the K-th logit) go to kept_select. */
+static int kept_select(const float *z, int n, int k, float *copy, float *hv, int *hi);
+static int kept_bisect(const float *z, int n, int k, float mn, float mx, float *copy, float *hv,
+                       int *hi) {
+    float lo = mn, up = mx;
+    int c_lo = n, c_up = count_ge(z, n, mx);
+    if (c_up >= k) return kept_select(z, n, k, copy, hv, hi); /* ties at the max */
+    bisect(z, n, k, 2 * k > k + 32 ? 2 * k : k + 32, &lo, &up, &c_lo, &c_up);
+    if (c_lo == n) return kept_select(z, n, k, copy, hv, hi);
+    int m = 0, *ci = (int *)(void *)(copy + n); /* candidates: copy [m] values, ci [m] indices */
+    for (int j = 0; j < n; j++) {
+        copy[m] = z[j], ci[m] = j;
+        m += z[j] >= lo;
+    }
+    bisect(copy, m, k, c_up + 8, &lo, &up, &c_lo, &c_up);
+    /* kept: every candidate >= up; then the best k - c_up of [lo, up) (at most a few, or
+     * ties) in index order: repeatedly the first largest */
+    int got = 0, na = 0;
+    float *av = copy + 2 * (size_t)n; /* the ambiguous ones: av [na], ai [na] */
+    int *ai = (int *)(void *)(copy + 3 * (size_t)n);
+    for (int i = 0; i < m; i++) {
+        if (copy[i] >= up)
+            hv[got] = copy[i], hi[got++] = ci[i];
+        else if (copy[i] >= lo)
+            av[na] = copy[i], ai[na++] = ci[i];
+    }
+    if (na > 16) { /* ties: the exact choice by quickselect over them */
+        int need = k - got, *pos = (int *)(void *)(copy + 5 * (size_t)n);
+        float *tmp = copy + 4 * (size_t)n;
+        int g2 = kept_select(av, na, need, tmp, hv + got, pos);
+        for (int i = 0; i < g2; i++) hi[got + i] = ai[pos[i]];
+        return got + g2;
+    }
+    while (got < k) {
+        int b = -1;
+        for (int i = 0; i < na; i++)
+            if (ai[i] >= 0 && (b < 0 || av[i] > av[b])) b = i; /* first of the largest */
+        hv[got] = av[b], hi[got++] = ai[b];
+        ai[b] = -1;
+    }
+    return got;
 }
 
 /* The same set by a three-way quickselect of the K-th largest on a copy (rows keeping many
@@ -378,7 +438,8 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
                           float *scr) {
     const int k = al_attn_kept(v, n, L);
     const int soft = v->norm.kind == AL_NORM_SOFTMAX && v->norm.temperature == 1.0;
-    if (any_nonfinite(z, n)) {
+    float mn, mx;
+    if (row_scan(z, n, &mn, &mx)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
         return;
     }
@@ -393,16 +454,12 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
     int m = k;
     if (k == n) {
         for (int j = 0; j < n; j++) hv[j] = z[j], hi[j] = j;
-    } else if (k <= n / 4) {
-        kept_heap(z, n, k, hv, hi);
     } else {
-        m = kept_select(z, n, k, copy, hv, hi);
+        m = kept_bisect(z, n, k, mn, mx, copy, hv, hi);
     }
     /* z is read in full: now w (which may be z) is written */
     memset(w, 0, (size_t)n * sizeof *w);
-    if (soft) {
-        float mx = -INFINITY;
-        for (int i = 0; i < m; i++) mx = hv[i] > mx ? hv[i] : mx;
+    if (soft) { /* the row's max is always kept */
         double s = 0.0;
         for (int i = 0; i < m; i++) s += hv[i] = al__expf(hv[i] - mx);
         float inv = (float)(1.0 / s);

@@ -86,8 +86,9 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);
 void al__attn_ws_free(al__attn_ws *ws);
 
 /* ---- attention variants (src/model/attn_variant.c) ---- */
-/* floats of per-thread scratch per key (and one more): the kept logits [n] and indices [n], a
- * copy of the row [n], the kept logits and their weights as double [2n] */
+/* floats of per-thread scratch per key: the kept logits [n] and indices [n], then the
+ * selection's candidates (values, indices, and the ambiguous ones: 6n), the kept logits and their
+ * weights as double [2n] reusing the candidates' room */
 #define AL__VSCR_PER_KEY 8
 /* Does v modify layer l / query head h? */
 static inline int al__attn_mod_layer(const al_attn_variant *v, int l) {
