@@ -248,7 +248,8 @@ static int run_all(guide *g, al_error *err) {
     float *logits = al__malloc(n * sizeof(float), "logits", err); /* [maxL, V] */
     if (!logits) return AL_E_NOMEM;
     double units = 0;
-    for (int i = 0; i < g->n_len; i++) units += (double)g->len[i].n_var * g->o.windows * g->len[i].L;
+    for (int i = 0; i < g->n_len; i++)
+        units += (double)g->len[i].n_var * g->o.windows * g->len[i].L;
     al__progress pg;
     al__progress_begin(&pg, g->o.progress && !g->o.quiet, stderr, units);
     int rc = 0;
@@ -307,7 +308,8 @@ static void sufficient(guide *g) {
         }
 }
 
-/* ---- the KS critical N of reproduce ----------------------------------------------------------- */
+/* ---- the KS critical N of reproduce -----------------------------------------------------------
+ */
 
 static int read_critical(guide *g, al_error *err) {
     if (!g->o.reproduce_dir) return 0;
@@ -336,8 +338,7 @@ static int read_critical(guide *g, al_error *err) {
     }
     if (!cJSON_IsArray(Ls) || !cJSON_IsObject(cn)) {
         cJSON_Delete(j);
-        return al__err(err, AL_E_FORMAT, "%s: no alg3.L / alg3.critical_n (run Algorithm 3)",
-                       path);
+        return al__err(err, AL_E_FORMAT, "%s: no alg3.L / alg3.critical_n (run Algorithm 3)", path);
     }
     static const char *const keys[2] = {"0.01", "0.05"};
     for (int l = 0; l < 2; l++) {
@@ -353,7 +354,8 @@ static int read_critical(guide *g, al_error *err) {
     return 0;
 }
 
-/* ---- per-layer monitoring ---------------------------------------------------------------------- */
+/* ---- per-layer monitoring ----------------------------------------------------------------------
+ */
 
 typedef struct mon_ctx {
     guide *g;

@@ -11,13 +11,13 @@ typedef enum { GV_DENSE = 0, GV_TOPK, GV_RULE, GV_NORM } gv_kind;
 
 typedef struct gvar {
     gv_kind kind;
-    char name[64];       /* "dense", "topk:16", "topk-sqrt:1", "sparsemax" */
-    al_attn_variant v;   /* rule and normalizer (every layer, every head) */
-    double k_at_L;       /* keys kept by the last row (n = L); L for the normalizers */
-    double mean_kept;    /* mean over rows of the keys kept */
-    double *nll;         /* [windows] */
-    double mean, delta;  /* mean NLL, mean - dense mean */
-    int loaded;          /* from --resume */
+    char name[64];      /* "dense", "topk:16", "topk-sqrt:1", "sparsemax" */
+    al_attn_variant v;  /* rule and normalizer (every layer, every head) */
+    double k_at_L;      /* keys kept by the last row (n = L); L for the normalizers */
+    double mean_kept;   /* mean over rows of the keys kept */
+    double *nll;        /* [windows] */
+    double mean, delta; /* mean NLL, mean - dense mean */
+    int loaded;         /* from --resume */
 } gvar;
 
 typedef struct glen {
@@ -47,7 +47,7 @@ typedef struct guide {
     size_t n_tokens;
     char corpus_sha[65], fingerprint[65];
     const char *corpus;
-    double fit[2][3];    /* [1%, 5%][linear, sqrt, log]: c of k = c f(L) */
+    double fit[2][3];     /* [1%, 5%][linear, sqrt, log]: c of k = c f(L) */
     double fit_rms[2][3]; /* relative RMS residual of each fit */
     char crit_source[4200];
     int monitor_L, monitor_n, n_mon;

@@ -96,9 +96,10 @@ static cJSON *monitor_json(const guide *g) {
     cJSON_AddNumberToObject(o, "L", g->monitor_L);
     cJSON_AddNumberToObject(o, "window", 0);
     cJSON_AddNumberToObject(o, "N", g->monitor_n);
-    cJSON_AddStringToObject(o, "what",
-                            "per layer, means over heads of: the row mean (rows t >= 1) of H / ln n "
-                            "and of the max weight; N_s/N at N on value vectors (METHOD 5)");
+    cJSON_AddStringToObject(
+        o, "what",
+        "per layer, means over heads of: the row mean (rows t >= 1) of H / ln n "
+        "and of the max weight; N_s/N at N on value vectors (METHOD 5)");
     cJSON *vs = cJSON_AddArrayToObject(o, "variants");
     size_t nl = (size_t)g->mi->n_layer;
     for (int i = 0; i < g->n_mon; i++) {
@@ -120,16 +121,16 @@ static void verdicts(const guide *g, char *out, size_t cap) {
         k += (size_t)snprintf(out + k, cap - k, "L = %d: ", gl->L);
         for (int l = 0; l < 2 && k < cap; l++) {
             if (gl->k_suff[l])
-                k += (size_t)snprintf(out + k, cap - k, "k = %d (k/L = %.4f) within %s", gl->k_suff[l],
-                                      (double)gl->k_suff[l] / gl->L, LEVEL[l]);
+                k += (size_t)snprintf(out + k, cap - k, "k = %d (k/L = %.4f) within %s",
+                                      gl->k_suff[l], (double)gl->k_suff[l] / gl->L, LEVEL[l]);
             else
                 k += (size_t)snprintf(out + k, cap - k, "no k < L within %s", LEVEL[l]);
             k += (size_t)snprintf(out + k, cap - k, l ? "" : "; ");
         }
         if (isfinite(gl->crit[0]) && gl->k_suff[0] && k < cap)
-            k += (size_t)snprintf(out + k, cap - k,
-                                  "; KS critical N = %.0f: keeping that many keys is %s (1%%)",
-                                  gl->crit[0], gl->crit[0] >= gl->k_suff[0] ? "enough" : "not enough");
+            k += (size_t)snprintf(
+                out + k, cap - k, "; KS critical N = %.0f: keeping that many keys is %s (1%%)",
+                gl->crit[0], gl->crit[0] >= gl->k_suff[0] ? "enough" : "not enough");
         if (k < cap) k += (size_t)snprintf(out + k, cap - k, "\n");
     }
 }
@@ -232,10 +233,10 @@ static int write_csvs(const guide *g, al_error *err) {
             double lo = INFINITY, hi = -INFINITY;
             for (int k = 0; k < g->o.windows; k++)
                 lo = x->nll[k] < lo ? x->nll[k] : lo, hi = x->nll[k] > hi ? x->nll[k] : hi;
-            bad |= bprintf(&b, &n, &cap, "%d,%s,%s,%.0f,%.6g,%.6g,%.8g,%.6g,%.6g,%.8g,%.8g\n",
-                           gl->L, x->name, KIND[x->kind], x->k_at_L, x->k_at_L / gl->L,
-                           x->mean_kept / gl->L, x->mean, x->delta, x->delta / gl->var[0].mean,
-                           lo, hi);
+            bad |=
+                bprintf(&b, &n, &cap, "%d,%s,%s,%.0f,%.6g,%.6g,%.8g,%.6g,%.6g,%.8g,%.8g\n", gl->L,
+                        x->name, KIND[x->kind], x->k_at_L, x->k_at_L / gl->L, x->mean_kept / gl->L,
+                        x->mean, x->delta, x->delta / gl->var[0].mean, lo, hi);
         }
     }
     int rc = bad ? al__err(err, AL_E_NOMEM, "out of memory (CSV)")
@@ -247,13 +248,15 @@ static int write_csvs(const guide *g, al_error *err) {
         for (int l = 0; l < g->mi->n_layer; l++)
             bad |= bprintf(&b, &n, &cap, "%d,%s,%d,%.6g,%.6g,%.6g\n", g->monitor_L, g->mon[i].name,
                            l, g->mon[i].entropy[l], g->mon[i].maxw[l], g->mon[i].ns[l]);
-    if (!rc) rc = bad ? al__err(err, AL_E_NOMEM, "out of memory (CSV)")
-                      : write_text(g, "monitoring.csv", b, err);
+    if (!rc)
+        rc = bad ? al__err(err, AL_E_NOMEM, "out of memory (CSV)")
+                 : write_text(g, "monitoring.csv", b, err);
     free(b);
     return rc;
 }
 
-/* ---- figures ---------------------------------------------------------------------------------- */
+/* ---- figures ----------------------------------------------------------------------------------
+ */
 
 static int fig_path(const guide *g, const char *name, char *out, size_t cap) {
     return snprintf(out, cap, "%s/%s", g->o.out_dir, name) >= (int)cap;
@@ -277,14 +280,22 @@ static int fig_delta(const guide *g, al_error *err) {
                 y[n++] = d > 25 ? 25 : d < -5 ? -5 : d;
             }
         snprintf(labels[ns], sizeof labels[ns], "L = %d", gl->L);
-        se[ns] = (al__series){.label = labels[ns], .n = n, .x = x, .y = y,
-                              .style = AL__S_LINE | AL__S_MARKERS, .color = ns};
+        se[ns] = (al__series){.label = labels[ns],
+                              .n = n,
+                              .x = x,
+                              .y = y,
+                              .style = AL__S_LINE | AL__S_MARKERS,
+                              .color = ns};
         ns++;
     }
     double hx[2] = {1e-4, 1}, h1[2] = {1, 1}, h5[2] = {5, 5};
     if (ns < 15) {
-        se[ns++] = (al__series){.label = "1% and 5% of the dense NLL", .n = 2, .x = hx, .y = h1,
-                                .style = AL__S_DASHED, .color = -1};
+        se[ns++] = (al__series){.label = "1% and 5% of the dense NLL",
+                                .n = 2,
+                                .x = hx,
+                                .y = h1,
+                                .style = AL__S_DASHED,
+                                .color = -1};
         se[ns++] = (al__series){.n = 2, .x = hx, .y = h5, .style = AL__S_DASHED, .color = -1};
     }
     char path[4200];
@@ -293,8 +304,13 @@ static int fig_delta(const guide *g, al_error *err) {
                   .subtitle = "mean over windows; values clipped to [-5%, 25%]",
                   .xlabel = "k / L (keys kept per query row / window length)",
                   .ylabel = "NLL - dense NLL (% of dense)",
-                  .xlog = 1, .xmin = NAN, .xmax = 1, .ymin = -5, .ymax = 25,
-                  .n_series = ns, .series = se};
+                  .xlog = 1,
+                  .xmin = NAN,
+                  .xmax = 1,
+                  .ymin = -5,
+                  .ymax = 25,
+                  .n_series = ns,
+                  .series = se};
     int rc = al__plot_write(&p, path, err);
     free(buf);
     return rc;
@@ -305,37 +321,59 @@ static int fig_sufficient(const guide *g, al_error *err) {
     int n = g->n_len;
     double *b = al__malloc(sizeof(double) * (size_t)n * 9, "figure", err);
     if (!b) return AL_E_NOMEM;
-    double *L = b, *k1 = b + n, *k5 = b + 2 * n, *cr = b + 3 * n, *fl[3] = {b + 4 * n, b + 5 * n, b + 6 * n};
+    double *L = b, *k1 = b + n, *k5 = b + 2 * n, *cr = b + 3 * n,
+           *fl[3] = {b + 4 * n, b + 5 * n, b + 6 * n};
     for (int i = 0; i < n; i++) {
         double x = L[i] = g->len[i].L;
         k1[i] = g->len[i].k_suff[0] ? g->len[i].k_suff[0] : NAN;
         k5[i] = g->len[i].k_suff[1] ? g->len[i].k_suff[1] : NAN;
         cr[i] = g->len[i].crit[0];
-        fl[0][i] = g->fit[0][0] * x, fl[1][i] = g->fit[0][1] * sqrt(x), fl[2][i] = g->fit[0][2] * log(x);
+        fl[0][i] = g->fit[0][0] * x, fl[1][i] = g->fit[0][1] * sqrt(x),
+        fl[2][i] = g->fit[0][2] * log(x);
     }
     char lab[3][64];
     snprintf(lab[0], sizeof lab[0], "fit (1%%): %.3g L", g->fit[0][0]);
     snprintf(lab[1], sizeof lab[1], "fit (1%%): %.3g sqrt L", g->fit[0][1]);
     snprintf(lab[2], sizeof lab[2], "fit (1%%): %.3g ln L", g->fit[0][2]);
     al__series se[6] = {
-        {.label = "smallest k within 1% of dense", .n = n, .x = L, .y = k1,
-         .style = AL__S_LINE | AL__S_MARKERS, .color = 0},
-        {.label = "smallest k within 5% of dense", .n = n, .x = L, .y = k5,
-         .style = AL__S_LINE | AL__S_MARKERS, .color = 1},
+        {.label = "smallest k within 1% of dense",
+         .n = n,
+         .x = L,
+         .y = k1,
+         .style = AL__S_LINE | AL__S_MARKERS,
+         .color = 0},
+        {.label = "smallest k within 5% of dense",
+         .n = n,
+         .x = L,
+         .y = k5,
+         .style = AL__S_LINE | AL__S_MARKERS,
+         .color = 1},
         {.label = lab[0], .n = n, .x = L, .y = fl[0], .style = AL__S_DASHED, .color = 2},
         {.label = lab[1], .n = n, .x = L, .y = fl[1], .style = AL__S_DASHED, .color = 3},
         {.label = lab[2], .n = n, .x = L, .y = fl[2], .style = AL__S_DASHED, .color = 4},
-        {.label = "KS critical N (reproduce, p >= 0.01)", .n = n, .x = L, .y = cr,
-         .style = AL__S_MARKERS | AL__S_RING, .color = 5},
+        {.label = "KS critical N (reproduce, p >= 0.01)",
+         .n = n,
+         .x = L,
+         .y = cr,
+         .style = AL__S_MARKERS | AL__S_RING,
+         .color = 5},
     };
     char path[4200];
     fig_path(g, "guidelines_sufficient_k", path, sizeof path);
     al__plot p = {.title = "Smallest sufficient k against L",
                   .subtitle = "fixed-k grid; dashed: fits through the origin to the 1% points",
-                  .xlabel = "L (window length)", .ylabel = "k (keys kept per row)",
-                  .xlog = 1, .ylog = 1, .xmin = NAN, .xmax = NAN, .ymin = NAN, .ymax = NAN,
-                  .n_xticks = n, .xticks = L,
-                  .n_series = g->crit_source[0] ? 6 : 5, .series = se};
+                  .xlabel = "L (window length)",
+                  .ylabel = "k (keys kept per row)",
+                  .xlog = 1,
+                  .ylog = 1,
+                  .xmin = NAN,
+                  .xmax = NAN,
+                  .ymin = NAN,
+                  .ymax = NAN,
+                  .n_xticks = n,
+                  .xticks = L,
+                  .n_series = g->crit_source[0] ? 6 : 5,
+                  .series = se};
     int rc = al__plot_write(&p, path, err);
     free(b);
     return rc;
@@ -350,9 +388,12 @@ static int fig_monitor(const guide *g, int which, al_error *err) {
     for (int l = 0; l < nl; l++) x[l] = l;
     al__series se[12];
     for (int i = 0; i < nm; i++)
-        se[i] = (al__series){.label = g->mon[i].name, .n = nl, .x = x,
+        se[i] = (al__series){.label = g->mon[i].name,
+                             .n = nl,
+                             .x = x,
                              .y = which ? g->mon[i].ns : g->mon[i].entropy,
-                             .style = AL__S_LINE | AL__S_MARKERS, .color = i};
+                             .style = AL__S_LINE | AL__S_MARKERS,
+                             .color = i};
     char path[4200], sub[128];
     snprintf(sub, sizeof sub, "L = %d, window 0, mean over heads%s", g->monitor_L,
              which ? "; value vectors" : "");
@@ -362,8 +403,15 @@ static int fig_monitor(const guide *g, int which, al_error *err) {
     snprintf(ylab, sizeof ylab, which ? "N_s / N at N = %d" : "mean H / ln n", g->monitor_n);
     al__plot p = {.title = which ? "Separability per layer of the modified models"
                                  : "Entropy per layer of the modified models",
-                  .subtitle = sub, .xlabel = "layer", .ylabel = ylab,
-                  .xmin = NAN, .xmax = NAN, .ymin = 0, .ymax = NAN, .n_series = nm, .series = se};
+                  .subtitle = sub,
+                  .xlabel = "layer",
+                  .ylabel = ylab,
+                  .xmin = NAN,
+                  .xmax = NAN,
+                  .ymin = 0,
+                  .ymax = NAN,
+                  .n_series = nm,
+                  .series = se};
     int rc = al__plot_write(&p, path, err);
     free(x);
     return rc;
@@ -386,25 +434,37 @@ static int write_md(const guide *g, al_error *err) {
     for (int i = 0; i < g->n_len; i++) {
         const glen *gl = &g->len[i];
         char c1[48], c5[48], cn[48];
-        if (gl->k_suff[0]) snprintf(c1, sizeof c1, "%d (%.4f)", gl->k_suff[0], (double)gl->k_suff[0] / gl->L);
-        else snprintf(c1, sizeof c1, "none < L");
-        if (gl->k_suff[1]) snprintf(c5, sizeof c5, "%d (%.4f)", gl->k_suff[1], (double)gl->k_suff[1] / gl->L);
-        else snprintf(c5, sizeof c5, "none < L");
-        if (isfinite(gl->crit[0])) snprintf(cn, sizeof cn, "%.0f (%.4f)", gl->crit[0], gl->crit[0] / gl->L);
-        else snprintf(cn, sizeof cn, g->crit_source[0] ? "not reached / not run" : "not given");
-        bad |= bprintf(&b, &n, &cap, "| %d | %.4f | %s | %s | %s |\n", gl->L, gl->var[0].mean, c1, c5, cn);
+        if (gl->k_suff[0])
+            snprintf(c1, sizeof c1, "%d (%.4f)", gl->k_suff[0], (double)gl->k_suff[0] / gl->L);
+        else
+            snprintf(c1, sizeof c1, "none < L");
+        if (gl->k_suff[1])
+            snprintf(c5, sizeof c5, "%d (%.4f)", gl->k_suff[1], (double)gl->k_suff[1] / gl->L);
+        else
+            snprintf(c5, sizeof c5, "none < L");
+        if (isfinite(gl->crit[0]))
+            snprintf(cn, sizeof cn, "%.0f (%.4f)", gl->crit[0], gl->crit[0] / gl->L);
+        else
+            snprintf(cn, sizeof cn, g->crit_source[0] ? "not reached / not run" : "not given");
+        bad |= bprintf(&b, &n, &cap, "| %d | %.4f | %s | %s | %s |\n", gl->L, gl->var[0].mean, c1,
+                       c5, cn);
     }
-    bad |= bprintf(&b, &n, &cap, "\nFits of the smallest k within 1%% (through the origin; "
-                                 "relative RMS residual):");
+    bad |= bprintf(&b, &n, &cap,
+                   "\nFits of the smallest k within 1%% (through the origin; "
+                   "relative RMS residual):");
     for (int f = 0; f < 3; f++)
-        bad |= bprintf(&b, &n, &cap, " %s c = %.4g (%.2f);", FIT[f], g->fit[0][f], g->fit_rms[0][f]);
-    bad |= bprintf(&b, &n, &cap, "\n\n| L | variant | k/L at the last row | NLL | delta (%% of dense) |\n|---|---|---|---|---|\n");
+        bad |=
+            bprintf(&b, &n, &cap, " %s c = %.4g (%.2f);", FIT[f], g->fit[0][f], g->fit_rms[0][f]);
+    bad |= bprintf(&b, &n, &cap,
+                   "\n\n| L | variant | k/L at the last row | NLL | delta (%% of dense) "
+                   "|\n|---|---|---|---|---|\n");
     for (int i = 0; i < g->n_len; i++)
         for (int v = 1; v < g->len[i].n_var; v++) {
             const gvar *x = &g->len[i].var[v];
             if (x->kind == GV_TOPK) continue;
-            bad |= bprintf(&b, &n, &cap, "| %d | %s | %.4f | %.4f | %+.2f |\n", g->len[i].L, x->name,
-                           x->k_at_L / g->len[i].L, x->mean, 100 * x->delta / g->len[i].var[0].mean);
+            bad |=
+                bprintf(&b, &n, &cap, "| %d | %s | %.4f | %.4f | %+.2f |\n", g->len[i].L, x->name,
+                        x->k_at_L / g->len[i].L, x->mean, 100 * x->delta / g->len[i].var[0].mean);
         }
     char vt[8192];
     verdicts(g, vt, sizeof vt);
