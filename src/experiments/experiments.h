@@ -79,6 +79,7 @@ typedef struct plan {
 
 int al__ex_cmp_dbl(const void *a, const void *b);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
 void al__ex_free_plan(plan *p);
 
@@ -86,10 +87,11 @@ void al__ex_free_plan(plan *p);
 
 /* Per thread: one head's arrays. */
 typedef struct scratch {
-    double *w, *z;     /* [L, L] */
-    double *x;         /* [L, dx] */
-    double *q, *k;     /* [L, d_head] */
-    al_topn_stats *st; /* [max(nd, ns)] */
+    double *w, *z;        /* [L, L] */
+    double *x;            /* [L, dx] */
+    double *q, *k;        /* [L, d_head] */
+    al_topn_stats *st;    /* [max(nd, ns)] */
+    al_reading_stats *rd; /* [max(nd, ns)] */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);

@@ -101,6 +101,7 @@ static int run_start(run *r, al_error *err) {
     int rc = 0;
     if (r->root) {
         if (!r->o.out_dir) rc = al__err(err, AL_E_INVALID, "no output directory (--out)");
+        if (!rc) rc = al__ex_check_reading_opts(&r->o, err);
         if (!rc) rc = al__mkdirs(r->o.out_dir, err);
         if (!rc && !r->o.model && !(rc = al_repro_pick_model(r->picked, sizeof r->picked, err)) &&
             !r->o.quiet)
@@ -122,6 +123,13 @@ static void run_fingerprint(run *r) {
     snprintf(buf, sizeof buf, "attnlim-repro-1|%s|%s|%s|%s|%s|seed%llu|mc%d|T", r->mi->sha256,
              r->corpus_sha, al_vectors_name(o->vectors), o->normalizer ? o->normalizer : "-",
              al_version(), (unsigned long long)o->seed, o->mc_samples);
+    /* the readings of METHOD 9 other than vectors (their defaults add nothing: the
+     * fingerprints of earlier runs stay valid for --resume) */
+    if (o->distance || o->expectation || o->temperature_raw || o->fresh_directions)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|%s|%s|x%lld|%s|%s",
+                 al_distance_name(o->distance), al_expect_name(o->expectation),
+                 (long long)(o->exact_max > 0 ? o->exact_max : AL_EXACT_MAX_DEFAULT),
+                 o->temperature_raw ? "raw" : "scaled", o->fresh_directions ? "fresh" : "shared");
     size_t k = strlen(buf);
     for (int i = 0; i < p->nT && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p->T[i]);
@@ -365,6 +373,10 @@ static int run_summary(run *r, al_error *err) {
     snprintf(s->family, sizeof s->family, "%s", mi->family);
     s->corpus = o->corpus;
     s->vectors = al_vectors_name(o->vectors);
+    s->distance = al_distance_name(o->distance);
+    s->expectation = al_expect_name(o->expectation);
+    s->temperature_scale = o->temperature_raw ? "raw" : "scaled";
+    s->directions = o->fresh_directions ? "fresh" : "shared";
     s->normalizer = o->normalizer ? o->normalizer : "softmax (the model's own weights)";
     s->synthetic = o->synthetic >= 0 ? o->synthetic : detect_synthetic(mi);
     s->sums_to_one = p->have_nm ? al_norm_sums_to_one(&p->nm) : 1;

@@ -92,6 +92,12 @@ void al__ex_now_iso(char *buf, size_t size) {
 static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     cJSON *op = cJSON_AddObjectToObject(man, "options");
     cJSON_AddStringToObject(op, "vectors", al_vectors_name(p->o.vectors));
+    cJSON_AddStringToObject(op, "distance", al_distance_name(p->o.distance));
+    cJSON_AddStringToObject(op, "expectation", al_expect_name(p->o.expectation));
+    cJSON_AddNumberToObject(op, "exact_max",
+                            (double)(p->o.exact_max > 0 ? p->o.exact_max : AL_EXACT_MAX_DEFAULT));
+    cJSON_AddStringToObject(op, "temperature_scale", p->o.temperature_raw ? "raw" : "scaled");
+    cJSON_AddStringToObject(op, "directions", p->o.fresh_directions ? "fresh" : "shared");
     cJSON_AddStringToObject(op, "normalizer", s->normalizer);
     cJSON_AddBoolToObject(op, "weights_sum_to_one", s->sums_to_one);
     cJSON_AddBoolToObject(op, "quick", p->o.quick);
@@ -183,11 +189,33 @@ static int json_manifest(const plan *p, const al__summary *s, const char *corpus
 /* readings: the METHOD [reading]s the numbers depend on */
 static void json_readings(const al__summary *s, cJSON *root) {
     cJSON *rd = cJSON_AddObjectToObject(root, "readings");
-    cJSON_AddStringToObject(rd, "vectors",
-                            "x_j are the head's value vectors by default (METHOD 1 [reading])");
-    cJSON_AddStringToObject(
-        rd, "dtilde",
-        "dtilde = sum over the non-selected tokens of ||alpha_i x_i - s|| (METHOD 3 [reading])");
+    char t[400];
+    snprintf(t, sizeof t,
+             "x_j are the %s vectors (--vectors; default value; METHOD 1, 9 [reading])",
+             s->vectors);
+    cJSON_AddStringToObject(rd, "vectors", t);
+    const char *dt = !strcmp(s->distance, "norm-of-sum")
+                         ? "|| sum_{i not in I_N} alpha_i x_i - s ||"
+                     : !strcmp(s->distance, "sum-vector")
+                         ? "|| sum_{i not in I_N} (alpha_i x_i - s) ||"
+                         : "sum over the non-selected tokens of ||alpha_i x_i - s||";
+    snprintf(t, sizeof t, "dtilde (--distance %s) = %s (METHOD 3, 9 [reading]; docs/readings.md)",
+             s->distance, dt);
+    cJSON_AddStringToObject(rd, "dtilde", t);
+    snprintf(t, sizeof t,
+             "E (--expectation %s) = %s of dtilde under a uniform random N-subset (METHOD 3, 9 "
+             "[reading])",
+             s->expectation,
+             !strcmp(s->expectation, "mc")      ? "the Monte-Carlo estimate of the expectation"
+             : !strcmp(s->expectation, "exact") ? "the exact expectation (every subset)"
+                                                : "the analytic main term, a Jensen lower bound");
+    cJSON_AddStringToObject(rd, "E", t);
+    snprintf(t, sizeof t,
+             "Algorithm 5: T on the %s logits (--temperature-scale %s; the paper's T is on raw "
+             "q.k), %s directions (--directions %s) (METHOD 6, 9 [reading])",
+             !strcmp(s->temperature_scale, "raw") ? "raw q.k" : "scaled q.k/sqrt(d_head)",
+             s->temperature_scale, s->directions, s->directions);
+    cJSON_AddStringToObject(rd, "sensitivity", t);
     cJSON_AddStringToObject(rd, "dmax",
                             "dmax = b d1 + ((n-N) abar - b) m (METHOD 3 [reading]); a bound only "
                             "for non-negative weights");
@@ -280,6 +308,22 @@ static void json_alg3(const plan *p, const agg *a, cJSON *root) {
     cJSON *cn = cJSON_AddObjectToObject(o, "critical_n");
     cJSON_AddItemToObject(cn, "0.01", jcrit(s->a3_crit[0], (size_t)p->nL));
     cJSON_AddItemToObject(cn, "0.05", jcrit(s->a3_crit[1], (size_t)p->nL));
+    cJSON *cr = cJSON_AddObjectToObject(o, "critical_ratio"); /* N_crit / L per L (METHOD 4) */
+    for (int l = 0; l < 2; l++) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int li = 0; li < p->nL; li++)
+            cJSON_AddItemToArray(
+                arr,
+                al__ex_jnum(s->a3_crit[l][li] > 0 ? (double)s->a3_crit[l][li] / p->Ls[li] : NAN));
+        cJSON_AddItemToObject(cr, l == 0 ? "0.01" : "0.05", arr);
+    }
+    cJSON *top = cJSON_CreateArray(); /* the largest N tested at each L (L - 1 by default) */
+    for (int li = 0; li < p->nL; li++) {
+        int t = 0;
+        for (int i = 0; i < p->nN3 && p->N3[i] < p->Ls[li]; i++) t = p->N3[i];
+        cJSON_AddItemToArray(top, cJSON_CreateNumber(t));
+    }
+    cJSON_AddItemToObject(o, "largest_n_tested", top);
     cJSON *sl = cJSON_AddObjectToObject(o, "slope");
     cJSON_AddItemToObject(sl, "0.01", al__ex_jnum(s->a3_slope[0]));
     cJSON_AddItemToObject(sl, "0.05", al__ex_jnum(s->a3_slope[1]));

@@ -9,10 +9,11 @@
  * sum; K = n with softmax is the dense routine itself (bit for bit the model's own weights).
  * Other normalizers run al_norm_forward in double on the kept logits in index order. */
 #include "model.h"
+#include "cpu.h"
 #include "ops.h"
 
 #include <cjson/cJSON.h>
-#ifdef __AVX2__
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
 #include <stdint.h>
@@ -322,12 +323,14 @@ static float kth_largest(float *x, int n, int k) {
     }
 }
 
-/* Is any of z[n] NaN or infinite? And its min and max (when finite). One pass: with AVX2,
- * eight lanes of min, max and sum of z * 0 (NaN exactly when some z is NaN or infinite). */
-static int row_scan(const float *z, int n, float *mn, float *mx) {
+/* The vector passes of a row: AVX2 versions compiled by target attribute and chosen at run time
+ * (al__cpu_level, cpu.h), the scalar loops the fallback and the reference. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AV_AVX2 1
+__attribute__((target("avx2,fma"))) static int row_scan_avx2(const float *z, int n, float *mn,
+                                                             float *mx) {
     int j = 0;
     float lo = z[0], hi = z[0], zs = 0.0f;
-#ifdef __AVX2__
     if (n >= 8) {
         __m256 vl = _mm256_loadu_ps(z), vh = vl, vz = _mm256_setzero_ps(), zero = vz;
         for (; j + 8 <= n; j += 8) {
@@ -341,33 +344,55 @@ static int row_scan(const float *z, int n, float *mn, float *mx) {
         for (int i = 0; i < 8; i++)
             lo = l8[i] < lo ? l8[i] : lo, hi = h8[i] > hi ? h8[i] : hi, zs += z8[i];
     }
-#endif
     for (; j < n; j++) lo = z[j] < lo ? z[j] : lo, hi = z[j] > hi ? z[j] : hi, zs += z[j] * 0.0f;
     *mn = lo, *mx = hi;
     return !(zs == 0.0f) || !isfinite(lo) || !isfinite(hi);
 }
 
-/* #{j : z_j >= t} */
-static int count_ge(const float *z, int n, float t) {
+__attribute__((target("avx2,popcnt"))) static int count_ge_avx2(const float *z, int n, float t) {
     int c = 0, j = 0;
-#ifdef __AVX2__
     const __m256 vt = _mm256_set1_ps(t);
     for (; j + 8 <= n; j += 8)
         c += __builtin_popcount(
             (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(z + j), vt, _CMP_GE_OQ)));
-#endif
     for (; j < n; j++) c += z[j] >= t;
+    return c;
+}
+#endif
+
+/* Is any of z[n] NaN or infinite (the sum of z * 0 is NaN exactly then)? And its min and max
+ * (when finite), in one pass. avx: the AVX2 version. */
+static int row_scan(const float *z, int n, float *mn, float *mx, int avx) {
+#ifdef AV_AVX2
+    if (avx) return row_scan_avx2(z, n, mn, mx);
+#endif
+    (void)avx;
+    float lo = z[0], hi = z[0], zs = 0.0f;
+    for (int j = 0; j < n; j++)
+        lo = z[j] < lo ? z[j] : lo, hi = z[j] > hi ? z[j] : hi, zs += z[j] * 0.0f;
+    *mn = lo, *mx = hi;
+    return !(zs == 0.0f) || !isfinite(lo) || !isfinite(hi);
+}
+
+/* #{j : z_j >= t} */
+static int count_ge(const float *z, int n, float t, int avx) {
+#ifdef AV_AVX2
+    if (avx) return count_ge_avx2(z, n, t);
+#endif
+    (void)avx;
+    int c = 0;
+    for (int j = 0; j < n; j++) c += z[j] >= t;
     return c;
 }
 
 /* Bisection of [*lo, *up] (count_ge(lo) = *c_lo >= k > count_ge(up) = *c_up, or up the max)
  * until at most target keys are >= lo, or the interval no longer splits. */
 static void bisect(const float *z, int n, int k, int target, float *lo, float *up, int *c_lo,
-                   int *c_up) {
+                   int *c_up, int avx) {
     for (int it = 0; *c_lo > target && it < 64; it++) {
         float mid = *lo + 0.5f * (*up - *lo);
         if (!(mid > *lo && mid < *up)) return;
-        int c = count_ge(z, n, mid);
+        int c = count_ge(z, n, mid, avx);
         if (c >= k)
             *lo = mid, *c_lo = c;
         else
@@ -382,18 +407,18 @@ static void bisect(const float *z, int n, int k, int target, float *lo, float *u
  * (value desc, index asc). Rows that do not narrow (ties at the K-th logit) go to kept_select. */
 static int kept_select(const float *z, int n, int k, float *copy, float *hv, int *hi);
 static int kept_bisect(const float *z, int n, int k, float mn, float mx, float *copy, float *hv,
-                       int *hi) {
+                       int *hi, int avx) {
     float lo = mn, up = mx;
-    int c_lo = n, c_up = count_ge(z, n, mx);
+    int c_lo = n, c_up = count_ge(z, n, mx, avx);
     if (c_up >= k) return kept_select(z, n, k, copy, hv, hi); /* ties at the max */
-    bisect(z, n, k, 2 * k > k + 32 ? 2 * k : k + 32, &lo, &up, &c_lo, &c_up);
+    bisect(z, n, k, 2 * k > k + 32 ? 2 * k : k + 32, &lo, &up, &c_lo, &c_up, avx);
     if (c_lo == n) return kept_select(z, n, k, copy, hv, hi);
     int m = 0, *ci = (int *)(void *)(copy + n); /* candidates: copy [m] values, ci [m] indices */
     for (int j = 0; j < n; j++) {
         copy[m] = z[j], ci[m] = j;
         m += z[j] >= lo;
     }
-    bisect(copy, m, k, c_up + 8, &lo, &up, &c_lo, &c_up);
+    bisect(copy, m, k, c_up + 8, &lo, &up, &c_lo, &c_up, avx);
     /* kept: every candidate >= up; then the best k - c_up of [lo, up) (at most a few, or
      * ties) in index order: repeatedly the first largest */
     int got = 0, na = 0;
@@ -438,8 +463,9 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
                           float *scr) {
     const int k = al_attn_kept(v, n, L);
     const int soft = v->norm.kind == AL_NORM_SOFTMAX && v->norm.temperature == 1.0;
+    const int avx = al__cpu_level() >= AL__CPU_AVX2;
     float mn, mx;
-    if (row_scan(z, n, &mn, &mx)) {
+    if (row_scan(z, n, &mn, &mx, avx)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
         return;
     }
@@ -455,7 +481,7 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
     if (k == n) {
         for (int j = 0; j < n; j++) hv[j] = z[j], hi[j] = j;
     } else {
-        m = kept_bisect(z, n, k, mn, mx, copy, hv, hi);
+        m = kept_bisect(z, n, k, mn, mx, copy, hv, hi, avx);
     }
     /* z is read in full: now w (which may be z) is written */
     memset(w, 0, (size_t)n * sizeof *w);

@@ -33,6 +33,7 @@ typedef struct al__attn {
     float *out;                    /* [T, n_head*d_head] the concatenated head outputs */
     const float *hidden;           /* [T, d_model] layer input after its first norm (capture) */
     const float *embed;            /* [T, d_model] model input (capture) */
+    const float *residual;         /* [T, d_model] layer input before its first norm (capture) */
     const al_capture_request *req; /* may be NULL */
     const al_attn_variant *mod;    /* NULL: dense softmax; else the variant (attn_variant.c) */
 } al__attn;
