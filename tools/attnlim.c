@@ -15,12 +15,13 @@ typedef struct {
 } command;
 
 static const command *commands(size_t *n) {
-    static command table[16];
     const command all[] = {
         {"reproduce", cmd_reproduce,
          "run the paper's Algorithms 1-5 and write figures and a report"},
         {"diagnose", cmd_diagnose,
          "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
+        {"guidelines", cmd_guidelines,
+         "top-k attention and normalizers inside the forward, scored by NLL (the paper's advice)"},
         {"demo", cmd_demo,
          "normalizers side by side and Jacobian norms against T on synthetic logits"},
         {"normalize", cmd_normalize, "map logits to weights with a normalizer"},
@@ -34,8 +35,11 @@ static const command *commands(size_t *n) {
         {"verify", cmd_verify, "check a GPT-2 checkpoint's tensors against the pinned hashes"},
         {"info", cmd_info, "a model's config, parameter count, dtypes, file hash"},
         {"make-model", cmd_make_model, "write a deterministic random GPT-2 checkpoint"},
+        {"train", cmd_train, "train a small GPT-2 in C with a chosen attention normalizer"},
+        {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
+    static command table[sizeof all / sizeof all[0]]; /* sized by the list: never overflows */
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].fn) table[k++] = all[i];
