@@ -13,11 +13,32 @@
  * (al_norm_rank1_spectral(p) / T, the spectral norm of (diag(p) - p p^T)/T).
  */
 #include "internal.h"
+#include "mv.h"
 #include "mathx.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(AL_MV_ISA) || defined(AL_MV_DISPATCH)
+#define AL_SENSITIVITY_PROTOS(f)                                                                   \
+    int f(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_norm *nm,          \
+                               const double *temps, int n_t, const double *eps, int n_eps,         \
+                               uint64_t seed, int layer, int head, double *fd_mean,                \
+                               double *spec_mean, al_error *err);                                  \
+    int f(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,       \
+                                  const double *temps, int n_t, const double *eps, int n_eps,      \
+                                  uint64_t seed, int layer, int head, const al_sens_opts *so,      \
+                                  double *fd_mean, double *spec_mean, al_error *err);              \
+    int f(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, const double *temps,  \
+                              int n_t, const double *eps, int n_eps, const double *v, double *fd,  \
+                              double *spec, al_error *err);                                        \
+    int f(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t row, int64_t n,    \
+                                    double *v);                                                    \
+    int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
+                                          int ei, int64_t n, double *v);
+AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
+#endif
 
 /* e[n] = exp((z - mx) / T), returns sum e (mx = max z: every exponent <= 0). */
 static double exp_shifted(const double *restrict z, double mx, double T, int64_t n,
@@ -87,15 +108,15 @@ static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) 
     return al__hash64(h ^ (uint64_t)row);
 }
 
-int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
-                             double *v) {
+int AL_MV(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t row, int64_t n,
+                                    double *v) {
     if (!v || n < 1) return AL_E_INVALID;
     unit_direction(direction_hash(seed, layer, head, row), n, v);
     return 0;
 }
 
-int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
-                                   int64_t n, double *v) {
+int AL_MV(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti,
+                                          int ei, int64_t n, double *v) {
     if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
     uint64_t h = direction_hash(seed, layer, head, row);
     h = al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^ (uint64_t)(uint32_t)ei);
@@ -180,9 +201,9 @@ static int sens_row(const double *zt, int64_t n, const al_norm *base, const doub
     return 0;
 }
 
-int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps, int n_t,
-                       const double *eps, int n_eps, const double *v, double *fd, double *spec,
-                       al_error *err) {
+int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, const double *temps,
+                              int n_t, const double *eps, int n_eps, const double *v, double *fd,
+                              double *spec, al_error *err) {
     if (!z || !nm || !temps || !v || (n_eps > 0 && (!eps || !fd)) || !spec)
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (n < 1 || n > ((int64_t)1 << 24))
@@ -235,17 +256,18 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
     return 0;
 }
 
-int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
-                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
-                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
+int AL_MV(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_norm *nm,
+                               const double *temps, int n_t, const double *eps, int n_eps,
+                               uint64_t seed, int layer, int head, double *fd_mean,
+                               double *spec_mean, al_error *err) {
     return al_head_sensitivity_ex(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, NULL,
                                   fd_mean, spec_mean, err);
 }
 
-int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
-                           const double *temps, int n_t, const double *eps, int n_eps,
-                           uint64_t seed, int layer, int head, const al_sens_opts *so,
-                           double *fd_mean, double *spec_mean, al_error *err) {
+int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                  const double *temps, int n_t, const double *eps, int n_eps,
+                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                  double *fd_mean, double *spec_mean, al_error *err) {
     if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (L < 1 || L > ((int64_t)1 << 24))
@@ -311,3 +333,39 @@ done:
     free(w.buf);
     return rc;
 }
+
+/* ---- one copy of this file per instruction set (mv.h) ---- */
+
+#ifdef AL_MV_DISPATCH
+/* the directions: always the baseline copy, so that every host draws the same ones */
+int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
+                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
+                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
+    return AL_MV_PICK(al_head_sensitivity)(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer,
+                                           head, fd_mean, spec_mean, err);
+}
+
+int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
+                           const double *temps, int n_t, const double *eps, int n_eps,
+                           uint64_t seed, int layer, int head, const al_sens_opts *so,
+                           double *fd_mean, double *spec_mean, al_error *err) {
+    return AL_MV_PICK(al_head_sensitivity_ex)(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer,
+                                              head, so, fd_mean, spec_mean, err);
+}
+
+int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps, int n_t,
+                       const double *eps, int n_eps, const double *v, double *fd, double *spec,
+                       al_error *err) {
+    return AL_MV_PICK(al_row_sensitivity)(z, n, nm, temps, n_t, eps, n_eps, v, fd, spec, err);
+}
+
+int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
+                             double *v) {
+    return al_sensitivity_direction_base(seed, layer, head, row, n, v);
+}
+
+int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
+                                   int64_t n, double *v) {
+    return al_sensitivity_direction_fresh_base(seed, layer, head, row, ti, ei, n, v);
+}
+#endif
