@@ -102,7 +102,9 @@ static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     cJSON_AddStringToObject(op, "normalizer", s->normalizer);
     cJSON_AddBoolToObject(op, "weights_sum_to_one", s->sums_to_one);
     cJSON_AddBoolToObject(op, "quick", p->o.quick);
-    cJSON_AddNumberToObject(op, "seed", (double)p->o.seed);
+    char seed[24]; /* exact: a JSON integer as written, not a double's 15-17 digits */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->o.seed);
+    cJSON_AddRawToObject(op, "seed", seed);
     cJSON_AddNumberToObject(op, "mc_samples", p->o.mc_samples);
     cJSON_AddNumberToObject(op, "long_length", p->long_L);
     cJSON_AddItemToObject(op, "lengths", al__ex_jarr_i(p->Ls, (size_t)p->nL));

@@ -55,3 +55,13 @@ def test_damaged_partial_is_recomputed(fresh, tmp_path, damage):
     assert "not matching their checksum" in r.stderr and job in r.stderr, r.stderr
     assert "computed 1 of" in r.stderr, r.stderr
     assert results(out) == results(fresh / "ref")
+
+
+def test_seed_recorded_exactly(fresh, tmp_path):
+    """issue 12, class 9: a seed past 2^53 is written as the integer given, not a rounded double
+    (and --seed -1 / 2^64 are refused: tests/bad seed_negative, seed_past_2_64)."""
+    out = tmp_path / "s"
+    run("reproduce", "--model", fresh / "m", "--quick", "--quiet", "--experiments", "alg1",
+        "--lengths", "16", "--seed", "18446744073709551615", "--out", out)
+    res = json.load(open(out / "results.json"))
+    assert res["manifest"]["options"]["seed"] == 18446744073709551615
