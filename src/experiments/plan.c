@@ -215,6 +215,32 @@ static const int *pick(const int *given, int n_given, int quick, const int *q, i
     return *n = ndef, def;
 }
 
+/* A grid the user gave whose every value is >= the L it applies to leaves its experiment
+ * empty: refused, naming the values and L (issue 12), instead of an empty result and exit 0. */
+static int check_grids_apply(const plan *p, const al_repro_opts *o, al_error *err) {
+    const unsigned exp = o->experiments ? (o->experiments & AL_EXP_ALL) : AL_EXP_ALL;
+    int maxL = 0;
+    for (int i = 0; i < p->nL; i++) maxL = p->Ls[i] > maxL ? p->Ls[i] : maxL;
+    int crit_ok = 0;
+    for (int i = 0; i < p->nN3 && !crit_ok; i++) crit_ok = p->N3[i] < maxL;
+    struct {
+        unsigned bit;
+        const int *given;
+        int n_kept;
+        const char *flag;
+        int L;
+    } g[3] = {{AL_EXP_ALG2, o->top_n, p->nN2, "--top-n", p->long_L},
+              {AL_EXP_ALG3, o->critical_n, crit_ok, "--critical-n", maxL},
+              {AL_EXP_ALG4, o->separability_n, p->nN4, "--separability-n", p->long_L}};
+    for (int i = 0; i < 3; i++)
+        if ((exp & g[i].bit) && g[i].given && g[i].n_kept == 0)
+            return al__err(err, AL_E_INVALID,
+                           "%s: every value is >= L = %d (N must be below the window length): "
+                           "its experiment would be empty",
+                           g[i].flag, g[i].L);
+    return 0;
+}
+
 /* The grids of Algorithms 1-4, sorted, unique, clipped to what L allows. */
 static int plan_grids(plan *p, const al_repro_opts *o, int ctx, al_error *err) {
     int n, rc;
@@ -241,7 +267,7 @@ static int plan_grids(plan *p, const al_repro_opts *o, int ctx, al_error *err) {
     g = pick(o->separability_n, o->n_separability_n, o->quick, quick_sep_n, COUNT(quick_sep_n),
              def_sep_n, COUNT(def_sep_n), &n);
     if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
-    return 0;
+    return check_grids_apply(p, o, err);
 }
 
 /* The readings of METHOD section 9 that the options alone decide: names in range,
