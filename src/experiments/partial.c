@@ -71,7 +71,12 @@ static void arrays_sha(const named_arr *a, int n, char hex[65]) {
 int al__ex_save_job(const plan *p, const job *j, al_error *err) {
     char dir[4096], path[4200], key[65];
     job_dir(p, j, dir, sizeof dir);
-    int rc = al__mkdirs(dir, err);
+    /* OUT/partial and OUT/partial/w{k}_L{L}: real directories of ours, never a planted link
+     * (al__mkdir_own), so that no saved array is written through one */
+    char pdir[4200];
+    snprintf(pdir, sizeof pdir, "%s/partial", p->o.out_dir);
+    int rc = al__mkdir_own(pdir, err);
+    if (!rc) rc = al__mkdir_own(dir, err);
     if (rc) return rc;
     /* an older marker goes first: arrays being replaced must never sit next to a done.json
      * (whose key a later --resume could match) */

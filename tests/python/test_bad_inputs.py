@@ -86,7 +86,8 @@ class Hostile:
       {planted}             a directory holding notes.txt that no attnlim command writes (it
                             must be left exactly so)
       {partiallink}         a directory whose partial/ is a symbolic link to an empty directory
-                            (reproduce --resume must not write through it)"""
+                            (reproduce --resume must not write through it)
+      {joblink}             a directory whose partial/w0_L16 (a job's directory) is such a link"""
 
     def __init__(self, tmp_path, tiny):
         self.tmp, self.tiny, self.made = tmp_path, tiny, {}
@@ -107,7 +108,7 @@ class Hostile:
         for key, val in self.made.items():
             text = text.replace(key, val)
         text = re.sub(r"\{fifo:(in|tiny)/([^}]*)\}", self.fifo, text)
-        for name in ("outlink", "filelink", "planted", "partiallink"):
+        for name in ("outlink", "filelink", "planted", "partiallink", "joblink"):
             if "{" + name + "}" in text and name not in base:
                 base[name] = getattr(self, "make_" + name)()
         return text.format(**base)
@@ -123,6 +124,12 @@ class Hostile:
         os.symlink(self.tmp / "linked_dir", self.tmp / "prior" / "partial")
         return str(self.tmp / "prior")
 
+    def make_joblink(self):
+        (self.tmp / "linked_dir").mkdir(exist_ok=True)
+        (self.tmp / "prior_job" / "partial").mkdir(parents=True)
+        os.symlink(self.tmp / "linked_dir", self.tmp / "prior_job" / "partial" / "w0_L16")
+        return str(self.tmp / "prior_job")
+
     def make_filelink(self):
         (self.tmp / "victim.txt").write_text("precious")
         os.symlink(self.tmp / "victim.txt", self.tmp / "filelink")
@@ -134,7 +141,7 @@ class Hostile:
         return str(self.tmp / "planted")
 
     def check_untouched(self, base):
-        if "outlink" in base or "partiallink" in base:
+        if "outlink" in base or "partiallink" in base or "joblink" in base:
             assert os.listdir(self.tmp / "linked_dir") == []
         if "filelink" in base:
             assert os.path.islink(base["filelink"])
