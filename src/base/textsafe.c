@@ -122,15 +122,17 @@ static const char *markup_piece(const unsigned char *s, size_t n, int md, size_t
         }
     }
     if (!md) {
+        static const char specials[] = "<>&\"'";
         static const char *ent[] = {"&lt;", "&gt;", "&amp;", "&quot;", "&#39;"};
-        const char *hit = strchr("<>&\"'", (int)cp);
-        if (cp && hit) {
-            const char *e = ent[hit - "<>&\"'"];
+        const char *hit = cp && cp < 0x80 ? strchr(specials, (int)cp) : NULL; /* ASCII only */
+        if (hit) {
+            const char *e = ent[hit - specials];
             *plen = strlen(e);
             return e;
         }
-    } else if (cp && (strchr("\\<>|", (int)cp) ||
-                      (cp == ']' && n > 1 && (s[1] == '(' || s[1] == '[' || s[1] == ':')))) {
+    } else if (cp && cp < 0x80 &&
+               (strchr("\\<>|", (int)cp) ||
+                (cp == ']' && n > 1 && (s[1] == '(' || s[1] == '[' || s[1] == ':')))) {
         buf[0] = '\\', buf[1] = (char)cp; /* no raw HTML, autolink, table break, link, image */
         *plen = 2;
         return buf;
