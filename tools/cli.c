@@ -321,3 +321,60 @@ void cli_row_error(const char *input, const al_array *a, int64_t row, al_error *
         snprintf(m, sizeof m, "%s: %s", cli_input_name(input), err->msg);
     memcpy(err->msg, m, sizeof m);
 }
+
+int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err) {
+    if (!s || strcmp(s, "all") == 0) {
+        memset(mask, 1, (size_t)n);
+        return 0;
+    }
+    int *v, nv;
+    int rc = cli_parse_int_list(s, what, &v, &nv, err);
+    if (rc) return rc;
+    memset(mask, 0, (size_t)n);
+    for (int i = 0; i < nv; i++) {
+        if (v[i] < 0 || v[i] >= n) {
+            int bad = v[i];
+            free(v);
+            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
+        }
+        mask[v[i]] = 1;
+    }
+    free(v);
+    return 0;
+}
+
+const char CLI_ATTN_USAGE[] =
+    "  --attention R       the attention inside the forward, in every layer (later layers see\n"
+    "                      the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
+    "                      topk-sqrt:C (ceil(C sqrt n)), topk-log:C (ceil(C ln n)): each query\n"
+    "                      row of n keys keeps its min(n, K) largest logits (ties: lower index)\n"
+    "  --attention-normalizer M  over the kept logits: softmax (default), sparsemax, entmax15,\n"
+    "                      entmax:A, ssmax[:S]\n"
+    "  --attention-layers LIST, --attention-heads LIST  the layers / query heads modified\n"
+    "                      (default all)\n";
+
+int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err) {
+    al_attn_variant probe = {0};
+    al_norm nm;
+    if (!strcmp(a, "--attention")) {
+        s->rule = v;
+        return al_attn_rule_parse(v, &probe, err) ? -1 : 1;
+    }
+    if (!strcmp(a, "--attention-normalizer")) {
+        s->normalizer = v;
+        return al_attn_norm_parse(v, &nm, err) ? -1 : 1;
+    }
+    int which = !strcmp(a, "--attention-layers") ? 0 : !strcmp(a, "--attention-heads") ? 1 : -1;
+    if (which < 0) return 0;
+    free(lists[which]);
+    lists[which] = NULL;
+    int n = 0;
+    if (!v || strcmp(v, "all") != 0) {
+        if (cli_parse_int_list(v, a, &lists[which], &n, err)) return -1;
+    }
+    if (which == 0)
+        s->layers = lists[0], s->n_layers = n;
+    else
+        s->heads = lists[1], s->n_heads = n;
+    return 1;
+}

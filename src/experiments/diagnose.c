@@ -267,6 +267,7 @@ static int diag_setup(diag_run *r, al_error *err) {
     if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
     if (!r->root) rc = al_model_open(model, &r->m, err);
     if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o->attention, err);
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         char wopt[32] = "";

@@ -135,6 +135,11 @@ static void run_fingerprint(run *r) {
         k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p->T[i]);
     for (int i = 0; i < p->nE && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p->eps[i]);
+    cJSON *att = al__attn_json(r->m); /* the attention inside the forward */
+    char *att_s = att ? cJSON_PrintUnformatted(att) : NULL;
+    if (att_s && k < sizeof buf) snprintf(buf + k, sizeof buf - k, "|%s", att_s);
+    free(att_s);
+    cJSON_Delete(att);
     al_sha256_buf(buf, strlen(buf), p->fingerprint);
 }
 
@@ -213,6 +218,7 @@ static int run_setup(run *r, al_error *err) {
     if (!rc && !r->o.quiet && r->o.progress)
         fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(r->m)->path);
     if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o.attention, err);
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         if (r->o.windows > 1) snprintf(r->wopt, sizeof r->wopt, "--windows %d", r->o.windows);

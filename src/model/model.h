@@ -54,6 +54,8 @@ typedef struct al_model_vtable {
     int (*tokenizer_files)(al_model *m, al__model_files *fs, al_error *err);
     /* Optional: the "dump" object of the manifest's model (al__model_json), or NULL. */
     struct cJSON *(*describe)(const al_model *m);
+    /* 1: forward passes al__model_attn(m) to every al__attn (.mod): attention variants work */
+    int variants;
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
@@ -79,7 +81,22 @@ struct al_model {
     int n_warnings, n_warnings_total;
     /* the files that define the model, with their SHA-256, once hashed (al__model_files_list) */
     struct al__model_files *hashed;
+    /* the attention variant of every forward (al_model_set_attention, attn_variant.c): attn with
+     * its masks owned (attn_layers [n_layer], attn_heads [n_head] or NULL); attn_on = 0: dense */
+    al_attn_variant attn;
+    uint8_t *attn_layers, *attn_heads;
+    int attn_on;
 };
+
+/* The variant a family's forward hands to al__attention (NULL: the model's own attention). */
+static inline const al_attn_variant *al__model_attn(const al_model *m) {
+    return m->attn_on ? &m->attn : NULL;
+}
+/* The "attention" object of every manifest: {rule, k (the rule as text), normalizer, layers,
+ * heads ("all" or [indices]), tie_rule, modified: bool}. */
+struct cJSON *al__attn_json(const al_model *m);
+/* Frees the masks (al_model_free). */
+void al__attn_clear(al_model *m);
 
 /* Family openers call this for a tensor holding NaN/Inf values: prints
  * "attnlim: warning: FILE: tensor NAME has N NaN/Inf values (first at flat index I)" on stderr

@@ -38,6 +38,7 @@ static const char *base_of(const char *path) {
 void al_model_free(al_model *m) {
     if (!m) return;
     if (m->vt && m->vt->destroy) m->vt->destroy(m);
+    al__attn_clear(m);
     al__model_files_free(m->hashed);
     free(m->hashed);
     free(m);
@@ -339,6 +340,8 @@ cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     cJSON_AddNumberToObject(o, "load_warnings_total", total);
     cJSON *dump = m->vt->describe ? m->vt->describe(m) : NULL; /* a dump: what it holds */
     if (dump) cJSON_AddItemToObject(o, "dump", dump);
+    /* the attention its forward runs (attn_variant.c); a dump replays what it holds */
+    if (m->format != AL__FMT_DUMP) cJSON_AddItemToObject(o, "attention", al__attn_json(m));
     al__model_files_free(&files);
     return o;
 }

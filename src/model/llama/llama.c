@@ -406,6 +406,7 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
             .embed = a.emb,
             .residual = a.x, /* the layer input, before attn_norm */
             .req = cap ? req : NULL,
+            .mod = al__model_attn(m),
         };
         if ((rc = al__attention_ws(&at, &L->ws, err))) break;
         al__matmul_nt(a.tmp, a.att, ly->wo, NULL, T, H * d, C);
@@ -512,7 +513,8 @@ static const al_model_vtable llama_vtable = {.forward = llama_forward,
                                              .destroy = llama_destroy,
                                              .tokenizer = llama_tokenizer,
                                              .files = llama_files,
-                                             .tokenizer_files = llama_tokenizer_files};
+                                             .tokenizer_files = llama_tokenizer_files,
+                                             .variants = 1};
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;
