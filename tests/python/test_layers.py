@@ -199,7 +199,8 @@ def objects(target):
         for f in files:
             if f.endswith(".c.o"):
                 rel = os.path.relpath(os.path.join(d, f), root)[:-4]
-                out[rel] = os.path.join(d, f)
+                if os.path.exists(os.path.join(SRC, rel + ".c")):  # not a moved file's stale object
+                    out[rel] = os.path.join(d, f)
     return out
 
 
