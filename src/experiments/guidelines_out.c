@@ -11,10 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the levels of the guidelines (guidelines.h); defined here, beside the writer that prints
- * them, so that guidelines.c depends on this module and not the other way round */
-const double AL__GUIDE_LEVELS[2] = {0.01, 0.05};
-
 static const char *const KIND[] = {"dense", "topk", "rule", "normalizer"};
 static const char *const FIT[] = {"linear", "sqrt", "log"};
 static const char *const LEVEL[] = {"1%", "5%"};
