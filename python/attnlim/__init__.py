@@ -1,8 +1,9 @@
 """attnlim: Python bindings (ctypes) to libattnlim, the C toolkit that measures the limits
 of normalization in attention (arXiv 2508.17821).
 
-The shared library is found through $ATTNLIM_LIB, then ../../build/libattnlim.so next to
-this package (a source checkout), then the system loader (an installed libattnlim.so).
+The shared library is found through $ATTNLIM_LIB, then the copy inside the installed package
+(attnlim/_native/lib, put there by `pip install`), then ../../build/libattnlim.so next to this
+package (a source checkout), then the system loader (an installed libattnlim.so).
 
 Every array goes in as numpy (converted to C-ordered float64 / int32 as the C API needs) and
 comes out as a new numpy array owned by Python. Errors of the C library raise AttnlimError
@@ -40,24 +41,34 @@ class _Array(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 64), ("data", ctypes.c_void_p)]
 
 
-def _load():
-    cands = []
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_NATIVE = os.path.join(_HERE, "_native")  # the wheel's prefix: lib/, bin/, share/attnlim/
+
+
+def _lib_candidates():
+    """Where libattnlim.so is looked for, in order: $ATTNLIM_LIB; the library inside the
+    installed package (the wheel's attnlim/_native/lib); build/ of the source tree when the
+    package is used from a checkout (PYTHONPATH=python); the system loader."""
     if os.environ.get("ATTNLIM_LIB"):
-        cands.append(os.environ["ATTNLIM_LIB"])
-    here = os.path.dirname(os.path.abspath(__file__))
-    cands.append(os.path.join(here, "..", "..", "build", "libattnlim.so"))
+        yield os.environ["ATTNLIM_LIB"]
+    yield os.path.join(_NATIVE, "lib", "libattnlim.so")
+    yield os.path.join(_HERE, "..", "..", "build", "libattnlim.so")
     found = ctypes.util.find_library("attnlim")
     if found:
-        cands.append(found)
-    cands += ["libattnlim.so.0", "libattnlim.so"]  # dlopen's own search (LD_LIBRARY_PATH, ld.so.cache)
+        yield found
+    yield from ("libattnlim.so.0", "libattnlim.so")  # dlopen's own search (LD_LIBRARY_PATH, ld.so.cache)
+
+
+def _load():
     errors = []
-    for c in cands:
+    for c in _lib_candidates():
         if c and (os.path.exists(c) or not os.path.isabs(c)):
             try:
                 return ctypes.CDLL(c)
             except OSError as e:
                 errors.append(str(e))
-    raise ImportError("libattnlim.so not loadable (%s): build it (scripts/setup.sh) or set ATTNLIM_LIB"
+    raise ImportError("libattnlim.so not loadable (%s): reinstall the package (pip install .), build "
+                      "it in the checkout (scripts/setup.sh) or set ATTNLIM_LIB"
                       % ("; ".join(errors) or "not found"))
 
 
