@@ -60,6 +60,48 @@ typedef struct al_error {
 
 AL_API const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
 
+/* ==== What the caller hands the library: progress and cancellation, messages, policy ======= */
+
+/* Frees memory the library handed out with malloc (al_tokenize's ids, al_detokenize's bytes,
+ * al_corpus_load's text, al_diagnose's JSON, ...). NULL is a no-op. */
+AL_API void al_free(void *p);
+
+/* Progress and cancellation. Long operations call fn between units of work: al_model_forward
+ * once per layer (with or without a capture), al_head_metrics every 64 rows, al_reproduce and
+ * al_diagnose between forwards and heads. stage names the operation ("forward", "reproduce",
+ * "diagnose", "head metrics"); done and total count its units (total 0 when not known).
+ * fn returns 0 to go on, non-zero to stop: the operation then returns AL_E_CANCELLED promptly
+ * (within one unit of work), with nothing half-written (al_reproduce keeps only what
+ * --resume reuses, never a final output). The callback belongs to the calling thread: set it
+ * before the call, on the thread that makes the call; it is called only on that thread (never
+ * from the library's worker threads). al_set_progress(NULL, NULL) removes it, and every call
+ * of al_set_progress clears the "stopped" state. */
+typedef int (*al_progress_fn)(void *user, const char *stage, int64_t done, int64_t total);
+AL_API void al_set_progress(al_progress_fn fn, void *user);
+
+/* Messages (warnings and notes; errors are values, never messages). The library writes none
+ * to stderr itself: it hands each to the log callback, which by default writes
+ * "attnlim: <message>\n" to stderr ("attnlim: warning: <message>" for warnings).
+ * al_set_log(NULL, NULL) restores the default; a callback that does nothing silences them.
+ * Process-wide (set it once, before other threads call the library); fn may be called from
+ * any thread, one message at a time. */
+typedef enum al_log_level { AL_LOG_NOTE = 0, AL_LOG_WARNING = 1 } al_log_level;
+typedef void (*al_log_fn)(void *user, al_log_level level, const char *msg);
+AL_API void al_set_log(al_log_fn fn, void *user);
+
+/* Network: the library fetches nothing (a known model or a data file that is not on disk is
+ * AL_E_NOTFOUND, saying how to get it) unless the caller allows it (al_set_network(1), or
+ * ATTNLIM_ALLOW_NETWORK=1 in the environment); the CLI does. Process-wide; returns the previous
+ * setting. A local wheelhouse ($ATTNLIM_WHEELHOUSE) is not the network. */
+AL_API int al_set_network(int allowed);
+
+/* Threads: the library never changes the process's thread settings on its own. Its kernels
+ * take the OpenMP default (OMP_NUM_THREADS, or all cores) unless a call's options say
+ * otherwise (threads fields), and OpenBLAS's thread count is set to 1 only for the duration
+ * of a call that needs it and restored before the call returns. al_set_threads(n) (n <= 0:
+ * all cores) sets OpenMP's count for the calling thread, for callers that want to. */
+AL_API void al_set_threads(int n);
+
 /* ==== Arrays and NumPy .npy files ========================================================= */
 
 #define AL_MAX_DIMS 64 /* numpy 2 allows 64 dimensions (numpy 1: 32) */

@@ -50,6 +50,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    al_set_network(1); /* the CLI fetches known models and pinned data files when missing */
     if (argc < 2) {
         usage(stderr);
         return 2;

