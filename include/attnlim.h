@@ -80,8 +80,9 @@ typedef int (*al_progress_fn)(void *user, const char *stage, int64_t done, int64
 AL_API void al_set_progress(al_progress_fn fn, void *user);
 
 /* Messages (warnings and notes; errors are values, never messages). The library writes none
- * to stderr itself: it hands each to the log callback, which by default writes
- * "attnlim: <message>\n" to stderr ("attnlim: warning: <message>" for warnings).
+ * to stderr itself: it hands each to the log callback, which by default writes it and a newline
+ * to stderr. A message is one line: "attnlim: ...", "attnlim reproduce: ..." or, for warnings,
+ * "attnlim: warning: ...".
  * al_set_log(NULL, NULL) restores the default; a callback that does nothing silences them.
  * Process-wide (set it once, before other threads call the library); fn may be called from
  * any thread, one message at a time. */

@@ -25,8 +25,13 @@ static char tmpdir[256];
 
 static void make_model(char *dir, size_t cap, int n_layer) {
     snprintf(dir, cap, "%s/m%d", tmpdir, n_layer);
-    al_gpt2_make_opts o = {.n_layer = n_layer, .n_head = 2, .n_embd = 16, .n_ctx = 32,
-                           .vocab_size = 50, .seed = 7, .format = AL_CKPT_SAFETENSORS};
+    al_gpt2_make_opts o = {.n_layer = n_layer,
+                           .n_head = 2,
+                           .n_embd = 16,
+                           .n_ctx = 32,
+                           .vocab_size = 50,
+                           .seed = 7,
+                           .format = AL_CKPT_SAFETENSORS};
     al_error err = {0};
     assert_int_equal(al_gpt2_make_model(&o, dir, &err), 0);
 }
@@ -233,8 +238,8 @@ static void test_free_and_version(void **state) {
     char v[32];
     snprintf(v, sizeof v, "%d.%d.%d", AL_VERSION_MAJOR, AL_VERSION_MINOR, AL_VERSION_PATCH);
     assert_string_equal(v, al_version());
-    assert_true(AL_VERSION_NUMBER == AL_VERSION_ENCODE(AL_VERSION_MAJOR, AL_VERSION_MINOR,
-                                                       AL_VERSION_PATCH));
+    assert_true(AL_VERSION_NUMBER ==
+                AL_VERSION_ENCODE(AL_VERSION_MAJOR, AL_VERSION_MINOR, AL_VERSION_PATCH));
     assert_true(AL_VERSION_ENCODE(0, 1, 0) < AL_VERSION_ENCODE(0, 2, 0));
     assert_true(AL_VERSION_ENCODE(0, 99, 99) < AL_VERSION_ENCODE(1, 0, 0));
 }

@@ -66,7 +66,7 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
         if (rc) return rc;
     }
     snprintf(tmp, sizeof tmp, "%s.download.%ld", dest, (long)getpid());
-    al__log(AL_LOG_NOTE, "downloading %s from %s", pin->relpath, pin->url);
+    al__log(AL_LOG_NOTE, "attnlim: downloading %s from %s", pin->relpath, pin->url);
     char *curl[] = {"curl", "-fsSL", "--retry", "2", "-o", tmp, (char *)pin->url, NULL};
     char *wget[] = {"wget", "-q", "-O", tmp, (char *)pin->url, NULL};
     if (al__run(curl) != 0 && al__run(wget) != 0) {

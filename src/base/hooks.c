@@ -64,7 +64,8 @@ void al__log(al_log_level level, const char *fmt, ...) {
         s->fn(s->user, level, msg);
         return;
     }
-    fprintf(stderr, "attnlim: %s%s\n", level == AL_LOG_WARNING ? "warning: " : "", msg);
+    (void)level;
+    fprintf(stderr, "%s\n", msg);
 }
 
 /* ---- network -------------------------------------------------------------------------------- */

@@ -14,7 +14,8 @@ int al__poll(const char *stage, int64_t done, int64_t total, al_error *err);
 /* Has the calling thread's callback asked to stop? (No call of the callback.) */
 int al__stopped(void);
 
-/* A message to the log callback (default: stderr, "attnlim: [warning: ]<msg>"). */
+/* A message to the log callback (default: the message and a newline on stderr). Messages are
+ * whole lines, "attnlim: ..." or "attnlim CMD: ..." ("attnlim: warning: ..." for warnings). */
 void al__log(al_log_level level, const char *fmt, ...) AL_PRINTF(2, 3);
 
 /* 1 when the caller allowed network fetches (al_set_network, or ATTNLIM_ALLOW_NETWORK=1). */

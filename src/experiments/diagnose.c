@@ -1,4 +1,5 @@
 /* diagnose.c: `attnlim diagnose`: per-head health of the attention on one window. */
+#include "hooks.h"
 #include "experiments.h"
 
 #include <math.h>
@@ -88,7 +89,9 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
             if (stop) continue;
             int h = cap->layer * c->n_head + cap->heads[i];
             if (al__dist_owner(c->dist, h) != c->rank) continue; /* another rank's head */
-            if (diag_head(c, cap, i, &c->sc[tid], &e)) {
+            /* a head is a unit of work: the caller's thread (0) asks its callback, if any */
+            if ((tid == 0 && al__poll("diagnose", h, 0, &e)) ||
+                diag_head(c, cap, i, &c->sc[tid], &e)) {
 #pragma omp critical(diag_err)
                 {
                     if (!failed) first = e;

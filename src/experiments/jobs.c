@@ -1,5 +1,6 @@
 /* jobs.c: one job of `attnlim reproduce`: the forward with its observer, which computes every head
  * of a layer in parallel, then the merge of the ranks' heads. */
+#include "hooks.h"
 #include "experiments.h"
 
 #include <omp.h>
@@ -208,7 +209,9 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
             if (stop) continue;
             int h = cap->layer * c->p->n_head + cap->heads[i];
             if (al__dist_owner(c->p->dist, h) != c->p->rank) continue; /* another rank's head */
-            if (head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
+            /* a head is a unit of work: the caller's thread (0) asks its callback, if any */
+            if ((tid == 0 && al__poll("reproduce", h, c->p->H, &e)) ||
+                head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
 #pragma omp critical(repro_err)
                 {
                     if (!failed) first = e;

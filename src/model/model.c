@@ -158,8 +158,9 @@ int al_model_hash(al_model *m, al_error *err) {
 
 void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
                               size_t first) {
-    al__log(AL_LOG_WARNING, "%s: tensor %s has %zu NaN/Inf values (first at flat index %zu)", file,
-            tensor, n_bad, first);
+    al__log(AL_LOG_WARNING,
+            "attnlim: warning: %s: tensor %s has %zu NaN/Inf values (first at flat index %zu)",
+            file, tensor, n_bad, first);
     if (!m) return;
     if (m->n_warnings < AL__MAX_LOAD_WARNINGS) {
         al__load_warning *w = &m->warnings[m->n_warnings++];
