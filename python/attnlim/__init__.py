@@ -24,7 +24,8 @@ __all__ = ["AttnlimError", "lib", "version", "npy_read", "npy_write", "parse_num
            "normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "row_vanishing", "vanishing_D",
            "sensitivity", "row_sensitivity", "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
            "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES", "reproduce", "diagnose",
-           "pick_model", "EXPERIMENTS", "write_dump", "set_network", "set_threads", "AL_E_CANCELLED"]
+           "pick_model", "EXPERIMENTS", "write_dump", "set_network", "set_threads", "AL_E_CANCELLED",
+           "capture_hf", "from_transformer_lens", "to_transformer_lens", "TL_NAMES"]
 
 
 class AttnlimError(RuntimeError):
@@ -224,3 +225,4 @@ from ._api import (CAPTURES, EXPERIMENTS, ForwardResult, Model, Tokenizer,  # no
                    ks_2samp, normalize, pick_model, reproduce, row_metrics, row_sensitivity,
                    row_vanishing, sensitivity, sensitivity_direction, slope_origin, vanishing_D)
 from ._dump import write_dump  # noqa: E402,F401
+from ._interop import TL_NAMES, capture_hf, from_transformer_lens, to_transformer_lens  # noqa: E402,F401

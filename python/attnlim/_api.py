@@ -539,7 +539,8 @@ class Model:
 
     def forward(self, tokens: ArrayLike, capture: Union[str, Iterable[str]] = (),
                 layers: Optional[Iterable[int]] = None, heads: Optional[Iterable[int]] = None,
-                logits: Optional[bool] = None, hidden: Optional[bool] = None) -> "ForwardResult":
+                logits: Optional[bool] = None, hidden: Optional[bool] = None,
+                names: str = "attnlim") -> "ForwardResult":
         """Runs the model over tokens[T] (int ids, T <= n_ctx). capture: names among q, k, v,
         logits, weights, hidden, embed (METHOD section 1: what the metrics read); layers /
         heads: iterables of indices (None = all). Each layer's capture is copied (only what was
@@ -552,7 +553,13 @@ class Model:
         for a model without one (a BERT encoder, an attention dump) is refused, saying why.
         hidden: the final hidden states [T, d_model]; None gives them except for an attention
         dump (it stores none), where True is refused. Ctrl-C stops the forward between
-        layers (KeyboardInterrupt)."""
+        layers (KeyboardInterrupt).
+
+        names="transformer_lens": captures is instead one flat dict named and laid out as a
+        TransformerLens ActivationCache ("blocks.{l}.attn.hook_pattern" [1, n_sel, T, T], ...;
+        attnlim.to_transformer_lens says which name each array gets)."""
+        if names not in ("attnlim", "transformer_lens"):
+            raise ValueError("names: 'attnlim' or 'transformer_lens', not %r" % (names,))
         info = self.info
         logits, hidden = _outputs_for(info, logits, hidden)
         toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
@@ -623,6 +630,9 @@ class Model:
         if failure:
             raise failure[0]
         _check(rc, err)
+        if names == "transformer_lens":
+            from ._interop import to_transformer_lens
+            captures = to_transformer_lens(captures, rotary=info["family"] == "llama")
         return ForwardResult(lg, hd, captures)
 
     def close(self) -> None:
