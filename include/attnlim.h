@@ -50,7 +50,7 @@ typedef enum al_code {
     AL_E_RANGE = 5,       /* NaN/Inf or a value out of its domain (names the position) */
     AL_E_UNSUPPORTED = 6, /* a valid input we do not support (names what) */
     AL_E_NOTFOUND = 7,    /* a data file, tensor or model that is not there */
-    AL_E_CANCELLED = 8,   /* stopped by an observer or a signal */
+    AL_E_CANCELLED = 8,   /* stopped by an observer or the progress callback (al_set_progress) */
 } al_code;
 
 typedef struct al_error {
@@ -290,10 +290,11 @@ AL_API int al_row_metrics(const double *alpha, const double *x, int64_t n, int64
 /* One head: w[L, L] weights (row t uses columns 0..n_t-1 only; the rest is never read),
  * x[L, d] vectors. out[n_top]: means over the rows with n_t > N. row_max[L] (max weight)
  * and row_entropy[L] (H = -sum alpha log alpha over the row's n keys; terms with alpha <= 0
- * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads.
- * NaN/Inf in the used part of w, or in x, is AL_E_RANGE naming the row and column; L < 1 is
- * AL_E_INVALID. Memory: about 3 L^2 doubles (4 L^2 on heads whose vectors nearly coincide,
- * where d1 needs the Gram matrix of x - x_0). */
+ * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads. Asks
+ * the progress callback every 64 rows (AL_E_CANCELLED: out untouched). NaN/Inf in the used part of
+ * w, or in x, is AL_E_RANGE naming the row and column; L < 1 is AL_E_INVALID. Memory: about 3 L^2
+ * doubles (4 L^2 on heads whose vectors nearly coincide, where d1 needs the Gram matrix of x -
+ * x_0). */
 AL_API int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                            const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                            double *row_entropy, al_error *err);
@@ -486,7 +487,9 @@ typedef struct al_capture_request {
 
 /* Runs the model over tokens [T] (T <= n_ctx). logits [T, vocab_size] and final_hidden
  * [T, d_model] (after the final norm for decoders, the last layer's output for encoders)
- * are written when not NULL. req may be NULL. Memory: only one layer's capture is alive. */
+ * are written when not NULL. req may be NULL. Memory: only one layer's capture is alive.
+ * The progress callback (al_set_progress) is asked before each layer; when it stops the
+ * forward, AL_E_CANCELLED is returned and logits / final_hidden are left as they were. */
 AL_API int al_model_forward(al_model *m, const int32_t *tokens, int T,
                             const al_capture_request *req, float *logits, float *final_hidden,
                             al_error *err);

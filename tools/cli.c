@@ -40,10 +40,11 @@ int cli_interrupted(void) {
     return interrupted;
 }
 
-int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable) {
+int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable, int quiet) {
     if (!interrupted || !err || err->code != AL_E_CANCELLED) return cli_fail(cmd, err);
-    fprintf(stderr, "attnlim %s: interrupted%s\n", cmd,
-            resumable ? "; rerun with --resume to continue" : "");
+    if (!quiet)
+        fprintf(stderr, "attnlim %s: interrupted%s\n", cmd,
+                resumable ? "; rerun with --resume to continue" : "");
     return 128 + (int)interrupted;
 }
 

@@ -35,8 +35,9 @@ AL_CMD(cmd_diagnose);
 void cli_catch_interrupt(void);
 int cli_interrupted(void);
 /* After a failed run: when it was interrupted, prints "attnlim CMD: interrupted[; rerun with
- * --resume to continue]" and returns 130 (128 + SIGINT; 143 for SIGTERM); else cli_fail. */
-int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable);
+ * --resume to continue]" (not when quiet) and returns 130 (128 + SIGINT; 143 for SIGTERM);
+ * else cli_fail. */
+int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable, int quiet);
 /* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */
 int cli_fail(const char *cmd, const al_error *err);
 /* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */

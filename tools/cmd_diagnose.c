@@ -77,7 +77,7 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
     char *txt = NULL;
     cli_catch_interrupt();
     if (al_diagnose_dist(&o, d, &txt, &err))
-        return root ? cli_fail_or_interrupted("diagnose", &err, 0) : 1;
+        return root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
     if (!txt) return 0; /* not rank 0 */
     if (json) {
         printf("%s\n", txt);
