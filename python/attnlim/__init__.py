@@ -157,7 +157,8 @@ def set_threads(n: int) -> None:
     lib.al_set_threads(int(n))
 
 
-def version():
+def version() -> str:
+    """The C library's version ("0.1.0"), which is the package's."""
     return lib.al_version().decode()
 
 
@@ -179,14 +180,14 @@ def _to_numpy(a):
     return out
 
 
-def npy_read(path):
+def npy_read(path: "os.PathLike[str] | str") -> np.ndarray:
     """Reads a .npy file with attnlim's validating reader; returns a numpy array."""
     a, err = _Array(), _Error()
     _check(lib.al_npy_read(os.fsencode(path), ctypes.byref(a), ctypes.byref(err)), err)
     return _to_numpy(a)
 
 
-def npy_write(path, array):
+def npy_write(path: "os.PathLike[str] | str", array: np.ndarray) -> None:
     """Writes a float32/float64 array as .npy, atomically."""
     arr = np.require(np.asarray(array), requirements="C")
     if arr.dtype not in (np.float32, np.float64):
@@ -200,7 +201,7 @@ def npy_write(path, array):
     _check(lib.al_npy_write(os.fsencode(path), ctypes.byref(a), ctypes.byref(err)), err)
 
 
-def parse_numbers(text, name="<text>"):
+def parse_numbers(text: "str | bytes", name: str = "<text>") -> np.ndarray:
     """Numbers from text (whitespace/comma separated, a row per line) as float64."""
     data = text.encode() if isinstance(text, str) else bytes(text)
     a, err = _Array(), _Error()
@@ -211,7 +212,7 @@ lib.al_data_find.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, 
                              ctypes.POINTER(_Error)]
 
 
-def data_find(relpath, explicit=None):
+def data_find(relpath: str, explicit: "Optional[str]" = None) -> str:
     """Finds a shared data file ("gpt2/encoder.json", "war_and_peace/pg2600.txt", ...):
     explicit path, $ATTNLIM_DATA, the cache, ../shared/data, then a pinned download."""
     out, err = ctypes.create_string_buffer(4096), _Error()

@@ -36,13 +36,13 @@ try:
                 m.forward(ids, capture=("weights", "q"))
     else:
         rng = np.random.default_rng(0)
-        L = 3000
+        L = 1500
         w = np.tril(rng.random((L, L)))
         w /= w.sum(1, keepdims=True)
-        x = rng.normal(size=(L, 64))
+        x = rng.normal(size=(L, 32))
         open(out, "w").close()
         for _ in range(1000):
-            attnlim.head_metrics(w, x, top_n=[1, 4, 16], causal=True, mc=64)
+            attnlim.head_metrics(w, x, top_n=[1, 4, 16], causal=True, mc=8)
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("KeyboardInterrupt %.6f" % time.monotonic(), flush=True)
