@@ -22,7 +22,8 @@ __all__ = ["capture_hf", "from_transformer_lens", "to_transformer_lens", "TL_NAM
 # attnlim capture kind -> TransformerLens hook (per layer l), and the layout TransformerLens uses
 TL_NAMES = {"q": "blocks.{l}.attn.hook_q", "k": "blocks.{l}.attn.hook_k", "v": "blocks.{l}.attn.hook_v",
             "logits": "blocks.{l}.attn.hook_attn_scores", "weights": "blocks.{l}.attn.hook_pattern",
-            "hidden": "blocks.{l}.ln1.hook_normalized", "embed": "blocks.{l}.hook_resid_pre"}
+            "hidden": "blocks.{l}.ln1.hook_normalized", "residual": "blocks.{l}.hook_resid_pre",
+            "embed": "blocks.{l}.attnlim_embed"}  # no TransformerLens name: it is hook_embed + hook_pos_embed
 _TL_ROT = {"q": "blocks.{l}.attn.hook_rot_q", "k": "blocks.{l}.attn.hook_rot_k"}
 
 
@@ -306,7 +307,9 @@ def to_transformer_lens(captures: Mapping[int, Mapping[str, np.ndarray]], rotary
       logits   -> blocks.{l}.attn.hook_attn_scores [1, n_sel, T, T] (masked entries -inf)
       weights  -> blocks.{l}.attn.hook_pattern [1, n_sel, T, T]
       hidden   -> blocks.{l}.ln1.hook_normalized [1, T, d_model]
-      embed    -> blocks.{l}.hook_resid_pre [1, T, d_model] (token + position embedding)
+      residual -> blocks.{l}.hook_resid_pre [1, T, d_model] (the layer input before its norm)
+      embed    -> blocks.{l}.attnlim_embed [1, T, d_model] (token + position embedding, which
+               TransformerLens keeps apart as hook_embed and hook_pos_embed)
     "heads" (the query heads of the n_sel axis) is kept as blocks.{l}.attn.heads."""
     out: Dict[str, np.ndarray] = {}
     for l, caps in captures.items():
