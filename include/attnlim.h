@@ -13,6 +13,7 @@
 #ifndef ATTNLIM_H
 #define ATTNLIM_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,14 @@ typedef struct al_error {
 } al_error;
 
 const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
+/* The one error formatter: sets err (if not NULL) to code and the printf-formatted message,
+ * truncated to fit; returns code. al_error_vset takes a va_list. */
+int al_error_set(al_error *err, al_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap);
 
 /* ==== Arrays and NumPy .npy files ========================================================= */
 

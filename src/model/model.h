@@ -103,6 +103,12 @@ void al__attn_clear(al_model *m);
  * and keeps the warning in m (al__model_warnings). */
 void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
                               size_t first);
+/* The one NaN/Inf policy for weights: scans the float32 values x[n] (x may be unaligned) of
+ * tensor in file and, when some are NaN/Inf, warns as al__model_warn_nonfinite (m may be NULL:
+ * printed only). Loading goes on: a NaN that reaches an output is caught where it is written
+ * (capture, perplexity, embed fail naming this warning). Returns the count. */
+size_t al__model_scan_nonfinite(al_model *m, const char *file, const char *tensor, const void *x,
+                                size_t n);
 /* The warnings kept (*n of them; *total counts those past the cap too). */
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total);
 
@@ -150,9 +156,5 @@ struct cJSON *al__dump_json(const al_model *m);
 int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err);
 /* vtable check, or 0 for models without one. */
 int al__model_check(al_model *m, int T, const al_capture_request *req, al_error *err);
-
-/* Resolves a known model name ("smollm2", "minilm", "gpt2") to a path in the cache,
- * fetching it on first use where it can be fetched. Returns AL_E_NOTFOUND for other names. */
-int al__model_resolve_name(const char *name, char *out, size_t out_size, al_error *err);
 
 #endif

@@ -110,6 +110,27 @@ void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor,
     m->n_warnings_total++;
 }
 
+size_t al__model_scan_nonfinite(al_model *m, const char *file, const char *tensor, const void *x,
+                                size_t n) {
+    const unsigned char *b = x;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, 4);               /* x may be unaligned (a mapped file) */
+        if ((u & 0x7f800000u) == 0x7f800000u) { /* exponent all ones: Inf or NaN */
+            if (!bad) first = i;
+            bad++;
+        }
+    }
+#ifdef AL_FUZZING
+    if (bad && first == (size_t)-1) /* the scan kept, the fuzzer's stderr left quiet */
+#else
+    if (bad)
+#endif
+        al__model_warn_nonfinite(m, file, tensor, bad, first);
+    return bad;
+}
+
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total) {
     *n = m->n_warnings;
     if (total) *total = m->n_warnings_total;
