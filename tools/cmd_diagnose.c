@@ -118,8 +118,15 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
     al__outdir *od = NULL;
     if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err))
         return root ? cli_fail("diagnose", &err) : 1;
+    cli_catch_interrupt();
     rc = al_diagnose_dist(&o, d, &txt, &err);
-    if (!rc && od) rc = al__outdir_publish(od, force, &err);
+    if (rc) {
+        if (od) al__outdir_abandon(od);
+        free(od);
+        free(txt);
+        return root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
+    }
+    if (od) rc = al__outdir_publish(od, force, &err);
     if (od) al__outdir_abandon(od);
     free(od);
     if (rc) {

@@ -334,8 +334,13 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
-    if (al_reproduce_dist(&o, d, &err) || (od && al__outdir_publish(od, force, &err))) {
+    cli_catch_interrupt();
+    if (al_reproduce_dist(&o, d, &err)) { /* --force's temporary output goes: not resumable */
         if (od) al__err_prefix(&err, err.code, "%s", od->dir);
+        rc = root ? cli_fail_or_interrupted("reproduce", &err, od ? 0 : 1, o.quiet) : 1;
+        goto out;
+    }
+    if (od && al__outdir_publish(od, force, &err)) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }

@@ -24,10 +24,14 @@ static int valid_utf8(const unsigned char *s, size_t n, int *c1) {
         }
         size_t len;
         unsigned v, min;
-        if ((c & 0xE0) == 0xC0) len = 2, v = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) len = 3, v = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) len = 4, v = c & 0x07, min = 0x10000;
-        else return 0;
+        if ((c & 0xE0) == 0xC0)
+            len = 2, v = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            len = 3, v = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            len = 4, v = c & 0x07, min = 0x10000;
+        else
+            return 0;
         if (i + len > n) return 0;
         for (size_t k = 1; k < len; k++) {
             if ((s[i + k] & 0xC0) != 0x80) return 0;
