@@ -58,7 +58,9 @@
                            al_error *);                                                            \
     int f(al_head_vanishing_D)(const double *, const double *, int64_t, int64_t, int, double *,    \
                                al_error *);
+#pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_METRICS_PROTOS)
+#pragma GCC visibility pop
 #endif
 
 /* ---- per-call state -------------------------------------------------------------------- */

@@ -56,7 +56,9 @@
     int f(al_norm_sums_to_one)(const al_norm *nm);                                                 \
     int f(al_norm_vjp)(const al_norm *nm, const double *z, int64_t n, const double *u,             \
                        double *out, al_error *err);
+#pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_NORMALIZE_PROTOS)
+#pragma GCC visibility pop
 #endif
 
 #define STACK_N 1024 /* rows up to this length use stack scratch (no malloc) */

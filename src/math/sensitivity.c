@@ -37,7 +37,9 @@
                                     double *v);                                                    \
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
                                           int ei, int64_t n, double *v);
+#pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
+#pragma GCC visibility pop
 #endif
 
 /* e[n] = exp((z - mx) / T), returns sum e (mx = max z: every exponent <= 0). */
