@@ -651,6 +651,11 @@ typedef struct al_repro_opts {
                                  * (T on q.k, the paper's axis) */
     int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
                                  * (T, eps, head, row), the paper's Algorithm 5) */
+    /* --readings: NULL (off), "all", or ';'-separated AXIS=VALUE[,AXIS=VALUE] items (axes:
+     * vectors, distance, expectation, temperature-scale, directions): every claim evaluated
+     * under each on the same forward passes; OUT/readings.json, readings.csv, the report's
+     * "Verdicts under every reading", OUT/readings/<name>/ (docs/readings.md) */
+    const char *readings;
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);

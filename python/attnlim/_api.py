@@ -605,7 +605,7 @@ class Model:
 
 # ---- experiments (`attnlim reproduce`, `attnlim diagnose`) -----------------------------------------
 
-class _ReproOpts(_c.Structure):  # al_repro_opts, 208 bytes
+class _ReproOpts(_c.Structure):  # al_repro_opts, 216 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
                 ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
@@ -618,7 +618,7 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 208 bytes
                 ("temperatures", _dp), ("n_temperatures", _c.c_int), ("eps", _dp), ("n_eps", _c.c_int),
                 ("synthetic", _c.c_int), ("distance", _c.c_int), ("expectation", _c.c_int),
                 ("exact_max", _c.c_int64), ("temperature_raw", _c.c_int),
-                ("fresh_directions", _c.c_int)]
+                ("fresh_directions", _c.c_int), ("readings", _c.c_char_p)]
 
 
 class _DiagOpts(_c.Structure):  # al_diag_opts, 56 bytes
@@ -656,14 +656,15 @@ def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vecto
               experiments=None, seed=1234, mc=0, long_length=0, lengths=None, top_n=None,
               critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None,
               distance="sum-of-norms", expectation="analytic", exact_max=0,
-              temperature_scale="scaled", directions="shared"):
+              temperature_scale="scaled", directions="shared", readings=None):
     """Runs the paper's experiments (as `attnlim reproduce`) and writes results.json, CSVs,
     NPYs, figures and reports into out_dir (docs/reproduce.md). experiments: names among
     vanishing, alg1..alg5 (None = all). Grids None = METHOD's defaults (or --quick's).
     synthetic: None (from the checkpoint), False or True. The readings of METHOD section 9
     (docs/readings.md): vectors, distance (sum-of-norms | norm-of-sum | sum-vector), expectation
     (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
-    (shared | fresh). Returns results.json as a dict."""
+    (shared | fresh); readings: None, "all" or "AXIS=VALUE;..." (every claim under each reading
+    too: readings.json). Returns results.json as a dict."""
     o = _ReproOpts()
     lib.al_repro_defaults(_c.byref(o))
     o.model, o.corpus, o.data_path, o.out_dir = _s(model), _s(corpus), _s(data_path), _s(out_dir)
@@ -680,6 +681,7 @@ def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vecto
         if val not in allowed:
             raise ValueError("%s: %r is not one of %s" % (name, val, ", ".join(allowed)))
     o.temperature_raw, o.fresh_directions = int(temperature_scale == "raw"), int(directions == "fresh")
+    o.readings = None if readings is None else readings.encode()
     o.quick, o.resume, o.progress, o.quiet = int(quick), int(resume), int(progress), int(quiet)
     o.threads, o.seed, o.mc_samples, o.long_length = int(threads), int(seed), int(mc), int(long_length)
     if experiments is not None:
