@@ -68,8 +68,10 @@ static void variant_dir(const char *out, const char *name, char *dir, size_t siz
     char n[96];
     snprintf(n, sizeof n, "%s", name);
     for (char *c = n; *c; c++)
-        if (*c == '=') *c = '-';
-        else if (*c == ',') *c = '+';
+        if (*c == '=')
+            *c = '-';
+        else if (*c == ',')
+            *c = '+';
     snprintf(dir, size, "%s/readings/%s", out, n);
 }
 
@@ -117,8 +119,10 @@ static int same_as_base(const al_repro_opts *a, const al_repro_opts *b) {
  * the cross product vectors x distance x expectation not already covered (two axes or more
  * changed). */
 static int all_variants(const al_repro_opts *o, variant **v, int *n, int *cap, al_error *err) {
-    static const char *const dn[3] = {"sum-of-norms", "norm-of-sum", "sum-vector"},
-                             *const en[3] = {"analytic", "mc", "exact"};
+    static const char *const dn[3] = {"sum-of-norms", "norm-of-sum", "sum-vector"}, *const en[3] = {
+                                                                                        "analytic",
+                                                                                        "mc",
+                                                                                        "exact"};
     char name[128];
     int rc = 0;
     for (int i = 0; i < 5 && !rc; i++)
@@ -141,8 +145,8 @@ static int all_variants(const al_repro_opts *o, variant **v, int *n, int *cap, a
                          o->temperature_raw ? "temperature-scale=scaled" : "temperature-scale=raw",
                          0, err);
     if (!rc)
-        rc = add_variant(v, n, cap, o, o->fresh_directions ? "directions=shared" : "directions=fresh",
-                         0, err);
+        rc = add_variant(v, n, cap, o,
+                         o->fresh_directions ? "directions=shared" : "directions=fresh", 0, err);
     for (int a = 0; a < 5 && !rc; a++)
         for (int b = 0; b < 3 && !rc; b++)
             for (int c = 0; c < 3 && !rc; c++) {
@@ -231,8 +235,7 @@ static cJSON *ratio_json(const plan *p, const agg *a) {
 
 /* The verdict of claim c under variant v: its own when the variant ran the claim's experiment,
  * else the run's (the reading does not change it). */
-static const al__verdict *verdict_of(const variant *v, const al__summary *base, int c,
-                                     int *own) {
+static const al__verdict *verdict_of(const variant *v, const al__summary *base, int c, int *own) {
     static const unsigned needs[5] = {AL_EXP_ALG3, AL_EXP_ALG4, AL_EXP_ALG5, AL_EXP_ALG1,
                                       AL_EXP_ALG2};
     *own = c < 5 && (v->p.exp & needs[c]);
@@ -290,7 +293,8 @@ int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
                             "METHOD section 9 (docs/readings.md), on the same captured heads");
     cJSON *list = cJSON_AddArrayToObject(root, "readings");
     add_entry(list, "the run", 0, p, a, s, NULL, s);
-    for (int i = 0; i < nv; i++) add_entry(list, v[i].name, v[i].cross, &v[i].p, &v[i].a, &v[i].a.s, &v[i], s);
+    for (int i = 0; i < nv; i++)
+        add_entry(list, v[i].name, v[i].cross, &v[i].p, &v[i].a, &v[i].a.s, &v[i], s);
     cJSON *rob = cJSON_AddArrayToObject(root, "robust");
     cJSON *dep = cJSON_AddObjectToObject(root, "reading_dependent");
     for (int c = 0; c < s->n_verdicts; c++) {
@@ -311,6 +315,7 @@ int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
         for (int i = -1; i < nv; i++) {
             int own;
             const al__verdict *x = i < 0 ? &s->verdicts[c] : verdict_of(&v[i], s, c, &own);
+            if (i >= 0 && v[i].cross && !own) continue; /* not evaluated under it */
             const char *nm = i < 0 ? "the run" : v[i].name;
             cJSON *t = !strcmp(x->verdict, "holds")           ? h
                        : !strcmp(x->verdict, "does not hold") ? nh
@@ -343,7 +348,9 @@ int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
                 if (*q == '"') *q = '\'';
             al__afile_printf(&f, err, "%s,\"%s\",%s,%s,%d,\"%s\"\n", x->key,
                              i < 0 ? "the run" : v[i].name,
-                             i < 0 ? "the run" : v[i].cross ? "cross product" : "one at a time",
+                             i < 0        ? "the run"
+                             : v[i].cross ? "cross product"
+                                          : "one at a time",
                              x->verdict, own, meas);
         }
     return al__afile_commit(&f, err);
@@ -358,8 +365,7 @@ int al__ex_reading_cols(const plan *p, const agg *a, const variant *v, int nv,
                         al_error *err) {
     const al__summary *s = &a->s;
     *cols = al__calloc((size_t)nv + 1, sizeof(al__reading_col), "readings", err);
-    *buf = al__calloc(2 * ((size_t)nv + 1) * ((size_t)p->nN3 + 1), sizeof(double), "readings",
-                      err);
+    *buf = al__calloc(2 * ((size_t)nv + 1) * ((size_t)p->nN3 + 1), sizeof(double), "readings", err);
     double *r = al__malloc(sizeof(double) * (size_t)p->H, "readings", err);
     if (!*cols || !*buf || !r) {
         free(r);
