@@ -1,5 +1,6 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
+#include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -266,7 +267,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         snprintf(path, sizeof path, "%s/results.json", o.out_dir);
         char *txt = NULL;
         size_t len = 0;
-        FILE *f = fopen(path, "rb");
+        FILE *f = al__fopen_read(path, NULL);
         cJSON *res = NULL;
         if (f) {
             fseek(f, 0, SEEK_END);

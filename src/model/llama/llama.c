@@ -512,8 +512,19 @@ static void llama_destroy(al_model *m) {
     m->impl = NULL;
 }
 
-static const al_model_vtable llama_vtable = {
-    .forward = llama_forward, .destroy = llama_destroy, .tokenizer = llama_tokenizer};
+/* A GGUF file is the whole model: weights, config and tokenizer (its metadata). */
+static int llama_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "weights", err);
+}
+static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "tokenizer", err);
+}
+
+static const al_model_vtable llama_vtable = {.forward = llama_forward,
+                                             .destroy = llama_destroy,
+                                             .tokenizer = llama_tokenizer,
+                                             .files = llama_files,
+                                             .tokenizer_files = llama_tokenizer_files};
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;
