@@ -10,25 +10,25 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attnlim study --out DIR [options]\n"
-            "\n"
-            "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
-            "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then on held-out\n"
-            "windows, through each model's own forward: vanishing (max weight and entropy against\n"
-            "n), N_s/N against N, the critical N / L (KS at 0.01 over the model's heads) and the\n"
-            "normalizer's Jacobian norm; writes DIR/study.json, study.csv, figures/ and\n"
-            "report.html with, for each of the paper's predictions, what it expects for that\n"
-            "normalizer and what was measured. Resumable: run it again to continue.\n"
-            "\n"
-            "  --normalizers LIST  (softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax;\n"
-            "                      ssmax: s learnable per head, ssmax-fixed[:S]: fixed)\n"
-            "  --scale F           multiply the steps by F (default 1: about an hour on 2 cores)\n"
-            "  --steps N (200) --lr X (2e-3) --warmup N (20) --layers L (4) --heads H (4)\n"
-            "  --embd C (128) --ctx N (1024) --batch B (2) --seq T (the context) --seed S (1)\n"
-            "  --corpus war-and-peace|FILE --tokenizer bytes|gpt2 (bytes) --eval-every K (25)\n"
-            "  --windows W (2: held-out windows diagnosed) --crit-L LIST (128,256,512,1024)\n"
-            "  --threads N --quiet --json\n");
+    fprintf(
+        f, "usage: attnlim study --out DIR [options]\n"
+           "\n"
+           "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
+           "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then on held-out\n"
+           "windows, through each model's own forward: vanishing (max weight and entropy against\n"
+           "n), N_s/N against N, the critical N / L (KS at 0.01 over the model's heads) and the\n"
+           "normalizer's Jacobian norm; writes DIR/study.json, study.csv, figures/ and\n"
+           "report.html with, for each of the paper's predictions, what it expects for that\n"
+           "normalizer and what was measured. Resumable: run it again to continue.\n"
+           "\n"
+           "  --normalizers LIST  (softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax;\n"
+           "                      ssmax: s learnable per head, ssmax-fixed[:S]: fixed)\n"
+           "  --scale F           multiply the steps by F (default 1: about an hour on 2 cores)\n"
+           "  --steps N (200) --lr X (2e-3) --warmup N (20) --layers L (4) --heads H (4)\n"
+           "  --embd C (128) --ctx N (1024) --batch B (2) --seq T (the context) --seed S (1)\n"
+           "  --corpus war-and-peace|FILE --tokenizer bytes|gpt2 (bytes) --eval-every K (25)\n"
+           "  --windows W (2: held-out windows diagnosed) --crit-L LIST (128,256,512,1024)\n"
+           "  --threads N --quiet --json\n");
 }
 
 int cmd_study(int argc, char **argv) {

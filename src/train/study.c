@@ -57,14 +57,16 @@ int al__study_parse_norms(const char *list, al__study_opts *o, al_error *err) {
             char *end;
             param = strtod(colon + 1, &end);
             if (end == colon + 1 || *end || !isfinite(param))
-                return al__err(err, AL_E_INVALID, "study: '%s': the value after ':' is not a number",
-                               s->name);
+                return al__err(err, AL_E_INVALID,
+                               "study: '%s': the value after ':' is not a number", s->name);
         }
         int fixed = !strcmp(base, "ssmax-fixed");
         int rc = al_norm_parse(fixed ? "ssmax" : base, &s->nm, err);
         if (rc) return al__err_prefix(err, rc, "study");
-        if (colon && s->nm.kind == AL_NORM_ENTMAX) s->nm.alpha = param;
-        else if (colon && s->nm.kind == AL_NORM_SSMAX) s->nm.ssmax_s = param;
+        if (colon && s->nm.kind == AL_NORM_ENTMAX)
+            s->nm.alpha = param;
+        else if (colon && s->nm.kind == AL_NORM_SSMAX)
+            s->nm.ssmax_s = param;
         else if (colon)
             return al__err(err, AL_E_INVALID, "study: '%s': only entmax:A and ssmax:S take a value",
                            s->name);
@@ -99,10 +101,10 @@ static int crit_grid(int L, int *out) {
 
 typedef struct acc {
     int L, H, T, nNs, nNg;
-    double *maxw, *ent;   /* [T] sums over heads and windows of row t */
-    double *ns;           /* [nNs, L H] sums over windows */
-    double *jac;          /* [L H] sums over windows */
-    double *dt, *E;       /* [n_crit_L, 256, L H] sums over windows */
+    double *maxw, *ent;                   /* [T] sums over heads and windows of row t */
+    double *ns;                           /* [nNs, L H] sums over windows */
+    double *jac;                          /* [L H] sums over windows */
+    double *dt, *E;                       /* [n_crit_L, 256, L H] sums over windows */
     int crit_n[AL__STUDY_MAX_L], *crit_N; /* [n_crit_L][256] grids */
 } acc;
 
@@ -111,7 +113,8 @@ static const int NS_N[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
 /* One head of one window: everything of the accumulator for (l, h). */
 static int head_diag(const al__study_opts *o, const al__tr_model *m, const al_norm *nm0, int l,
-                     int h, acc *A, double *w, double *x, double *wb, double *xb, double *zr, al_error *err) {
+                     int h, acc *A, double *w, double *x, double *wb, double *xb, double *zr,
+                     al_error *err) {
     const int T = A->T, H = A->H, C = m->cfg.n_embd, d = C / H, lh = l * H + h;
     const float *p = m->acts.p + ((size_t)l * H + h) * T * T; /* B = 1 */
     const float *z = m->acts.z ? m->acts.z + ((size_t)l * H + h) * T * T : NULL;
@@ -156,7 +159,8 @@ static int head_diag(const al__study_opts *o, const al__tr_model *m, const al_no
         memcpy(xb, x, (size_t)Lc * d * sizeof *x);
         al_topn_stats *ds = malloc((size_t)nN * sizeof *ds);
         if (!ds) return al__err(err, AL_E_NOMEM, "study: out of memory");
-        al_metrics_opts dm = {.top_n = A->crit_N + 256 * c, .n_top = nN, .distance = 1, .causal = 1};
+        al_metrics_opts dm = {
+            .top_n = A->crit_N + 256 * c, .n_top = nN, .distance = 1, .causal = 1};
         rc = al_head_metrics(wb, xb, Lc, d, &dm, ds, NULL, NULL, err);
         for (int k = 0; !rc && k < nN; k++) {
             size_t i = ((size_t)c * 256 + k) * L_H(A) + lh;
@@ -191,7 +195,8 @@ static int acc_new(const al__study_opts *o, const al__tr_model *m, acc *A, al_er
         acc_free(A);
         return al__err(err, AL_E_NOMEM, "study: out of memory for the diagnostics");
     }
-    for (int c = 0; c < o->n_crit_L; c++) A->crit_n[c] = crit_grid(o->crit_L[c], A->crit_N + 256 * c);
+    for (int c = 0; c < o->n_crit_L; c++)
+        A->crit_n[c] = crit_grid(o->crit_L[c], A->crit_N + 256 * c);
     return 0;
 }
 
@@ -275,7 +280,8 @@ static cJSON *acc_json(const al__study_opts *o, acc *A, int nw, double vl, al_er
     cJSON_AddItemToObject(v, "max_weight", arr_d(mw, ng, 1));
     cJSON_AddItemToObject(v, "entropy_norm", arr_d(en, ng, 1));
     double sl = loglog_slope(ngrid, mw, ng);
-    cJSON_AddItemToObject(v, "loglog_slope", isfinite(sl) ? cJSON_CreateNumber(sl) : cJSON_CreateNull());
+    cJSON_AddItemToObject(v, "loglog_slope",
+                          isfinite(sl) ? cJSON_CreateNumber(sl) : cJSON_CreateNull());
     cJSON *s = cJSON_AddObjectToObject(j, "separability");
     cJSON_AddItemToObject(s, "N", arr_i(NS_N, A->nNs));
     double nsm[8];
@@ -289,7 +295,8 @@ static cJSON *acc_json(const al__study_opts *o, acc *A, int nw, double vl, al_er
     cJSON_AddItemToObject(s, "ns_ratio", arr_d(nsm, A->nNs, 1));
     cJSON *c = cJSON_AddObjectToObject(j, "critical_n");
     cJSON_AddItemToObject(c, "L", arr_i(o->crit_L, o->n_crit_L));
-    cJSON *nc = cJSON_AddArrayToObject(c, "n_crit"), *ratio = cJSON_AddArrayToObject(c, "n_crit_over_L");
+    cJSON *nc = cJSON_AddArrayToObject(c, "n_crit"),
+          *ratio = cJSON_AddArrayToObject(c, "n_crit_over_L");
     cJSON_AddNumberToObject(c, "level", 0.01);
     cJSON_AddNumberToObject(c, "heads", nlh);
     int rc = 0;
@@ -385,7 +392,8 @@ int al__study_run(const al__study_opts *o, al_error *err) {
         al__tr_run_opts r = o->base;
         r.cfg.norm = sn->nm, r.cfg.ssmax_learn = sn->ssmax_learn;
         r.out = dir, r.resume = al__is_file(state), r.progress = o->progress;
-        if (o->progress) fprintf(stderr, "study: training %s (%d of %d)\n", sn->name, k + 1, o->n_norms);
+        if (o->progress)
+            fprintf(stderr, "study: training %s (%d of %d)\n", sn->name, k + 1, o->n_norms);
         al__tr_summary sum;
         rc = al__tr_run(&r, &sum, err);
         if (rc) {

@@ -10,7 +10,7 @@
 #define AL__STUDY_MAX_L     16
 
 typedef struct al__study_norm {
-    char name[32];   /* as given: "softmax", "entmax:1.3", "ssmax", "ssmax-fixed", ... */
+    char name[32]; /* as given: "softmax", "entmax:1.3", "ssmax", "ssmax-fixed", ... */
     al_norm nm;
     int ssmax_learn;
 } al__study_norm;
@@ -19,8 +19,8 @@ typedef struct al__study_opts {
     al__tr_run_opts base; /* model, data, optimizer, batch, seed: the same for every run */
     al__study_norm norms[AL__STUDY_MAX_NORMS];
     int n_norms;
-    int windows;                    /* validation windows of T tokens diagnosed */
-    int crit_L[AL__STUDY_MAX_L];    /* window lengths of the critical-N test (<= T) */
+    int windows;                 /* validation windows of T tokens diagnosed */
+    int crit_L[AL__STUDY_MAX_L]; /* window lengths of the critical-N test (<= T) */
     int n_crit_L;
     const char *out;
     int progress;

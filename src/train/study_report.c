@@ -90,8 +90,8 @@ static int fig_runs(const al__study_opts *o, cJSON *const *runs, int n, const ch
         double *x = take(fs, 64), *y = take(fs, 64);
         if (!x || !y) return al__err(err, AL_E_NOMEM, "study: figure buffer");
         int nx = nums(path2(runs[r], sec, kx), x, 64), ny = nums(path2(runs[r], sec, ky), y, 64);
-        s[k++] = (al__series){o->norms[r].name, nx < ny ? nx : ny, x, y, NULL, NULL,
-                              AL__S_LINE | AL__S_MARKERS, r};
+        s[k++] = (al__series){
+            o->norms[r].name, nx < ny ? nx : ny, x, y, NULL, NULL, AL__S_LINE | AL__S_MARKERS, r};
     }
     if (extra) s[k++] = *extra;
     pl->n_series = k;
@@ -101,8 +101,8 @@ static int fig_runs(const al__study_opts *o, cJSON *const *runs, int n, const ch
     return al__plot_write(pl, path, err);
 }
 
-static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *pl,
-                    const char *base, al_error *err) {
+static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *pl, const char *base,
+                    al_error *err) {
     al__series s[AL__STUDY_MAX_NORMS];
     curve c[AL__STUDY_MAX_NORMS];
     memset(c, 0, sizeof c);
@@ -111,8 +111,14 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
         char dir[4096 + 64];
         snprintf(dir, sizeof dir, "%s/runs/%s", o->out, o->norms[r].name);
         rc = log_curve(dir, key, &c[r], err);
-        s[r] = (al__series){o->norms[r].name, c[r].n, c[r].x, c[r].y, NULL, NULL,
-                            AL__S_LINE | (c[r].n < 40 ? AL__S_MARKERS : 0), r};
+        s[r] = (al__series){o->norms[r].name,
+                            c[r].n,
+                            c[r].x,
+                            c[r].y,
+                            NULL,
+                            NULL,
+                            AL__S_LINE | (c[r].n < 40 ? AL__S_MARKERS : 0),
+                            r};
     }
     if (!rc) {
         pl->n_series = n;
@@ -140,8 +146,8 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
     if (rc) return rc;
     figset fs = {malloc(4096 * sizeof(double)), 0, 4096};
     if (!fs.buf) return al__err(err, AL_E_NOMEM, "study: figure buffer");
-    al__plot p = plot_of("Validation loss during training", "step", "validation loss (nats/token)",
-                         0, 0);
+    al__plot p =
+        plot_of("Validation loss during training", "step", "validation loss (nats/token)", 0, 0);
     rc = fig_logs(o, n, "val_loss", &p, "val_loss", err);
     if (!rc) {
         p = plot_of("Global gradient norm during training", "step", "gradient norm (before clip)",
@@ -183,8 +189,8 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
                 x[l] = l, y[l] = 0;
                 for (int k = 0; k < H && l * H + k < nh; k++) y[l] += h[l * H + k] / H;
             }
-            s[r] = (al__series){o->norms[r].name, x && y ? L : 0, x, y, NULL, NULL,
-                                AL__S_LINE | AL__S_MARKERS, r};
+            s[r] = (al__series){
+                o->norms[r].name, x && y ? L : 0, x, y, NULL, NULL, AL__S_LINE | AL__S_MARKERS, r};
         }
         p = plot_of("Normalizer Jacobian: mean spectral norm over rows", "layer",
                     "spectral norm (mean over heads)", 0, 1);
@@ -211,8 +217,8 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
             soft_slope = getnum(path2(runs[r], "vanishing", "loglog_slope"));
     for (int r = 0; r < n; r++) {
         const al_norm_kind k = o->norms[r].nm.kind;
-        const int soft = k == AL_NORM_SOFTMAX, sparse = k == AL_NORM_SPARSEMAX ||
-                                                        k == AL_NORM_ENTMAX15 || k == AL_NORM_ENTMAX;
+        const int soft = k == AL_NORM_SOFTMAX,
+                  sparse = k == AL_NORM_SPARSEMAX || k == AL_NORM_ENTMAX15 || k == AL_NORM_ENTMAX;
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "normalizer", o->norms[r].name);
         /* vanishing */
@@ -230,12 +236,14 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
         cJSON_AddItemToObject(v, "measured_loglog_slope",
                               isfinite(sl) ? cJSON_CreateNumber(sl) : cJSON_CreateNull());
         const char *verdict = "not judged";
-        if (isfinite(sl) && soft) verdict = sl < -0.1 ? "holds" : "does not hold";
+        if (isfinite(sl) && soft)
+            verdict = sl < -0.1 ? "holds" : "does not hold";
         else if (isfinite(sl) && isfinite(soft_slope) && (sparse || k == AL_NORM_SSMAX))
             verdict = sl > soft_slope ? "holds (flatter than softmax)" : "does not hold";
         cJSON_AddStringToObject(v, "verdict", verdict);
-        cJSON_AddStringToObject(v, "rule", "[reading] softmax: slope of log max weight on log n "
-                                           "(n >= 16) below -0.1; others: above softmax's");
+        cJSON_AddStringToObject(v, "rule",
+                                "[reading] softmax: slope of log max weight on log n "
+                                "(n >= 16) below -0.1; others: above softmax's");
         /* critical N */
         cJSON *c = cJSON_AddObjectToObject(p, "critical_n");
         cJSON_AddStringToObject(c, "expected",
@@ -249,8 +257,10 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
         for (int i = 0; i < nr; i++)
             if (isfinite(rv[i])) any = 1, ok &= rv[i] < 0.06;
         cJSON_AddStringToObject(c, "verdict",
-                                !soft ? "not judged" : !any ? "not reached" : ok ? "holds"
-                                                                               : "does not hold");
+                                !soft  ? "not judged"
+                                : !any ? "not reached"
+                                : ok   ? "holds"
+                                       : "does not hold");
         /* separability */
         cJSON *s = cJSON_AddObjectToObject(p, "separability");
         cJSON_AddStringToObject(s, "expected",
@@ -266,9 +276,10 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
         m = cnt ? m / cnt : NAN;
         cJSON_AddItemToObject(s, "measured_mean_ns_ratio_N_ge_16",
                               isfinite(m) ? cJSON_CreateNumber(m) : cJSON_CreateNull());
-        cJSON_AddStringToObject(s, "verdict", !soft || !isfinite(m) ? "not judged"
-                                              : (m >= 0.70 && m <= 0.85) ? "holds"
-                                                                          : "does not hold");
+        cJSON_AddStringToObject(s, "verdict",
+                                !soft || !isfinite(m)      ? "not judged"
+                                : (m >= 0.70 && m <= 0.85) ? "holds"
+                                                           : "does not hold");
         /* Jacobian */
         cJSON *jb = cJSON_AddObjectToObject(p, "jacobian");
         double jm = getnum(path2(runs[r], "jacobian", "spectral_mean"));
@@ -277,11 +288,11 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                      : "[reading] measured against softmax's");
         cJSON_AddItemToObject(jb, "measured_spectral_mean",
                               isfinite(jm) ? cJSON_CreateNumber(jm) : cJSON_CreateNull());
-        cJSON_AddStringToObject(jb, "verdict",
-                                soft && isfinite(jm) ? (jm <= 0.5 / o->norms[r].nm.temperature
-                                                            ? "holds"
-                                                            : "does not hold")
-                                                     : "not judged");
+        cJSON_AddStringToObject(
+            jb, "verdict",
+            soft && isfinite(jm)
+                ? (jm <= 0.5 / o->norms[r].nm.temperature ? "holds" : "does not hold")
+                : "not judged");
         cJSON_AddItemToArray(all, p);
     }
     return all;
@@ -346,35 +357,41 @@ static char *csv(const al__study_opts *o, cJSON *const *runs, int n) {
                   getnum(cJSON_GetObjectItemCaseSensitive(runs[r], "steps")), a, c, d);
         int nr = nums(path2(runs[r], "critical_n", "n_crit_over_L"), rv, AL__STUDY_MAX_L);
         for (int k = 0; k < o->n_crit_L; k++)
-            if (k < nr && isfinite(rv[k])) sb_printf(&b, ",%.4g", rv[k]);
-            else sb_printf(&b, ",");
+            if (k < nr && isfinite(rv[k]))
+                sb_printf(&b, ",%.4g", rv[k]);
+            else
+                sb_printf(&b, ",");
         int nn = nums(path2(runs[r], "separability", "N"), N, 8);
         nums(path2(runs[r], "separability", "ns_ratio"), ns, 8);
         double v16 = NAN;
         for (int k = 0; k < nn; k++)
             if (N[k] == 16) v16 = ns[k];
         fmt_num(e, sizeof e, path2(runs[r], "jacobian", "spectral_mean"));
-        if (isfinite(v16)) sb_printf(&b, ",%.4g,%s\n", v16, e);
-        else sb_printf(&b, ",,%s\n", e);
+        if (isfinite(v16))
+            sb_printf(&b, ",%.4g,%s\n", v16, e);
+        else
+            sb_printf(&b, ",,%s\n", e);
     }
     return b.s;
 }
 
 static char *html(const al__study_opts *o, cJSON *preds) {
     sbuf b = {0};
-    sb_printf(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnlim study</title>"
-                  "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-"
-                  "collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}"
-                  "img{max-width:540px}</style></head><body>\n<h1>attnlim study</h1>\n");
     sb_printf(&b,
-              "<p>One GPT-2-style model per normalizer, trained in C at the same budget: %d layers, "
-              "%d heads, %d channels, context %d, batch %d x %d, %d steps, seed %llu, %s "
-              "tokens of %s. Diagnostics on %d held-out windows through each model's own forward "
-              "(value vectors). Verdict rules and every expectation for a normalizer other than "
-              "softmax are ours ([reading]).</p>\n",
-              o->base.cfg.n_layer, o->base.cfg.n_head, o->base.cfg.n_embd, o->base.cfg.n_ctx,
-              o->base.B, o->base.T, o->base.opt.steps, (unsigned long long)o->base.seed,
-              o->base.tokenizer, o->base.corpus, o->windows);
+              "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnlim study</title>"
+              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-"
+              "collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}"
+              "img{max-width:540px}</style></head><body>\n<h1>attnlim study</h1>\n");
+    sb_printf(
+        &b,
+        "<p>One GPT-2-style model per normalizer, trained in C at the same budget: %d layers, "
+        "%d heads, %d channels, context %d, batch %d x %d, %d steps, seed %llu, %s "
+        "tokens of %s. Diagnostics on %d held-out windows through each model's own forward "
+        "(value vectors). Verdict rules and every expectation for a normalizer other than "
+        "softmax are ours ([reading]).</p>\n",
+        o->base.cfg.n_layer, o->base.cfg.n_head, o->base.cfg.n_embd, o->base.cfg.n_ctx, o->base.B,
+        o->base.T, o->base.opt.steps, (unsigned long long)o->base.seed, o->base.tokenizer,
+        o->base.corpus, o->windows);
     sb_printf(&b, "<h2>Predictions</h2>\n<table><tr><th>normalizer</th><th>claim</th><th>expected"
                   "</th><th>measured</th><th>verdict</th></tr>\n");
     const cJSON *p;
@@ -388,16 +405,16 @@ static char *html(const al__study_opts *o, cJSON *preds) {
             cJSON_ArrayForEach(it, q) if (!strncmp(it->string, "measured", 8)) m =
                 cJSON_PrintUnformatted(it);
             sb_printf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-                      name, claims[c],
-                      cJSON_GetObjectItemCaseSensitive(q, "expected")->valuestring, m ? m : "",
-                      cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring);
+                      name, claims[c], cJSON_GetObjectItemCaseSensitive(q, "expected")->valuestring,
+                      m ? m : "", cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring);
             free(m);
         }
     }
     sb_printf(&b, "</table>\n<h2>Figures</h2>\n");
-    static const char *figs[6] = {"val_loss", "grad_norm", "vanishing", "critical_n",
-                                  "separability", "jacobian"};
-    for (int k = 0; k < 6; k++) sb_printf(&b, "<img src=\"figures/%s.svg\" alt=\"%s\">\n", figs[k], figs[k]);
+    static const char *figs[6] = {"val_loss",   "grad_norm",    "vanishing",
+                                  "critical_n", "separability", "jacobian"};
+    for (int k = 0; k < 6; k++)
+        sb_printf(&b, "<img src=\"figures/%s.svg\" alt=\"%s\">\n", figs[k], figs[k]);
     sb_printf(&b, "<p>Data: <a href=\"study.json\">study.json</a>, <a href=\"study.csv\">study.csv"
                   "</a>, runs/NAME/log.jsonl and diag.json.</p></body></html>\n");
     return b.s;
