@@ -401,7 +401,9 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
     c.var = var;
     c.n_var = nv;
     c.n_threads = p->o.threads > 0 ? p->o.threads : omp_get_max_threads();
-    c.units_per_layer = al__ex_job_units(j) / mi->n_layer;
+    int with = 1; /* the progress counts each reading's heads of this job as the run's */
+    for (int v = 0; v < nv; v++) with += vj[v] != NULL;
+    c.units_per_layer = al__ex_job_units(j) * with / mi->n_layer;
     int rc = 0;
     size_t LL = (size_t)j->L * j->L, nst = (size_t)nd + 1;
     c.done = al__calloc((size_t)p->H, 1, "heads done", err);

@@ -311,14 +311,22 @@ static int job_feeds(const plan *p, const job *j, int e) {
     return uses && (p->exp & (1u << e));
 }
 
-/* Rank 0: which jobs to run (todo[i] = 1), --resume loading the others; the stale ones named
- * in r->stale. order: the jobs by L descending. */
 /* The job of variant v with the (window, L) of j, or NULL. */
 static job *variant_job(const variant *v, const job *j) {
     for (int i = 0; i < v->p.n_jobs; i++)
         if (v->p.jobs[i].window == j->window && v->p.jobs[i].L == j->L) return &v->p.jobs[i];
     return NULL;
 }
+
+/* A job's progress units with every reading's job of the same (window, L). */
+static double units_all(const run *r, const job *j) {
+    int with = 1;
+    for (int v = 0; v < r->n_var; v++) with += variant_job(&r->var[v], j) != NULL;
+    return al__ex_job_units(j) * with;
+}
+
+/* Rank 0: which jobs to run (todo[i] = 1), --resume loading the others; the stale ones named
+ * in r->stale. order: the jobs by L descending. */
 
 static void run_decide(run *r, const int *order, uint8_t *todo) {
     plan *p = &r->p;
@@ -362,7 +370,7 @@ static int run_loop(run *r, const int *order, const uint8_t *todo, al__progress 
     for (int q = 0; q < p->n_jobs && !rc; q++) {
         job *j = &p->jobs[order[q]];
         if (!todo[order[q]]) {
-            al__progress_add(pg, al__ex_job_units(j), "resumed");
+            al__progress_add(pg, units_all(r, j), "resumed");
         } else {
             const plan *vp[64];
             job *vj[64];
@@ -386,7 +394,7 @@ static int run_jobs(run *r, al_error *err) {
     plan *p = &r->p;
     al__progress pg;
     double total = 0;
-    for (int i = 0; i < p->n_jobs; i++) total += al__ex_job_units(&p->jobs[i]);
+    for (int i = 0; i < p->n_jobs; i++) total += units_all(r, &p->jobs[i]);
     al__progress_begin(&pg, r->o.progress && !r->o.quiet, stderr, total);
     int n = p->n_jobs ? p->n_jobs : 1;
     int *order = al__malloc(sizeof(int) * (size_t)n, "job order", err);
