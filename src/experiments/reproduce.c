@@ -161,6 +161,8 @@ static int run_variants(run *r, al_error *err) {
         if (!v->o.experiments)
             bad = al__err(&e, AL_E_INVALID, "none of the experiments it changes was run");
         if (!bad) bad = al__ex_build_plan(&v->p, &v->o, r->mi, &e);
+        if (!bad && v->p.n_jobs == 0)
+            bad = al__err(&e, AL_E_INVALID, "its experiments have no length to run at");
         if (!bad && r->n_own) bad = al__ex_own_tokens_preflight(&v->p, r->m, &e);
         if (bad && !all) {
             al__ex_free_plan(&v->p);
