@@ -12,12 +12,13 @@ typedef struct {
 } command;
 
 static const command *commands(size_t *n) {
-    static command table[32]; /* room for every entry of all[] (checked below) */
     const command all[] = {
         {"reproduce", cmd_reproduce,
          "run the paper's Algorithms 1-5 and write figures and a report"},
         {"diagnose", cmd_diagnose,
          "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
+        {"guidelines", cmd_guidelines,
+         "top-k attention and normalizers inside the forward, scored by NLL (the paper's advice)"},
         {"demo", cmd_demo,
          "normalizers side by side and Jacobian norms against T on synthetic logits"},
         {"normalize", cmd_normalize, "map logits to weights with a normalizer"},
@@ -35,8 +36,7 @@ static const command *commands(size_t *n) {
         {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
-    _Static_assert(sizeof all / sizeof all[0] <= sizeof table / sizeof table[0],
-                   "the command table is too small");
+    static command table[sizeof all / sizeof all[0]]; /* sized by the list: never overflows */
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].fn) table[k++] = all[i];

@@ -3,6 +3,8 @@
  * lives in model_core.c (which knows no family) and in each family's vtable. */
 #include "model.h"
 
+#include "fetch.h"
+
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdlib.h>

@@ -754,6 +754,8 @@ static void readings_section(doc *d, const al__summary *s) {
            "random-selection counterpart against N / L, median over heads, at the largest L.");
 }
 
+/* report.md and report.html written top to bottom. Long on purpose (over 150 lines): it is the
+ * document's text in order, each section a few calls; the sections' logic is in the helpers. */
 int al__report_write(const al__summary *s, al_error *err) {
     doc d = {.err = err, .dir = s->out_dir};
     char path[4200];
