@@ -3,6 +3,7 @@
  * reports are written from one sequence of blocks (headings, paragraphs, tables, figures). */
 #include "report.h"
 
+#include "escape.h"
 #include "plot.h"
 
 #include <math.h>
@@ -489,24 +490,7 @@ typedef struct doc {
 } doc;
 
 static void html_esc(doc *d, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<':
-            al__afile_printf(&d->html, d->err, "&lt;");
-            break;
-        case '>':
-            al__afile_printf(&d->html, d->err, "&gt;");
-            break;
-        case '&':
-            al__afile_printf(&d->html, d->err, "&amp;");
-            break;
-        case '"':
-            al__afile_printf(&d->html, d->err, "&quot;");
-            break;
-        default:
-            al__afile_write(&d->html, s, 1, d->err);
-        }
-    }
+    al__html_escape(&d->html, s, d->err);
 }
 
 static void md_esc(doc *d, const char *s) { /* table cells: no pipes or newlines */
@@ -635,6 +619,98 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
 }
 
+/* The explorer of report.html: every heatmap as a metric, flags from the max weight and the
+ * entropy (diagnose's rules; no sink rule: reproduce does not measure the weight on token 0),
+ * the pipeline's curves and window. flags: [H] strings of 32 bytes. */
+typedef struct ex_scratch {
+    char (*flags)[32]; /* [H] */
+    const char **fp;   /* [H] */
+    double *crit;      /* [H] */
+    char note[1024], crit_key[64];
+} ex_scratch;
+
+static void report_explorer(const al__summary *s, al__explorer *x, ex_scratch *sc) {
+    char(*flags)[32] = sc->flags;
+    const char **fp = sc->fp;
+    double *crit = sc->crit;
+    char *note = sc->note, *crit_key = sc->crit_key;
+    size_t note_size = sizeof sc->note;
+    *x = s->ex;
+    x->n_layer = s->n_layer;
+    x->n_head = s->n_head;
+    x->n_metrics = 0;
+    const double *mw = NULL, *en = NULL;
+    for (int i = 0; i < s->n_heatmaps && x->n_metrics < AL__EX_MAX_METRICS; i++) {
+        const char *key = s->hm_label[i];
+        if (!strcmp(s->hm_name[i], "heatmap_max_weight")) mw = s->hm[i];
+        if (!strcmp(s->hm_name[i], "heatmap_entropy")) en = s->hm[i];
+        x->metric_key[x->n_metrics] = key;
+        x->metric_label[x->n_metrics] = s->hm_title[i];
+        x->metric_map[x->n_metrics] = 1;
+        x->metric[x->n_metrics++] = s->hm[i];
+    }
+    int H = s->n_layer * s->n_head;
+    if ((s->experiments & (1u << 3)) && s->nL > 0 && crit && x->n_metrics < AL__EX_MAX_METRICS) {
+        int c = s->a3_crit[1][s->nL - 1]; /* the same for every head: a KS test over heads */
+        for (int h = 0; h < H; h++) crit[h] = c > 0 ? c : NAN;
+        snprintf(crit_key, sizeof sc->crit_key, "critical N (all heads, L = %d)", s->Ls[s->nL - 1]);
+        x->metric_key[x->n_metrics] = crit_key;
+        x->metric_label[x->n_metrics] = crit_key;
+        x->metric_map[x->n_metrics] = 0;
+        x->metric[x->n_metrics++] = crit;
+    }
+    x->flags = NULL;
+    if (mw && en) {
+        for (int h = 0; h < H; h++) {
+            al__head_flags(mw[h], en[h], NAN, flags[h], sizeof flags[h]);
+            fp[h] = flags[h];
+        }
+        x->flags = fp;
+        x->flags_note = "flags: collapsed = mean max weight > 0.9 or mean H / log n < 0.1; "
+                        "vanishing = mean H / log n > 0.95 (diagnose's rules, docs/diagnose.md, "
+                        "on the long window; the sink rule needs `attnlim diagnose`)";
+        if (!s->sums_to_one)
+            x->flags_note = "no flags: the normalizer's weights do not sum to 1, and the rules "
+                            "(max weight, entropy) are about weights that do";
+        if (!s->sums_to_one) x->flags = NULL;
+    }
+    size_t k = 0;
+    note[0] = 0;
+    if (s->experiments & (1u << 3)) {
+        k += (size_t)snprintf(note, note_size,
+                              "critical N is not a per-head value: it comes from a KS test over "
+                              "all heads together; at p >= 0.05:");
+        for (int i = 0; i < s->nL && k + 40 < note_size; i++) {
+            int c = s->a3_crit[1][i];
+            if (c > 0)
+                k += (size_t)snprintf(note + k, note_size - k, " N = %d at L = %d;", c, s->Ls[i]);
+            else
+                k += (size_t)snprintf(note + k, note_size - k, " not reached at L = %d;", s->Ls[i]);
+        }
+        if (k && note[k - 1] == ';') note[k - 1] = '.';
+    }
+    x->head_note = note[0] ? note : NULL;
+}
+
+static void write_explorer(doc *d, const al__summary *s) {
+    int H = s->n_layer * s->n_head;
+    if (H <= 0 || (s->n_heatmaps == 0 && s->ex.n_curves == 0 && !s->ex.weights)) return;
+    ex_scratch sc = {.flags = malloc(sizeof *sc.flags * (size_t)H),
+                     .fp = malloc(sizeof *sc.fp * (size_t)H),
+                     .crit = malloc(sizeof *sc.crit * (size_t)H)};
+    if (sc.flags && sc.fp && sc.crit) {
+        al__explorer x;
+        report_explorer(s, &x, &sc);
+        if (al__explorer_html(&d->html, &x, d->err)) d->html.failed = true;
+    } else {
+        al__err(d->err, AL_E_NOMEM, "out of memory writing the explorer of report.html");
+        d->html.failed = true;
+    }
+    free(sc.flags);
+    free(sc.fp);
+    free(sc.crit);
+}
+
 int al__report_write(const al__summary *s, al_error *err) {
     doc d = {.err = err, .dir = s->out_dir};
     char path[4200];
@@ -750,6 +826,7 @@ int al__report_write(const al__summary *s, al_error *err) {
         table_row(&d, 5, cells, 0);
     }
     table_end(&d);
+    write_explorer(&d, s);
 
     if (s->experiments & 1u) {
         heading(&d, 2, "Vanishing attention (Lemma 1, Corollary 1)");
