@@ -93,10 +93,12 @@ static void test_json_string(void **state) {
     assert_string_equal(j->valuestring, in);
     cJSON_Delete(j);
     free(b);
-    b = written(json_whole, "a\xff" "b\xC3");
+    b = written(json_whole, "a\xff"
+                            "b\xC3");
     j = cJSON_Parse(b);
     assert_non_null(j);
-    assert_string_equal(j->valuestring, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+    assert_string_equal(j->valuestring, "a\xEF\xBF\xBD"
+                                        "b\xEF\xBF\xBD");
     cJSON_Delete(j);
     free(b);
 }
@@ -219,9 +221,9 @@ static void test_bad_shape(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_len),   cmocka_unit_test(test_html_escape),
+        cmocka_unit_test(test_utf8_len),    cmocka_unit_test(test_html_escape),
         cmocka_unit_test(test_json_string), cmocka_unit_test(test_head_flags),
-        cmocka_unit_test(test_page),       cmocka_unit_test(test_bad_shape),
+        cmocka_unit_test(test_page),        cmocka_unit_test(test_bad_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

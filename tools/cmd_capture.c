@@ -555,7 +555,7 @@ int cmd_capture(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--window", 0, 1L << 40, &window, &err))
                 return cli_usage_error("capture", "%s", err.msg);
         } else {
-            return cli_usage_error("capture", "unknown option '%s'", a);
+            return cli_unknown_option("capture", a, usage);
         }
     }
     if ((r = run_opts_finish("capture", &ro, 1, "at least 1 token"))) return r;

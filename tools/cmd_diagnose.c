@@ -66,7 +66,7 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
             if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) return USAGE_ERROR("%s", err.msg);
             o.threads = (int)n;
         } else
-            return USAGE_ERROR("unknown option '%s'", a);
+            return root ? cli_unknown_option("diagnose", a, usage) : 2;
     }
     char picked[64];
     if (!o.model) { /* on every rank (al_diagnose_dist checks that they opened the same) */

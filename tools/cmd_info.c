@@ -149,7 +149,7 @@ int cmd_info(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
         else
-            return cli_usage_error("info", "unknown option or missing value: '%s'", argv[i]);
+            return cli_unknown_option("info", argv[i], usage);
     }
     if (!model) return cli_usage_error("info", "--model PATH is required");
     al_error err = {0};

@@ -15,8 +15,9 @@ typedef struct metrics_opts {
     long mc, seed;
 } metrics_opts;
 
-static void usage(void) {
-    printf(
+static void usage(FILE *f) {
+    fprintf(
+        f,
         "usage: attnlim metrics --weights W.npy --vectors X.npy --top-n N[,N...] [--causal]\n"
         "                       [--mc SAMPLES --seed S] [--per-row] [--json]\n\n"
         "Distance (METHOD 3) and separability (METHOD 5) metrics of attention weights.\n\n"
@@ -87,7 +88,7 @@ static int parse_options(int argc, char **argv, metrics_opts *o) {
             if (!bad && cli_parse_int(v, "--seed", 0, 0x7fffffffffffffffL, &o->seed, &err))
                 return cli_usage_error("metrics", "%s", err.msg);
         } else {
-            return cli_usage_error("metrics", "unknown option '%s'", a);
+            return cli_unknown_option("metrics", a, usage);
         }
 #undef IS
         if (bad) return 2;
@@ -147,7 +148,7 @@ int cmd_metrics(int argc, char **argv) {
     metrics_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc || o.help) {
-        if (o.help) usage();
+        if (o.help) usage(stdout);
         free(o.top_n);
         return rc;
     }

@@ -91,7 +91,7 @@ int cmd_perplexity(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--windows", 1, 1L << 30, &windows, &err))
                 return cli_usage_error("perplexity", "%s", err.msg);
         } else {
-            return cli_usage_error("perplexity", "unknown option '%s'", a);
+            return cli_unknown_option("perplexity", a, usage);
         }
     }
     if ((r = run_opts_finish("perplexity", &ro, 2, "at least 2 tokens (one prediction)"))) return r;

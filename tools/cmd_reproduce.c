@@ -201,7 +201,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 goto out;
             }
         } else {
-            rc = USAGE_ERROR("unknown option '%s'", a);
+            rc = root ? cli_unknown_option("reproduce", a, usage) : 2;
             goto out;
         }
 #undef NEED_VALUE

@@ -122,7 +122,7 @@ int cmd_tokenize(int argc, char **argv) {
             else
                 data = v;
         } else if (a[0] == '-' && a[1] != 0) {
-            return cli_usage_error("tokenize", "unknown option '%s'", a);
+            return cli_unknown_option("tokenize", a, usage);
         } else {
             if (input)
                 return cli_usage_error("tokenize", "more than one input ('%s', '%s')", input, a);

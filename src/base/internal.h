@@ -44,6 +44,12 @@ typedef struct al__map {
 int al__map_file(const char *path, al__map *m, al_error *err);
 void al__unmap(al__map *m);
 
+/* Edit distance (optimal string alignment, case-insensitive) of two short names. */
+int al__edit_distance(const char *a, const char *b);
+/* The one candidate nearest to s (at most 1 edit for names up to 4 bytes, 2 up to 8, else 3; a
+ * prefix of 3+ characters counts as near), or NULL when none or when two are equally near. */
+const char *al__nearest(const char *s, const char *const *cand, int n);
+
 /* Atomic output: open writes to "<path>.tmp.<pid>", commit fsyncs and renames onto path,
  * abort removes the temp file. Writes are checked; a failed write (full disk) is an error
  * naming the file. */

@@ -11,7 +11,7 @@ int al__utf8_len(const unsigned char *s, size_t n) {
     if (!len || (size_t)len > n) return 0;
     for (int i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
     if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
     if (c == 0xF0 && s[1] < 0x90) return 0;
     if (c == 0xF4 && s[1] >= 0x90) return 0;

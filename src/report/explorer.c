@@ -1,7 +1,7 @@
 /* explorer.c: the interactive per-head explorer (explorer.h). The data go into one
  * <script type="application/json"> element (strings through al__json_string_html, numbers to
- * 6 significant digits (weights 5), NaN as null); a short inline script builds the heatmaps, the metric
- * row, the sparklines and the pattern from it with createElement/textContent only. */
+ * 6 significant digits (weights 5), NaN as null); a short inline script builds the heatmaps, the
+ * metric row, the sparklines and the pattern from it with createElement/textContent only. */
 #include "explorer.h"
 
 #include "escape.h"
@@ -56,7 +56,8 @@ static const char ex_js[] =
     " function ramp(t) {\n"
     "  t = Math.max(0, Math.min(1, t)) * (RAMP.length - 1);\n"
     "  var i = Math.min(Math.floor(t), RAMP.length - 2), f = t - i, c = [];\n"
-    "  for (var k = 0; k < 3; k++) c.push(Math.round(RAMP[i][k] + (RAMP[i + 1][k] - RAMP[i][k]) * f));\n"
+    "  for (var k = 0; k < 3; k++) c.push(Math.round(RAMP[i][k] + (RAMP[i + 1][k] - RAMP[i][k]) * "
+    "f));\n"
     "  return 'rgb(' + c.join(',') + ')';\n"
     " }\n"
     " function headName(h) { return 'layer ' + Math.floor(h / NH) + ' head ' + (h % NH); }\n"
@@ -65,7 +66,8 @@ static const char ex_js[] =
     " }\n"
     " function range(v) {\n"
     "  var lo = Infinity, hi = -Infinity;\n"
-    "  v.forEach(function (x) { if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); } });\n"
+    "  v.forEach(function (x) { if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); } "
+    "});\n"
     "  return [lo, hi];\n"
     " }\n"
     " function buildGrid(m) {\n"
@@ -73,16 +75,20 @@ static const char ex_js[] =
     "  box.appendChild(el('div', 'al-hm-t', m.label));\n"
     "  var g = el('div', 'al-grid');\n"
     "  g.setAttribute('role', 'grid');\n"
-    "  g.setAttribute('aria-label', m.label + ': rows are layers, columns heads; arrow keys move');\n"
+    "  g.setAttribute('aria-label', m.label + ': rows are layers, columns heads; arrow keys "
+    "move');\n"
     "  g.style.gridTemplateColumns = '2.2em repeat(' + NH + ', var(--c))';\n"
     "  g.appendChild(el('span', 'al-rl', ''));\n"
-    "  for (var k = 0; k < NH; k++) g.appendChild(el('span', 'al-cl', NH <= 16 || k % 4 === 0 ? String(k) : ''));\n"
+    "  for (var k = 0; k < NH; k++) g.appendChild(el('span', 'al-cl', NH <= 16 || k % 4 === 0 ? "
+    "String(k) : ''));\n"
     "  for (var h = 0; h < H; h++) {\n"
     "   if (h % NH === 0) g.appendChild(el('span', 'al-rl', String(h / NH)));\n"
-    "   var v = m.v[h], b = el('button', 'al-cell'), lab = headName(h) + ': ' + m.key + ' = ' + fmt(v);\n"
+    "   var v = m.v[h], b = el('button', 'al-cell'), lab = headName(h) + ': ' + m.key + ' = ' + "
+    "fmt(v);\n"
     "   b.type = 'button';\n"
     "   b.dataset.head = h;\n"
-    "   b.style.background = v == null ? '#ccc' : ramp(r[1] > r[0] ? (v - r[0]) / (r[1] - r[0]) : 0.5);\n"
+    "   b.style.background = v == null ? '#ccc' : ramp(r[1] > r[0] ? (v - r[0]) / (r[1] - r[0]) : "
+    "0.5);\n"
     "   b.title = lab;\n"
     "   b.setAttribute('aria-label', lab);\n"
     "   b.tabIndex = h ? -1 : 0;\n"
@@ -107,7 +113,8 @@ static const char ex_js[] =
     "   cells[l * NH + k].focus();\n"
     "  });\n"
     "  box.appendChild(g);\n"
-    "  box.appendChild(el('div', 'al-hm-l', r[0] <= r[1] ? 'light ' + fmt(r[0]) + ' to dark ' + fmt(r[1])\n"
+    "  box.appendChild(el('div', 'al-hm-l', r[0] <= r[1] ? 'light ' + fmt(r[0]) + ' to dark ' + "
+    "fmt(r[1])\n"
     "                          : 'not computed'));\n"
     "  $('al-ex-grids').appendChild(box);\n"
     "  grids.push(cells);\n"
@@ -144,7 +151,8 @@ static const char ex_js[] =
     "   var X = p + (x1 > x0 ? (xs[i] - x0) / (x1 - x0) : 0.5) * (w - 2 * p);\n"
     "   var Y = ht - p - (r[1] > r[0] ? (ys[i] - r[0]) / (r[1] - r[0]) : 0.5) * (ht - 2 * p);\n"
     "   pts.push(X.toFixed(1) + ',' + Y.toFixed(1));\n"
-    "   var dot = document.createElementNS(SVG, 'circle'), tt = document.createElementNS(SVG, 'title');\n"
+    "   var dot = document.createElementNS(SVG, 'circle'), tt = document.createElementNS(SVG, "
+    "'title');\n"
     "   dot.setAttribute('cx', X.toFixed(1));\n"
     "   dot.setAttribute('cy', Y.toFixed(1));\n"
     "   dot.setAttribute('r', 2.5);\n"
@@ -159,7 +167,8 @@ static const char ex_js[] =
     "  line.setAttribute('points', pts.join(' '));\n"
     "  line.setAttribute('class', 'al-line');\n"
     "  svg.insertBefore(line, svg.firstChild);\n"
-    "  svg.setAttribute('aria-label', c.name + ' against N for ' + headName(h) + ': ' + desc.join('; '));\n"
+    "  svg.setAttribute('aria-label', c.name + ' against N for ' + headName(h) + ': ' + "
+    "desc.join('; '));\n"
     "  fig.appendChild(svg);\n"
     "  fig.appendChild(el('figcaption', null, c.name + ' against N (log x): ' +\n"
     "                       (r[0] <= r[1] ? fmt(r[0]) + ' to ' + fmt(r[1]) : 'not computed')));\n"
@@ -179,9 +188,11 @@ static const char ex_js[] =
     "  pat.j = j;\n"
     "  var old = $('al-ex-pattern').querySelector('.al-pc.cur');\n"
     "  if (old) old.classList.remove('cur');\n"
-    "  var c = $('al-ex-pattern').querySelector('.al-pc[data-t=\"' + t + '\"][data-j=\"' + j + '\"]');\n"
+    "  var c = $('al-ex-pattern').querySelector('.al-pc[data-t=\"' + t + '\"][data-j=\"' + j + "
+    "'\"]');\n"
     "  if (c) c.classList.add('cur');\n"
-    "  $('al-ex-weight').textContent = 'query ' + t + ' ' + q(tk[t]) + ' \\u2192 key ' + j + ' ' + q(tk[j]) +\n"
+    "  $('al-ex-weight').textContent = 'query ' + t + ' ' + q(tk[t]) + ' \\u2192 key ' + j + ' ' + "
+    "q(tk[j]) +\n"
     "                  ': weight ' + (masked ? '0 (masked: causal)' : fmt(v));\n"
     " }\n"
     " function pattern(h) {\n"
@@ -221,10 +232,12 @@ static const char ex_js[] =
     "   if (c) showWeight(+c.dataset.t, +c.dataset.j);\n"
     "  });\n"
     "  g.addEventListener('keydown', function (e) {\n"
-    "   var d = {ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0]}[e.key];\n"
+    "   var d = {ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, "
+    "0]}[e.key];\n"
     "   if (!d) return;\n"
     "   e.preventDefault();\n"
-    "   showWeight(Math.max(0, Math.min(W - 1, pat.t + d[0])), Math.max(0, Math.min(W - 1, pat.j + d[1])));\n"
+    "   showWeight(Math.max(0, Math.min(W - 1, pat.t + d[0])), Math.max(0, Math.min(W - 1, pat.j + "
+    "d[1])));\n"
     "  });\n"
     "  box.appendChild(g);\n"
     "  showWeight(Math.min(pat.t, W - 1), Math.min(pat.j, W - 1));\n"
@@ -249,7 +262,9 @@ static const char ex_js[] =
     " choose(0);\n"
     "})();\n";
 
-static void put(al__afile *f, const char *s, al_error *err) { al__afile_write(f, s, strlen(s), err); }
+static void put(al__afile *f, const char *s, al_error *err) {
+    al__afile_write(f, s, strlen(s), err);
+}
 
 static void num(al__afile *f, double v, int digits, al_error *err) {
     if (isfinite(v))
@@ -310,7 +325,8 @@ static void ex_window(al__afile *f, const al__explorer *x, int H, al_error *err)
         return;
     }
     size_t W = (size_t)x->W;
-    al__afile_printf(f, err, ",\"window\":{\"causal\":%s,\"tokens\":[", x->causal ? "true" : "false");
+    al__afile_printf(f, err, ",\"window\":{\"causal\":%s,\"tokens\":[",
+                     x->causal ? "true" : "false");
     for (size_t t = 0; t < W; t++) {
         if (t) put(f, ",", err);
         jstr(f, x->token[t], err);
@@ -404,8 +420,8 @@ int al__explorer_html(al__afile *f, const al__explorer *x, al_error *err) {
     return f->failed ? AL_E_IO : 0;
 }
 
-int al__explorer_page(const char *path, const char *title, const char *intro,
-                      const al__explorer *x, al_error *err) {
+int al__explorer_page(const char *path, const char *title, const char *intro, const al__explorer *x,
+                      al_error *err) {
     al__afile f;
     int rc = al__afile_open(&f, path, err);
     if (rc) return rc;

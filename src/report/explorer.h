@@ -52,7 +52,7 @@ int al__head_flags(double max_w, double ent, double sink, char *buf, size_t size
 /* Writes the explorer <section> (its data, style and script) into html. */
 int al__explorer_html(al__afile *html, const al__explorer *x, al_error *err);
 /* Writes a whole self-contained page: <title>, an <h1>, a paragraph and the explorer. */
-int al__explorer_page(const char *path, const char *title, const char *intro,
-                      const al__explorer *x, al_error *err);
+int al__explorer_page(const char *path, const char *title, const char *intro, const al__explorer *x,
+                      al_error *err);
 
 #endif

@@ -72,5 +72,18 @@ int al_corpus_load(const char *name_or_path, const char *data_path, char **text,
         *text = shrunk ? shrunk : buf;
         return 0;
     }
+    /* a name that is not a file: a mistyped corpus name, most likely */
+    if (strcmp(name_or_path, "-") && !al__is_file(name_or_path) && !strchr(name_or_path, '/')) {
+        static const char *const known[] = {"war-and-peace"};
+        const char *near = al__nearest(name_or_path, known, 1);
+        if (near || al__edit_distance(name_or_path, known[0]) <= 4)
+            return al__err(err, AL_E_NOTFOUND,
+                           "corpus '%s' is neither a known corpus nor a file: did you mean "
+                           "'war-and-peace'?",
+                           name_or_path);
+        return al__err(err, AL_E_NOTFOUND,
+                       "corpus '%s' is neither a known corpus (war-and-peace) nor a file",
+                       name_or_path);
+    }
     return al__read_file(name_or_path, MAX_CORPUS, text, len, err);
 }

@@ -1,0 +1,70 @@
+"""Everyday use of the command line: `--name=value` is the same as `--name value` for every
+command (tools/cli.c splits it before the command sees it), and a mistyped option, command or
+corpus name is answered with the nearest valid one."""
+import json
+import os
+import subprocess
+
+import pytest
+
+SRC = os.environ.get("ATTNLIM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("ATTNLIM_BIN", os.path.join(SRC, "build", "attnlim"))
+
+
+def run(*args, check=True, **kw):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, **kw)
+    if check:
+        assert r.returncode == 0, f"attnlim {' '.join(args)}: {r.stderr}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("daily") / "model"
+    run("make-model", "--layers", "2", "--heads", "2", "--embd", "16", "--ctx", "64", "--vocab", "50257",
+        "--seed", "5", "--out", str(d))
+    return str(d)
+
+
+def test_equals_form_is_the_spaced_form(tmp_path, tiny):
+    logits = tmp_path / "z.txt"
+    logits.write_text("1 2 3 0.5\n")
+    a = run("normalize", "--method", "sparsemax", "--temperature", "0.5", "--input", str(logits), "--json")
+    b = run("normalize", "--method=sparsemax", "--temperature=0.5", f"--input={logits}", "--json")
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    a = run("diagnose", "--model", tiny, "--length", "16", "--json")
+    b = run("diagnose", f"--model={tiny}", "--length=16", "--json")
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ja["L"] == jb["L"] == 16 and ja["heads"] == jb["heads"]
+    # a value may itself hold '=' and start with dashes: only the first '=' splits
+    c = run("tokenize", "--encode=--a=b", check=False)
+    d = run("tokenize", "--encode", "--a=b", check=False)
+    assert (c.returncode, c.stdout) == (d.returncode, d.stdout)
+
+
+@pytest.mark.parametrize("args, want", [
+    (["diagnose", "--lenght", "16"], "did you mean '--length'?"),
+    (["diagnose", "--len", "16"], "did you mean '--length'?"),
+    (["reproduce", "--windws", "2"], "did you mean '--windows'?"),
+    (["capture", "--heds", "0"], "did you mean '--heads'?"),
+    (["metrics", "--casual"], "did you mean '--causal'?"),
+    (["normalize", "--tempreature", "2"], "did you mean '--temperature'?"),
+    (["diagnoze"], "did you mean 'diagnose'?"),
+])
+def test_suggestions(args, want):
+    r = run(*args, check=False)
+    assert r.returncode == 2 and want in r.stderr, r.stderr
+
+
+def test_no_suggestion_when_nothing_is_near():
+    r = run("diagnose", "--zzzzzzzz", "1", check=False)
+    assert r.returncode == 2 and "unknown option '--zzzzzzzz'" in r.stderr and "did you mean" not in r.stderr
+
+
+def test_corpus_name_suggested(tiny, tmp_path):
+    r = run("diagnose", "--model", tiny, "--corpus", "War-and-Peace.txt", "--length", "16", check=False,
+            cwd=tmp_path)
+    assert r.returncode == 1 and "did you mean 'war-and-peace'?" in r.stderr, r.stderr
+    (tmp_path / "novel").write_text("a file of that name is read as a file " * 40)
+    r = run("diagnose", "--model", tiny, "--corpus", "novel", "--length", "16", "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["corpus"] == "novel"
