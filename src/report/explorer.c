@@ -300,7 +300,7 @@ static void ex_metrics(al__afile *f, const al__explorer *x, int H, al_error *err
 static void ex_curves(al__afile *f, const al__explorer *x, int H, al_error *err) {
     put(f, ",\"curves\":[", err);
     for (int c = 0; c < x->n_curves; c++) {
-        const al__ex_curve *k = &x->curve[c];
+        const al__explorer_curve *k = &x->curve[c];
         put(f, c ? ",{\"name\":" : "{\"name\":", err);
         jstr(f, k->name, err);
         put(f, ",\"x\":[", err);
@@ -369,8 +369,8 @@ int al__head_flags(double max_w, double ent, double sink, char *buf, size_t size
 
 int al__explorer_html(al__afile *f, const al__explorer *x, al_error *err) {
     int H = x->n_layer * x->n_head;
-    if (x->n_layer <= 0 || x->n_head <= 0 || x->n_metrics > AL__EX_MAX_METRICS ||
-        x->n_curves > AL__EX_MAX_CURVES)
+    if (x->n_layer <= 0 || x->n_head <= 0 || x->n_metrics > AL__EXPLORER_MAX_METRICS ||
+        x->n_curves > AL__EXPLORER_MAX_CURVES)
         return al__err(err, AL_E_INVALID, "explorer: bad shape (%d layers, %d heads)", x->n_layer,
                        x->n_head);
     put(f, ex_css, err);

@@ -10,27 +10,27 @@
 
 #include "internal.h"
 
-enum { AL__EX_MAX_METRICS = 12, AL__EX_MAX_CURVES = 4 };
+enum { AL__EXPLORER_MAX_METRICS = 12, AL__EXPLORER_MAX_CURVES = 4 };
 
-typedef struct al__ex_curve {
+typedef struct al__explorer_curve {
     const char *name; /* e.g. "N_s/N" */
     int n;
     const int *x;    /* [n] the N of each point */
     const double *v; /* [n, H] NaN = not computed */
-} al__ex_curve;
+} al__explorer_curve;
 
 typedef struct al__explorer {
     int n_layer, n_head;
     int n_metrics;
-    const char *metric_key[AL__EX_MAX_METRICS];   /* short name: "dtilde", "spectral_norm" */
-    const char *metric_label[AL__EX_MAX_METRICS]; /* heading of its heatmap */
-    const double *metric[AL__EX_MAX_METRICS];     /* [H] each, NaN = not computed */
-    int metric_map[AL__EX_MAX_METRICS];           /* 1: drawn as a heatmap, 0: row only */
-    const char *const *flags;                     /* [H] space-separated flags ("" none), or NULL */
-    const char *flags_note;                       /* how the flags were computed, or NULL */
-    const char *head_note; /* one sentence shown with every head (critical N is over heads) */
+    const char *metric_key[AL__EXPLORER_MAX_METRICS];   /* short name: "dtilde", "spectral_norm" */
+    const char *metric_label[AL__EXPLORER_MAX_METRICS]; /* heading of its heatmap */
+    const double *metric[AL__EXPLORER_MAX_METRICS];     /* [H] each, NaN = not computed */
+    int metric_map[AL__EXPLORER_MAX_METRICS];           /* 1: drawn as a heatmap, 0: row only */
+    const char *const *flags; /* [H] space-separated flags ("" none), or NULL */
+    const char *flags_note;   /* how the flags were computed, or NULL */
+    const char *head_note;    /* one sentence shown with every head (critical N is over heads) */
     int n_curves;
-    al__ex_curve curve[AL__EX_MAX_CURVES];
+    al__explorer_curve curve[AL__EXPLORER_MAX_CURVES];
     /* the short window: W tokens, weights [H, W, W] (row t = query t over keys 0..W-1) */
     int W, causal;
     const char *window_note;  /* where the window came from */

@@ -682,7 +682,7 @@ static void report_explorer(const al__summary *s, al__explorer *x, ex_scratch *s
     x->n_head = s->n_head;
     x->n_metrics = 0;
     const double *mw = NULL, *en = NULL;
-    for (int i = 0; i < s->n_heatmaps && x->n_metrics < AL__EX_MAX_METRICS; i++) {
+    for (int i = 0; i < s->n_heatmaps && x->n_metrics < AL__EXPLORER_MAX_METRICS; i++) {
         const char *key = s->hm_label[i];
         if (!strcmp(s->hm_name[i], "heatmap_max_weight")) mw = s->hm[i];
         if (!strcmp(s->hm_name[i], "heatmap_entropy")) en = s->hm[i];
@@ -692,7 +692,8 @@ static void report_explorer(const al__summary *s, al__explorer *x, ex_scratch *s
         x->metric[x->n_metrics++] = s->hm[i];
     }
     int H = s->n_layer * s->n_head;
-    if ((s->experiments & (1u << 3)) && s->nL > 0 && crit && x->n_metrics < AL__EX_MAX_METRICS) {
+    if ((s->experiments & (1u << 3)) && s->nL > 0 && crit &&
+        x->n_metrics < AL__EXPLORER_MAX_METRICS) {
         int c = s->a3_crit[1][s->nL - 1]; /* the same for every head: a KS test over heads */
         for (int h = 0; h < H; h++) crit[h] = c > 0 ? c : NAN;
         snprintf(crit_key, sizeof sc->crit_key, "critical N (all heads, L = %d)", s->Ls[s->nL - 1]);
