@@ -134,6 +134,11 @@ typedef struct agg {
     double *vmax, *vent, *vD; /* [H, vL] window means */
     double *win_a1;           /* [windows, nL] mean over heads of dtilde at N = 5 */
     double *win_a2;           /* [windows, nN2] mean over heads of dtilde */
+    /* the explorer's short window (window.c): weights [H, W, W], ids and strings [W] */
+    float *ex_w;
+    int *ex_ids;
+    char **ex_tok;
+    char ex_note[512];
     al__summary s;
 } agg;
 
@@ -157,6 +162,18 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
                       al_error *err);
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
 int al__ex_write_npys(const plan *p, agg *a, al_error *err);
+
+/* ---- the explorer's window (window.c) */
+
+#define AL__EX_WINDOW     24 /* tokens of the explorer's pattern (at most the smallest L) */
+#define AL__EX_WINDOW_MAX 64
+/* The curves against N into a->s.ex; then the first W tokens as their own window: every head's
+ * weights and the token strings (tk NULL: "#id"). Rank 0 only (a local forward). */
+int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const int32_t *tokens,
+                           size_t n_tokens, agg *a, al_error *err);
+int al__ex_write_explorer(const plan *p, const agg *a, al_error *err); /* explorer_weights.npy */
+void al__ex_explorer_json(const agg *a, cJSON *root);                  /* results.json "explorer" */
+void al__ex_free_explorer(agg *a);
 
 /* ---- models with their own tokens (own_tokens.c) */
 

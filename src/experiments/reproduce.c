@@ -413,6 +413,10 @@ static int run_write(run *r, al_error *err) {
         (rc = al__ex_build_heatmaps(&r->p, &r->a, r->titles, err)))
         return rc;
     al__ex_verdicts(s);
+    /* an attention dump runs no forward of its own choosing: its curves only (0 tokens) */
+    if ((rc = al__ex_explorer_window(&r->p, r->m, r->tk, r->tokens, r->n_own ? 0 : r->n_tokens,
+                                     &r->a, err)))
+        return rc;
     run_timings(&r->p, s);
     double t_w0 = al__now();
     if (r->o.progress && !r->o.quiet)
@@ -422,7 +426,8 @@ static int run_write(run *r, al_error *err) {
     if (unlink(rpath) != 0 && errno != ENOENT)
         return al__err(err, AL_E_IO, "%s: cannot replace: %s", rpath, strerror(errno));
     if ((rc = al__ex_write_csvs(&r->p, &r->a, err)) ||
-        (rc = al__ex_write_npys(&r->p, &r->a, err)) || (rc = al__report_figures(s, err)))
+        (rc = al__ex_write_npys(&r->p, &r->a, err)) ||
+        (rc = al__ex_write_explorer(&r->p, &r->a, err)) || (rc = al__report_figures(s, err)))
         return rc;
     s->timing_name[s->n_timings] = "outputs_wall_s";
     s->timing_s[s->n_timings++] = al__now() - t_w0;

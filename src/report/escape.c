@@ -1,6 +1,7 @@
 /* escape.c: HTML text and script-safe JSON strings (escape.h). */
 #include "escape.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int al__utf8_len(const unsigned char *s, size_t n) {
@@ -77,4 +78,22 @@ int al__json_string_html(al__afile *f, const char *s, size_t n, al_error *err) {
     }
     al__afile_write(f, "\"", 1, err);
     return f->failed ? AL_E_IO : 0;
+}
+
+char *al__utf8_valid(const char *s) {
+    size_t n = strlen(s), k = 0;
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        int len = al__utf8_len(u + i, n - i);
+        if (!len) {
+            memcpy(out + k, "\xEF\xBF\xBD", 3), k += 3, i++;
+            continue;
+        }
+        memcpy(out + k, u + i, (size_t)len);
+        k += (size_t)len, i += (size_t)len;
+    }
+    out[k] = 0;
+    return out;
 }

@@ -16,4 +16,8 @@ int al__json_string_html(al__afile *f, const char *s, size_t n, al_error *err);
 /* Length in bytes of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not one. */
 int al__utf8_len(const unsigned char *s, size_t n);
 
+/* s (NUL-terminated) as valid UTF-8: every byte that does not begin a valid sequence becomes
+ * U+FFFD (as al__json_string_html does). malloc'ed; NULL when out of memory. */
+char *al__utf8_valid(const char *s);
+
 #endif
