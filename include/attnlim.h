@@ -559,6 +559,10 @@ typedef struct al_diag_opts {
     int window;
     int threads;
     const char *normalizer; /* NULL = softmax */
+    const int *layers;      /* [n_layers] the layers diagnosed (NULL or 0: every layer) */
+    int n_layers;
+    const int *heads; /* [n_heads] the heads diagnosed in each of them (NULL or 0: every head) */
+    int n_heads;
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct win_ctx {
-    const plan *p;
+    const al_norm *nm; /* NULL: the model's weights */
     int W, n_head;
     float *w; /* [H, W, W] */
 } win_ctx;
@@ -22,7 +22,7 @@ static int win_observe(void *user, const al_capture *cap, al_error *err) {
     double z[AL__EX_WINDOW_MAX], pr[AL__EX_WINDOW_MAX];
     for (int i = 0; i < cap->n_sel; i++) {
         float *dst = c->w + (size_t)(cap->layer * c->n_head + cap->heads[i]) * WW;
-        if (!c->p->have_nm) {
+        if (!c->nm) {
             memcpy(dst, cap->weights + (size_t)i * WW, sizeof(float) * WW);
             continue;
         }
@@ -30,7 +30,7 @@ static int win_observe(void *user, const al_capture *cap, al_error *err) {
             size_t n = cap->causal ? t + 1 : W;
             const float *zr = cap->logits + (size_t)i * WW + t * W;
             for (size_t u = 0; u < n; u++) z[u] = zr[u];
-            int rc = al_norm_forward(&c->p->nm, z, (int64_t)n, pr, err);
+            int rc = al_norm_forward(c->nm, z, (int64_t)n, pr, err);
             if (rc) return rc;
             for (size_t u = 0; u < W; u++) dst[t * W + u] = u < n ? (float)pr[u] : 0.0f;
         }
@@ -38,27 +38,58 @@ static int win_observe(void *user, const al_capture *cap, al_error *err) {
     return 0;
 }
 
-/* Token strings: the tokenizer's bytes of each id (tk NULL: "#id"). */
-static int win_tokens(agg *a, al_tokenizer *tk, const int32_t *ids, int W, al_error *err) {
-    if (!(a->ex_tok = al__calloc((size_t)W, sizeof(char *), "explorer tokens", err)))
-        return AL_E_NOMEM;
+int al__ex_window_weights(al_model *m, const al_norm *nm, const int32_t *tokens, int W, float **w,
+                          al_error *err) {
+    const al_model_info *mi = al_model_get_info(m);
+    *w = NULL;
+    if (W < 2 || W > AL__EX_WINDOW_MAX)
+        return al__err(err, AL_E_INVALID, "explorer window of %d tokens (2..%d)", W,
+                       AL__EX_WINDOW_MAX);
+    win_ctx c = {.nm = nm, .W = W, .n_head = mi->n_head};
+    size_t H = (size_t)mi->n_layer * mi->n_head;
+    if (!(c.w = al__calloc(H * W * W, sizeof(float), "explorer window", err))) return AL_E_NOMEM;
+    for (size_t i = 0; i < H * W * W; i++) c.w[i] = NAN; /* heads not captured stay NaN */
+    al_capture_request req = {.what = nm ? (unsigned)AL_CAP_LOGITS : (unsigned)AL_CAP_WEIGHTS,
+                              .fn = win_observe,
+                              .user = &c};
+    int rc = al_model_forward(m, tokens, W, &req, NULL, NULL, err);
+    if (rc) {
+        free(c.w);
+        return rc;
+    }
+    *w = c.w;
+    return 0;
+}
+
+int al__ex_token_strings(al_tokenizer *tk, const int32_t *ids, int W, char ***out, al_error *err) {
+    char **tok = al__calloc((size_t)W, sizeof(char *), "explorer tokens", err);
+    if (!tok) return AL_E_NOMEM;
     for (int t = 0; t < W; t++) {
         size_t len;
         al_error e = {0};
-        if (!tk || al_detokenize(tk, ids + t, 1, &a->ex_tok[t], &len, &e)) {
-            a->ex_tok[t] = malloc(16);
-            if (!a->ex_tok[t]) return al__err(err, AL_E_NOMEM, "out of memory (explorer tokens)");
-            snprintf(a->ex_tok[t], 16, "#%d", ids[t]);
+        if (!tk || al_detokenize(tk, ids + t, 1, &tok[t], &len, &e)) {
+            tok[t] = malloc(16);
+            if (!tok[t]) {
+                al__ex_free_strings(tok, t);
+                return al__err(err, AL_E_NOMEM, "out of memory (explorer tokens)");
+            }
+            snprintf(tok[t], 16, "#%d", ids[t]);
         }
     }
+    *out = tok;
     return 0;
+}
+
+void al__ex_free_strings(char **s, int n) {
+    for (int i = 0; s && i < n; i++) free(s[i]);
+    free(s);
 }
 
 int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const int32_t *tokens,
                            size_t n_tokens, agg *a, al_error *err) {
     al__summary *s = &a->s;
     const al_model_info *mi = al_model_get_info(m);
-    int H = p->H, W = AL__EX_WINDOW;
+    int W = AL__EX_WINDOW;
     if (p->nL > 0 && p->Ls[0] < W) W = p->Ls[0];
     if (W > mi->n_ctx) W = mi->n_ctx;
     if ((size_t)W > n_tokens) W = (int)n_tokens;
@@ -70,25 +101,14 @@ int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const i
         s->ex.curve[s->ex.n_curves++] =
             (al__explorer_curve){.name = "N_s/N", .n = p->nN4, .x = p->N4, .v = a->a4[0]};
     if (W < 2) return 0;
-    win_ctx c = {.p = p, .W = W, .n_head = p->n_head};
-    if (!(c.w = al__calloc((size_t)H * W * W, sizeof(float), "explorer window", err)))
-        return AL_E_NOMEM;
-    al_capture_request req = {
-        .what = p->have_nm ? (unsigned)AL_CAP_LOGITS : (unsigned)AL_CAP_WEIGHTS,
-        .fn = win_observe,
-        .user = &c};
-    int rc = al_model_forward(m, tokens, W, &req, NULL, NULL, err);
-    if (!rc) rc = win_tokens(a, tk, tokens, W, err);
-    if (rc) {
-        free(c.w);
-        return rc;
-    }
-    if (!(a->ex_ids = al__malloc(sizeof(int) * (size_t)W, "explorer ids", err))) {
-        free(c.w);
-        return AL_E_NOMEM;
-    }
+    float *w;
+    int rc = al__ex_window_weights(m, p->have_nm ? &p->nm : NULL, tokens, W, &w, err);
+    if (!rc && (rc = al__ex_token_strings(tk, tokens, W, &a->ex_tok, err))) free(w);
+    if (rc) return rc;
+    a->ex_w = w;
+    a->ex_nw = W;
+    if (!(a->ex_ids = al__malloc(sizeof(int) * (size_t)W, "explorer ids", err))) return AL_E_NOMEM;
     for (int t = 0; t < W; t++) a->ex_ids[t] = tokens[t];
-    a->ex_w = c.w;
     snprintf(a->ex_note, sizeof a->ex_note,
              "The first %d tokens of the corpus, run as a window of their own (L = %d)%s; weights "
              "of %s. All heads' weights: explorer_weights.npy [n_layer, n_head, %d, %d].",
@@ -135,8 +155,7 @@ void al__ex_explorer_json(const agg *a, cJSON *root) {
 }
 
 void al__ex_free_explorer(agg *a) {
-    for (int t = 0; a->ex_tok && t < a->s.ex.W; t++) free(a->ex_tok[t]);
-    free(a->ex_tok);
+    al__ex_free_strings(a->ex_tok, a->ex_nw);
     free(a->ex_ids);
     free(a->ex_w);
 }

@@ -261,7 +261,11 @@ static const char ex_js[] =
     "  pattern(h);\n"
     " }\n"
     " D.metrics.forEach(function (m) { if (m.map) buildGrid(m); });\n"
-    " choose(0);\n"
+    " var first = -1;\n"
+    " for (var h0 = 0; h0 < H && first < 0; h0++) if (D.flags && D.flags[h0]) first = h0;\n"
+    " for (h0 = 0; h0 < H && first < 0; h0++)\n"
+    "  if (D.metrics.some(function (m) { return m.v[h0] != null; })) first = h0;\n"
+    " choose(first < 0 ? 0 : first);\n"
     "})();\n";
 
 static void put(al__afile *f, const char *s, al_error *err) {

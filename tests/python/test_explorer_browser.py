@@ -185,3 +185,27 @@ def test_screenshot(page):
     assert el.screenshot(path)
     assert os.path.getsize(path) > 5000
     print(f"screenshot: {path}", file=sys.stderr)
+
+
+def test_diagnose_html(page, tmp_path):
+    """The same explorer in diagnose.html: a subset of heads, the first shown is a diagnosed one,
+    and its row matches diagnose.json."""
+    drv = page["drv"]
+    model = os.path.join(os.path.dirname(page["out"]), "model")
+    out = str(tmp_path / "diag")
+    r = subprocess.run([BIN, "diagnose", "--model", model, "--length", "32", "--layers", "1", "--heads", "1,2",
+                        "--out", out, "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    drv.get("file://" + os.path.join(out, "diagnose.html"))
+    assert not [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+    first = d["heads"][0]
+    want = next((h for h in d["heads"] if h["flags"]), first)
+    assert drv.find_element(By.ID, "al-ex-title").text == f"layer {want['layer']} head {want['head']}"
+    other = d["heads"][-1]
+    h = other["layer"] * 3 + other["head"]
+    drv.find_elements(By.CSS_SELECTOR, "#al-ex-grids .al-grid")[0].find_elements(By.CSS_SELECTOR, ".al-cell")[h].click()
+    td = drv.find_element(By.CSS_SELECTOR, "#al-ex-metrics td[data-metric='weight on token 0']")
+    close(td.text, other["mean_weight_on_token0"], "weight on token 0")
+    fl = drv.find_element(By.CSS_SELECTOR, "#al-ex-metrics td[data-metric='flags']").text
+    assert (fl == "none") == (not other["flags"])

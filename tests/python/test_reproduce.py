@@ -481,7 +481,7 @@ def test_diagnose(work, tmp_path):
     cap = str(tmp_path / "cap")
     ref.capture(BIN, work["model"], "war-and-peace", 1, 64, cap, what="weights,logits,v,q,k")
     Ns = d["separability_N"]
-    assert Ns == [1, 4, 16]
+    assert Ns == [4, 16]  # N = 1 is left out: N_s/N = 1 by construction
     for item in d["heads"]:
         l, h = item["layer"], item["head"]
         w, z, v = (ref.load_layer(cap, l, s)[h] for s in ("weights", "logits", "v"))
