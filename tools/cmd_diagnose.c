@@ -64,12 +64,18 @@ static void print_text(const cJSON *r) {
         if (cJSON_GetArraySize(why) == 0) continue;
         printf("layer %d head %d:", (int)num(h, "layer"), (int)num(h, "head"));
         const cJSON *w;
-        int k = 0;
-        cJSON_ArrayForEach(w, why) {
-            printf("%s %s (%s = %.3g %s)", k++ ? "," : "", str(w, "flag"),
-                   measure_name(str(w, "measure")), num(w, "value"), str(w, "rule"));
+        const char *last = NULL;
+        cJSON_ArrayForEach(w, why) { /* a flag raised by two rules: both values in its parens */
+            const char *f = str(w, "flag");
+            if (last && !strcmp(last, f))
+                printf("; ");
+            else
+                printf("%s %s (", last ? ")," : "", f);
+            printf("%s = %.3g %s", measure_name(str(w, "measure")), num(w, "value"),
+                   str(w, "rule"));
+            last = f;
         }
-        printf("\n");
+        printf(")\n");
     }
 }
 

@@ -260,7 +260,7 @@ setup_end:
         memcpy(sha0, mi->sha256, sizeof sha0);
         if (!(rc = al__dist_bcast(dist, sha0, sizeof sha0, err)) && strcmp(sha0, mi->sha256))
             rc = al__err(err, AL_E_INVALID,
-                         "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                         "%s: this model (identity %.16s...) is not rank 0's (identity %.16s...): "
                          "every rank must open the same model",
                          mi->path, mi->sha256, sha0);
         if (!(rc = al__dist_agree(dist, rc, err)))

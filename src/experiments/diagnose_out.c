@@ -28,17 +28,27 @@ static int rule_fires(const al__ex_diag *d, int r, int h) {
     double v = rule_value(d, r, h);
     return rules[r].op[0] == '>' ? v > rules[r].threshold : v < rules[r].threshold;
 }
-static int measured(const al__ex_diag *d, int h) { return isfinite(d->max_w[h]); }
+static int measured(const al__ex_diag *d, int h) {
+    return isfinite(d->max_w[h]);
+}
 
 int al__ex_diag_flag_text(const al__ex_diag *d, int h, char *buf, size_t size) {
     size_t k = 0;
     int n = 0;
+    const char *last = NULL;
     buf[0] = 0;
-    for (int r = 0; r < 4 && d->flags_ok; r++)
-        if (rule_fires(d, r, h) && k < size)
-            k += (size_t)snprintf(buf + k, size - k, "%s%s (%s = %.3g %s %g)", n++ ? ", " : "",
-                                  rules[r].flag, rules[r].what, rule_value(d, r, h), rules[r].op,
-                                  rules[r].threshold);
+    for (int r = 0; r < 4 && d->flags_ok; r++) {
+        if (!rule_fires(d, r, h) || k >= size) continue;
+        int same = last && !strcmp(last, rules[r].flag); /* collapsed by both rules */
+        k += (size_t)snprintf(buf + k, size - k, "%s%s%s%s = %.3g %s %g",
+                              same ? "; "
+                              : n  ? "), "
+                                   : "",
+                              same ? "" : rules[r].flag, same ? "" : " (", rules[r].what,
+                              rule_value(d, r, h), rules[r].op, rules[r].threshold);
+        last = rules[r].flag, n++;
+    }
+    if (n && k < size) snprintf(buf + k, size - k, ")");
     return n;
 }
 
@@ -105,8 +115,8 @@ static cJSON *diag_json(const al_diag_opts *o, const al__ex_diag *d, cJSON *mode
     return root;
 }
 
-static int diag_md(const char *path, const al_diag_opts *o, const al__ex_diag *d,
-                   const char *name, const int counts[3], al_error *err) {
+static int diag_md(const char *path, const al_diag_opts *o, const al__ex_diag *d, const char *name,
+                   const int counts[3], al_error *err) {
     al__afile f;
     int rc = al__afile_open(&f, path, err);
     if (rc) return rc;
@@ -114,8 +124,8 @@ static int diag_md(const char *path, const al_diag_opts *o, const al__ex_diag *d
                      "# Attention health: %s\n\nCorpus %s, window %d, L = %d, normalizer %s. "
                      "%d heads: %d collapsed, %d vanishing, %d sinks.\n\n",
                      name, o->corpus ? o->corpus : "war-and-peace", o->window, d->L,
-                     o->normalizer ? o->normalizer : "softmax", d->n_measured, counts[0],
-                     counts[1], counts[2]);
+                     o->normalizer ? o->normalizer : "softmax", d->n_measured, counts[0], counts[1],
+                     counts[2]);
     if (!d->flags_ok)
         al__afile_printf(&f, err, "No flags: the normalizer's weights do not sum to 1.\n\n");
     al__afile_printf(&f, err,
@@ -131,8 +141,8 @@ static int diag_md(const char *path, const al_diag_opts *o, const al__ex_diag *d
         if (!measured(d, h)) continue;
         char why[512];
         al__ex_diag_flag_text(d, h, why, sizeof why);
-        al__afile_printf(&f, err, "| %d | %d | %.4f | %.4f | %.4f |", h / d->n_head,
-                         h % d->n_head, d->max_w[h], d->ent[h], d->sink[h]);
+        al__afile_printf(&f, err, "| %d | %d | %.4f | %.4f | %.4f |", h / d->n_head, h % d->n_head,
+                         d->max_w[h], d->ent[h], d->sink[h]);
         for (int k = 0; k < d->nN; k++)
             al__afile_printf(&f, err, " %.4f |", d->ns[(size_t)h * d->nN + k]);
         al__afile_printf(&f, err, " %.4f | %s |\n", d->spec[h], why);
@@ -166,7 +176,9 @@ static int diag_figure(const char *base, const al__ex_diag *d, const char *name,
                              .x = x,
                              .y = y,
                              .style = f == 2 ? AL__S_MARKERS | AL__S_RING : AL__S_MARKERS,
-                             .color = f == 0 ? 3 : f == 1 ? 0 : 2};
+                             .color = f == 0   ? 3
+                                      : f == 1 ? 0
+                                               : 2};
     }
     char title[200], sub[200];
     snprintf(title, sizeof title, "Flagged heads: %s", name);
@@ -207,7 +219,7 @@ static int diag_html(const char *path, const al_diag_opts *o, const al__ex_diag 
     }
     if (!rc) {
 #define METRIC(k, l, v)                                                                            \
-    (x.metric_key[x.n_metrics] = (k), x.metric_label[x.n_metrics] = (l),                          \
+    (x.metric_key[x.n_metrics] = (k), x.metric_label[x.n_metrics] = (l),                           \
      x.metric[x.n_metrics] = (v), x.metric_map[x.n_metrics++] = 1)
         METRIC("max weight", "mean max weight per head", d->max_w);
         METRIC("H / log n", "mean normalised entropy H / log n per head", d->ent);

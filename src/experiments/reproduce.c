@@ -231,7 +231,7 @@ static int run_share_tokens(run *r, al_error *err) {
     int rc = al__dist_bcast(r->dist, sha0, sizeof sha0, err);
     if (!rc && strcmp(sha0, r->mi->sha256))
         rc = al__err(err, AL_E_INVALID,
-                     "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                     "%s: this model (identity %.16s...) is not rank 0's (identity %.16s...): "
                      "every rank must open the same model",
                      r->mi->path, r->mi->sha256, sha0);
     if (!rc) rc = al__dist_bcast(r->dist, &nt, sizeof nt, err);

@@ -809,7 +809,8 @@ int al__report_write(const al__summary *s, al_error *err) {
         s->family, s->n_layer, s->n_head, s->d_head, s->n_ctx,
         s->causal ? "causal (row t sees n = t+1 keys)" : "bidirectional (n = L)");
     ROW("model file", "%s", s->model_path);
-    ROW("model sha256", "%s", s->model_sha);
+    ROW("model identity", "%s (SHA-256 over the model's files: docs/results-schema.md)",
+        s->model_sha);
     ROW("weights", "%s",
         s->synthetic ? "random (synthetic checkpoint)" : "as loaded (assumed trained)");
     ROW("corpus", "%s, %lld tokens", s->corpus, (long long)s->n_tokens);
