@@ -330,7 +330,9 @@ int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_
 int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text, size_t *len,
                   al_error *err);
 /* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
- * as al_data_find's explicit path) or a path to a text file (read as bytes). */
+ * as al_data_find's explicit path), AL_CORPUS_TEXT followed by the text itself (a prompt: the
+ * CLI's --text), or a path to a text file (read as bytes). */
+#define AL_CORPUS_TEXT "text:"
 int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len,
                    al_error *err);
 /* Length of the longest valid UTF-8 prefix of text[len] (== len when it is all valid). */

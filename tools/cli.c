@@ -70,6 +70,28 @@ int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) 
     return rc;
 }
 
+static char *prompts[8];
+static int n_prompts;
+static void free_prompts(void) {
+    for (int i = 0; i < n_prompts; i++) free(prompts[i]);
+    n_prompts = 0;
+}
+
+const char *cli_text_corpus(const char *text) {
+    if (n_prompts == (int)(sizeof prompts / sizeof *prompts)) return NULL;
+    size_t n = strlen(AL_CORPUS_TEXT) + strlen(text) + 1;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    snprintf(s, n, "%s%s", AL_CORPUS_TEXT, text);
+    if (!n_prompts) atexit(free_prompts);
+    prompts[n_prompts++] = s;
+    return s;
+}
+
+int cli_is_prompt(const char *corpus) {
+    return corpus && !strncmp(corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT));
+}
+
 char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned) {
     char **out = calloc((size_t)argc * 2 + 1, sizeof *out);
     char **own = calloc((size_t)argc + 1, sizeof *own);

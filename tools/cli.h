@@ -42,6 +42,12 @@ int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *));
  * (NULL-terminated) the strings to free after the new argv and itself. NULL when out of memory. */
 char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned);
 
+/* The corpus name of a prompt given on the command line (--text): AL_CORPUS_TEXT + text, kept
+ * until exit. NULL when out of memory. */
+const char *cli_text_corpus(const char *text);
+/* Is corpus a prompt (cli_text_corpus)? */
+int cli_is_prompt(const char *corpus);
+
 /* Strict number parsing of a command-line value; what names the option in the message. */
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);

@@ -21,6 +21,7 @@
  * at once (its temporary directory is swept by the next run). A signal inherited as ignored
  * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
+#include "escape.h"
 #include "internal.h"
 #include "model.h"
 #include "ops.h"
@@ -69,7 +70,8 @@ static const char MASK_CONVENTION[] =
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
+            "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME | --text PROMPT)\n"
+            "                       [--length L]\n"
             "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
             "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
             "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
@@ -89,7 +91,9 @@ static void usage(FILE *f) {
             "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
             "  --tokens FILE      token ids separated by whitespace\n"
             "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-            "                     the model's tokenizer\n"
+            "                     the model's tokenizer (--length required)\n"
+            "  --text PROMPT      the prompt itself, tokenized likewise\n"
+            "  --length L         tokens per window (default with --tokens or --text: all)\n"
             "  --what LIST        default: weights\n"
             "  --force            replace an earlier capture in DIR (atomically)\n"
             "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
@@ -526,6 +530,30 @@ static cJSON *versions_json(void) {
     return v;
 }
 
+/* "token_strings": the model tokenizer's bytes of every id of the window (UTF-8; a byte that is not
+ * UTF-8 on its own, a piece of a character, reads U+FFFD: the ids are exact). */
+static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *man, al_error *err) {
+    al_tokenizer *tz = NULL;
+    int rc = al_model_tokenizer(m, &tz, err);
+    if (rc) return rc;
+    cJSON *arr = cJSON_AddArrayToObject(man, "token_strings");
+    for (long t = 0; t < n && !rc; t++) {
+        char *s = NULL, *v = NULL;
+        size_t len;
+        if (!(rc = al_detokenize(tz, win + t, 1, &s, &len, err))) {
+            v = al__utf8_valid(s);
+            if (!v)
+                rc = al__err(err, AL_E_NOMEM, "out of memory (token strings)");
+            else
+                cJSON_AddItemToArray(arr, cJSON_CreateString(v));
+        }
+        free(s);
+        free(v);
+    }
+    al_tokenizer_free(tz);
+    return rc;
+}
+
 int cmd_capture(int argc, char **argv) {
     const char *layers_s = NULL, *heads_s = NULL, *what_s = "weights", *out = NULL;
     long window = 0;
@@ -563,7 +591,7 @@ int cmd_capture(int argc, char **argv) {
     unsigned what;
     if (parse_what(what_s, &what, &err)) return cli_usage_error("capture", "%s", err.msg);
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
-    const long length = ro.length;
+    long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t_start = al__now();
@@ -603,6 +631,14 @@ int cmd_capture(int argc, char **argv) {
     if ((rc = parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
     if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
+    if (!ro.have_length) length = (long)tk.n; /* the whole prompt or ids file */
+    if (!ro.have_length && window) {
+        rc = al__err(&err, AL_E_INVALID,
+                     "--window %ld needs --length (without it the window is "
+                     "every token)",
+                     window);
+        goto done;
+    }
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
     double t_hash0 = al__now();
@@ -655,6 +691,7 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddNumberToObject(man, "first_token", (double)window * (double)length);
     cJSON *ids = cJSON_AddArrayToObject(man, "token_ids");
     for (long t = 0; t < length; t++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(win[t]));
+    if (tk.from_corpus && (rc = token_strings_json(m, win, length, man, &err))) goto done;
     cJSON *opt = cJSON_AddObjectToObject(man, "options");
     cJSON_AddItemToObject(opt, "layers", mask_json(layers, info->n_layer));
     cJSON_AddItemToObject(opt, "heads", mask_json(heads, info->n_head));

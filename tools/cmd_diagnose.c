@@ -8,7 +8,9 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE] [--length L]\n"
+        "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE | --text "
+        "PROMPT]\n"
+        "                        [--length L]\n"
         "                        [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
         "                        [--normalizer M] [--out DIR] [--threads T] [--json]\n"
         "\n"
@@ -20,6 +22,7 @@ static void usage(FILE *f) {
         "uniform) or sinks into token 0 (mean weight > 0.5); each flag is printed with the value\n"
         "that raised it. What the flags mean and what to do about them: docs/diagnose.md.\n"
         "A normalizer whose weights do not sum to 1 (sa-softmax) gets its numbers but no flags.\n"
+        "--text PROMPT diagnoses the prompt itself: L defaults to its number of tokens.\n"
         "--model DUMPDIR reads an attention dump (docs/dumps.md): its T tokens, window 0,\n"
         "L = min(1024, T) by default (any L <= T when causal; L = T when bidirectional).\n"
         "  --layers, --heads  only these (as capture takes them; default all)\n"
@@ -112,7 +115,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
             o.model = v;
         else if (!strcmp(a, "--corpus"))
             o.corpus = v;
-        else if (!strcmp(a, "--data"))
+        else if (!strcmp(a, "--text")) {
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
+        } else if (!strcmp(a, "--data"))
             o.data_path = v;
         else if (!strcmp(a, "--out"))
             o.out_dir = v;

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
         "                      (GPT-2 124M if its weights are in the cache, else smollm2); or an\n"
         "                      attention dump directory (docs/dumps.md: its tokens, window 0)\n"
         "  --corpus C          war-and-peace (default) or a text file\n"
+        "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
         "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
         "  --vectors V         value (default) | key | hidden | embedding  [reading: x_j]\n"
@@ -107,6 +108,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--corpus")) {
             NEED_VALUE();
             o.corpus = v;
+        } else if (!strcmp(a, "--text")) { /* a prompt: --lengths must fit its tokens */
+            NEED_VALUE();
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
         } else if (!strcmp(a, "--data")) {
             NEED_VALUE();
             o.data_path = v;

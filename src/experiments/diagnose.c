@@ -161,6 +161,22 @@ static int sel_mask(const int *v, int n, int count, const char *what, uint8_t **
     return 0;
 }
 
+/* How many tokens the prompt corpus makes with the model's tokenizer. */
+static int prompt_tokens(al_model *m, const char *corpus, int *n, al_error *err) {
+    al_tokenizer *tk = NULL;
+    char *text = NULL;
+    size_t len = 0, nt = 0;
+    int32_t *ids = NULL;
+    int rc = al_model_tokenizer(m, &tk, err);
+    if (!rc) rc = al_corpus_load(corpus, NULL, &text, &len, err);
+    if (!rc) rc = al_tokenize(tk, text, len, 0, &ids, &nt, err);
+    *n = rc ? 0 : (int)(nt < (size_t)1 << 30 ? nt : (size_t)1 << 30);
+    free(ids);
+    free(text);
+    if (tk) al_tokenizer_free(tk);
+    return rc;
+}
+
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
     return al_diagnose_dist(o, NULL, json, err);
 }
@@ -200,7 +216,13 @@ int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error
     if ((rc = al__ex_own_tokens_opts(m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &own, &n_own,
                                      own_label, sizeof own_label, err)))
         goto setup_end;
+    int prompt_n = 0; /* a prompt (--text) without --length: L = its tokens (on every rank) */
+    if (o->length <= 0 && !n_own && o->corpus &&
+        !strncmp(o->corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT)) &&
+        (rc = prompt_tokens(m, o->corpus, &prompt_n, err)))
+        goto setup_end;
     L = o->length > 0          ? o->length
+        : prompt_n             ? prompt_n
         : n_own && !mi->causal ? n_own /* a bidirectional dump: L = T only */
         : mi->n_ctx < 1024     ? mi->n_ctx
                                : 1024;

@@ -57,6 +57,15 @@ int al_corpus_load(const char *name_or_path, const char *data_path, char **text,
     *len = 0;
     if (!name_or_path || !*name_or_path)
         return al__err(err, AL_E_INVALID, "corpus: empty name (use war-and-peace or a file path)");
+    if (!strncmp(name_or_path, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT))) { /* a prompt (--text) */
+        const char *t = name_or_path + strlen(AL_CORPUS_TEXT);
+        size_t n = strlen(t);
+        if (!n) return al__err(err, AL_E_INVALID, "--text: empty prompt");
+        if (!(*text = al__malloc(n + 1, "prompt", err))) return AL_E_NOMEM;
+        memcpy(*text, t, n + 1);
+        *len = n;
+        return 0;
+    }
     if (strcmp(name_or_path, "war-and-peace") == 0) {
         char path[4096];
         int rc = al_data_find("war_and_peace/pg2600.txt", data_path, path, sizeof path, err);

@@ -68,3 +68,49 @@ def test_corpus_name_suggested(tiny, tmp_path):
     (tmp_path / "novel").write_text("a file of that name is read as a file " * 40)
     r = run("diagnose", "--model", tiny, "--corpus", "novel", "--length", "16", "--json", cwd=tmp_path)
     assert json.loads(r.stdout)["corpus"] == "novel"
+
+
+PROMPT = "It was in July, 1805, and the speaker was Anna Pavlovna Scherer."
+
+
+def ids_of(text, *extra):
+    r = run("tokenize", "--text", text, *extra)
+    return [int(v) for v in r.stdout.split()]
+
+
+def test_prompts_from_the_command_line(tiny, tmp_path):
+    ids = ids_of(PROMPT)
+    assert ids == ids_of(PROMPT, "--model", tiny)  # a GPT-2 model: the GPT-2 tokenizer
+    f = tmp_path / "p.txt"
+    f.write_text(PROMPT)
+    assert ids == [int(v) for v in run("tokenize", str(f)).stdout.split()]
+    # capture: --length defaults to the prompt's tokens; the manifest has the strings by the ids
+    out = tmp_path / "cap"
+    run("capture", "--model", tiny, "--text", PROMPT, "--out", str(out))
+    man = json.load(open(out / "manifest.json"))
+    assert man["length"] == len(ids) and man["token_ids"] == ids
+    dec = [run("tokenize", "--decode", "-", input=str(i)).stdout for i in ids]
+    assert man["token_strings"] == dec and "".join(man["token_strings"]) == PROMPT
+    # --tokens: the same default
+    tf = tmp_path / "ids.txt"
+    tf.write_text(" ".join(map(str, ids[:7])))
+    out2 = tmp_path / "cap2"
+    run("capture", "--model", tiny, "--tokens", str(tf), "--out", str(out2))
+    assert json.load(open(out2 / "manifest.json"))["length"] == 7
+    # diagnose: L = the prompt's tokens
+    d = json.loads(run("diagnose", "--model", tiny, "--text", PROMPT, "--json").stdout)
+    assert d["L"] == len(ids) and d["corpus"] == "text:" + PROMPT
+    # perplexity over the whole prompt
+    p = json.loads(run("perplexity", "--model", tiny, "--text", PROMPT, "--json").stdout)
+    assert p["length"] == len(ids) and p["windows"] == 1
+    # --corpus still needs --length
+    r = run("capture", "--model", tiny, "--corpus", "war-and-peace", "--out", str(tmp_path / "c3"), check=False)
+    assert r.returncode == 2 and "--length L is required with --corpus" in r.stderr
+
+
+def test_tokenize_model_refuses_what_does_not_apply(tiny):
+    for opt in (["--vocab", "x"], ["--pre", "llama3"]):
+        r = run("tokenize", "--model", tiny, *opt, "--text", "hi", check=False)
+        assert r.returncode == 2 and "does not apply" in r.stderr and opt[0] in r.stderr
+    r = run("tokenize", "--text", "", check=False)
+    assert r.returncode != 0 and "empty" in r.stderr
