@@ -521,7 +521,7 @@ typedef struct al_repro_opts {
     const char *normalizer; /* NULL: the model's own softmax weights; else an al_norm_parse name */
     int quick;              /* small grids for tiny test models */
     int resume;             /* reuse OUT/partial results whose options match */
-    int progress;           /* draw a progress bar on stderr */
+    int progress;           /* 1: a progress bar on stderr (a TTY); 2: plain periodic lines */
     int quiet;              /* no messages on stderr at all */
     int threads;            /* OpenMP threads over heads (0 = the OpenMP default) */
     unsigned experiments;   /* AL_EXP_* (0 = all) */
@@ -550,6 +550,12 @@ int al_repro_pick_model(char *name, size_t size, al_error *err);
 /* Runs every experiment and writes results.json, CSVs, NPYs, figures, report.md and
  * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
 int al_reproduce(const al_repro_opts *o, al_error *err);
+
+/* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
+ * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for
+ * --resume; al_cancel_reset() clears the request. */
+void al_cancel(void);
+void al_cancel_reset(void);
 
 /* `attnlim diagnose`: per-head health of a model on one window. */
 typedef struct al_diag_opts {

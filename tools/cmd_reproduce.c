@@ -1,9 +1,23 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The first SIGINT/SIGTERM asks the run to stop at the next layer (its finished jobs stay for
+ * --resume); a second one ends the process at once. */
+static void on_interrupt(int sig) {
+    static volatile sig_atomic_t seen;
+    if (seen) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    seen = 1;
+    al_cancel();
+}
 
 static void usage(FILE *f) {
     fprintf(
@@ -47,7 +61,9 @@ static void usage(FILE *f) {
         "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
         "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
         "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
-        "  --quiet             no progress bar and no messages (the bar is drawn only on a TTY)\n"
+        "  --quiet             no progress and no messages (a bar on a TTY, else a plain line\n"
+        "                      every 10 s: $ATTNLIM_PROGRESS_INTERVAL)\n"
+        "Ctrl-C stops at the next layer: the jobs finished are kept; rerun with --resume.\n"
         "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
         "Several processes, on one machine or many (a build with MPI):\n"
         "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and the\n"
@@ -210,9 +226,16 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         }
 #undef NEED_VALUE
     }
-    o.progress = !o.quiet && isatty(2);
-    if (al_reproduce_dist(&o, d, &err)) {
-        rc = root ? cli_fail("reproduce", &err) : 1;
+    o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
+    struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int); /* Ctrl-C: stop at the next layer, keep what is saved */
+    sigaction(SIGTERM, &sa, &old_term);
+    int run_rc = al_reproduce_dist(&o, d, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (run_rc) { /* interrupted under --quiet: the exit status says it, no message */
+        rc = root && !(run_rc == AL_E_CANCELLED && o.quiet) ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
     if (!root) goto out; /* rank 0 wrote everything */

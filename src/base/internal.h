@@ -50,6 +50,9 @@ int al__edit_distance(const char *a, const char *b);
  * prefix of 3+ characters counts as near), or NULL when none or when two are equally near. */
 const char *al__nearest(const char *s, const char *const *cand, int n);
 
+/* Has al_cancel been called (since al_cancel_reset)? */
+int al__cancelled(void);
+
 /* Atomic output: open writes to "<path>.tmp.<pid>", commit fsyncs and renames onto path,
  * abort removes the temp file. Writes are checked; a failed write (full disk) is an error
  * naming the file. */

@@ -180,6 +180,7 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
 }
 
 static int observe(void *user, const al_capture *cap, al_error *err) {
+    if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
     if (cap->T != c->L)
         return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
