@@ -114,3 +114,28 @@ def test_tokenize_model_refuses_what_does_not_apply(tiny):
         assert r.returncode == 2 and "does not apply" in r.stderr and opt[0] in r.stderr
     r = run("tokenize", "--text", "", check=False)
     assert r.returncode != 0 and "empty" in r.stderr
+
+
+def test_metrics_head_of_a_capture_and_the_causal_warning(tiny, tmp_path):
+    import numpy as np
+    out = tmp_path / "cap"
+    run("capture", "--model", tiny, "--text", PROMPT * 2, "--what", "weights,v", "--layers", "1", "--out", str(out))
+    W, V = out / "layer1.weights.npy", out / "layer1.v.npy"
+    w, v = np.load(W), np.load(V)
+    assert w.ndim == 3
+    for h in range(w.shape[0]):  # the same as the head sliced out by numpy
+        np.save(tmp_path / "w.npy", w[h].astype(np.float64))
+        np.save(tmp_path / "v.npy", v[h].astype(np.float64))
+        a = json.loads(run("metrics", "--weights", str(W), "--vectors", str(V), "--head", str(h), "--top-n", "1,3",
+                           "--causal", "--json").stdout)
+        b = json.loads(run("metrics", "--weights", str(tmp_path / "w.npy"), "--vectors", str(tmp_path / "v.npy"),
+                           "--top-n", "1,3", "--causal", "--json").stdout)
+        assert a == b
+    r = run("metrics", "--weights", str(W), "--vectors", str(V), "--head", "0", "--top-n", "1")
+    assert "warning: " in r.stderr and "above the diagonal is 0" in r.stderr and "--causal" in r.stderr
+    r = run("metrics", "--weights", str(W), "--vectors", str(V), "--head", "0", "--top-n", "1", "--causal")
+    assert "warning" not in r.stderr
+    r = run("metrics", "--weights", str(W), "--vectors", str(V), "--top-n", "1", check=False)
+    assert r.returncode == 1 and "pick one head with --head H" in r.stderr
+    r = run("metrics", "--weights", str(W), "--vectors", str(V), "--top-n", "1", "--head", "7", check=False)
+    assert r.returncode == 1 and "--head 7, but the weights hold 2 heads" in r.stderr
