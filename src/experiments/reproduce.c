@@ -449,7 +449,12 @@ static int run_write(run *r, al_error *err) {
 
 static void run_free(run *r) {
     cJSON_Delete(r->run_opts);
-    if (r->lock_fd >= 0) close(r->lock_fd);
+    if (r->lock_fd >= 0) { /* removed while still held: no run is left out (partial.c) */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.attnlim-reproduce.lock", r->o.out_dir);
+        unlink(path);
+        close(r->lock_fd);
+    }
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
     free(r->tokens);

@@ -420,7 +420,7 @@ def test_resume_other_options(work, tmp_path):
     for stat in ("mean", "median", "max"):  # N = 1 of Algorithm 2 recomputed, the same numbers
         _close_json(res["alg2"]["dtilde"][stat][0], work["res"]["alg2"]["dtilde"][stat][0], "alg2 N=1")
     # one run per output directory: a second one is refused while the first holds the lock
-    with open(os.path.join(out, ".attnlim-reproduce.lock"), "r+") as f:
+    with open(os.path.join(out, ".attnlim-reproduce.lock"), "a+") as f:  # removed at exit: anew
         fcntl.flock(f, fcntl.LOCK_EX)
         f.truncate(0)
         f.write(f"{os.getpid()}\n")
