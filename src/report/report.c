@@ -443,15 +443,15 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
     }
     if (bhi * 1.5 > p.ymax) p.ymax = bhi * 1.5 < 1e4 ? bhi * 1.5 : 1e4;
     if (isfinite(blo) && blo / 1.5 < p.ymin) p.ymin = blo / 1.5 > 1e-12 ? blo / 1.5 : 1e-12;
-    int hi_in = 0, lo_in = 0;
+    int hi_in = 1, lo_in = 1; /* every point of the curve on the chart */
     for (int t = 0; t < n; t++) {
-        hi_in |= s->v_band_hi[t] <= p.ymax;
-        lo_in |= !(s->v_band_lo[t] < p.ymin);
+        hi_in &= s->v_band_hi[t] <= p.ymax;
+        lo_in &= !(s->v_band_lo[t] < p.ymin);
     }
     char lhi[160], llo[160], vhi[96], vlo[96];
-    snprintf(vhi, sizeof vhi, ": above the chart, %.3g at n = %g to %.3g at n = %g",
+    snprintf(vhi, sizeof vhi, ": leaves the chart above, %.3g at n = %g to %.3g at n = %g",
              s->v_band_hi[0], xs[0], s->v_band_hi[n - 1], xs[n - 1]);
-    snprintf(vlo, sizeof vlo, ": below the chart, %.3g at n = %g to %.3g at n = %g",
+    snprintf(vlo, sizeof vlo, ": leaves the chart below, %.3g at n = %g to %.3g at n = %g",
              s->v_band_lo[0], xs[0], s->v_band_lo[n - 1], xs[n - 1]);
     snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s", hi_in ? "" : vhi);
     snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s", lo_in ? "" : vlo);
