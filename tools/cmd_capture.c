@@ -96,6 +96,7 @@ static void usage(FILE *f) {
             "  --length L         tokens per window (default with --tokens or --text: all)\n"
             "  --what LIST        default: weights\n"
             "  --force            replace an earlier capture in DIR (atomically)\n"
+            "  --dry-run          print only the size the capture would write, and stop\n"
             "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
             "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
             "  --json             print the manifest on stdout\n");
@@ -554,10 +555,33 @@ static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *ma
     return rc;
 }
 
+/* "about X MB in N arrays (...) to DIR": every selected layer's arrays, float32, before the
+ * forward (the manifest adds a few kB). */
+static void size_estimate(const al_model_info *info, const uint8_t *layers, const uint8_t *heads,
+                          unsigned what, long L, const char *out, char *buf, size_t size) {
+    int nl = 0, nh = 0, n_arr = 0;
+    for (int l = 0; l < info->n_layer; l++) nl += layers[l] != 0;
+    for (int h = 0; h < info->n_head; h++) nh += heads[h] != 0;
+    double per_layer = 0, l2 = (double)L * L, ld = (double)L * info->d_head;
+    for (int i = 0; i < N_WHAT; i++) {
+        if (!(what & WHAT[i].bit)) continue;
+        unsigned b = WHAT[i].bit;
+        per_layer += b & (AL_CAP_LOGITS | AL_CAP_WEIGHTS) ? nh * l2
+                     : b & (AL_CAP_HIDDEN | AL_CAP_EMBED) ? (double)L * info->d_model
+                                                          : nh * ld;
+        n_arr += nl;
+    }
+    double bytes = per_layer * 4 * nl + 128.0 * n_arr; /* + each .npy header */
+    const char *unit = bytes >= 1e9 ? "GB" : bytes >= 1e6 ? "MB" : "kB";
+    double v = bytes >= 1e9 ? bytes / 1e9 : bytes >= 1e6 ? bytes / 1e6 : bytes / 1e3;
+    snprintf(buf, size, "about %.3g %s in %d arrays (%d layers x %d heads, L = %ld, float32)%s%s",
+             v, unit, n_arr, nl, nh, L, out ? " to " : "", out ? out : "");
+}
+
 int cmd_capture(int argc, char **argv) {
     const char *layers_s = NULL, *heads_s = NULL, *what_s = "weights", *out = NULL;
     long window = 0;
-    int force = 0, r;
+    int force = 0, dry_run = 0, r;
     run_opts ro = {0};
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
@@ -569,6 +593,8 @@ int cmd_capture(int argc, char **argv) {
             if (r != 1) return r;
         } else if (!strcmp(a, "--force")) {
             force = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("capture", "unknown argument or missing value: '%s'", a);
         } else if (!strcmp(a, "--layers")) {
@@ -587,7 +613,7 @@ int cmd_capture(int argc, char **argv) {
         }
     }
     if ((r = run_opts_finish("capture", &ro, 1, "at least 1 token"))) return r;
-    if (!out) return cli_usage_error("capture", "--out DIR is required");
+    if (!out && !dry_run) return cli_usage_error("capture", "--out DIR is required");
     unsigned what;
     if (parse_what(what_s, &what, &err)) return cli_usage_error("capture", "%s", err.msg);
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
@@ -604,13 +630,13 @@ int cmd_capture(int argc, char **argv) {
     al__model_files mfiles = {0}, tfiles = {0};
     int rc = od ? 0 : al__err(&err, AL_E_NOMEM, "out of memory");
     /* DIR first: a refused --out costs no model load */
-    if (!rc) rc = out_prepare(od, out, force, &err);
+    if (!rc && !dry_run) rc = out_prepare(od, out, force, &err);
     if (rc) {
         free(od);
         return cli_fail("capture", &err);
     }
     catch_stop_signals();
-    if ((rc = out_make_tmp(od, &err))) goto done;
+    if (!dry_run && (rc = out_make_tmp(od, &err))) goto done;
     if ((rc = al_model_open(model, &m, &err))) goto done;
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
@@ -641,6 +667,15 @@ int cmd_capture(int argc, char **argv) {
     }
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
+    { /* the size first; --dry-run: only that */
+        char est[256];
+        size_estimate(info, layers, heads, what, length, out, est, sizeof est);
+        if (dry_run) {
+            printf("%s\n", est);
+            goto done;
+        }
+        if (!json) fprintf(stderr, "attnlim capture: %s\n", est);
+    }
     double t_hash0 = al__now();
     if ((rc = al__model_files_list(m, 1, &mfiles, &err))) goto done;
     if (tk.from_corpus && (rc = al__model_tokenizer_files(m, 1, &tfiles, &err))) goto done;

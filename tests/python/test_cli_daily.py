@@ -139,3 +139,18 @@ def test_metrics_head_of_a_capture_and_the_causal_warning(tiny, tmp_path):
     assert r.returncode == 1 and "pick one head with --head H" in r.stderr
     r = run("metrics", "--weights", str(W), "--vectors", str(V), "--top-n", "1", "--head", "7", check=False)
     assert r.returncode == 1 and "--head 7, but the weights hold 2 heads" in r.stderr
+
+
+def test_capture_says_its_size_first_and_dry_run_only_that(tiny, tmp_path):
+    out = tmp_path / "cap"
+    r = run("capture", "--model", tiny, "--text", PROMPT, "--what", "weights,v,hidden", "--out", str(out),
+            "--dry-run")
+    assert not out.exists() and r.stderr == ""
+    line = r.stdout.strip()
+    assert line.startswith("about ") and line.endswith(f"to {out}") and "\n" not in line
+    r = run("capture", "--model", tiny, "--text", PROMPT, "--what", "weights,v,hidden", "--out", str(out))
+    assert r.stderr.splitlines()[0] == "attnlim capture: " + line
+    value, unit = line.split()[1:3]
+    est = float(value) * {"kB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
+    got = sum(f.stat().st_size for f in out.glob("*.npy"))
+    assert abs(est - got) <= 0.01 * got, (est, got)
