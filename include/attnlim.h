@@ -13,6 +13,7 @@
 #ifndef ATTNLIM_H
 #define ATTNLIM_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,14 @@ typedef struct al_error {
 } al_error;
 
 const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
+/* The one error formatter: sets err (if not NULL) to code and the printf-formatted message,
+ * truncated to fit; returns code. al_error_vset takes a va_list. */
+int al_error_set(al_error *err, al_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap);
 
 /* ==== Arrays and NumPy .npy files ========================================================= */
 
@@ -274,6 +283,96 @@ int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const doub
  * v == NULL or n < 1). */
 int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n, double *v);
 
+/* Readings of Algorithm 5 (METHOD sections 6 and 9 [reading]). */
+typedef struct al_sens_opts {
+    /* The logits are multiplied by this before anything else (T, eps and the bounds then live on
+     * that scale): 1 = our scaled logits q.k/sqrt(d_head) ("scaled", the default);
+     * sqrt(d_head) = the paper's raw q.k ("raw"), on which its T is read. Finite, > 0. */
+    double logit_scale;
+    /* 0 ("shared"): one v per (layer, head, row), reused for every T and eps; 1 ("fresh"): a new
+     * v at every (T, eps, layer, head, row), as the paper's Algorithm 5 draws it
+     * (al_sensitivity_direction_fresh). */
+    int fresh;
+} al_sens_opts;
+/* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
+ * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
+int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
+                                   int64_t n, double *v);
+/* al_head_sensitivity under the readings so (NULL = {1, 0}: then the very same results, bit for
+ * bit). The spectral means do not depend on the directions. Errors as al_head_sensitivity; a bad
+ * so->logit_scale is AL_E_INVALID. */
+int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
+                           const double *temps, int n_t, const double *eps, int n_eps,
+                           uint64_t seed, int layer, int head, const al_sens_opts *so,
+                           double *fd_mean, double *spec_mean, al_error *err);
+
+/* ---- Part: readings of the distance (METHOD sections 3 and 9; owner: src/math/readings.c) ---- */
+
+/* Which distance between the selected context s = sum_{i in I} alpha_i x_i and the rest
+ * (METHOD section 9 [reading]); r = sum_{i not in I} alpha_i x_i, S = r + s, m = n - N. */
+typedef enum al_distance_kind {
+    AL_DIST_SUM_OF_NORMS = 0, /* sum_{i not in I} ||alpha_i x_i - s||  (default; section 3) */
+    AL_DIST_NORM_OF_SUM = 1,  /* || r - s || = || S - 2 s ||                                  */
+    AL_DIST_SUM_VECTOR = 2,   /* || sum_{i not in I} (alpha_i x_i - s) || = || S - (m+1) s || */
+} al_distance_kind;
+const char *al_distance_name(al_distance_kind k); /* "sum-of-norms", "norm-of-sum", "sum-vector" */
+int al_distance_parse(const char *s, al_distance_kind *out, al_error *err);
+
+/* Which random-selection counterpart the KS test of Algorithm 3 compares with. */
+typedef enum al_expect_kind {
+    AL_EXPECT_ANALYTIC = 0, /* the main term (indicators replaced by their expectations) */
+    AL_EXPECT_MC = 1,       /* Monte-Carlo estimate of the exact expectation (with its s.e.) */
+    AL_EXPECT_EXACT = 2,    /* the exact expectation by enumerating every N-subset */
+} al_expect_kind;
+const char *al_expect_name(al_expect_kind k); /* "analytic", "mc", "exact" */
+int al_expect_parse(const char *s, al_expect_kind *out, al_error *err);
+
+/* The default and the largest cap on C(n, N) per row for the exact expectation. */
+#define AL_EXACT_MAX_DEFAULT 10000
+#define AL_EXACT_MAX_LIMIT   10000000
+
+/* C(n, k) as a double (exact below 2^53; +Inf beyond the double range; 0 for k < 0 or k > n). */
+double al_binomial(int64_t n, int64_t k);
+/* Whether the exact expectation may be enumerated for rows of up to n_max keys at every N of
+ * top_n[n_top] with N < n_max: 0, or AL_E_INVALID naming the first N whose C(n_max, N) exceeds
+ * cap (<= 0: AL_EXACT_MAX_DEFAULT; above AL_EXACT_MAX_LIMIT: AL_E_INVALID). */
+int al_exact_check(int64_t n_max, const int *top_n, int n_top, int64_t cap, al_error *err);
+
+typedef struct al_reading_opts {
+    al_distance_kind distance;
+    const int *top_n; /* [n_top] the N grid, any order, each >= 1 */
+    int n_top;
+    int mc_samples;    /* Monte-Carlo samples per row and N (0 = off) */
+    uint64_t mc_seed;  /* seeded per (row, N) exactly as al_metrics_opts' Monte-Carlo E */
+    int exact;         /* 1: the exact expectation too (al_exact_check must pass: else an error
+                        * before any work) */
+    int64_t exact_max; /* cap on C(n, N) per row (<= 0: AL_EXACT_MAX_DEFAULT) */
+    int causal;        /* as al_metrics_opts */
+} al_reading_opts;
+
+/* Per-N means over the rows with n > N (rows == 0: NaN). For sum-of-norms dist, analytic, mc and
+ * mc_se are al_head_metrics' dtilde, E, E_mc and E_mc_se (the same numbers, bit for bit). */
+typedef struct al_reading_stats {
+    int N;
+    int64_t rows;
+    double dist;      /* the true distance (top-N selection; ties to the lower index)  [reading] */
+    double analytic;  /* main term: sum-of-norms E of section 3; norm-of-sum |n - 2N|/n ||S||;
+                       * sum-vector (n-N)(N-1)/n ||S||. A lower bound of exact (Jensen)  [reading] */
+    double mc, mc_se; /* Monte-Carlo mean over uniform N-subsets and its standard error (NaN if
+                       * off) */
+    double exact;     /* the mean over every N-subset (NaN unless opts.exact) */
+} al_reading_stats;
+
+/* One row alpha[n], x[n, d] (o->causal ignored), out[n_top] in the order of o->top_n; one head
+ * w[L, L], x[L, d] (as al_head_metrics). NaN/Inf input is AL_E_RANGE naming the position; bad
+ * options AL_E_INVALID, all checked before any work. Cost per row: O(n d) plus O(d) per N of the
+ * grid for the vector readings (s grows as N walks up), O(S N d) for S Monte-Carlo samples and
+ * O(C(n, N) (N + n) d) at worst for the exact expectation. */
+int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_reading_opts *o, al_reading_stats *out, al_error *err);
+int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_reading_opts *o, al_reading_stats *out, al_error *err);
+
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */
 
@@ -303,6 +402,11 @@ typedef struct al_five {
 int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
 /* p-th percentile of sorted[n] (ascending), numpy's linear; NaN if n == 0 or p not in [0, 100]. */
 double al_percentile_sorted(const double *sorted, size_t n, double p);
+/* The critical-N grid of METHOD section 4 for one L (>= 2): {1..16} U {18..32 step 2} U
+ * {36..64 step 4} U {72..128 step 8} U {144..256 step 16} below L, then steps of L/32 beyond
+ * 256, and L - 1 always; increasing. Writes min(count, cap) values to N (may be NULL with cap
+ * 0) and returns the count (0 for L < 2). */
+int al_critical_grid(int L, int *N, int cap);
 
 /* ==== Section: tokenizers and corpora ===================================================== */
 /* owner: tokenizer module (src/bpe.c, src/corpus.c, src/wordpiece.c) */
@@ -387,6 +491,9 @@ enum {
     AL_CAP_WEIGHTS = 1u << 4, /* alpha [n_sel, T, T] = softmax rows; masked entries 0 */
     AL_CAP_HIDDEN = 1u << 5,  /* [T, d_model] the layer input after its first norm */
     AL_CAP_EMBED = 1u << 6,   /* [T, d_model] the model input (token + position embedding) */
+    /* [T, d_model] the layer input before its first norm (the residual stream); BERT, post-norm,
+     * has no norm before attention: its residual is its hidden */
+    AL_CAP_RESIDUAL = 1u << 7,
 };
 
 /* One layer's capture, handed to the observer while the forward runs. Pointers are valid
@@ -398,15 +505,16 @@ typedef struct al_capture {
     int n_head, n_kv_head, d_head, d_model;
     int causal;
     int n_sel;
-    const int *heads;     /* [n_sel] query head indices */
-    const int *kv_head;   /* [n_head] key/value head read by each query head */
-    const float *q;       /* [n_sel, T, d_head] or NULL */
-    const float *k;       /* [n_sel, T, d_head] or NULL */
-    const float *v;       /* [n_sel, T, d_head] or NULL */
-    const float *logits;  /* [n_sel, T, T] or NULL */
-    const float *weights; /* [n_sel, T, T] or NULL */
-    const float *hidden;  /* [T, d_model] or NULL */
-    const float *embed;   /* [T, d_model] or NULL */
+    const int *heads;      /* [n_sel] query head indices */
+    const int *kv_head;    /* [n_head] key/value head read by each query head */
+    const float *q;        /* [n_sel, T, d_head] or NULL */
+    const float *k;        /* [n_sel, T, d_head] or NULL */
+    const float *v;        /* [n_sel, T, d_head] or NULL */
+    const float *logits;   /* [n_sel, T, T] or NULL */
+    const float *weights;  /* [n_sel, T, T] or NULL */
+    const float *hidden;   /* [T, d_model] or NULL */
+    const float *embed;    /* [T, d_model] or NULL */
+    const float *residual; /* [T, d_model] or NULL */
 } al_capture;
 
 /* Returns 0 to go on, non-zero (with err set) to stop the forward. */
@@ -425,6 +533,63 @@ typedef struct al_capture_request {
  * are written when not NULL. req may be NULL. Memory: only one layer's capture is alive. */
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                      float *logits, float *final_hidden, al_error *err);
+
+/* ---- Part: attention variants inside the forward (src/model/attn_variant.c) ---- */
+
+/* Which keys each query row keeps before it is normalised. A row of n visible keys (causal:
+ * n = t + 1) in a window of L tokens keeps min(n, K) keys, K =
+ *   topk:K        K (an integer >= 1)
+ *   topk-frac:F   ceil(F L), F in (0, 1]
+ *   topk-sqrt:C   ceil(C sqrt(n)), C > 0
+ *   topk-log:C    ceil(C ln n), C > 0 (and at least 1)
+ * (each ceil taken of x - 1e-9, so that a product landing on an integer stays there); the kept
+ * keys are those of the K largest logits, ties at the K-th logit broken toward the lower index
+ * (METHOD section 3's rule). The others get weight 0. */
+typedef enum al_attn_rule {
+    AL_ATTN_DENSE = 0,
+    AL_ATTN_TOPK,
+    AL_ATTN_TOPK_FRAC,
+    AL_ATTN_TOPK_SQRT,
+    AL_ATTN_TOPK_LOG,
+} al_attn_rule;
+
+typedef struct al_attn_variant {
+    al_attn_rule rule;
+    double param; /* K, F or C (unused for dense) */
+    al_norm norm; /* over the kept logits (n = the kept count: ssmax's scale is s ln(kept)) */
+    const uint8_t *layers; /* [n_layer] non-zero = modified; NULL = every layer */
+    const uint8_t *heads;  /* [n_head] non-zero = modified (query heads); NULL = every head */
+} al_attn_variant;
+
+/* "dense", "topk:K", "topk-frac:F", "topk-sqrt:C", "topk-log:C" into rule and param (other fields
+ * untouched). */
+int al_attn_rule_parse(const char *spec, al_attn_variant *v, al_error *err);
+/* "softmax", "sparsemax", "entmax15", "entmax[:A]" (A > 1, default 1.5), "ssmax[:S]" (S > 0,
+ * default 0.43) into *out (temperature 1). */
+int al_attn_norm_parse(const char *spec, al_norm *out, al_error *err);
+/* The spellings parse reads back: "topk:16", "topk-frac:0.0625", "entmax:1.3", "ssmax:0.43". */
+void al_attn_rule_name(const al_attn_variant *v, char *buf, size_t cap);
+void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap);
+/* Keys kept of a row of n >= 1 visible keys in a window of L tokens (1..n). */
+int al_attn_kept(const al_attn_variant *v, int n, int L);
+/* Every later forward of m uses v (copied, masks included; NULL, or dense with softmax: the
+ * model's own attention). Families with a causal LM head (gpt2, llama) support it; others are
+ * AL_E_UNSUPPORTED. A mask shorter than the model is the caller's bug: give n_layer / n_head. */
+int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err);
+/* The variant in force (NULL when the model's own attention runs). */
+const al_attn_variant *al_model_get_attention(const al_model *m);
+
+/* A variant as the command lines give it (every field optional: all zero = the model's own). */
+typedef struct al_attn_spec {
+    const char *rule;       /* al_attn_rule_parse spelling; NULL = dense */
+    const char *normalizer; /* al_attn_norm_parse spelling; NULL = softmax */
+    const int *layers;      /* [n_layers] layer indices modified; NULL = every layer */
+    int n_layers;
+    const int *heads; /* [n_heads] query head indices modified; NULL = every head */
+    int n_heads;
+} al_attn_spec;
+/* Parses s, checks the indices against m (an error names the one outside) and sets it. */
+int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err);
 
 /* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
  * src/makemodel.c) ---- */
@@ -493,9 +658,12 @@ typedef enum al_vectors {
     AL_VEC_VALUE = 0, /* the head's value vectors v_j (default) */
     AL_VEC_KEY,       /* the head's key vectors k_j */
     AL_VEC_HIDDEN,    /* the layer input after its first norm, d_model wide */
-    AL_VEC_EMBED,     /* the model input (token + position embedding) */
+    AL_VEC_EMBED,     /* the model input embedding (GPT-2: token + position; Llama: token; BERT:
+                       * the normalised sum of word, position and type embeddings) */
+    AL_VEC_RESIDUAL,  /* the layer input before its first norm (the residual stream) */
 } al_vectors;
-const char *al_vectors_name(al_vectors v); /* "value", "key", "hidden", "embedding" */
+/* "value", "key", "hidden", "embedding", "residual" */
+const char *al_vectors_name(al_vectors v);
 int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
 
 /* The experiments of `attnlim reproduce` (bit flags; 0 = all). */
@@ -541,6 +709,17 @@ typedef struct al_repro_opts {
     const double *eps; /* [n_eps] Algorithm 5 */
     int n_eps;
     int synthetic; /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+    /* the readings of METHOD section 9 (each [reading]; the defaults are METHOD's sections 3, 6) */
+    al_distance_kind distance;  /* --distance: dtilde of Algorithms 1-3 (default sum-of-norms) */
+    al_expect_kind expectation; /* --expectation: the E that Algorithm 3's KS test compares with
+                                 * and Algorithms 1-2 report (default analytic); mc needs
+                                 * mc_samples > 0; exact is refused where C(L, N) > exact_max */
+    int64_t exact_max;          /* cap on C(n, N) per row (0 = AL_EXACT_MAX_DEFAULT) */
+    int temperature_raw;        /* --temperature-scale: 0 scaled (T on q.k/sqrt(d_head)), 1 raw
+                                 * (T on q.k, the paper's axis) */
+    int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
+                                 * (T, eps, head, row), the paper's Algorithm 5) */
+    al_attn_spec attention;     /* the attention inside the forward (zero: the model's own) */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);
@@ -567,6 +746,7 @@ typedef struct al_diag_opts {
     int window;
     int threads;
     const char *normalizer; /* NULL = softmax */
+    al_attn_spec attention; /* the attention inside the forward (zero: the model's own) */
     const int *layers;      /* [n_layers] the layers diagnosed (NULL or 0: every layer) */
     int n_layers;
     const int *heads; /* [n_heads] the heads diagnosed in each of them (NULL or 0: every head) */
@@ -579,6 +759,37 @@ typedef struct al_diag_opts {
  * token 0 > 0.5). *json (malloc'ed) receives the report as JSON text; with out_dir,
  * diagnose.json and diagnose.md are written there too. */
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
+
+/* `attnlim guidelines`: the paper's guidelines tested in the model's loss (docs/guidelines.md).
+ * For each L: the mean next-token NLL over windows 0..K-1 of the unmodified model, of top-k
+ * attention at each fixed k < L and at each rule, and of each normalizer (in every layer);
+ * the smallest fixed k within 1% and 5% of the dense NLL, as k / L, with fitted rules; the KS
+ * critical N of `attnlim reproduce` beside it; entropy and N_s/N per layer of the modified
+ * models. Every NULL grid is the default. */
+typedef struct al_guide_opts {
+    const char *model;     /* path or known name (required) */
+    const char *corpus;    /* NULL: war-and-peace */
+    const char *data_path; /* explicit data location, or NULL */
+    const char *out_dir;   /* guidelines.json, guidelines.csv, monitoring.csv, figures, .md */
+    int windows;           /* K >= 1 (0: 4) */
+    const int *lengths;    /* [n_lengths]; NULL: 128, 256, 512, 1024 and 2048 when the context
+                            * allows */
+    int n_lengths;
+    const int *k; /* [n_k] fixed k (only k < L is run); NULL: 1, 2, 4, ..., 512 */
+    int n_k;
+    const char *const *rules; /* [n_rules] al_attn_rule_parse spellings; NULL: topk-frac:0.06,
+                               * topk-sqrt:1, topk-sqrt:2, topk-log:2, topk-log:4 */
+    int n_rules;
+    const char *const *normalizers; /* [n_normalizers] al_attn_norm_parse spellings; NULL:
+                                     * sparsemax, entmax15, entmax:1.25, ssmax */
+    int n_normalizers;
+    const char *reproduce_dir; /* a reproduce OUT (results.json) of the same model: critical N */
+    int monitor_length;        /* L of the per-layer monitoring (0: the largest L <= 1024;
+                                * -1: off) */
+    int monitor_n;             /* N of N_s/N (0: 16) */
+    int resume, progress, quiet, threads;
+} al_guide_opts;
+int al_guidelines(const al_guide_opts *o, al_error *err);
 
 /* ---- Part: several processes (MPI) (owner: src/dist.c) ---- */
 

@@ -13,6 +13,8 @@ static void usage(FILE *f) {
         "                        [--length L]\n"
         "                        [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
         "                        [--normalizer M] [--out DIR] [--threads T] [--json]\n"
+        "                        [--attention R] [--attention-normalizer M]\n"
+        "                        [--attention-layers LIST] [--attention-heads LIST]\n"
         "\n"
         "Per-head health of the attention on one window (default: window 0, L = min(1024, "
         "context)):\n"
@@ -30,7 +32,10 @@ static void usage(FILE *f) {
         "              explorer) and diagnose_flags.svg/.png (the flags, layer x head)\n"
         "  --json      print the JSON report on stdout (default: a summary, a line per flag)\n"
         "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
-        "reports.\n");
+        "reports.\n"
+        "--normalizer re-normalises the captured logits; the options below change the model's\n"
+        "attention itself (recorded in the report's model.attention):\n");
+    fputs(CLI_ATTN_USAGE, f);
 }
 
 static double num(const cJSON *o, const char *k) {
@@ -90,7 +95,7 @@ static int parse_list(const char *s, const char *what, int **v, int *n, al_error
 }
 
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
-static int diagnose_main(int argc, char **argv, al_dist *d) {
+static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
     int root = al_dist_rank(d) == 0, rc = 0;
 #define USAGE_ERROR(...) (root ? cli_usage_error("diagnose", __VA_ARGS__) : 2)
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
@@ -111,6 +116,12 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
             break;
         }
         i++;
+        int ar = cli_attn_arg(a, v, &o.attention, att_lists, &err);
+        if (ar < 0) {
+            rc = USAGE_ERROR("%s", err.msg);
+            break;
+        }
+        if (ar > 0) continue;
         if (!strcmp(a, "--model"))
             o.model = v;
         else if (!strcmp(a, "--corpus"))
@@ -174,7 +185,10 @@ int cmd_diagnose(int argc, char **argv) {
     al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
     al_error err = {0};
     if (al_dist_open(&d, &err)) return cli_fail("diagnose", &err);
-    int rc = diagnose_main(argc, argv, d);
+    int *att_lists[2] = {NULL, NULL}; /* --attention-layers, --attention-heads */
+    int rc = diagnose_main(argc, argv, d, att_lists);
+    free(att_lists[0]);
+    free(att_lists[1]);
     al_dist_close(d);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
+#include "internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -38,11 +39,29 @@ static void usage(FILE *f) {
         "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
         "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
-        "  --vectors V         value (default) | key | hidden | embedding  [reading: x_j]\n"
+        "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
+        "                      x_j; residual: the layer input before its first norm]\n"
+        "  --distance D        sum-of-norms (default) | norm-of-sum | sum-vector  [reading:\n"
+        "                      dtilde; docs/readings.md]\n"
+        "  --expectation X     analytic (default) | mc (needs --mc S) | exact (C(L, N) <= the "
+        "cap)\n"
+        "                      [reading: the random-selection E of Algorithms 1-3]\n"
+        "  --exact-max C       the cap on C(n, N) subsets per row for exact (default 10000)\n"
+        "  --temperature-scale scaled (default: T on q.k/sqrt(d_head)) | raw (T on q.k, the\n"
+        "                      paper's axis)  [reading: Algorithm 5]\n"
+        "  --directions shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
+        "                      as the paper's Algorithm 5)  [reading]\n"
         "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
         "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
         "                      own softmax weights)\n"
         "  --quick             small grids for tiny test models (L 16,32,64; 9 temperatures)\n"
+        "The model's attention itself can be changed (the analyses then read the modified\n"
+        "model's weights; recorded in results.json's model.attention; --resume refuses a "
+        "change):\n");
+    fputs(CLI_ATTN_USAGE, f);
+    fprintf(
+        f,
+
         "  --out DIR           output directory\n"
         "  --resume            reuse finished (window, L) results in DIR/partial whose options "
         "match\n"
@@ -101,7 +120,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al_repro_defaults(&o);
     al_error err = {0};
     int json = 0, rc = 0;
-    int *lists[4] = {NULL, NULL, NULL, NULL};
+    int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL}, ar;
     double *dl[2] = {NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -140,6 +159,36 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--vectors")) {
             NEED_VALUE();
             if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
+        } else if (!strcmp(a, "--distance")) {
+            NEED_VALUE();
+            if (al_distance_parse(v, &o.distance, &err)) goto usage_err;
+        } else if (!strcmp(a, "--expectation")) {
+            NEED_VALUE();
+            if (al_expect_parse(v, &o.expectation, &err)) goto usage_err;
+        } else if (!strcmp(a, "--exact-max")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--exact-max", 1, AL_EXACT_MAX_LIMIT, &n, &err)) goto usage_err;
+            o.exact_max = n;
+        } else if (!strcmp(a, "--temperature-scale")) {
+            NEED_VALUE();
+            if (!strcmp(v, "scaled"))
+                o.temperature_raw = 0;
+            else if (!strcmp(v, "raw"))
+                o.temperature_raw = 1;
+            else {
+                rc = USAGE_ERROR("--temperature-scale: '%s' is not scaled or raw", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--directions")) {
+            NEED_VALUE();
+            if (!strcmp(v, "shared"))
+                o.fresh_directions = 0;
+            else if (!strcmp(v, "fresh"))
+                o.fresh_directions = 1;
+            else {
+                rc = USAGE_ERROR("--directions: '%s' is not shared or fresh", v);
+                goto out;
+            }
         } else if (!strcmp(a, "--normalizer")) {
             NEED_VALUE();
             o.normalizer = v;
@@ -208,6 +257,10 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--experiments")) {
             NEED_VALUE();
             if (parse_experiments(v, &o.experiments, &err)) goto usage_err;
+        } else if (!strncmp(a, "--attention", 11) &&
+                   (ar = cli_attn_arg(a, v, &o.attention, att_lists, &err)) != 0) {
+            NEED_VALUE();
+            if (ar < 0) goto usage_err;
         } else if (!strcmp(a, "--random-weights")) {
             NEED_VALUE();
             if (!strcmp(v, "yes"))
@@ -244,7 +297,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         snprintf(path, sizeof path, "%s/results.json", o.out_dir);
         char *txt = NULL;
         size_t len = 0;
-        FILE *f = fopen(path, "rb");
+        FILE *f = al__fopen_read(path, NULL);
         cJSON *res = NULL;
         if (f) {
             fseek(f, 0, SEEK_END);
@@ -274,6 +327,8 @@ usage_err:
     rc = USAGE_ERROR("%s", err.msg);
 out:
     for (int i = 0; i < 4; i++) free(lists[i]);
+    free(att_lists[0]);
+    free(att_lists[1]);
     free(dl[0]);
     free(dl[1]);
     return rc;

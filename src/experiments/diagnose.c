@@ -73,38 +73,23 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
                                cap->layer, cap->heads[i], NULL, &c->spec[h], err);
 }
 
+static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                    al_error *err) {
+    (void)tsec;
+    return diag_head(ctx, cap, i, sc, err);
+}
+
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     diag_ctx *c = user;
-    int failed = 0;
-    al_error first = {0};
-#pragma omp parallel num_threads(c->n_threads)
-    {
-        int tid = omp_get_thread_num();
-        al_error e = {0};
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < cap->n_sel; i++) {
-            int stop;
-#pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            int h = cap->layer * c->n_head + cap->heads[i];
-            if (al__dist_owner(c->dist, h) != c->rank) continue; /* another rank's head */
-            if (diag_head(c, cap, i, &c->sc[tid], &e)) {
-#pragma omp critical(diag_err)
-                {
-                    if (!failed) first = e;
-                    failed = 1;
-                }
-            } else {
-                c->done[h]++;
-            }
-        }
-    }
-    if (failed) {
-        if (err) *err = first;
-        return first.code ? (int)first.code : AL_E_INVALID;
-    }
-    return 0;
+    al__ex_heads hs = {.cap = cap,
+                       .n_head = c->n_head,
+                       .dist = c->dist,
+                       .rank = c->rank,
+                       .n_threads = c->n_threads,
+                       .sc = c->sc,
+                       .done = c->done};
+    double tsec[4] = {0, 0, 0, 0};
+    return al__ex_each_head(&hs, diag_one, c, tsec, err);
 }
 
 /* Rank 0: the diagnosis and, with --out, the explorer's window (the first W tokens of the window
@@ -181,139 +166,156 @@ int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
     return al_diagnose_dist(o, NULL, json, err);
 }
 
-/* Over several processes as al_reproduce_dist: rank 0 reads the corpus and sends the window's
- * tokens, every rank runs the forward and its heads, rank 0 merges and reports. */
-int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error *err) {
-    *json = NULL;
-    al_model *m = NULL;
-    al_tokenizer *tk = NULL;
-    char *text = NULL;
-    int32_t *tokens = NULL;
-    size_t n_tokens = 0, text_len = 0;
-    diag_ctx c;
-    memset(&c, 0, sizeof c);
+/* One run of al_diagnose_dist: what its phases share. */
+typedef struct diag_run {
+    const al_diag_opts *o;
+    al_dist *dist;
+    int root, L;
+    al_model *m;
+    const al_model_info *mi;
+    al_tokenizer *tk;
+    char *text;
+    int32_t *tokens; /* [n_tokens] */
+    size_t n_tokens, text_len;
+    const int32_t *win; /* the window's L tokens */
+    const int32_t *own; /* the model's own tokens (an attention dump), [n_own] */
+    int n_own;
+    char own_label[160];
     al_norm nm;
-    const int32_t *own = NULL; /* the model's own tokens (an attention dump), [n_own] */
-    int n_own = 0;
-    char own_label[160] = "";
-    const al_model_info *mi = NULL;
-    int root = al__dist_rank(dist) == 0, L = 0;
-    const int32_t *win = NULL;            /* the window's L tokens */
-    uint8_t *lmask = NULL, *hmask = NULL; /* --layers, --heads (NULL: all) */
-    /* rank 0's model where a rank names none; rank 0 opens it first (a known name is fetched on
-     * first use), then the others */
-    char model[4096] = "";
-    if (root) snprintf(model, sizeof model, "%s", o->model ? o->model : "gpt2");
-    int rc = al__dist_agree(dist, al__dist_bcast(dist, model, sizeof model, err), err);
-    if (!rc && !root && o->model) snprintf(model, sizeof model, "%s", o->model);
-    if (!rc && root) rc = al_model_open(model, &m, err);
-    if ((rc = al__dist_agree(dist, rc, err))) goto done;
-    if (!root && (rc = al_model_open(model, &m, err))) goto setup_end;
-    if ((rc = al_model_hash(m, err))) goto setup_end;
-    mi = al_model_get_info(m);
-    char wopt[32] = "";
-    if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);
-    if ((rc = al__ex_own_tokens_opts(m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &own, &n_own,
-                                     own_label, sizeof own_label, err)))
-        goto setup_end;
+    uint8_t *lmask, *hmask; /* --layers, --heads (NULL: all) */
+    diag_ctx c;
+} diag_run;
+
+/* L (and its checks against the model and a dump), the normalizer, and, for a dump, whether it
+ * holds what diagnose reads. */
+static int diag_length(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    const al_model_info *mi = r->mi;
+    int n_own = r->n_own, L, rc;
     int prompt_n = 0; /* a prompt (--text) without --length: L = its tokens (on every rank) */
     if (o->length <= 0 && !n_own && o->corpus &&
         !strncmp(o->corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT)) &&
-        (rc = prompt_tokens(m, o->corpus, &prompt_n, err)))
-        goto setup_end;
+        (rc = prompt_tokens(r->m, o->corpus, &prompt_n, err)))
+        return rc;
     L = o->length > 0          ? o->length
         : prompt_n             ? prompt_n
         : n_own && !mi->causal ? n_own /* a bidirectional dump: L = T only */
         : mi->n_ctx < 1024     ? mi->n_ctx
                                : 1024;
-    if (n_own && (L > n_own || (!mi->causal && L != n_own))) {
-        rc = al__err(err, AL_E_INVALID, "--length %d, but %s holds attention over T = %d tokens%s",
-                     L, mi->path, n_own,
-                     mi->causal ? " (L <= T)" : " and is bidirectional (L = T only)");
-        goto setup_end;
-    }
-    if (L < 2 || L > mi->n_ctx) {
-        rc = al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
-                     mi->n_ctx);
-        goto setup_end;
-    }
+    r->L = L;
+    if (n_own && (L > n_own || (!mi->causal && L != n_own)))
+        return al__err(err, AL_E_INVALID,
+                       "--length %d, but %s holds attention over T = %d tokens%s", L, mi->path,
+                       n_own, mi->causal ? " (L <= T)" : " and is bidirectional (L = T only)");
+    if (L < 2 || L > mi->n_ctx)
+        return al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
+                       mi->n_ctx);
+    if ((rc = sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, err)) ||
+        (rc = sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, err)))
+        return rc;
     if (o->normalizer) {
-        if ((rc = al_norm_parse(o->normalizer, &nm, err))) goto setup_end;
-        c.nm = &nm;
+        if ((rc = al_norm_parse(o->normalizer, &r->nm, err))) return rc;
+        r->c.nm = &r->nm;
     }
     if (n_own) { /* before anything is computed: does the dump hold what diagnose reads? */
         al_capture_request pre = {.what = AL_CAP_LOGITS | AL_CAP_V |
-                                          (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                                          (r->c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
                                   .fn = al__ex_no_observer};
-        if ((rc = al__model_check(m, L, &pre, err))) {
-            al__err_prefix(err, rc, "diagnose reads %s",
-                           c.nm ? "logits and v (--normalizer)" : "logits, weights and v");
-            goto setup_end;
-        }
+        if ((rc = al__model_check(r->m, L, &pre, err)))
+            return al__err_prefix(err, rc, "diagnose reads %s",
+                                  r->c.nm ? "logits and v (--normalizer)"
+                                          : "logits, weights and v");
     }
-    if (!root) {
-        if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)L, "tokens", err))) rc = AL_E_NOMEM;
-        win = tokens;
-        goto setup_end;
+    return 0;
+}
+
+/* Rank 0: the window's tokens (a dump's own, or window K of the tokenized corpus). */
+static int diag_window(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    int rc, L = r->L;
+    if (r->n_own) { /* an attention dump: its tokens */
+        if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
+            return AL_E_NOMEM;
+        memcpy(r->tokens, r->own, sizeof(int32_t) * (size_t)r->n_own);
+        r->n_tokens = (size_t)r->n_own;
+    } else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
+               (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &r->text,
+                                    &r->text_len, err)) ||
+               (rc = al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err)))
+        return rc;
+    if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > r->n_tokens)
+        return al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
+                       o->corpus ? o->corpus : "war-and-peace", r->n_tokens, o->window, L,
+                       (size_t)(o->window + 1) * L);
+    r->win = r->tokens + (size_t)o->window * L;
+    return 0;
+}
+
+/* Every rank: the model (rank 0's where a rank names none; rank 0 opens it first: a known name
+ * is fetched on first use), its identity, L; rank 0 the window. Returns the agreed status. */
+static int diag_setup(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    char model[4096] = "";
+    if (r->root) snprintf(model, sizeof model, "%s", o->model ? o->model : "gpt2");
+    int rc = al__dist_agree(r->dist, al__dist_bcast(r->dist, model, sizeof model, err), err);
+    if (!rc && !r->root && o->model) snprintf(model, sizeof model, "%s", o->model);
+    if (!rc && r->root) rc = al_model_open(model, &r->m, err);
+    if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
+    if (!r->root) rc = al_model_open(model, &r->m, err);
+    if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o->attention, err);
+    if (!rc) {
+        r->mi = al_model_get_info(r->m);
+        char wopt[32] = "";
+        if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);
+        rc = al__ex_own_tokens_opts(r->m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &r->own,
+                                    &r->n_own, r->own_label, sizeof r->own_label, err);
     }
-    if (n_own) { /* an attention dump: its tokens */
-        if (!(tokens = al__malloc(sizeof(int32_t) * (size_t)n_own, "tokens", err))) {
+    if (!rc) rc = diag_length(r, err);
+    if (!rc && !r->root) {
+        if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->L, "tokens", err)))
             rc = AL_E_NOMEM;
-            goto setup_end;
-        }
-        memcpy(tokens, own, sizeof(int32_t) * (size_t)n_own);
-        n_tokens = (size_t)n_own;
-    } else if ((rc = al_model_tokenizer(m, &tk, err)) ||
-               (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &text,
-                                    &text_len, err)) ||
-               (rc = al_tokenize(tk, text, text_len, 0, &tokens, &n_tokens, err)))
-        goto setup_end;
-    if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > n_tokens) {
-        rc = al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
-                     o->corpus ? o->corpus : "war-and-peace", n_tokens, o->window, L,
-                     (size_t)(o->window + 1) * L);
-        goto setup_end;
+        r->win = r->tokens;
+    } else if (!rc) {
+        rc = diag_window(r, err);
     }
-    win = tokens + (size_t)o->window * L;
-setup_end:
-    if ((rc = al__dist_agree(dist, rc, err))) goto done;
-    { /* every rank: rank 0's model identity and window */
-        char sha0[65];
-        memcpy(sha0, mi->sha256, sizeof sha0);
-        if (!(rc = al__dist_bcast(dist, sha0, sizeof sha0, err)) && strcmp(sha0, mi->sha256))
-            rc = al__err(err, AL_E_INVALID,
-                         "%s: this model (identity %.16s...) is not rank 0's (identity %.16s...): "
-                         "every rank must open the same model",
-                         mi->path, mi->sha256, sha0);
-        if (!(rc = al__dist_agree(dist, rc, err)))
-            rc = al__dist_agree(dist, al__dist_bcast(dist, (void *)win, sizeof(int32_t) * L, err),
-                                err);
-        if (rc) goto done;
-    }
-    int H = mi->n_layer * mi->n_head;
-    if ((rc = sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &lmask, err)) ||
-        (rc = sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &hmask, err)))
-        goto done;
-    c.L = L;
-    c.n_head = mi->n_head;
-    c.dx = mi->d_head;
-    c.soft = al_norm_default(AL_NORM_SOFTMAX);
-    c.n_threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    c.dist = dist;
-    c.rank = al__dist_rank(dist);
+    return al__dist_agree(r->dist, rc, err);
+}
+
+/* Collective: every rank checks it opened rank 0's model and receives rank 0's window. */
+static int diag_share(diag_run *r, al_error *err) {
+    int rc = al__ex_same_model(r->dist, r->mi, err);
+    if (!(rc = al__dist_agree(r->dist, rc, err)))
+        rc = al__dist_agree(
+            r->dist, al__dist_bcast(r->dist, (void *)r->win, sizeof(int32_t) * r->L, err), err);
+    return rc;
+}
+
+/* The per-head results [H] (ns [H, DIAG_NS]) and every thread's scratch. */
+static int diag_alloc(diag_run *r, al_error *err) {
+    diag_ctx *c = &r->c;
+    const al_model_info *mi = r->mi;
+    int H = mi->n_layer * mi->n_head, L = r->L, rc = 0;
+    c->L = L;
+    c->n_head = mi->n_head;
+    c->dx = mi->d_head;
+    c->soft = al_norm_default(AL_NORM_SOFTMAX);
+    c->n_threads = r->o->threads > 0 ? r->o->threads : omp_get_max_threads();
+    c->dist = r->dist;
+    c->rank = al__dist_rank(r->dist);
     for (int k = 0; k < DIAG_NS; k++)
-        if (diag_N[k] < L) c.Ns[c.nN++] = diag_N[k];
-    if (!(c.max_w = al__ex_alloc_nan((size_t)H, err)) ||
-        !(c.ent = al__ex_alloc_nan((size_t)H, err)) ||
-        !(c.sink = al__ex_alloc_nan((size_t)H, err)) ||
-        !(c.spec = al__ex_alloc_nan((size_t)H, err)) ||
-        !(c.ns = al__ex_alloc_nan((size_t)H * DIAG_NS, err)) ||
-        !(c.done = al__calloc((size_t)H, 1, "heads done", err)) ||
-        !(c.sc = al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err)))
+        if (diag_N[k] < L) c->Ns[c->nN++] = diag_N[k];
+    if (!(c->max_w = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->ent = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->sink = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->spec = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->ns = al__ex_alloc_nan((size_t)H * DIAG_NS, err)) ||
+        !(c->done = al__calloc((size_t)H, 1, "heads done", err)) ||
+        !(c->sc = al__calloc((size_t)c->n_threads, sizeof(scratch), "scratch", err)))
         rc = AL_E_NOMEM;
     size_t LL = (size_t)L * L, dq = (size_t)L * (mi->d_head > 1 ? mi->d_head : 1);
-    for (int t = 0; t < c.n_threads && !rc; t++) {
-        scratch *s = &c.sc[t];
+    for (int t = 0; t < c->n_threads && !rc; t++) {
+        scratch *s = &c->sc[t];
         if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
             !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
             !(s->x = al__malloc(dq * sizeof(double), "head vectors", err)) ||
@@ -322,41 +324,63 @@ setup_end:
             !(s->st = al__malloc((DIAG_NS + 1) * sizeof(al_topn_stats), "stats", err)))
             rc = AL_E_NOMEM;
     }
-    al_capture_request req = {.what =
-                                  AL_CAP_LOGITS | AL_CAP_V | (c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
-                              .layers = lmask,
-                              .heads = hmask,
+    return rc;
+}
+
+/* Collective: the forward with the observer on every rank, then every head's values onto
+ * rank 0, which reports. */
+static int diag_compute(diag_run *r, char **json, al_error *err) {
+    diag_ctx *c = &r->c;
+    const al_model_info *mi = r->mi;
+    int H = mi->n_layer * mi->n_head;
+    int rc = diag_alloc(r, err);
+    al_capture_request req = {.what = AL_CAP_LOGITS | AL_CAP_V |
+                                      (c->nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                              .layers = r->lmask,
+                              .heads = r->hmask,
                               .fn = diag_observe,
-                              .user = &c};
+                              .user = c};
     for (int h = 0; h < H && !rc; h++) /* a head left out (--layers/--heads): NaN, by its owner */
-        if (((lmask && !lmask[h / mi->n_head]) || (hmask && !hmask[h % mi->n_head])) &&
-            al__dist_owner(dist, h) == c.rank)
-            c.done[h] = 1;
-    if (!rc) rc = al_model_forward(m, win, L, &req, NULL, NULL, err);
-    if ((rc = al__dist_agree(dist, rc, err))) goto done;
-    { /* every head's values onto rank 0, which reports */
-        double *arr[5] = {c.max_w, c.ent, c.sink, c.spec, c.ns};
-        const int64_t cols[5] = {1, 1, 1, 1, c.nN}; /* ns is [H, nN] */
-        if ((rc = al__dist_merge_heads(dist, H, mi->n_head, 5, arr, cols, c.done, err))) goto done;
-    }
-    al_diag_opts shown = *o; /* a dump's report names its tokens as the corpus */
-    if (n_own) shown.corpus = own_label;
-    if (root) rc = diag_report(&shown, m, &c, L, win, tk, n_own > 0, json, err);
-    rc = al__dist_agree(dist, rc, err);
-done:
-    free(lmask);
-    free(hmask);
-    al__ex_free_scratch(c.sc, c.n_threads);
-    free(c.max_w);
-    free(c.ent);
-    free(c.sink);
-    free(c.spec);
-    free(c.ns);
-    free(c.done);
-    free(tokens);
-    free(text);
-    if (tk) al_tokenizer_free(tk);
-    if (m) al_model_free(m);
+        if (((r->lmask && !r->lmask[h / mi->n_head]) || (r->hmask && !r->hmask[h % mi->n_head])) &&
+            al__dist_owner(r->dist, h) == c->rank)
+            c->done[h] = 1;
+    if (!rc) rc = al_model_forward(r->m, r->win, r->L, &req, NULL, NULL, err);
+    if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
+    double *arr[5] = {c->max_w, c->ent, c->sink, c->spec, c->ns};
+    const int64_t cols[5] = {1, 1, 1, 1, c->nN}; /* ns is [H, nN] */
+    if ((rc = al__dist_merge_heads(r->dist, H, mi->n_head, 5, arr, cols, c->done, err))) return rc;
+    al_diag_opts shown = *r->o; /* a dump's report names its tokens as the corpus */
+    if (r->n_own) shown.corpus = r->own_label;
+    if (r->root) rc = diag_report(&shown, r->m, c, r->L, r->win, r->tk, r->n_own > 0, json, err);
+    return al__dist_agree(r->dist, rc, err);
+}
+
+/* Over several processes as al_reproduce_dist: rank 0 reads the corpus and sends the window's
+ * tokens, every rank runs the forward and its heads, rank 0 merges and reports. */
+int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error *err) {
+    *json = NULL;
+    diag_run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.dist = dist;
+    r.root = al__dist_rank(dist) == 0;
+    int rc = diag_setup(&r, err);
+    if (!rc) rc = diag_share(&r, err);
+    if (!rc) rc = diag_compute(&r, json, err);
+    diag_ctx *c = &r.c;
+    free(r.lmask);
+    free(r.hmask);
+    al__ex_free_scratch(c->sc, c->n_threads);
+    free(c->max_w);
+    free(c->ent);
+    free(c->sink);
+    free(c->spec);
+    free(c->ns);
+    free(c->done);
+    free(r.tokens);
+    free(r.text);
+    if (r.tk) al_tokenizer_free(r.tk);
+    if (r.m) al_model_free(r.m);
     if (rc && *json) {
         free(*json);
         *json = NULL;

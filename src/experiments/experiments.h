@@ -79,6 +79,7 @@ typedef struct plan {
 
 int al__ex_cmp_dbl(const void *a, const void *b);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
 void al__ex_free_plan(plan *p);
 
@@ -86,10 +87,11 @@ void al__ex_free_plan(plan *p);
 
 /* Per thread: one head's arrays. */
 typedef struct scratch {
-    double *w, *z;     /* [L, L] */
-    double *x;         /* [L, dx] */
-    double *q, *k;     /* [L, d_head] */
-    al_topn_stats *st; /* [max(nd, ns)] */
+    double *w, *z;        /* [L, L] */
+    double *x;            /* [L, dx] */
+    double *q, *k;        /* [L, d_head] */
+    al_topn_stats *st;    /* [max(nd, ns)] */
+    al_reading_stats *rd; /* [max(nd, ns)] */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);
@@ -101,6 +103,24 @@ unsigned al__ex_job_what(const plan *p, const job *j);
 double al__ex_job_units(const job *j);
 int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
                    al_error *err);
+
+/* The heads of one capture a rank computes (those it owns, dist.h), over n_threads threads
+ * with one scratch each; done[h] counts each head computed. */
+typedef struct al__ex_heads {
+    const al_capture *cap;
+    int n_head;
+    al_dist *dist;
+    int rank, n_threads;
+    scratch *sc;   /* [n_threads] */
+    uint8_t *done; /* [H] */
+} al__ex_heads;
+/* Head i of cap with a thread's scratch; adds the CPU seconds it spends to tsec[4]. */
+typedef int (*al__ex_head_fn)(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                              al_error *err);
+/* fn over every head of hs in parallel; tsec[4] receives the sum of the threads' seconds. The
+ * first error stops the other heads and is returned. */
+int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
+                     al_error *err);
 
 /* ---- partial results (partial.c) */
 
@@ -206,6 +226,9 @@ int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, 
 /* The flags of head h with the values that raised them, "sink (mean weight on token 0 = 0.83 >
  * 0.5), ..." into buf ("" when none); returns how many rules fired. */
 int al__ex_diag_flag_text(const al__ex_diag *d, int h, char *buf, size_t size);
+/* ---- the driver (reproduce.c) */
+
+int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err);
 
 /* ---- models with their own tokens (own_tokens.c) */
 

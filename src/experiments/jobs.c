@@ -2,6 +2,7 @@
  * of a layer in parallel, then the merge of the ranks' heads. */
 #include "experiments.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,9 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
     case AL_VEC_EMBED:
         al__ex_to_double(cap->embed ? cap->embed : c->embed, sc->x, (size_t)L * cap->d_model);
         break;
+    case AL_VEC_RESIDUAL:
+        al__ex_to_double(cap->residual, sc->x, (size_t)L * cap->d_model);
+        break;
     }
     return 0;
 }
@@ -97,24 +101,26 @@ double al__ex_process_cpu(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, double tsec[4],
-                     al_error *err) {
+/* Algorithms 1-3 for head i (index hidx) under the readings --distance and --expectation:
+ * dtilde[nd] the true distance, E[nd] its random-selection counterpart (the analytic main term,
+ * the Monte-Carlo mean or the exact mean), E_mc/E_mc_se the Monte-Carlo estimate (with --mc),
+ * dmax the bound of sum-of-norms (NaN under the other distances, which it does not bound). The
+ * default readings take al_head_metrics alone (as before); the others al_head_reading. */
+static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int hidx,
+                         al_error *err) {
     const plan *p = c->p;
     job *j = c->j;
-    int L = cap->T, hidx = cap->layer * p->n_head + cap->heads[i];
-    int need_z = p->have_nm || j->want_sens;
-    int rc = prepare_head(c, cap, i, sc, need_z, err);
-    if (rc) return rc;
-    double t0 = thread_cpu();
-    if (j->nd > 0) {
-        al_metrics_opts mo = {
-            .top_n = j->Nd,
-            .n_top = j->nd,
-            .distance = 1,
-            .separability = 0,
-            .mc_samples = p->o.mc_samples,
-            .mc_seed = al__hash64(p->o.seed ^ al__hash64((uint64_t)hidx * 7919u + (uint64_t)L)),
-            .causal = cap->causal};
+    int L = cap->T, rc;
+    uint64_t seed = al__hash64(p->o.seed ^ al__hash64((uint64_t)hidx * 7919u + (uint64_t)L));
+    int sum_norms = p->o.distance == AL_DIST_SUM_OF_NORMS;
+    if (sum_norms) {
+        al_metrics_opts mo = {.top_n = j->Nd,
+                              .n_top = j->nd,
+                              .distance = 1,
+                              .separability = 0,
+                              .mc_samples = p->o.mc_samples,
+                              .mc_seed = seed,
+                              .causal = cap->causal};
         rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
@@ -127,7 +133,53 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
             j->E_mc[o] = sc->st[k].E_mc;
             j->E_mc_se[o] = sc->st[k].E_mc_se;
         }
+        if (p->o.expectation == AL_EXPECT_ANALYTIC) return 0;
+        if (p->o.expectation == AL_EXPECT_MC) {
+            for (int k = 0; k < j->nd; k++) {
+                size_t o = (size_t)hidx * j->nd + k;
+                j->E[o] = j->E_mc[o];
+            }
+            return 0;
+        }
     }
+    /* the other readings, and the exact expectation of sum-of-norms */
+    al_reading_opts ro = {.distance = p->o.distance,
+                          .top_n = j->Nd,
+                          .n_top = j->nd,
+                          .mc_samples = sum_norms ? 0 : p->o.mc_samples,
+                          .mc_seed = seed,
+                          .exact = p->o.expectation == AL_EXPECT_EXACT,
+                          .exact_max = p->o.exact_max,
+                          .causal = cap->causal};
+    rc = al_head_reading(sc->w, sc->x, L, c->dx, &ro, sc->rd, err);
+    if (rc)
+        return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i], L);
+    for (int k = 0; k < j->nd; k++) {
+        size_t o = (size_t)hidx * j->nd + k;
+        const al_reading_stats *r = &sc->rd[k];
+        double cp = p->o.expectation == AL_EXPECT_EXACT ? r->exact
+                    : p->o.expectation == AL_EXPECT_MC  ? r->mc
+                                                        : r->analytic;
+        j->E[o] = cp;
+        if (sum_norms) continue; /* dtilde, dmax, E_mc from al_head_metrics */
+        j->dtilde[o] = r->dist;
+        j->dmax[o] = NAN;
+        j->E_mc[o] = r->mc;
+        j->E_mc_se[o] = r->mc_se;
+    }
+    return 0;
+}
+
+static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                     al_error *err) {
+    const plan *p = c->p;
+    job *j = c->j;
+    int L = cap->T, hidx = cap->layer * p->n_head + cap->heads[i];
+    int need_z = p->have_nm || j->want_sens;
+    int rc = prepare_head(c, cap, i, sc, need_z, err);
+    if (rc) return rc;
+    double t0 = thread_cpu();
+    if (j->nd > 0 && (rc = distance_head(c, cap, i, sc, hidx, err))) return rc;
     double t1 = thread_cpu();
     if (j->ns > 0) {
         al_metrics_opts mo = {.top_n = j->Ns,
@@ -148,10 +200,13 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     }
     double t2 = thread_cpu();
     if (j->want_sens) {
-        rc = al_head_sensitivity(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
-                                 p->o.seed, cap->layer, cap->heads[i],
-                                 j->fd + (size_t)hidx * p->nT * p->nE,
-                                 j->spec + (size_t)hidx * p->nT, err);
+        /* the readings of METHOD 6: T on scaled or raw logits, shared or fresh directions */
+        al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
+                           .fresh = p->o.fresh_directions};
+        rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
+                                    p->o.seed, cap->layer, cap->heads[i], &so,
+                                    j->fd + (size_t)hidx * p->nT * p->nE,
+                                    j->spec + (size_t)hidx * p->nT, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -179,6 +234,49 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     return 0;
 }
 
+int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
+                     al_error *err) {
+    const al_capture *cap = hs->cap;
+    int failed = 0;
+    al_error first = {0};
+#pragma omp parallel num_threads(hs->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        double mysec[4] = {0, 0, 0, 0};
+        al_error e = {0};
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < cap->n_sel; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            int h = cap->layer * hs->n_head + cap->heads[i];
+            if (al__dist_owner(hs->dist, h) != hs->rank) continue; /* another rank's head */
+            if (fn(ctx, cap, i, &hs->sc[tid], mysec, &e)) {
+#pragma omp critical(al_ex_head_err)
+                {
+                    if (!failed) first = e;
+                    failed = 1;
+                }
+            } else {
+                hs->done[h]++; /* distinct i: distinct h, no two threads write one byte */
+            }
+        }
+#pragma omp critical(al_ex_head_time)
+        for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
+    }
+    if (failed) {
+        if (err) *err = first;
+        return first.code ? (int)first.code : AL_E_INVALID;
+    }
+    return 0;
+}
+
+static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                        al_error *err) {
+    return head_work(ctx, cap, i, sc, tsec, err);
+}
+
 static int observe(void *user, const al_capture *cap, al_error *err) {
     if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
@@ -193,43 +291,24 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
     if (c->p->o.vectors == AL_VEC_EMBED && !cap->embed && !c->embed)
         return al__err(err, AL_E_UNSUPPORTED, "the model gave no embedding capture for layer %d",
                        cap->layer);
-    int failed = 0;
-    al_error first = {0};
+    if (c->p->o.vectors == AL_VEC_RESIDUAL && !cap->residual)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "--vectors residual: the model gave no residual-stream capture for layer %d",
+                       cap->layer);
     double tsec[4] = {0, 0, 0, 0};
-#pragma omp parallel num_threads(c->n_threads)
-    {
-        int tid = omp_get_thread_num();
-        double mysec[4] = {0, 0, 0, 0};
-        al_error e = {0};
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < cap->n_sel; i++) {
-            int stop;
-#pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            int h = cap->layer * c->p->n_head + cap->heads[i];
-            if (al__dist_owner(c->p->dist, h) != c->p->rank) continue; /* another rank's head */
-            if (head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
-#pragma omp critical(repro_err)
-                {
-                    if (!failed) first = e;
-                    failed = 1;
-                }
-            } else {
-                c->done[h]++; /* distinct i: distinct h, no two threads write one byte */
-            }
-        }
-#pragma omp critical(repro_time)
-        for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
-    }
+    al__ex_heads hs = {.cap = cap,
+                       .n_head = c->p->n_head,
+                       .dist = c->p->dist,
+                       .rank = c->p->rank,
+                       .n_threads = c->n_threads,
+                       .sc = c->sc,
+                       .done = c->done};
+    int rc = al__ex_each_head(&hs, observe_head, c, tsec, err);
     c->j->t_dist += tsec[0];
     c->j->t_sep += tsec[1];
     c->j->t_sens += tsec[2];
     c->j->t_van += tsec[3];
-    if (failed) {
-        if (err) *err = first;
-        return first.code ? (int)first.code : AL_E_INVALID;
-    }
+    if (rc) return rc;
     c->layers_done++;
     snprintf(c->status, sizeof c->status, "window %d, L = %d: layer %d/%d", c->j->window, c->L,
              c->layers_done, c->p->n_layer);
@@ -246,6 +325,7 @@ void al__ex_free_scratch(scratch *sc, int n) {
         free(sc[i].q);
         free(sc[i].k);
         free(sc[i].st);
+        free(sc[i].rd);
     }
     free(sc);
 }
@@ -268,6 +348,9 @@ unsigned al__ex_job_what(const plan *p, const job *j) {
         break;
     case AL_VEC_EMBED:
         what |= AL_CAP_EMBED;
+        break;
+    case AL_VEC_RESIDUAL:
+        what |= AL_CAP_RESIDUAL;
         break;
     }
     if (j->want_van) what |= AL_CAP_Q | AL_CAP_K;
@@ -317,7 +400,8 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
             !(s->x = al__malloc((size_t)j->L * c.dx * sizeof(double), "head vectors", err)) ||
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
-            !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)))
+            !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
+            !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)))
             rc = AL_E_NOMEM;
     }
     al_capture_request req = {.what = al__ex_job_what(p, j), .fn = observe, .user = &c};

@@ -220,12 +220,20 @@ cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *co
     cJSON_AddStringToObject(co, "name", p->o.corpus);
     cJSON_AddStringToObject(co, "sha256", corpus_sha);
     cJSON_AddStringToObject(r, "vectors", al_vectors_name(p->o.vectors));
+    cJSON_AddStringToObject(r, "distance", al_distance_name(p->o.distance));
+    cJSON_AddStringToObject(r, "expectation", al_expect_name(p->o.expectation));
+    cJSON_AddStringToObject(r, "temperature_scale", p->o.temperature_raw ? "raw" : "scaled");
+    cJSON_AddStringToObject(r, "directions", p->o.fresh_directions ? "fresh" : "shared");
     if (p->o.normalizer)
         cJSON_AddStringToObject(r, "normalizer", p->o.normalizer);
     else
         cJSON_AddStringToObject(r, "normalizer", "none (the model's own softmax weights)");
     cJSON_AddNumberToObject(r, "seed", (double)p->o.seed);
     cJSON_AddNumberToObject(r, "mc_samples", p->o.mc_samples);
+    cJSON *att = cJSON_AddObjectToObject(r, "attention"); /* the variant inside the forward */
+    cJSON_AddStringToObject(att, "rule", p->o.attention.rule ? p->o.attention.rule : "dense");
+    cJSON_AddStringToObject(att, "normalizer",
+                            p->o.attention.normalizer ? p->o.attention.normalizer : "softmax");
     cJSON_AddItemToObject(r, "temperatures", cJSON_CreateDoubleArray(p->T, p->nT));
     cJSON_AddItemToObject(r, "eps", cJSON_CreateDoubleArray(p->eps, p->nE));
     return r;
@@ -289,8 +297,10 @@ int al__ex_check_run_options(const plan *p, const cJSON *now, al_error *err) {
     if (!same) {
         note_diff(diff, sizeof diff, saved, now, "model", "sha256");
         note_diff(diff, sizeof diff, saved, now, "corpus", "sha256");
-        static const char *const flat[] = {"vectors",      "normalizer", "seed",   "mc_samples",
-                                           "temperatures", "eps",        "attnlim"};
+        static const char *const flat[] = {
+            "vectors",           "distance",   "expectation", "directions",
+            "temperature_scale", "normalizer", "seed",        "mc_samples",
+            "temperatures",      "eps",        "attnlim"};
         for (size_t i = 0; i < sizeof flat / sizeof *flat; i++)
             note_diff(diff, sizeof diff, saved, now, flat[i], NULL);
         if (!diff[0]) snprintf(diff, sizeof diff, "the fingerprint of the options");

@@ -27,6 +27,8 @@ const char *al_vectors_name(al_vectors v) {
         return "hidden";
     case AL_VEC_EMBED:
         return "embedding";
+    case AL_VEC_RESIDUAL:
+        return "residual";
     }
     return "?";
 }
@@ -41,9 +43,11 @@ int al_vectors_parse(const char *s, al_vectors *out, al_error *err) {
         *out = AL_VEC_HIDDEN;
     else if (!strcmp(s, "embedding") || !strcmp(s, "embed"))
         *out = AL_VEC_EMBED;
+    else if (!strcmp(s, "residual"))
+        *out = AL_VEC_RESIDUAL;
     else
         return al__err(err, AL_E_INVALID,
-                       "--vectors: '%s' is not one of value, key, hidden, embedding", s);
+                       "--vectors: '%s' is not one of value, key, hidden, residual, embedding", s);
     return 0;
 }
 
@@ -78,15 +82,25 @@ int al_repro_pick_model(char *name, size_t size, al_error *err) {
         why[0], why[1]);
 }
 
-/* The critical-N grid of METHOD section 4. out has room for 64. */
-static int crit_grid(int *out) {
-    int n = 0;
-    for (int v = 1; v <= 16; v++) out[n++] = v;
-    for (int v = 18; v <= 32; v += 2) out[n++] = v;
-    for (int v = 36; v <= 64; v += 4) out[n++] = v;
-    for (int v = 72; v <= 128; v += 8) out[n++] = v;
-    for (int v = 144; v <= 256; v += 16) out[n++] = v;
-    return n;
+/* The default critical-N grid (METHOD section 4): the union over the lengths Ls[nL] of each
+ * L's grid (al_critical_grid: up to L - 1, steps of L/32 beyond 256), or with quick the quick
+ * grid and every L - 1; each job uses the N < L of it. *out malloc'ed. */
+static int crit_grid(const int *Ls, int nL, int quick, int **out, int *n, al_error *err) {
+    size_t cap = quick ? sizeof quick_crit_n / sizeof *quick_crit_n + (size_t)nL : 0;
+    for (int i = 0; i < nL && !quick; i++) cap += (size_t)al_critical_grid(Ls[i], NULL, 0);
+    int *g = al__malloc(sizeof(int) * (cap ? cap : 1), "critical-N grid", err);
+    if (!g) return AL_E_NOMEM;
+    int k = 0;
+    if (quick) {
+        for (size_t i = 0; i < sizeof quick_crit_n / sizeof *quick_crit_n; i++)
+            g[k++] = quick_crit_n[i];
+        for (int i = 0; i < nL; i++) g[k++] = Ls[i] - 1;
+    } else {
+        for (int i = 0; i < nL; i++) k += al_critical_grid(Ls[i], g + k, (int)cap - k);
+    }
+    *out = g;
+    *n = k;
+    return 0;
 }
 
 static int cmp_int(const void *a, const void *b) {
@@ -191,6 +205,82 @@ static int build_job_grids(plan *p, job *j, al_error *err) {
     return 0;
 }
 
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* A grid: the option's values when given, else the --quick one, else the default; *n its size. */
+static const int *pick(const int *given, int n_given, int quick, const int *q, int nq,
+                       const int *def, int ndef, int *n) {
+    if (given) return *n = n_given, given;
+    if (quick) return *n = nq, q;
+    return *n = ndef, def;
+}
+
+/* The grids of Algorithms 1-4, sorted, unique, clipped to what L allows. */
+static int plan_grids(plan *p, const al_repro_opts *o, int ctx, al_error *err) {
+    int n, rc;
+    const int *g = pick(o->lengths, o->n_lengths, o->quick, quick_lengths, COUNT(quick_lengths),
+                        def_lengths, COUNT(def_lengths), &n);
+    for (int i = 0; i < n; i++)
+        if (o->lengths && (g[i] < 2 || g[i] > ctx))
+            return al__err(err, AL_E_INVALID,
+                           "--lengths: %d is outside 2..%d (the model's context)", g[i], ctx);
+    if (!(p->Ls = uniq_ints(g, n, 2, ctx, &p->nL, err))) return AL_E_NOMEM;
+    g = pick(o->top_n, o->n_top_n, o->quick, quick_top_n, COUNT(quick_top_n), def_top_n,
+             COUNT(def_top_n), &n);
+    if (!(p->N2 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN2, err))) return AL_E_NOMEM;
+    int *cg = NULL; /* the default critical-N grid depends on the lengths (to L - 1) */
+    if (o->critical_n) {
+        g = o->critical_n, n = o->n_critical_n;
+    } else {
+        if ((rc = crit_grid(p->Ls, p->nL, o->quick, &cg, &n, err))) return rc;
+        g = cg;
+    }
+    p->N3 = uniq_ints(g, n, 1, 1 << 30, &p->nN3, err);
+    free(cg);
+    if (!p->N3) return AL_E_NOMEM;
+    g = pick(o->separability_n, o->n_separability_n, o->quick, quick_sep_n, COUNT(quick_sep_n),
+             def_sep_n, COUNT(def_sep_n), &n);
+    if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
+    return 0;
+}
+
+/* The readings of METHOD section 9 that the options alone decide: names in range,
+ * --expectation mc with samples (al_reproduce checks them before it creates anything). */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err) {
+    if (o->distance < AL_DIST_SUM_OF_NORMS || o->distance > AL_DIST_SUM_VECTOR)
+        return al__err(err, AL_E_INVALID,
+                       "--distance: %d is not one of sum-of-norms, norm-of-sum, sum-vector",
+                       (int)o->distance);
+    if (o->expectation < AL_EXPECT_ANALYTIC || o->expectation > AL_EXPECT_EXACT)
+        return al__err(err, AL_E_INVALID, "--expectation: %d is not one of analytic, mc, exact",
+                       (int)o->expectation);
+    if ((unsigned)o->vectors > AL_VEC_RESIDUAL)
+        return al__err(err, AL_E_INVALID,
+                       "--vectors: %d is not one of value, key, hidden, residual, embedding",
+                       (int)o->vectors);
+    if (o->expectation == AL_EXPECT_MC && o->mc_samples < 1)
+        return al__err(err, AL_E_INVALID,
+                       "--expectation mc needs Monte-Carlo samples (--mc S with S >= 1)");
+    if (o->exact_max < 0 || o->exact_max > AL_EXACT_MAX_LIMIT)
+        return al__err(err, AL_E_INVALID, "--exact-max: %lld is outside 1..%d",
+                       (long long)o->exact_max, AL_EXACT_MAX_LIMIT);
+    return 0;
+}
+
+/* ... and, with the plan, --expectation exact only where every job's C(L, N) is within the cap
+ * (before any work). */
+static int check_readings(const plan *p, al_error *err) {
+    const al_repro_opts *o = &p->o;
+    int rc = al__ex_check_reading_opts(o, err);
+    if (rc || o->expectation != AL_EXPECT_EXACT) return rc;
+    for (int i = 0; i < p->n_jobs; i++) {
+        const job *j = &p->jobs[i];
+        rc = al_exact_check(j->L, j->Nd, j->nd, o->exact_max, err);
+        if (rc) return al__err_prefix(err, rc, "L = %d (the N of Algorithms 1-3 at that L)", j->L);
+    }
+    return 0;
+}
+
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err) {
     memset(p, 0, sizeof *p);
     p->o = *o;
@@ -211,42 +301,7 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
     p->long_L = want_long < ctx ? want_long : ctx;
     if (p->long_L < 2)
         return al__err(err, AL_E_INVALID, "the model's context (%d) is too short", ctx);
-    /* grids */
-    const int *g;
-    int n;
-    if (o->lengths)
-        g = o->lengths, n = o->n_lengths;
-    else if (o->quick)
-        g = quick_lengths, n = (int)(sizeof quick_lengths / sizeof *quick_lengths);
-    else
-        g = def_lengths, n = (int)(sizeof def_lengths / sizeof *def_lengths);
-    for (int i = 0; i < n; i++)
-        if (o->lengths && (g[i] < 2 || g[i] > ctx))
-            return al__err(err, AL_E_INVALID,
-                           "--lengths: %d is outside 2..%d (the model's context)", g[i], ctx);
-    if (!(p->Ls = uniq_ints(g, n, 2, ctx, &p->nL, err))) return AL_E_NOMEM;
-    if (o->top_n)
-        g = o->top_n, n = o->n_top_n;
-    else if (o->quick)
-        g = quick_top_n, n = (int)(sizeof quick_top_n / sizeof *quick_top_n);
-    else
-        g = def_top_n, n = (int)(sizeof def_top_n / sizeof *def_top_n);
-    if (!(p->N2 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN2, err))) return AL_E_NOMEM;
-    int cg[64];
-    if (o->critical_n)
-        g = o->critical_n, n = o->n_critical_n;
-    else if (o->quick)
-        g = quick_crit_n, n = (int)(sizeof quick_crit_n / sizeof *quick_crit_n);
-    else
-        g = cg, n = crit_grid(cg);
-    if (!(p->N3 = uniq_ints(g, n, 1, 1 << 30, &p->nN3, err))) return AL_E_NOMEM;
-    if (o->separability_n)
-        g = o->separability_n, n = o->n_separability_n;
-    else if (o->quick)
-        g = quick_sep_n, n = (int)(sizeof quick_sep_n / sizeof *quick_sep_n);
-    else
-        g = def_sep_n, n = (int)(sizeof def_sep_n / sizeof *def_sep_n);
-    if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
+    if ((rc = plan_grids(p, o, ctx, err))) return rc;
     /* temperatures: 25 (quick: 9) log-spaced over [1e-3, 1e1] */
     p->nT = o->temperatures ? o->n_temperatures : (o->quick ? 9 : 25);
     p->nE = o->eps ? o->n_eps : 3;
@@ -302,5 +357,5 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
             rc = build_job_grids(p, j, err);
         }
     free(Lu);
-    return rc;
+    return rc ? rc : check_readings(p, err);
 }

@@ -102,6 +102,7 @@ static int run_start(run *r, al_error *err) {
     int rc = 0;
     if (r->root) {
         if (!r->o.out_dir) rc = al__err(err, AL_E_INVALID, "no output directory (--out)");
+        if (!rc) rc = al__ex_check_reading_opts(&r->o, err);
         if (!rc && !r->o.model && !(rc = al_repro_pick_model(r->picked, sizeof r->picked, err)) &&
             !r->o.quiet)
             fprintf(stderr, "attnlim reproduce: no --model given; using the best available: %s\n",
@@ -122,11 +123,23 @@ static void run_fingerprint(run *r) {
     snprintf(buf, sizeof buf, "attnlim-repro-1|%s|%s|%s|%s|%s|seed%llu|mc%d|T", r->mi->sha256,
              r->corpus_sha, al_vectors_name(o->vectors), o->normalizer ? o->normalizer : "-",
              al_version(), (unsigned long long)o->seed, o->mc_samples);
+    /* the readings of METHOD 9 other than vectors (their defaults add nothing: the
+     * fingerprints of earlier runs stay valid for --resume) */
+    if (o->distance || o->expectation || o->temperature_raw || o->fresh_directions)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|%s|%s|x%lld|%s|%s",
+                 al_distance_name(o->distance), al_expect_name(o->expectation),
+                 (long long)(o->exact_max > 0 ? o->exact_max : AL_EXACT_MAX_DEFAULT),
+                 o->temperature_raw ? "raw" : "scaled", o->fresh_directions ? "fresh" : "shared");
     size_t k = strlen(buf);
     for (int i = 0; i < p->nT && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p->T[i]);
     for (int i = 0; i < p->nE && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p->eps[i]);
+    cJSON *att = al__attn_json(r->m); /* the attention inside the forward */
+    char *att_s = att ? cJSON_PrintUnformatted(att) : NULL;
+    if (att_s && k < sizeof buf) snprintf(buf + k, sizeof buf - k, "|%s", att_s);
+    free(att_s);
+    cJSON_Delete(att);
     al_sha256_buf(buf, strlen(buf), p->fingerprint);
 }
 
@@ -208,6 +221,7 @@ static int run_setup(run *r, al_error *err) {
     if (!rc && !r->o.quiet && r->o.progress)
         fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(r->m)->path);
     if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o.attention, err);
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         if (r->o.windows > 1) snprintf(r->wopt, sizeof r->wopt, "--windows %d", r->o.windows);
@@ -226,17 +240,24 @@ static int run_setup(run *r, al_error *err) {
     return al__dist_agree(r->dist, rc, err);
 }
 
-/* Collective: every rank checks it opened rank 0's model and receives rank 0's tokens. */
-static int run_share_tokens(run *r, al_error *err) {
+/* Collective: every rank checks it opened rank 0's model (the SHA-256 identity). Not agreed:
+ * the caller agrees on the status. */
+int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err) {
     char sha0[65];
-    uint64_t nt = r->n_tokens;
-    memcpy(sha0, r->mi->sha256, sizeof sha0);
-    int rc = al__dist_bcast(r->dist, sha0, sizeof sha0, err);
-    if (!rc && strcmp(sha0, r->mi->sha256))
+    memcpy(sha0, mi->sha256, sizeof sha0);
+    int rc = al__dist_bcast(dist, sha0, sizeof sha0, err);
+    if (!rc && strcmp(sha0, mi->sha256))
         rc = al__err(err, AL_E_INVALID,
                      "%s: this model (identity %.16s...) is not rank 0's (identity %.16s...): "
                      "every rank must open the same model",
-                     r->mi->path, r->mi->sha256, sha0);
+                     mi->path, mi->sha256, sha0);
+    return rc;
+}
+
+/* Collective: every rank checks it opened rank 0's model and receives rank 0's tokens. */
+static int run_share_tokens(run *r, al_error *err) {
+    uint64_t nt = r->n_tokens;
+    int rc = al__ex_same_model(r->dist, r->mi, err);
     if (!rc) rc = al__dist_bcast(r->dist, &nt, sizeof nt, err);
     if (!rc && !r->root &&
         !(r->tokens = al__malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1), "tokens", err)))
@@ -370,6 +391,10 @@ static int run_summary(run *r, al_error *err) {
     snprintf(s->family, sizeof s->family, "%s", mi->family);
     s->corpus = o->corpus;
     s->vectors = al_vectors_name(o->vectors);
+    s->distance = al_distance_name(o->distance);
+    s->expectation = al_expect_name(o->expectation);
+    s->temperature_scale = o->temperature_raw ? "raw" : "scaled";
+    s->directions = o->fresh_directions ? "fresh" : "shared";
     s->normalizer = o->normalizer ? o->normalizer : "softmax (the model's own weights)";
     s->synthetic = o->synthetic >= 0 ? o->synthetic : detect_synthetic(mi);
     s->sums_to_one = p->have_nm ? al_norm_sums_to_one(&p->nm) : 1;

@@ -48,7 +48,7 @@ static int row_alg4(const plan *p, const agg *a, int r, int *L, int *N, const do
     return 3;
 }
 
-static void write_head_rows(const plan *p, const agg *a, head_row row, al__afile *f,
+static void write_head_rows(const plan *p, const agg *a, head_row row, const char *rd, al__afile *f,
                             al_error *err) {
     int nh = p->n_head, L, N, nc;
     const double *col[4];
@@ -56,13 +56,13 @@ static void write_head_rows(const plan *p, const agg *a, head_row row, al__afile
         for (int h = 0; h < p->H && nc > 0; h++) {
             al__afile_printf(f, err, "%d,%d,%d,%d", h / nh, h % nh, L, N);
             for (int c = 0; c < nc; c++) csv_num(f, col[c][h], err);
-            al__afile_printf(f, err, "\n");
+            al__afile_printf(f, err, ",%s\n", rd);
         }
 }
 
 /* ---- the tables of their own shape */
 
-static void body_alg3(const plan *p, const agg *a, al__afile *f, al_error *err) {
+static void body_alg3(const plan *p, const agg *a, const char *rd, al__afile *f, al_error *err) {
     const al__summary *s = &a->s;
     for (int li = 0; li < p->nL; li++)
         for (int i = 0; i < p->nN3 && p->N3[i] < p->Ls[li]; i++) {
@@ -71,13 +71,13 @@ static void body_alg3(const plan *p, const agg *a, al__afile *f, al_error *err) 
             csv_num(f, s->a3_p[q], err);
             csv_num(f, s->a3_dt_mean[q], err);
             csv_num(f, s->a3_E_mean[q], err);
-            al__afile_printf(f, err, ",%d,%d\n", s->a3_crit[0][li], s->a3_crit[1][li]);
+            al__afile_printf(f, err, ",%d,%d,%s\n", s->a3_crit[0][li], s->a3_crit[1][li], rd);
         }
 }
 
 /* a line per (head, T, eps) with the finite-difference mean, then (head, T, exact) with the
  * spectral norm */
-static void body_alg5(const plan *p, const agg *a, al__afile *f, al_error *err) {
+static void body_alg5(const plan *p, const agg *a, const char *rd, al__afile *f, al_error *err) {
     int nh = p->n_head;
     for (int h = 0; h < p->H; h++)
         for (int t = 0; t < p->nT; t++) {
@@ -85,15 +85,15 @@ static void body_alg5(const plan *p, const agg *a, al__afile *f, al_error *err) 
                 al__afile_printf(f, err, "%d,%d,%d,%.10g,%.10g", h / nh, h % nh, p->long_L, p->T[t],
                                  p->eps[e]);
                 csv_num(f, a->fd[((size_t)h * p->nT + t) * p->nE + e], err);
-                al__afile_printf(f, err, ",\n");
+                al__afile_printf(f, err, ",,%s\n", rd);
             }
             al__afile_printf(f, err, "%d,%d,%d,%.10g,exact,", h / nh, h % nh, p->long_L, p->T[t]);
             csv_num(f, a->spec[(size_t)h * p->nT + t], err);
-            al__afile_printf(f, err, "\n");
+            al__afile_printf(f, err, ",%s\n", rd);
         }
 }
 
-static void body_alg5_g(const plan *p, const agg *a, al__afile *f, al_error *err) {
+static void body_alg5_g(const plan *p, const agg *a, const char *rd, al__afile *f, al_error *err) {
     for (int t = 0; t < p->nT; t++)
         for (int e = 0; e <= p->nE; e++) {
             double v = e < p->nE ? a->s.g[(size_t)t * p->nE + e] : a->s.spec[t],
@@ -105,11 +105,13 @@ static void body_alg5_g(const plan *p, const agg *a, al__afile *f, al_error *err
             csv_num(f, v, err);
             csv_num(f, b < sqrt(2.0) ? b : sqrt(2.0), err);
             csv_num(f, 1 / (2 * p->T[t]), err);
-            al__afile_printf(f, err, ",%d\n", v > b);
+            al__afile_printf(f, err, ",%d,%s\n", v > b, rd);
         }
 }
 
-static void body_vanishing(const plan *p, const agg *a, al__afile *f, al_error *err) {
+static void body_vanishing(const plan *p, const agg *a, const char *rd, al__afile *f,
+                           al_error *err) {
+    (void)rd; /* no [reading] of METHOD 9 changes these */
     int nh = p->n_head, L = p->long_L;
     for (int h = 0; h < p->H; h++)
         for (int t = 0; t < L; t++) {
@@ -132,20 +134,40 @@ static const struct {
     unsigned exp;
     const char *file, *header;
     head_row rows;
-    void (*body)(const plan *p, const agg *a, al__afile *f, al_error *err);
+    void (*body)(const plan *p, const agg *a, const char *rd, al__afile *f, al_error *err);
+    int rd; /* the readings column (last): 0 none, 1 vectors, 2 vectors/distance/expectation,
+             * 3 temperature scale/directions */
 } csv_files[] = {
-    {AL_EXP_ALG1, "alg1.csv", "layer,head,L,N,dtilde,dmax,E,E_mc", row_alg1, NULL},
-    {AL_EXP_ALG2, "alg2.csv", "layer,head,L,N,dtilde,dmax,E,E_mc", row_alg2, NULL},
-    {AL_EXP_ALG3, "alg3.csv", "L,N,pvalue,mean_dtilde,mean_E,critical_n_0.01,critical_n_0.05", NULL,
-     body_alg3},
-    {AL_EXP_ALG3, "alg3_heads.csv", "layer,head,L,N,dtilde,E", row_alg3, NULL},
-    {AL_EXP_ALG4, "alg4.csv", "layer,head,L,N,ns_ratio,ns_lower,ns_upper", row_alg4, NULL},
-    {AL_EXP_ALG5, "alg5.csv", "layer,head,L,T,eps,fd_mean,spectral_mean", NULL, body_alg5},
-    {AL_EXP_ALG5, "alg5_g.csv", "T,eps,g,bound_paper,bound_sup,above_1_over_4T", NULL, body_alg5_g},
+    {AL_EXP_ALG1, "alg1.csv", "layer,head,L,N,dtilde,dmax,E,E_mc,readings", row_alg1, NULL, 2},
+    {AL_EXP_ALG2, "alg2.csv", "layer,head,L,N,dtilde,dmax,E,E_mc,readings", row_alg2, NULL, 2},
+    {AL_EXP_ALG3, "alg3.csv",
+     "L,N,pvalue,mean_dtilde,mean_E,critical_n_0.01,critical_n_0.05,readings", NULL, body_alg3, 2},
+    {AL_EXP_ALG3, "alg3_heads.csv", "layer,head,L,N,dtilde,E,readings", row_alg3, NULL, 2},
+    {AL_EXP_ALG4, "alg4.csv", "layer,head,L,N,ns_ratio,ns_lower,ns_upper,readings", row_alg4, NULL,
+     1},
+    {AL_EXP_ALG5, "alg5.csv", "layer,head,L,T,eps,fd_mean,spectral_mean,readings", NULL, body_alg5,
+     3},
+    {AL_EXP_ALG5, "alg5_g.csv", "T,eps,g,bound_paper,bound_sup,above_1_over_4T,readings", NULL,
+     body_alg5_g, 3},
     {AL_EXP_VANISHING, "vanishing.csv",
-     "layer,head,L,n,max_weight,entropy,entropy_over_log_n,D,band_lo,band_hi", NULL,
-     body_vanishing},
+     "layer,head,L,n,max_weight,entropy,entropy_over_log_n,D,band_lo,band_hi", NULL, body_vanishing,
+     0},
 };
+
+/* The readings column of a CSV (METHOD 9 [reading]): "name=value" pairs joined by ';'. */
+static void readings_text(const plan *p, int which, char *buf, size_t size) {
+    const al_repro_opts *o = &p->o;
+    if (which == 1)
+        snprintf(buf, size, "vectors=%s", al_vectors_name(o->vectors));
+    else if (which == 2)
+        snprintf(buf, size, "vectors=%s;distance=%s;expectation=%s", al_vectors_name(o->vectors),
+                 al_distance_name(o->distance), al_expect_name(o->expectation));
+    else if (which == 3)
+        snprintf(buf, size, "temperature_scale=%s;directions=%s",
+                 o->temperature_raw ? "raw" : "scaled", o->fresh_directions ? "fresh" : "shared");
+    else
+        buf[0] = 0;
+}
 
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err) {
     for (size_t i = 0; i < sizeof csv_files / sizeof *csv_files; i++) {
@@ -156,10 +178,12 @@ int al__ex_write_csvs(const plan *p, agg *a, al_error *err) {
         int rc = al__afile_open(&f, path, err);
         if (rc) return rc;
         al__afile_printf(&f, err, "%s\n", csv_files[i].header);
+        char rd[160];
+        readings_text(p, csv_files[i].rd, rd, sizeof rd);
         if (csv_files[i].rows)
-            write_head_rows(p, a, csv_files[i].rows, &f, err);
+            write_head_rows(p, a, csv_files[i].rows, rd, &f, err);
         else
-            csv_files[i].body(p, a, &f, err);
+            csv_files[i].body(p, a, rd, &f, err);
         if ((rc = al__afile_commit(&f, err))) return rc;
     }
     return 0;

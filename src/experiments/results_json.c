@@ -92,6 +92,12 @@ void al__ex_now_iso(char *buf, size_t size) {
 static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     cJSON *op = cJSON_AddObjectToObject(man, "options");
     cJSON_AddStringToObject(op, "vectors", al_vectors_name(p->o.vectors));
+    cJSON_AddStringToObject(op, "distance", al_distance_name(p->o.distance));
+    cJSON_AddStringToObject(op, "expectation", al_expect_name(p->o.expectation));
+    cJSON_AddNumberToObject(op, "exact_max",
+                            (double)(p->o.exact_max > 0 ? p->o.exact_max : AL_EXACT_MAX_DEFAULT));
+    cJSON_AddStringToObject(op, "temperature_scale", p->o.temperature_raw ? "raw" : "scaled");
+    cJSON_AddStringToObject(op, "directions", p->o.fresh_directions ? "fresh" : "shared");
     cJSON_AddStringToObject(op, "normalizer", s->normalizer);
     cJSON_AddBoolToObject(op, "weights_sum_to_one", s->sums_to_one);
     cJSON_AddBoolToObject(op, "quick", p->o.quick);
@@ -183,11 +189,33 @@ static int json_manifest(const plan *p, const al__summary *s, const char *corpus
 /* readings: the METHOD [reading]s the numbers depend on */
 static void json_readings(const al__summary *s, cJSON *root) {
     cJSON *rd = cJSON_AddObjectToObject(root, "readings");
-    cJSON_AddStringToObject(rd, "vectors",
-                            "x_j are the head's value vectors by default (METHOD 1 [reading])");
-    cJSON_AddStringToObject(
-        rd, "dtilde",
-        "dtilde = sum over the non-selected tokens of ||alpha_i x_i - s|| (METHOD 3 [reading])");
+    char t[400];
+    snprintf(t, sizeof t,
+             "x_j are the %s vectors (--vectors; default value; METHOD 1, 9 [reading])",
+             s->vectors);
+    cJSON_AddStringToObject(rd, "vectors", t);
+    const char *dt = !strcmp(s->distance, "norm-of-sum")
+                         ? "|| sum_{i not in I_N} alpha_i x_i - s ||"
+                     : !strcmp(s->distance, "sum-vector")
+                         ? "|| sum_{i not in I_N} (alpha_i x_i - s) ||"
+                         : "sum over the non-selected tokens of ||alpha_i x_i - s||";
+    snprintf(t, sizeof t, "dtilde (--distance %s) = %s (METHOD 3, 9 [reading]; docs/readings.md)",
+             s->distance, dt);
+    cJSON_AddStringToObject(rd, "dtilde", t);
+    snprintf(t, sizeof t,
+             "E (--expectation %s) = %s of dtilde under a uniform random N-subset (METHOD 3, 9 "
+             "[reading])",
+             s->expectation,
+             !strcmp(s->expectation, "mc")      ? "the Monte-Carlo estimate of the expectation"
+             : !strcmp(s->expectation, "exact") ? "the exact expectation (every subset)"
+                                                : "the analytic main term, a Jensen lower bound");
+    cJSON_AddStringToObject(rd, "E", t);
+    snprintf(t, sizeof t,
+             "Algorithm 5: T on the %s logits (--temperature-scale %s; the paper's T is on raw "
+             "q.k), %s directions (--directions %s) (METHOD 6, 9 [reading])",
+             !strcmp(s->temperature_scale, "raw") ? "raw q.k" : "scaled q.k/sqrt(d_head)",
+             s->temperature_scale, s->directions, s->directions);
+    cJSON_AddStringToObject(rd, "sensitivity", t);
     cJSON_AddStringToObject(rd, "dmax",
                             "dmax = b d1 + ((n-N) abar - b) m (METHOD 3 [reading]); a bound only "
                             "for non-negative weights");
@@ -235,38 +263,37 @@ static void json_vanishing(const plan *p, const agg *a, cJSON *root) {
                             "[n_layer, n_head, L]");
 }
 
+/* What Algorithms 1 and 2 share over their grid of rows values: the five-number summaries over
+ * heads of dtilde, dmax, E (five[3]); per head the window means (ph[4]: dtilde, dmax, E, E_mc,
+ * each [rows, H]); the spread over windows of the mean dtilde (win [windows, rows]). */
+static void json_distance(const plan *p, cJSON *o, const al_five *const five[3],
+                          const double *const ph[4], const double *win, int rows) {
+    static const char *const names[3] = {"dtilde", "dmax", "E"};
+    for (int k = 0; k < 3; k++) cJSON_AddItemToObject(o, names[k], jfive(five[k], rows));
+    cJSON *h = cJSON_AddObjectToObject(o, "per_head");
+    for (int k = 0; k < 3; k++) cJSON_AddItemToObject(h, names[k], jrows(ph[k], rows, p->H));
+    if (p->o.mc_samples > 0) cJSON_AddItemToObject(h, "E_mc", jrows(ph[3], rows, p->H));
+    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(win, p->o.windows, rows));
+}
+
 static void json_alg1(const plan *p, const agg *a, cJSON *root) {
     const al__summary *s = &a->s;
-    int H = p->H;
     cJSON *o = cJSON_AddObjectToObject(root, "alg1");
     cJSON_AddNumberToObject(o, "N", ALG1_N);
     cJSON_AddItemToObject(o, "L", al__ex_jarr_i(p->Ls, (size_t)p->nL));
-    cJSON_AddItemToObject(o, "dtilde", jfive(s->a1_dtilde, p->nL));
-    cJSON_AddItemToObject(o, "dmax", jfive(s->a1_dmax, p->nL));
-    cJSON_AddItemToObject(o, "E", jfive(s->a1_E, p->nL));
-    cJSON *ph = cJSON_AddObjectToObject(o, "per_head");
-    cJSON_AddItemToObject(ph, "dtilde", jrows(a->a1[0], p->nL, H));
-    cJSON_AddItemToObject(ph, "dmax", jrows(a->a1[1], p->nL, H));
-    cJSON_AddItemToObject(ph, "E", jrows(a->a1[2], p->nL, H));
-    if (p->o.mc_samples > 0) cJSON_AddItemToObject(ph, "E_mc", jrows(a->a1_mc, p->nL, H));
-    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(a->win_a1, p->o.windows, p->nL));
+    const al_five *const five[3] = {s->a1_dtilde, s->a1_dmax, s->a1_E};
+    const double *const ph[4] = {a->a1[0], a->a1[1], a->a1[2], a->a1_mc};
+    json_distance(p, o, five, ph, a->win_a1, p->nL);
 }
 
 static void json_alg2(const plan *p, const agg *a, cJSON *root) {
     const al__summary *s = &a->s;
-    int H = p->H;
     cJSON *o = cJSON_AddObjectToObject(root, "alg2");
     cJSON_AddNumberToObject(o, "L", p->long_L);
     cJSON_AddItemToObject(o, "N", al__ex_jarr_i(p->N2, (size_t)p->nN2));
-    cJSON_AddItemToObject(o, "dtilde", jfive(s->a2_dtilde, p->nN2));
-    cJSON_AddItemToObject(o, "dmax", jfive(s->a2_dmax, p->nN2));
-    cJSON_AddItemToObject(o, "E", jfive(s->a2_E, p->nN2));
-    cJSON *ph = cJSON_AddObjectToObject(o, "per_head");
-    cJSON_AddItemToObject(ph, "dtilde", jrows(a->a2[0], p->nN2, H));
-    cJSON_AddItemToObject(ph, "dmax", jrows(a->a2[1], p->nN2, H));
-    cJSON_AddItemToObject(ph, "E", jrows(a->a2[2], p->nN2, H));
-    if (p->o.mc_samples > 0) cJSON_AddItemToObject(ph, "E_mc", jrows(a->a2[3], p->nN2, H));
-    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(a->win_a2, p->o.windows, p->nN2));
+    const al_five *const five[3] = {s->a2_dtilde, s->a2_dmax, s->a2_E};
+    const double *const ph[4] = {a->a2[0], a->a2[1], a->a2[2], a->a2[3]};
+    json_distance(p, o, five, ph, a->win_a2, p->nN2);
 }
 
 static void json_alg3(const plan *p, const agg *a, cJSON *root) {
@@ -280,6 +307,22 @@ static void json_alg3(const plan *p, const agg *a, cJSON *root) {
     cJSON *cn = cJSON_AddObjectToObject(o, "critical_n");
     cJSON_AddItemToObject(cn, "0.01", jcrit(s->a3_crit[0], (size_t)p->nL));
     cJSON_AddItemToObject(cn, "0.05", jcrit(s->a3_crit[1], (size_t)p->nL));
+    cJSON *cr = cJSON_AddObjectToObject(o, "critical_ratio"); /* N_crit / L per L (METHOD 4) */
+    for (int l = 0; l < 2; l++) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int li = 0; li < p->nL; li++)
+            cJSON_AddItemToArray(
+                arr,
+                al__ex_jnum(s->a3_crit[l][li] > 0 ? (double)s->a3_crit[l][li] / p->Ls[li] : NAN));
+        cJSON_AddItemToObject(cr, l == 0 ? "0.01" : "0.05", arr);
+    }
+    cJSON *top = cJSON_CreateArray(); /* the largest N tested at each L (L - 1 by default) */
+    for (int li = 0; li < p->nL; li++) {
+        int t = 0;
+        for (int i = 0; i < p->nN3 && p->N3[i] < p->Ls[li]; i++) t = p->N3[i];
+        cJSON_AddItemToArray(top, cJSON_CreateNumber(t));
+    }
+    cJSON_AddItemToObject(o, "largest_n_tested", top);
     cJSON *sl = cJSON_AddObjectToObject(o, "slope");
     cJSON_AddItemToObject(sl, "0.01", al__ex_jnum(s->a3_slope[0]));
     cJSON_AddItemToObject(sl, "0.05", al__ex_jnum(s->a3_slope[1]));

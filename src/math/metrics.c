@@ -38,7 +38,7 @@
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
-#include "internal.h"
+#include "metrics.h"
 #include "mathx.h"
 
 #include <cblas.h>
@@ -312,6 +312,12 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, do
         if (a[i] == v) s[q++] = (kv){desc_key(a[i]), i};
     kv_radix_desc(s, s + n, K); /* stable: equal weights stay in index order */
     for (q = 0; q < K; q++) sel[q] = s[q].i;
+}
+
+/* Exported for the readings module (readings.c): the same selection, scratch kvs[32 n bytes]
+ * (2 n key/index pairs) and tmp[n]. */
+void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp) {
+    top_k(a, n, K, sel, (kv *)kvs, tmp);
 }
 
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
@@ -768,7 +774,10 @@ AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N,
     return sq + kf * (lin * lin - sq);
 }
 
-/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[]. */
+/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[].
+ * Long on purpose (over 150 lines): the hot loop of the metrics, one pass in which every
+ * statistic's running sums (distance, bounds, separability, their error scales) advance together
+ * per N; split, they would pass a dozen accumulators through each helper on every step. */
 static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
                      const grid *g, rowws *w, accum *acc) {
     if (n < 2 || g->n_top == 0) return;

@@ -341,14 +341,20 @@ static int fig4(const al__summary *s, al_error *err) {
                               .y = fy,
                               .style = AL__S_MARKERS | AL__S_RING,
                               .color = 3};
-    char sub[240];
+    char sub[300], xl[160];
+    int raw = s->temperature_scale && !strcmp(s->temperature_scale, "raw");
     snprintf(sub, sizeof sub,
-             "L = %d, %s, max over heads; %d measured values above the paper's curve%s", s->long_L,
-             strncmp(s->normalizer, "softmax (", 9) ? s->normalizer : "softmax (model)", nf,
-             kind == FIG4_NO_BOUND ? "; no closed-form bound for this normalizer" : "");
+             "L = %d, %s, max over heads; %d measured values above the paper's curve%s; %s "
+             "directions; [reading] T on the %s scale (the other scale's T = this T %s %.3g)",
+             s->long_L, strncmp(s->normalizer, "softmax (", 9) ? s->normalizer : "softmax (model)",
+             nf, kind == FIG4_NO_BOUND ? "; no closed-form bound" : "",
+             s->directions ? s->directions : "shared", raw ? "raw" : "scaled", raw ? "/" : "x",
+             sqrt((double)s->d_head));
+    snprintf(xl, sizeof xl, "temperature T on %s",
+             raw ? "raw logits q.k (the paper's axis)" : "scaled logits q.k/sqrt(d_head)");
     al__plot p = {.title = "Fig. 4: gradient sensitivity against temperature",
                   .subtitle = sub,
-                  .xlabel = "temperature T",
+                  .xlabel = xl,
                   .ylabel = "||J v|| (finite difference) / spectral norm",
                   .xlog = 1,
                   .ylog = 1,
@@ -754,6 +760,8 @@ static void write_explorer(doc *d, const al__summary *s) {
     free(sc.crit);
 }
 
+/* report.md and report.html written top to bottom. Long on purpose (over 150 lines): it is the
+ * document's text in order, each section a few calls; the sections' logic is in the helpers. */
 int al__report_write(const al__summary *s, al_error *err) {
     doc d = {.err = err, .dir = s->out_dir};
     char path[4200];
@@ -818,6 +826,18 @@ int al__report_write(const al__summary *s, al_error *err) {
         "%d per length (window k = tokens [kL, (k+1)L)); per-head values are means over windows",
         s->windows);
     ROW("vectors x_j", "%s [reading: value vectors by default]", s->vectors);
+    ROW("distance dtilde", "%s [reading: sum-of-norms by default; docs/readings.md]",
+        s->distance ? s->distance : "sum-of-norms");
+    ROW("random-selection E", "%s [reading: the analytic main term by default]",
+        s->expectation ? s->expectation : "analytic");
+    ROW("Alg. 5 temperature scale",
+        "%s [reading: T on q.k/sqrt(d_head) when scaled, on q.k "
+        "when raw]",
+        s->temperature_scale ? s->temperature_scale : "scaled");
+    ROW("Alg. 5 directions",
+        "%s [reading: one v per row when shared, a new v per (T, eps) when "
+        "fresh]",
+        s->directions ? s->directions : "shared");
     ROW("normalizer", "%s%s", s->normalizer, s->sums_to_one ? "" : " (weights do NOT sum to 1)");
     fmt_list_i(buf, sizeof buf, s->Ls, s->nL);
     ROW("lengths (Alg. 1, 3)", "%s", buf);
@@ -929,11 +949,23 @@ int al__report_write(const al__summary *s, al_error *err) {
              "%d heads) gives p >= 0.01 (and 0.05). Fit through the origin: c = %.4g at 0.01, c = "
              "%.4g at 0.05 (paper: 0.06).",
              s->n_layer * s->n_head, s->a3_slope[0], s->a3_slope[1]);
+        char rl[600] = "";
+        size_t k = 0;
+        for (int li = 0; li < s->nL && k < sizeof rl - 40; li++)
+            k += (size_t)(s->a3_crit[0][li] > 0
+                              ? snprintf(rl + k, sizeof rl - k, "%sL = %d: %.3f", li ? ", " : "",
+                                         s->Ls[li], (double)s->a3_crit[0][li] / s->Ls[li])
+                              : snprintf(rl + k, sizeof rl - k, "%sL = %d: not reached",
+                                         li ? ", " : "", s->Ls[li]));
+        para(&d,
+             "N_crit / L at 0.01, per L (the paper: \"fewer than 6%% of the tokens\"; the verdict "
+             "is judged on these, c is our summary): %s.",
+             rl);
         note(&d,
-             "[reading] the KS samples are per-head means of dtilde (sum over non-selected tokens) "
-             "and of E; their "
-             "scale depends on the vectors used (%s).",
-             s->vectors);
+             "[reading] the KS samples are per-head means of dtilde (--distance %s) and of E "
+             "(--expectation %s); their scale depends on the vectors used (%s).",
+             s->distance ? s->distance : "sum-of-norms",
+             s->expectation ? s->expectation : "analytic", s->vectors);
         figure(&d, "fig2c",
                "Critical N against L with the fitted lines and the paper's 0.06 L. Missing points: "
                "not reached within the grid.");

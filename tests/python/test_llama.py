@@ -54,7 +54,7 @@ class Capture(ctypes.Structure):
                 ("n_kv_head", ctypes.c_int), ("d_head", ctypes.c_int), ("d_model", ctypes.c_int),
                 ("causal", ctypes.c_int), ("n_sel", ctypes.c_int), ("heads", ctypes.POINTER(ctypes.c_int)),
                 ("kv_head", ctypes.POINTER(ctypes.c_int)), ("q", FP), ("k", FP), ("v", FP), ("logits", FP),
-                ("weights", FP), ("hidden", FP), ("embed", FP)]
+                ("weights", FP), ("hidden", FP), ("embed", FP), ("residual", FP)]
 
 
 OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Capture), ctypes.POINTER(Error))
@@ -65,7 +65,7 @@ class Request(ctypes.Structure):
                 ("heads", ctypes.POINTER(ctypes.c_uint8)), ("fn", OBSERVER), ("user", ctypes.c_void_p)]
 
 
-CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64)
+CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, residual=128)
 _LIB = None
 
 
@@ -123,7 +123,8 @@ class CModel:
             c = capp.contents
             n, d = c.n_sel, c.d_head
             shapes = dict(q=(n, c.T, d), k=(n, c.T, d), v=(n, c.T, d), logits=(n, c.T, c.T),
-                          weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model))
+                          weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model),
+                          residual=(c.T, c.d_model))
             for w in what:
                 ptr = getattr(c, w)
                 if ptr:
@@ -465,7 +466,8 @@ def test_dequant_random_blocks_vs_gguf_py(tmp_path, tname):
 
 
 def compare(m, R, tokens, layers):
-    out = m.forward(tokens, what=("q", "k", "v", "weights", "hidden"), layers=layers, logits=True, final=True)
+    out = m.forward(tokens, what=("q", "k", "v", "weights", "hidden", "residual"), layers=layers, logits=True,
+                    final=True)
     rel = lambda a, b: np.abs(a - b).max() / np.abs(b).max()
     assert rel(out["final"], R["final"]) < 1e-3
     assert rel(out["logits"], R["logits"]) < 1e-3
@@ -474,6 +476,7 @@ def compare(m, R, tokens, layers):
         assert sorted(out["weights"]) == sorted(layers)
         np.testing.assert_allclose(out["weights"][l], R["weights"][l], atol=1e-4, rtol=0)
         assert rel(out["hidden"][l], R["normed"][l]) < 1e-3
+        assert rel(out["residual"][l], R["residual"][l]) < 1e-3
         for w in ("q", "k", "v"):
             assert rel(out[w][l], R[w][l]) < 1e-3, (l, w)
         grp = info.n_head // info.n_kv_head

@@ -17,15 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void al__gpt2_release(al__gpt2 *g) {
-    if (!g) return;
-    free(g->layers);
-    free(g->arena);
-    al__unmap(&g->map);
-    al__st_close(g->st);
-    free(g);
-}
-
 /* The slot of the weight struct that parameter kind/layer goes to. */
 static const float **slot(al__gpt2 *g, int kind, int l) {
     al__gpt2_layer *y = l >= 0 ? &g->layers[l] : NULL;
@@ -78,23 +69,6 @@ static al__gpt2 *new_gpt2(const al__gpt2_cfg *c, al_error *err) {
     return g;
 }
 
-/* Warns once per tensor holding NaN/Inf values (kept in m for manifests). */
-static void scan_finite(al_model *m, const float *w, size_t n, const char *tensor,
-                        const char *path) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(w[i])) {
-            if (!bad) first = i;
-            bad++;
-        }
-#ifdef AL_FUZZING
-    if (bad && first == (size_t)-1) /* reads kept, the fuzzer's stderr left quiet */
-#else
-    if (bad)
-#endif
-        al__model_warn_nonfinite(m, path, tensor, bad, first);
-}
-
 static void fill_info(al_model *m, const al__gpt2 *g, const char *path, const char *name,
                       const char *dtype) {
     al_model_info *in = &m->info;
@@ -128,6 +102,25 @@ static int cfg_int(const cJSON *j, const char *key, const char *alt, int *out, c
         v->valuedouble > 1e9)
         return al__err(err, AL_E_FORMAT, "%s: \"%s\" is not a valid integer", path, key);
     *out = (int)v->valuedouble;
+    return 0;
+}
+
+/* attnlim train records its attention normalizer in config.json; this forward runs softmax at
+ * temperature 1 only, so a model trained with another would run as something it is not. */
+static int check_normalizer(const cJSON *v, const char *cfg, al_error *err) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(v, "name");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "temperature");
+    if (!cJSON_IsObject(v) || !cJSON_IsString(n) || (t && !cJSON_IsNumber(t)))
+        return al__err(err, AL_E_FORMAT,
+                       "%s: attnlim_normalizer is not an object with a \"name\" string and a "
+                       "numeric \"temperature\"",
+                       cfg);
+    if (strcmp(n->valuestring, "softmax") || (t && t->valuedouble != 1.0))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: trained with attention normalizer %s (temperature %g); the GPT-2 "
+                       "forward runs softmax at temperature 1 only, so it cannot run this model as "
+                       "trained (attnlim train reads it for --init)",
+                       cfg, n->valuestring, t ? t->valuedouble : 1.0);
     return 0;
 }
 
@@ -182,6 +175,8 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "model_type")) &&
         (!cJSON_IsString(v) || strcmp(v->valuestring, "gpt2")))
         rc = al__err(err, AL_E_UNSUPPORTED, "%s: model_type is not gpt2", cfg);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer")))
+        rc = check_normalizer(v, cfg, err);
     if (!rc) {
         v = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
         if (cJSON_IsString(v) && v->valuestring[0])
@@ -347,7 +342,7 @@ int al__gpt2_from_safetensors(al_model *m, al__safetensors *st, const al__gpt2_c
             used += numel;
         }
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(m, w, numel, t->name, t->file);
+        al__model_scan_nonfinite(m, t->file, t->name, w, numel);
     }
     g->out_in = 0;
     free(ts);
@@ -367,13 +362,9 @@ fail:
 
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
     al__map map;
-    int rc = al__map_file(path, &map, err);
-    if (rc) return rc;
     al__llmc_hdr h;
-    if ((rc = al__llmc_parse_buffer(map.data, map.size, path, &h, err))) {
-        al__unmap(&map);
-        return rc;
-    }
+    int rc = al__llmc_open(path, &map, &h, err);
+    if (rc) return rc;
     al__gpt2 *g = new_gpt2(&h.cfg, err);
     if (!g) {
         al__unmap(&map);
@@ -406,7 +397,7 @@ int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
                 ? g->arena + off
                 : (const float *)(const void *)(map.data + AL_LLMC_HEADER_BYTES + 4 * off);
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(m, w, i == 0 ? (size_t)h.V * (size_t)h.C : numel, s.name, path);
+        al__model_scan_nonfinite(m, path, s.name, w, i == 0 ? (size_t)h.V * (size_t)h.C : numel);
         off += numel;
     }
     char name[128];

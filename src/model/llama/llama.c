@@ -103,18 +103,6 @@ static int unpermute_qk(float *W, int n_heads, int d, int C, al_error *err) {
     return 0;
 }
 
-static int warn_nonfinite(al_model *m, const al__gguf *g, const char *name, const float *x,
-                          size_t n) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            if (!bad) first = i;
-            bad++;
-        }
-    if (bad) al__model_warn_nonfinite(m, g->name, name, bad, first); /* kept for manifests */
-    return bad != 0;
-}
-
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. */
 static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
     char arch[64];
@@ -269,7 +257,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
         const wspec *w = &ws[i];
         int64_t ne[2] = {w->ne[0], w->n_dims > 1 ? w->ne[1] : 1};
         rc = al__gguf_load_f32(g, w->name, w->n_dims, ne, p, err);
-        if (!rc) warn_nonfinite(m, g, w->name, p, (size_t)(ne[0] * ne[1]));
+        if (!rc) al__model_scan_nonfinite(m, g->name, w->name, p, (size_t)(ne[0] * ne[1]));
         if (!rc && w->permute_heads) rc = unpermute_qk(p, w->permute_heads, d, C, err);
         *w->dst = p;
         p += ne[0] * ne[1];
@@ -416,7 +404,9 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
             .out = a.att,
             .hidden = a.h,
             .embed = a.emb,
+            .residual = a.x, /* the layer input, before attn_norm */
             .req = cap ? req : NULL,
+            .mod = al__model_attn(m),
         };
         if ((rc = al__attention_ws(&at, &L->ws, err))) break;
         al__matmul_nt(a.tmp, a.att, ly->wo, NULL, T, H * d, C);
@@ -511,8 +501,20 @@ static void llama_destroy(al_model *m) {
     m->impl = NULL;
 }
 
-static const al_model_vtable llama_vtable = {
-    .forward = llama_forward, .destroy = llama_destroy, .tokenizer = llama_tokenizer};
+/* A GGUF file is the whole model: weights, config and tokenizer (its metadata). */
+static int llama_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "weights", err);
+}
+static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "tokenizer", err);
+}
+
+static const al_model_vtable llama_vtable = {.forward = llama_forward,
+                                             .destroy = llama_destroy,
+                                             .tokenizer = llama_tokenizer,
+                                             .files = llama_files,
+                                             .tokenizer_files = llama_tokenizer_files,
+                                             .variants = 1};
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;
