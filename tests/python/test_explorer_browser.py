@@ -58,7 +58,7 @@ def page(tmp_path_factory):
     res = json.load(open(os.path.join(out, "results.json"), encoding="utf-8"))
     w = np.load(os.path.join(out, "explorer_weights.npy"))
     opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2400",
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,3000",
               "--disable-dev-shm-usage", "--proxy-server=http://127.0.0.1:9"):  # no network
         opts.add_argument(a)
     opts.binary_location = CHROME
@@ -181,6 +181,7 @@ def test_screenshot(page):
     drv = page["drv"]
     os.makedirs(ART, exist_ok=True)
     el = drv.find_element(By.ID, "al-ex")
+    drv.execute_script("arguments[0].scrollIntoView(true)", el)  # the section starts in view
     path = os.path.join(ART, "explorer.png")
     assert el.screenshot(path)
     assert os.path.getsize(path) > 5000
