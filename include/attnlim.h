@@ -730,6 +730,11 @@ int al_repro_pick_model(char *name, size_t size, al_error *err);
  * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
 int al_reproduce(const al_repro_opts *o, al_error *err);
 
+/* "Did you mean": the one name of cand [n] nearest to s (case-insensitive edit distance: at
+ * most 1 for names up to 4 bytes, 2 up to 8, else 3; a prefix of 3+ characters counts as near),
+ * or NULL when none is near or two are equally near. */
+const char *al_nearest(const char *s, const char *const *cand, int n);
+
 /* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
  * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for
  * --resume; al_cancel_reset() clears the request. */

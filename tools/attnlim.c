@@ -1,7 +1,6 @@
 /* attnlim.c: the command-line tool. main dispatches to one subcommand (tools/cmd_*.c). */
 #include "cli.h"
 #include "cpu.h"
-#include "internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -95,7 +94,7 @@ int main(int argc, char **argv) {
     }
     const char *names[16];
     for (size_t i = 0; i < n; i++) names[i] = c[i].name;
-    const char *near = al__nearest(argv[1], names, (int)n);
+    const char *near = al_nearest(argv[1], names, (int)n);
     if (near)
         fprintf(stderr, "attnlim: unknown command '%s': did you mean '%s'?\n\n", argv[1], near);
     else

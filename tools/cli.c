@@ -62,7 +62,7 @@ int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) 
                 free(text);
                 return cli_usage_error(cmd, "%s needs a value", name);
             }
-        near = al__nearest(name, opt, n);
+        near = al_nearest(name, opt, n);
     }
     int rc = near ? cli_usage_error(cmd, "unknown option '%s': did you mean '%s'?", arg, near)
                   : cli_usage_error(cmd, "unknown option '%s'", arg);

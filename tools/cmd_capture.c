@@ -21,7 +21,6 @@
  * at once (its temporary directory is swept by the next run). A signal inherited as ignored
  * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
-#include "escape.h"
 #include "internal.h"
 #include "model.h"
 #include "ops.h"
@@ -304,6 +303,20 @@ static cJSON *versions_json(void) {
     return v;
 }
 
+/* s [n] as valid UTF-8: each byte that does not begin a valid sequence becomes U+FFFD. */
+static char *valid_utf8_copy(const char *s, size_t n) {
+    char *out = malloc(3 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; out && i < n;) {
+        size_t v = al_utf8_valid_len(s + i, n - i);
+        memcpy(out + k, s + i, v);
+        k += v, i += v;
+        if (i < n) memcpy(out + k, "\xEF\xBF\xBD", 3), k += 3, i++;
+    }
+    if (out) out[k] = 0;
+    return out;
+}
+
 /* "token_strings": the model tokenizer's bytes of every id of the window (UTF-8; a byte that is not
  * UTF-8 on its own, a piece of a character, reads U+FFFD: the ids are exact). */
 static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *man, al_error *err) {
@@ -315,7 +328,7 @@ static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *ma
         char *s = NULL, *v = NULL;
         size_t len;
         if (!(rc = al_detokenize(tz, win + t, 1, &s, &len, err))) {
-            v = al__utf8_valid(s);
+            v = valid_utf8_copy(s, len);
             if (!v)
                 rc = al__err(err, AL_E_NOMEM, "out of memory (token strings)");
             else

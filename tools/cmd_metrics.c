@@ -1,7 +1,6 @@
 /* cmd_metrics.c: attnlim metrics — the distance and separability metrics of METHOD sections
  * 2, 3 and 5 for one row of weights or one head's [L, L] weights, over a grid of N. */
 #include "cli.h"
-#include "internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -50,26 +49,26 @@ static void usage(FILE *f) {
 static int take_head(const metrics_opts *o, al_array *W, al_array *X, al_error *err) {
     if (W->ndim != 3) {
         if (o->head >= 0)
-            return al__err(err, AL_E_INVALID,
-                           "%s: --head takes 3-D weights [n_heads, L, L], got %d dims", o->weights,
-                           W->ndim);
+            return al_error_set(err, AL_E_INVALID,
+                                "%s: --head takes 3-D weights [n_heads, L, L], got %d dims",
+                                o->weights, W->ndim);
         return 0;
     }
     if (o->head < 0)
-        return al__err(
+        return al_error_set(
             err, AL_E_INVALID, "%s: 3-D weights [%lld, %lld, %lld]: pick one head with --head H",
             o->weights, (long long)W->shape[0], (long long)W->shape[1], (long long)W->shape[2]);
     if (o->head >= W->shape[0])
-        return al__err(err, AL_E_RANGE, "%s: --head %ld, but the weights hold %lld heads",
-                       o->weights, o->head, (long long)W->shape[0]);
+        return al_error_set(err, AL_E_RANGE, "%s: --head %ld, but the weights hold %lld heads",
+                            o->weights, o->head, (long long)W->shape[0]);
     size_t per = (size_t)W->shape[1] * (size_t)W->shape[2];
     double *wd = W->data;
     memmove(wd, wd + (size_t)o->head * per, per * sizeof(double));
     W->ndim = 2, W->shape[0] = W->shape[1], W->shape[1] = W->shape[2];
     if (X->ndim == 3) {
         if (o->head >= X->shape[0])
-            return al__err(err, AL_E_INVALID, "%s: vectors hold %lld heads, --head %ld", o->vectors,
-                           (long long)X->shape[0], o->head);
+            return al_error_set(err, AL_E_INVALID, "%s: vectors hold %lld heads, --head %ld",
+                                o->vectors, (long long)X->shape[0], o->head);
         size_t px = (size_t)X->shape[1] * (size_t)X->shape[2];
         double *xd = X->data;
         memmove(xd, xd + (size_t)o->head * px, px * sizeof(double));

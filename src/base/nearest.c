@@ -44,3 +44,7 @@ const char *al__nearest(const char *s, const char *const *cand, int n) {
     }
     return best && bd <= limit && !ties ? best : NULL;
 }
+
+const char *al_nearest(const char *s, const char *const *cand, int n) {
+    return al__nearest(s, cand, n);
+}

@@ -144,7 +144,7 @@ void al__ex_explorer_json(const agg *a, cJSON *root) {
     cJSON *o = cJSON_AddObjectToObject(root, "explorer");
     cJSON_AddNumberToObject(o, "W", W);
     cJSON_AddStringToObject(o, "window", "the first W tokens of the corpus, as their own window");
-    cJSON_AddItemToObject(o, "token_ids", al__ex_jarr_i(a->ex_ids, (size_t)W));
+    cJSON_AddItemToObject(o, "token_ids", cJSON_CreateIntArray(a->ex_ids, W));
     cJSON *t = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < W; i++) { /* bytes that are not UTF-8 (a piece of a character): U+FFFD */
         char *v = al__utf8_valid(a->ex_tok[i]);
