@@ -19,8 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-const double AL__GUIDE_LEVELS[2] = {0.01, 0.05};
-
 static const int def_k[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 static const char *const def_rules[] = {"topk-frac:0.06", "topk-sqrt:1", "topk-sqrt:2",
                                         "topk-log:2", "topk-log:4"};

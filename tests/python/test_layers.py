@@ -34,7 +34,7 @@ TOOLS_INTERNAL_HEADERS = {
     "tools/cmd_fetch.c": {"fetch.h"},
     "tools/cmd_info.c": {"checkpoint.h", "model.h", "safetensors.h"},
     "tools/cmd_make_model.c": {"outdir.h"},
-    "tools/cmd_perplexity.c": {"internal.h", "ops.h", "progress.h"},
+    "tools/cmd_perplexity.c": {"internal.h", "model.h", "ops.h", "progress.h"},
     "tools/cmd_reproduce.c": {"internal.h"},
     "tools/cmd_study.c": {"ops.h", "study.h"},
     "tools/cmd_tokenize.c": {"internal.h"},
@@ -42,7 +42,7 @@ TOOLS_INTERNAL_HEADERS = {
     "tools/run_tokens.c": {"internal.h", "model.h", "ops.h"},
 }
 TOOLS_INTERNAL_CALLS = {
-    "al__calloc", "al__cpu_check_env", "al__cpu_detect", "al__cpu_level", "al__cpu_name",
+    "al__attn_json", "al__calloc", "al__cpu_check_env", "al__cpu_detect", "al__cpu_level", "al__cpu_name",
     "al__err", "al__err_prefix", "al__fopen_read", "al__get_threads", "al__gpt2_n_tensors",
     "al__gpt2_spec_at", "al__llmc_parse_buffer", "al__malloc", "al__map_file",
     "al__model_files_free", "al__model_files_json", "al__model_files_list", "al__model_json",
@@ -199,7 +199,8 @@ def objects(target):
         for f in files:
             if f.endswith(".c.o"):
                 rel = os.path.relpath(os.path.join(d, f), root)[:-4]
-                out[rel] = os.path.join(d, f)
+                if os.path.exists(os.path.join(SRC, rel + ".c")):  # not a moved file's stale object
+                    out[rel] = os.path.join(d, f)
     return out
 
 
