@@ -162,8 +162,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
         o.model = picked;
     }
     char *txt = NULL;
+    cli_catch_interrupt();
     if (al_diagnose_dist(&o, d, &txt, &err)) {
-        rc = root ? cli_fail("diagnose", &err) : 1;
+        rc = root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
         goto out;
     }
     if (txt && json) {

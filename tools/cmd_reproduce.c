@@ -7,19 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The first SIGINT/SIGTERM asks the run to stop at the next layer (its finished jobs stay for
- * --resume); a second one ends the process at once. */
-static void on_interrupt(int sig) {
-    static volatile sig_atomic_t seen;
-    if (seen) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    seen = 1;
-    al_cancel();
-}
-
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -280,15 +267,14 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
 #undef NEED_VALUE
     }
     o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
-    struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int); /* Ctrl-C: stop at the next layer, keep what is saved */
-    sigaction(SIGTERM, &sa, &old_term);
-    int run_rc = al_reproduce_dist(&o, d, &err);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    if (run_rc) { /* interrupted under --quiet: the exit status says it, no message */
-        rc = root && !(run_rc == AL_E_CANCELLED && o.quiet) ? cli_fail("reproduce", &err) : 1;
+    cli_catch_interrupt();
+    if (al_reproduce_dist(&o, d, &err)) {
+        /* Ctrl-C: the library says how many jobs are saved and that --resume goes on */
+        if (root && err.code == AL_E_CANCELLED && strstr(err.msg, "jobs saved")) {
+            if (!o.quiet) fprintf(stderr, "attnlim reproduce: %s\n", err.msg);
+            rc = cli_interrupted() ? 128 + cli_interrupted() : 1;
+        } else
+            rc = root ? cli_fail_or_interrupted("reproduce", &err, 1, o.quiet) : 1;
         goto out;
     }
     if (!root) goto out; /* rank 0 wrote everything */
