@@ -308,6 +308,7 @@ static int check_vectors(obs_ctx *c, const al_capture *cap, al_error *err) {
 }
 
 static int observe(void *user, const al_capture *cap, al_error *err) {
+    if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
     if (cap->T != c->L)
         return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
