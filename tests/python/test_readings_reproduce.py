@@ -207,7 +207,7 @@ def test_readings_equal_separate_runs(work, all_run, name):
     sep = str(work["dir"] / ("sep_" + name))
     run(*all_run["base"], "--out", sep, "--experiments", exps, *opts)
     got = npys(os.path.join(all_run["out"], "readings", name))
-    want = npys(sep)
+    want = {f: v for f, v in npys(sep).items() if f != "explorer_weights.npy"}  # not a reading's
     assert got.keys() == want.keys() and got
     for f in want:  # bit for bit: the shared forward changes nothing
         assert np.array_equal(got[f], want[f], equal_nan=True), f
