@@ -14,29 +14,31 @@
 
 static void usage(FILE *f) {
     fprintf(
-        f, "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
-           "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
-           "                          [--attention R] [--normalizer M] [--attention-layers SET]\n"
-           "                          [--attention-heads SET]\n"
-           "\n"
-           "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
-           "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
-           "next-token predictions inside each window (the first token of a window has no\n"
-           "context and is not predicted), then over windows, and the spread of the per-window\n"
-           "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
-           "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
-           "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
-           "its NaN/Inf tensor) unless --allow-nonfinite.\n"
-           "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-           "                  the model's tokenizer\n"
-           "  --tokens FILE   token ids separated by whitespace\n"
-           "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
-           "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-           "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
-           "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
-           "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\",\n"
-           "                  \"attention\": {\"rule\", \"normalizer\", \"layers\", \"heads\", "
-           "...}, ...}\n");
+        f,
+        "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE | --text PROMPT)\n"
+        "                          [--length L (required with --corpus; else all tokens / K)]\n"
+        "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
+        "                          [--attention R] [--normalizer M] [--attention-layers SET]\n"
+        "                          [--attention-heads SET]\n"
+        "\n"
+        "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
+        "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
+        "next-token predictions inside each window (the first token of a window has no\n"
+        "context and is not predicted), then over windows, and the spread of the per-window\n"
+        "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
+        "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
+        "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
+        "its NaN/Inf tensor) unless --allow-nonfinite.\n"
+        "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+        "                  the model's tokenizer\n"
+        "  --tokens FILE   token ids separated by whitespace\n"
+        "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
+        "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
+        "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
+        "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
+        "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\",\n"
+        "                  \"attention\": {\"rule\", \"normalizer\", \"layers\", \"heads\", "
+        "...}, ...}\n");
     fputs(RUN_ATTN_USAGE, f);
 }
 
@@ -96,12 +98,12 @@ int cmd_perplexity(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--windows", 1, 1L << 30, &windows, &err))
                 return cli_usage_error("perplexity", "%s", err.msg);
         } else {
-            return cli_usage_error("perplexity", "unknown option '%s'", a);
+            return cli_unknown_option("perplexity", a, usage);
         }
     }
     if ((r = run_opts_finish("perplexity", &ro, 2, "at least 2 tokens (one prediction)"))) return r;
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
-    const long length = ro.length;
+    long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t0 = al__now();
@@ -127,6 +129,12 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if ((rc = run_tokens_load("perplexity", m, tokens, corpus, &tk, &err))) goto done;
+    if (!ro.have_length) length = (long)tk.n / windows; /* the whole prompt, in K windows */
+    if (length < 2) {
+        rc = al__err(&err, AL_E_INVALID, "%s: %zu tokens: a window needs at least 2", tk.source,
+                     tk.n);
+        goto done;
+    }
     /* the last window must exist: checks every window at once */
     if ((rc = run_tokens_window(&tk, info, windows - 1, length, &win, &err))) goto done;
     size_t n_logits;

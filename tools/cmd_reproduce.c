@@ -4,6 +4,7 @@
 #include "outdir.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
         "                      (GPT-2 124M if its weights are in the cache, else smollm2); or an\n"
         "                      attention dump directory (docs/dumps.md: its tokens, window 0)\n"
         "  --corpus C          war-and-peace (default) or a text file\n"
+        "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
         "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
         "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
@@ -39,6 +41,11 @@ static void usage(FILE *f) {
         "                      paper's axis)  [reading: Algorithm 5]\n"
         "  --directions shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
         "                      as the paper's Algorithm 5)  [reading]\n"
+        "  --readings all|LIST every claim under each reading too, on the same forward passes:\n"
+        "                      all = each alternative one at a time plus the cross product\n"
+        "                      vectors x distance x expectation for the critical N; LIST =\n"
+        "                      ';'-separated AXIS=VALUE[,AXIS=VALUE] (e.g. 'distance=norm-of-sum;\n"
+        "                      vectors=key'); writes readings.json, readings.csv, readings/\n"
         "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
         "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
         "                      own softmax weights)\n"
@@ -72,7 +79,9 @@ static void usage(FILE *f) {
         "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
         "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
         "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
-        "  --quiet             no progress bar and no messages (the bar is drawn only on a TTY)\n"
+        "  --quiet             no progress and no messages (a bar on a TTY, else a plain line\n"
+        "                      every 10 s: $ATTNLIM_PROGRESS_INTERVAL)\n"
+        "Ctrl-C stops at the next layer: the jobs finished are kept; rerun with --resume.\n"
         "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
         "Several processes, on one machine or many (a build with MPI):\n"
         "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and the\n"
@@ -194,6 +203,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--corpus")) {
             NEED_VALUE();
             o.corpus = v;
+        } else if (!strcmp(a, "--text")) { /* a prompt: --lengths must fit its tokens */
+            NEED_VALUE();
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
         } else if (!strcmp(a, "--data")) {
             NEED_VALUE();
             o.data_path = v;
@@ -237,6 +249,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 rc = USAGE_ERROR("--directions: '%s' is not shared or fresh", v);
                 goto out;
             }
+        } else if (!strcmp(a, "--readings")) {
+            NEED_VALUE();
+            o.readings = v;
         } else if (!strcmp(a, "--normalizer")) {
             NEED_VALUE();
             o.normalizer = v;
@@ -323,21 +338,28 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 goto out;
             }
         } else {
-            rc = USAGE_ERROR("unknown option '%s'", a);
+            rc = root ? cli_unknown_option("reproduce", a, usage) : 2;
             goto out;
         }
 #undef NEED_VALUE
     }
-    o.progress = !o.quiet && isatty(2);
+    o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     out_dir = o.out_dir;
     if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err)) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
     cli_catch_interrupt();
-    if (al_reproduce_dist(&o, d, &err)) { /* --force's temporary output goes: not resumable */
-        if (od) al__err_prefix(&err, err.code, "%s", od->dir);
-        rc = root ? cli_fail_or_interrupted("reproduce", &err, od ? 0 : 1, o.quiet) : 1;
+    if (al_reproduce_dist(&o, d, &err)) {
+        /* Ctrl-C: the library says how many jobs are saved and that --resume goes on (not for
+         * --force's temporary output, which goes) */
+        if (root && !od && err.code == AL_E_CANCELLED && strstr(err.msg, "jobs saved")) {
+            if (!o.quiet) fprintf(stderr, "attnlim reproduce: %s\n", err.msg);
+            rc = cli_interrupted() ? 128 + cli_interrupted() : 1;
+        } else {
+            if (od) al__err_prefix(&err, err.code, "%s", od->dir);
+            rc = root ? cli_fail_or_interrupted("reproduce", &err, od ? 0 : 1, o.quiet) : 1;
+        }
         goto out;
     }
     if (od && al__outdir_publish(od, force, &err)) {

@@ -6,6 +6,7 @@
 
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void al__progress_fmt_time(double s, char *buf, size_t size) {
@@ -26,7 +27,7 @@ void al__progress_begin(al__progress *p, int on, FILE *out, double total) {
     memset(p, 0, sizeof *p);
     p->on = on;
     p->out = out ? out : stderr;
-    p->t0 = al__now();
+    p->t0 = p->last_draw = al__now(); /* plain lines: the first after one interval */
     p->total = total > 0 ? total : 1;
 }
 
@@ -39,10 +40,20 @@ int al__progress_task(al__progress *p, const char *name, int total) {
     return i;
 }
 
+/* Not a TTY (logs, mpirun, batch schedulers): a plain line every interval seconds
+ * ($ATTNLIM_PROGRESS_INTERVAL, default 10), never a carriage return or an escape code. */
+static double plain_interval(void) {
+    const char *e = getenv("ATTNLIM_PROGRESS_INTERVAL");
+    char *end;
+    double v = e ? strtod(e, &end) : 10;
+    return e && (end == e || !(v >= 0)) ? 10 : v;
+}
+
 static void draw(al__progress *p, int force) {
     if (!p->on) return;
     double now = al__now();
-    if (!force && now - p->last_draw < 0.1) return;
+    if (p->on == 2) force = force == 2; /* plain lines: by the clock, and the last one */
+    if (!force && now - p->last_draw < (p->on == 2 ? plain_interval() : 0.1)) return;
     p->last_draw = now;
     double frac = p->done / p->total;
     if (frac > 1) frac = 1;
@@ -65,6 +76,12 @@ static void draw(al__progress *p, int force) {
     char safe_tasks[512], safe_status[512], line[1400];
     al__term_text(tasks, strlen(tasks), safe_tasks, sizeof safe_tasks);
     al__term_text(p->status, strlen(p->status), safe_status, sizeof safe_status);
+    if (p->on == 2) {
+        fprintf(p->out, "progress: %3.0f%% done, %s elapsed, ETA %s | %s | %s\n", frac * 100,
+                elapsed, eta, safe_tasks, safe_status);
+        fflush(p->out);
+        return;
+    }
     int n = snprintf(line, sizeof line, "\r\033[K[%s] %3.0f%% %s ETA %s | %s | %s", bar, frac * 100,
                      elapsed, eta, safe_tasks, safe_status);
     if (n < 0) return;
@@ -93,7 +110,7 @@ void al__progress_add(al__progress *p, double units, const char *status) {
 void al__progress_end(al__progress *p) {
     if (!p->on) return;
     p->done = p->total;
-    draw(p, 1);
-    fputc('\n', p->out);
+    draw(p, 2);
+    if (p->on != 2) fputc('\n', p->out);
     fflush(p->out);
 }

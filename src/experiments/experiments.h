@@ -101,8 +101,10 @@ double al__ex_process_cpu(void);
 void al__ex_free_scratch(scratch *sc, int n);
 unsigned al__ex_job_what(const plan *p, const job *j);
 double al__ex_job_units(const job *j);
-int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
-                   al_error *err);
+/* One job's forward: the heads of plan p's job j and, on the same capture, those of every
+ * variant's job of the same (window, L) (vj[v] NULL: variant v has none); nv <= 64. */
+int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, const plan *const *vp,
+                   job *const *vj, int nv, al__progress *pg, al_error *err);
 
 /* The heads of one capture a rank computes (those it owns, dist.h), over n_threads threads
  * with one scratch each; done[h] counts each head computed. */
@@ -155,6 +157,11 @@ typedef struct agg {
     double *vmax, *vent, *vD; /* [H, vL] window means */
     double *win_a1;           /* [windows, nL] mean over heads of dtilde at N = 5 */
     double *win_a2;           /* [windows, nN2] mean over heads of dtilde */
+    /* the explorer's short window (window.c): weights [H, W, W], ids and strings [W] */
+    float *ex_w;
+    int *ex_ids, ex_nw;
+    char **ex_tok;
+    char ex_note[512];
     al__summary s;
 } agg;
 
@@ -178,6 +185,73 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
                       al_error *err);
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
 int al__ex_write_npys(const plan *p, agg *a, al_error *err);
+
+/* ---- --readings (readings.c): variants of the run's options sharing its forward passes */
+
+typedef struct variant {
+    char name[128];  /* "distance=norm-of-sum", "vectors=key,distance=sum-vector,expectation=mc" */
+    int cross;       /* 1: of the cross product for the critical-N claim (Algorithm 3 only) */
+    al_repro_opts o; /* the run's options with this reading (experiments: those it changes) */
+    char out_dir[4200]; /* OUT/readings/<name>: its partial results, results.json and NPYs */
+    plan p;
+    agg a;
+} variant;
+
+/* The variants of o->readings ("all" or "AXIS=VALUE[,AXIS=VALUE];..."), or an error naming what
+ * is allowed; none when o->readings is NULL. */
+int al__ex_readings_variants(const al_repro_opts *o, variant **out, int *n, al_error *err);
+void al__ex_free_variants(variant *v, int n);
+/* OUT/readings.json and OUT/readings.csv from the run (p, a) and its variants. */
+int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
+                          const char *skipped, al_error *err);
+/* The report's columns (the run first; *cols, *buf malloc'ed) and the robust claims. */
+int al__ex_reading_cols(const plan *p, const agg *a, const variant *v, int nv,
+                        al__reading_col **cols, double **buf, char *robust, size_t rsize,
+                        al_error *err);
+
+/* ---- the explorer's window (window.c) */
+
+#define AL__EX_WINDOW     24 /* tokens of the explorer's pattern (at most the smallest L) */
+#define AL__EX_WINDOW_MAX 64
+/* The curves against N into a->s.ex; then the first W tokens as their own window: every head's
+ * weights and the token strings (tk NULL: "#id"). Rank 0 only (a local forward). */
+int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const int32_t *tokens,
+                           size_t n_tokens, agg *a, al_error *err);
+int al__ex_write_explorer(const plan *p, const agg *a, al_error *err); /* explorer_weights.npy */
+/* Every head's weights [H, W, W] (*w malloc'ed; nm NULL: the model's, else nm over the logits)
+ * of tokens [W] run as their own window; heads not captured NaN. */
+int al__ex_window_weights(al_model *m, const al_norm *nm, const int32_t *tokens, int W, float **w,
+                          al_error *err);
+/* The tokenizer's bytes of each id, *out [W] malloc'ed (tk NULL or an id it cannot decode:
+ * "#id"); freed by al__ex_free_strings. */
+int al__ex_token_strings(al_tokenizer *tk, const int32_t *ids, int W, char ***out, al_error *err);
+void al__ex_free_strings(char **s, int n);
+void al__ex_explorer_json(const agg *a, cJSON *root); /* results.json "explorer" */
+void al__ex_free_explorer(agg *a);
+
+/* ---- diagnose's outputs (diagnose_out.c) */
+
+typedef struct al__ex_diag {
+    int n_layer, n_head, L, nN, causal, n_measured;
+    const int *Ns;                           /* [nN] */
+    const double *max_w, *ent, *sink, *spec; /* [H] NaN: a head not measured (--layers/--heads) */
+    const double *ns;                        /* [H, nN] */
+    int flags_ok;                            /* the weights sum to 1: flags are computed */
+    /* the explorer's window (W = 0: none) */
+    int W;
+    const float *w; /* [H, W, W] */
+    char **tok;     /* [W] */
+    const int *ids; /* [W] */
+    const char *window_note;
+} al__ex_diag;
+
+/* The JSON report into *json (malloc'ed); with o->out_dir also diagnose.json, .md, .html and
+ * diagnose_flags.svg/.png. */
+int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, char **json,
+                      al_error *err);
+/* The flags of head h with the values that raised them, "sink (mean weight on token 0 = 0.83 >
+ * 0.5), ..." into buf ("" when none); returns how many rules fired. */
+int al__ex_diag_flag_text(const al__ex_diag *d, int h, char *buf, size_t size);
 
 /* ---- the driver (reproduce.c) */
 

@@ -4,6 +4,7 @@
 #include "report.h"
 #include "textsafe.h"
 
+#include "escape.h"
 #include "plot.h"
 
 #include <math.h>
@@ -145,14 +146,14 @@ static int fig2c(const al__summary *s, al_error *err) {
          .y = y1,
          .style = AL__S_MARKERS,
          .color = 0},
-        {.label = "critical N (KS p >= 0.05)",
+        {.label = "critical N (KS p >= 0.05; ringed, so that both show where they coincide)",
          .n = n,
          .x = x,
          .y = y5,
-         .style = AL__S_MARKERS,
+         .style = AL__S_MARKERS | AL__S_RING,
          .color = 1},
         {.label = l1, .n = 2, .x = xl, .y = yl1, .style = AL__S_LINE | AL__S_THIN, .color = 0},
-        {.label = l5, .n = 2, .x = xl, .y = yl5, .style = AL__S_LINE | AL__S_THIN, .color = 1},
+        {.label = l5, .n = 2, .x = xl, .y = yl5, .style = AL__S_DASHED | AL__S_THIN, .color = 1},
         {.label = "paper: N = 0.06 L",
          .n = 2,
          .x = xl,
@@ -251,12 +252,38 @@ static int fig3(const al__summary *s, al_error *err) {
     return rc;
 }
 
+/* What Fig. 4 can say about the normalizer that was used: the paper's curve is about softmax;
+ * sparsemax's Jacobian norm is exactly 1/T on any support of two or more (0 on one), entmax's
+ * (alpha <= 2) at most max_i p_i^(2-alpha) / T <= 1/T; nothing closed-form for the others. */
+typedef enum { FIG4_SOFTMAX, FIG4_ONE_OVER_T, FIG4_NO_BOUND } fig4_kind;
+static fig4_kind fig4_kind_of(const char *normalizer, const char **own_label) {
+    al_norm nm;
+    al_error e = {0};
+    *own_label = NULL;
+    if (!normalizer || !strncmp(normalizer, "softmax (", 9) || al_norm_parse(normalizer, &nm, &e) ||
+        nm.kind == AL_NORM_SOFTMAX)
+        return FIG4_SOFTMAX;
+    if (nm.kind == AL_NORM_SPARSEMAX) {
+        *own_label = "sparsemax: exactly 1/T on any support of >= 2 tokens";
+        return FIG4_ONE_OVER_T;
+    }
+    if ((nm.kind == AL_NORM_ENTMAX15 || nm.kind == AL_NORM_ENTMAX) && nm.alpha <= 2) {
+        *own_label = "entmax: at most max_i p_i^(2-alpha) / T <= 1/T";
+        return FIG4_ONE_OVER_T;
+    }
+    return FIG4_NO_BOUND;
+}
+
 static int fig4(const al__summary *s, al_error *err) {
     int nT = s->nT, nE = s->nE;
     if (nT <= 0) return 0;
+    const char *own_label;
+    fig4_kind kind = fig4_kind_of(s->normalizer, &own_label);
     int ns = nE + 4;
+    size_t nring = (size_t)nT * (nE + 1);
     al__series *se = al__calloc((size_t)ns, sizeof(al__series), "figure", err);
-    double *buf = al__malloc(sizeof(double) * (size_t)nT * (2 * nE + 6), "figure", err);
+    /* g per eps [nE, nT], the paper's curve, the second curve [nT] each, rings x, y [nring] */
+    double *buf = al__malloc(sizeof(double) * ((size_t)nT * (nE + 2) + 2 * nring), "figure", err);
     char(*labels)[64] = al__malloc(64 * (size_t)(nE + 1), "figure", err);
     if (!se || !buf || !labels) {
         free(se);
@@ -279,7 +306,7 @@ static int fig4(const al__summary *s, al_error *err) {
     for (int t = 0; t < nT; t++) {
         double b = 1 / (4 * s->T[t]);
         pb[t] = b < sqrt(2.0) ? b : sqrt(2.0);
-        sb[t] = 1 / (2 * s->T[t]);
+        sb[t] = kind == FIG4_SOFTMAX ? 1 / (2 * s->T[t]) : 1 / s->T[t];
     }
     se[nE] = (al__series){.label = "exact spectral norm (max over heads)",
                           .n = nT,
@@ -287,23 +314,29 @@ static int fig4(const al__summary *s, al_error *err) {
                           .y = s->spec,
                           .style = AL__S_LINE,
                           .color = 4};
-    se[nE + 1] = (al__series){.label = "paper: min{1/(4T), sqrt 2}",
-                              .n = nT,
+    se[nE + 1] =
+        (al__series){.label = kind == FIG4_SOFTMAX ? "paper: min{1/(4T), sqrt 2}"
+                                                   : "paper (about softmax): min{1/(4T), sqrt 2}",
+                     .n = nT,
+                     .x = s->T,
+                     .y = pb,
+                     .style = AL__S_DASHED,
+                     .color = -1};
+    se[nE + 2] = (al__series){.label = kind == FIG4_SOFTMAX ? "softmax supremum 1/(2T)" : own_label,
+                              .n = kind == FIG4_NO_BOUND ? 0 : nT,
                               .x = s->T,
-                              .y = pb,
+                              .y = sb,
                               .style = AL__S_DASHED,
-                              .color = -1};
-    se[nE + 2] = (al__series){
-        .label = "supremum 1/(2T)", .n = nT, .x = s->T, .y = sb, .style = AL__S_DASHED, .color = 5};
-    /* every measured value above 1/(4T), ringed */
-    double *fx = buf + (size_t)(nE + 2) * nT, *fy = fx + (size_t)nT * (nE + 1);
+                              .color = 5};
+    /* every measured value above the paper's curve as plotted, ringed */
+    double *fx = sb + nT, *fy = fx + nring;
     int nf = 0;
     for (int t = 0; t < nT; t++)
         for (int e = 0; e <= nE; e++) {
             double v = e < nE ? s->g[(size_t)t * nE + e] : s->spec[t];
-            if (v > 1 / (4 * s->T[t])) fx[nf] = s->T[t], fy[nf++] = v;
+            if (v > pb[t]) fx[nf] = s->T[t], fy[nf++] = v;
         }
-    se[nE + 3] = (al__series){.label = nf ? "measured above 1/(4T)" : NULL,
+    se[nE + 3] = (al__series){.label = nf ? "measured above the paper's curve" : NULL,
                               .n = nf,
                               .x = fx,
                               .y = fy,
@@ -312,11 +345,12 @@ static int fig4(const al__summary *s, al_error *err) {
     char sub[300], xl[160];
     int raw = s->temperature_scale && !strcmp(s->temperature_scale, "raw");
     snprintf(sub, sizeof sub,
-             "L = %d; g = max over heads of the per-head mean over rows; %d measured values above "
-             "1/(4T); %s directions; [reading] T on the %s scale (the other scale's T = this T %s "
-             "%.3g)",
-             s->long_L, s->n_flagged, s->directions ? s->directions : "shared",
-             raw ? "raw" : "scaled", raw ? "/" : "x", sqrt((double)s->d_head));
+             "L = %d, %s, max over heads; %d measured values above the paper's curve%s; %s "
+             "directions; [reading] T on the %s scale (the other scale's T = this T %s %.3g)",
+             s->long_L, strncmp(s->normalizer, "softmax (", 9) ? s->normalizer : "softmax (model)",
+             nf, kind == FIG4_NO_BOUND ? "; no closed-form bound" : "",
+             s->directions ? s->directions : "shared", raw ? "raw" : "scaled", raw ? "/" : "x",
+             sqrt((double)s->d_head));
     snprintf(xl, sizeof xl, "temperature T on %s",
              raw ? "raw logits q.k (the paper's axis)" : "scaled logits q.k/sqrt(d_head)");
     al__plot p = {.title = "Fig. 4: gradient sensitivity against temperature",
@@ -407,17 +441,27 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
         if (inv[t] < lo) lo = inv[t];
     }
     p.ymin = isfinite(lo) ? lo / 3 : NAN;
-    /* the band can be far outside the data (large D): say so in the legend */
-    int hi_in = 0, lo_in = 0;
-    for (int t = 0; t < n; t++) {
-        hi_in |= s->v_band_hi[t] <= p.ymax;
-        lo_in |= !(s->v_band_lo[t] < p.ymin);
+    /* Corollary 1's band on the chart: the y range grows to hold it within [1e-12, 1e4] (log
+     * axis); where it lies beyond even that (large D), the legend prints its values instead */
+    double bhi = 0, blo = INFINITY;
+    for (int t = 0; t < n && s->band_applies; t++) {
+        if (s->v_band_hi[t] > bhi) bhi = s->v_band_hi[t];
+        if (s->v_band_lo[t] > 0 && s->v_band_lo[t] < blo) blo = s->v_band_lo[t];
     }
-    char lhi[96], llo[96];
-    snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s",
-             hi_in ? "" : ": above the chart");
-    snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s",
-             lo_in ? "" : ": below the chart");
+    if (bhi * 1.5 > p.ymax) p.ymax = bhi * 1.5 < 1e4 ? bhi * 1.5 : 1e4;
+    if (isfinite(blo) && blo / 1.5 < p.ymin) p.ymin = blo / 1.5 > 1e-12 ? blo / 1.5 : 1e-12;
+    int hi_in = 1, lo_in = 1; /* every point of the curve on the chart */
+    for (int t = 0; t < n; t++) {
+        hi_in &= s->v_band_hi[t] <= p.ymax;
+        lo_in &= !(s->v_band_lo[t] < p.ymin);
+    }
+    char lhi[160], llo[160], vhi[96], vlo[96];
+    snprintf(vhi, sizeof vhi, ": leaves the chart above, %.3g at n = %g to %.3g at n = %g",
+             s->v_band_hi[0], xs[0], s->v_band_hi[n - 1], xs[n - 1]);
+    snprintf(vlo, sizeof vlo, ": leaves the chart below, %.3g at n = %g to %.3g at n = %g",
+             s->v_band_lo[0], xs[0], s->v_band_lo[n - 1], xs[n - 1]);
+    snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s", hi_in ? "" : vhi);
+    snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s", lo_in ? "" : vlo);
     se[2].label = lhi;
     se[3].label = llo;
     char path[4200];
@@ -451,6 +495,77 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
     return rc;
 }
 
+/* --readings: N_crit / L against L, and the median over heads of dtilde / E against N / L at
+ * the largest L, one curve per reading that ran Algorithm 3 (the run thick, the others thin). */
+static int fig_readings(const al__summary *s, al_error *err) {
+    int nr = s->n_readings < 48 ? s->n_readings : 48, n = s->nL < 64 ? s->nL : 64, ns = 0;
+    al__series se[50];
+    double x[64], y[48][64], xl[2] = {0, n ? s->Ls[n - 1] : 1}, yp[2] = {0.06, 0.06};
+    for (int i = 0; i < n; i++) x[i] = s->Ls[i];
+    for (int k = 0; k < nr; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->crit) continue;
+        for (int i = 0; i < n; i++) y[k][i] = c->crit[i] > 0 ? (double)c->crit[i] / x[i] : NAN;
+        se[ns++] = (al__series){.label = c->name,
+                                .n = n,
+                                .x = x,
+                                .y = y[k],
+                                .style = AL__S_LINE | AL__S_MARKERS | (k ? AL__S_THIN : 0),
+                                .color = k};
+    }
+    if (!ns) return 0;
+    se[ns++] = (al__series){.label = "paper: N_crit / L = 0.06",
+                            .n = 2,
+                            .x = xl,
+                            .y = yp,
+                            .style = AL__S_DASHED,
+                            .color = -1};
+    al__plot p = {.title = "Critical N / L against L under every reading",
+                  .subtitle = "KS at 0.01 of per-head dtilde vs E; missing points: not reached "
+                              "up to N = L - 1 [reading]",
+                  .xlabel = "L (tokens)",
+                  .ylabel = "N_crit / L",
+                  .xmin = 0,
+                  .xmax = NAN,
+                  .ymin = 0,
+                  .ymax = NAN,
+                  .n_series = ns,
+                  .series = se};
+    char path[4200];
+    fig_path(s, "fig_readings_crit", path, sizeof path);
+    int rc = al__plot_write(&p, path, err);
+    ns = 0;
+    for (int k = 0; k < nr && !rc; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->n_ratio) continue;
+        se[ns++] = (al__series){.label = c->name,
+                                .n = c->n_ratio,
+                                .x = c->ratio_x,
+                                .y = c->ratio_med,
+                                .style = AL__S_LINE | (k ? AL__S_THIN : AL__S_MARKERS),
+                                .color = k};
+    }
+    if (rc || !ns) return rc;
+    char sub[160];
+    snprintf(sub, sizeof sub,
+             "L = %d; median over heads of per-head mean dtilde / per-head mean E; 1 = the KS "
+             "samples meet",
+             s->nL ? s->Ls[s->nL - 1] : 0);
+    al__plot q = {.title = "True distance over its random-selection counterpart, against N / L",
+                  .subtitle = sub,
+                  .xlabel = "N / L",
+                  .ylabel = "dtilde / E (median over heads)",
+                  .ylog = 1,
+                  .xmin = 0,
+                  .xmax = 1,
+                  .ymin = NAN,
+                  .ymax = NAN,
+                  .n_series = ns,
+                  .series = se};
+    fig_path(s, "fig_readings_ratio", path, sizeof path);
+    return al__plot_write(&q, path, err);
+}
+
 int al__report_figures(const al__summary *s, al_error *err) {
     int rc = 0;
     char sub[160];
@@ -469,6 +584,7 @@ int al__report_figures(const al__summary *s, al_error *err) {
     if (!rc && (s->experiments & (1u << 4))) rc = fig3(s, err);
     if (!rc && (s->experiments & (1u << 5))) rc = fig4(s, err);
     if (!rc && (s->experiments & (1u << 0))) rc = fig_vanishing(s, err);
+    if (!rc && s->n_readings > 0) rc = fig_readings(s, err);
     for (int i = 0; i < s->n_heatmaps && !rc; i++) {
         al__plot p = {.title = s->hm_title[i],
                       .xlabel = "head",
@@ -496,12 +612,7 @@ typedef struct doc {
 
 /* untrusted text (model names, paths, messages) escaped where it is written (textsafe.h) */
 static void html_esc(doc *d, const char *s) {
-    size_t cap = strlen(s) * 6 + 1;
-    char *t = malloc(cap);
-    if (!t) return;
-    al__html_text(s, t, cap);
-    al__afile_printf(&d->html, d->err, "%s", t);
-    free(t);
+    al__html_escape(&d->html, s, d->err);
 }
 
 static void md_esc(doc *d, const char *s) {
@@ -634,6 +745,141 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
 }
 
+/* --readings: the matrix reading x claim (the verdict, '=' where the reading does not change the
+ * claim and the run's verdict stands), the robust claims, the figures. */
+static void readings_section(doc *d, const al__summary *s) {
+    heading(d, 2, "Verdicts under every reading");
+    para(d,
+         "Every claim above judged again under each reading of METHOD section 9 (docs/"
+         "readings.md), on the same captured heads: each alternative one at a time around the "
+         "run's options, and the cross product vectors x distance x expectation for the critical "
+         "N (its readings interact). A claim with one verdict under every reading is robust; the "
+         "others depend on the reading. Numbers of each reading: readings.json, readings.csv, "
+         "readings/<name>/results.json.");
+    table_begin(d);
+    const char *hd[7] = {"reading"};
+    int nc = s->n_verdicts < 6 ? s->n_verdicts : 6;
+    for (int c = 0; c < nc; c++) hd[c + 1] = s->verdicts[c].key;
+    table_row(d, nc + 1, hd, 1);
+    for (int k = 0; k < s->n_readings; k++) {
+        const al__reading_col *r = &s->readings[k];
+        char cell[6][64];
+        const char *cells[7] = {r->name};
+        for (int c = 0; c < nc; c++) {
+            snprintf(cell[c], sizeof cell[c], "%s%s", r->verdict[c] ? r->verdict[c] : "-",
+                     r->verdict[c] && !r->own[c] ? " (=)" : "");
+            cells[c + 1] = cell[c];
+        }
+        table_row(d, nc + 1, cells, 0);
+    }
+    table_end(d);
+    para(d,
+         "(=): the reading does not change that claim; the run's verdict stands. -: not evaluated "
+         "under that reading (the cross product is for the critical N only).");
+    para(d, "Robust (one verdict under every reading): %s.",
+         s->robust && s->robust[0] ? s->robust : "none");
+    if (s->readings_skipped && s->readings_skipped[0])
+        note(d, "Readings left out (they do not apply to this run): %.3000s", s->readings_skipped);
+    figure(d, "fig_readings_crit",
+           "N_crit / L against L under every reading that ran Algorithm 3, with the paper's 0.06.");
+    figure(d, "fig_readings_ratio",
+           "Why the critical N lands where it does: the per-head ratio of the true distance to its "
+           "random-selection counterpart against N / L, median over heads, at the largest L.");
+}
+
+/* The explorer of report.html: every heatmap as a metric, flags from the max weight and the
+ * entropy (diagnose's rules; no sink rule: reproduce does not measure the weight on token 0),
+ * the pipeline's curves and window. flags: [H] strings of 32 bytes. */
+typedef struct ex_scratch {
+    char (*flags)[32]; /* [H] */
+    const char **fp;   /* [H] */
+    double *crit;      /* [H] */
+    char note[1024], crit_key[64];
+} ex_scratch;
+
+static void report_explorer(const al__summary *s, al__explorer *x, ex_scratch *sc) {
+    char(*flags)[32] = sc->flags;
+    const char **fp = sc->fp;
+    double *crit = sc->crit;
+    char *note = sc->note, *crit_key = sc->crit_key;
+    size_t note_size = sizeof sc->note;
+    *x = s->ex;
+    x->n_layer = s->n_layer;
+    x->n_head = s->n_head;
+    x->n_metrics = 0;
+    const double *mw = NULL, *en = NULL;
+    for (int i = 0; i < s->n_heatmaps && x->n_metrics < AL__EXPLORER_MAX_METRICS; i++) {
+        const char *key = s->hm_label[i];
+        if (!strcmp(s->hm_name[i], "heatmap_max_weight")) mw = s->hm[i];
+        if (!strcmp(s->hm_name[i], "heatmap_entropy")) en = s->hm[i];
+        x->metric_key[x->n_metrics] = key;
+        x->metric_label[x->n_metrics] = s->hm_title[i];
+        x->metric_map[x->n_metrics] = 1;
+        x->metric[x->n_metrics++] = s->hm[i];
+    }
+    int H = s->n_layer * s->n_head;
+    if ((s->experiments & (1u << 3)) && s->nL > 0 && crit &&
+        x->n_metrics < AL__EXPLORER_MAX_METRICS) {
+        int c = s->a3_crit[1][s->nL - 1]; /* the same for every head: a KS test over heads */
+        for (int h = 0; h < H; h++) crit[h] = c > 0 ? c : NAN;
+        snprintf(crit_key, sizeof sc->crit_key, "critical N (all heads, L = %d)", s->Ls[s->nL - 1]);
+        x->metric_key[x->n_metrics] = crit_key;
+        x->metric_label[x->n_metrics] = crit_key;
+        x->metric_map[x->n_metrics] = 0;
+        x->metric[x->n_metrics++] = crit;
+    }
+    x->flags = NULL;
+    if (mw && en) {
+        for (int h = 0; h < H; h++) {
+            al__head_flags(mw[h], en[h], NAN, flags[h], sizeof flags[h]);
+            fp[h] = flags[h];
+        }
+        x->flags = fp;
+        x->flags_note = "flags: collapsed = mean max weight > 0.9 or mean H / log n < 0.1; "
+                        "vanishing = mean H / log n > 0.95 (diagnose's rules, docs/diagnose.md, "
+                        "on the long window; the sink rule needs `attnlim diagnose`)";
+        if (!s->sums_to_one)
+            x->flags_note = "no flags: the normalizer's weights do not sum to 1, and the rules "
+                            "(max weight, entropy) are about weights that do";
+        if (!s->sums_to_one) x->flags = NULL;
+    }
+    size_t k = 0;
+    note[0] = 0;
+    if (s->experiments & (1u << 3)) {
+        k += (size_t)snprintf(note, note_size,
+                              "critical N is not a per-head value: it comes from a KS test over "
+                              "all heads together; at p >= 0.05:");
+        for (int i = 0; i < s->nL && k + 40 < note_size; i++) {
+            int c = s->a3_crit[1][i];
+            if (c > 0)
+                k += (size_t)snprintf(note + k, note_size - k, " N = %d at L = %d;", c, s->Ls[i]);
+            else
+                k += (size_t)snprintf(note + k, note_size - k, " not reached at L = %d;", s->Ls[i]);
+        }
+        if (k && note[k - 1] == ';') note[k - 1] = '.';
+    }
+    x->head_note = note[0] ? note : NULL;
+}
+
+static void write_explorer(doc *d, const al__summary *s) {
+    int H = s->n_layer * s->n_head;
+    if (H <= 0 || (s->n_heatmaps == 0 && s->ex.n_curves == 0 && !s->ex.weights)) return;
+    ex_scratch sc = {.flags = malloc(sizeof *sc.flags * (size_t)H),
+                     .fp = malloc(sizeof *sc.fp * (size_t)H),
+                     .crit = malloc(sizeof *sc.crit * (size_t)H)};
+    if (sc.flags && sc.fp && sc.crit) {
+        al__explorer x;
+        report_explorer(s, &x, &sc);
+        if (al__explorer_html(&d->html, &x, d->err)) d->html.failed = true;
+    } else {
+        al__err(d->err, AL_E_NOMEM, "out of memory writing the explorer of report.html");
+        d->html.failed = true;
+    }
+    free(sc.flags);
+    free(sc.fp);
+    free(sc.crit);
+}
+
 /* report.md and report.html written top to bottom. Long on purpose (over 150 lines): it is the
  * document's text in order, each section a few calls; the sections' logic is in the helpers. */
 int al__report_write(const al__summary *s, al_error *err) {
@@ -693,7 +939,8 @@ int al__report_write(const al__summary *s, al_error *err) {
         s->family, s->n_layer, s->n_head, s->d_head, s->n_ctx,
         s->causal ? "causal (row t sees n = t+1 keys)" : "bidirectional (n = L)");
     ROW("model file", "%s", s->model_path);
-    ROW("model sha256", "%s", s->model_sha);
+    ROW("model identity", "%s (SHA-256 over the model's files: docs/results-schema.md)",
+        s->model_sha);
     ROW("weights", "%s",
         s->synthetic ? "random (synthetic checkpoint)" : "as loaded (assumed trained)");
     ROW("corpus", "%s, %lld tokens", s->corpus, (long long)s->n_tokens);
@@ -755,16 +1002,26 @@ int al__report_write(const al__summary *s, al_error *err) {
              s->normalizer);
 
     heading(&d, 2, "Paper vs. measured");
+    if (s->quick)
+        note(&d, "--quick: small grids meant to check that the pipeline runs end to end (a smoke "
+                 "test). The table shows what was measured, but no verdicts: run without --quick "
+                 "for those.");
     table_begin(&d);
     const char *vh[5] = {"paper's claim", "measured", "verdict", "why", "depends on [reading]"};
     table_row(&d, 5, vh, 1);
     for (int i = 0; i < s->n_verdicts; i++) {
         const al__verdict *v = &s->verdicts[i];
-        const char *cells[5] = {v->claim, v->measured, v->verdict, v->why,
+        /* an experiment left out is "not run"; --quick grids are a smoke test, not a verdict */
+        const char *shown = !strcmp(v->measured, "not run") ? "not run"
+                            : s->quick                      ? "smoke test (--quick: no verdict)"
+                                                            : v->verdict;
+        const char *cells[5] = {v->claim, v->measured, shown, v->why,
                                 v->reading ? v->reading : "-"};
         table_row(&d, 5, cells, 0);
     }
     table_end(&d);
+    if (s->n_readings > 0) readings_section(&d, s);
+    write_explorer(&d, s);
 
     if (s->experiments & 1u) {
         heading(&d, 2, "Vanishing attention (Lemma 1, Corollary 1)");
@@ -847,17 +1104,32 @@ int al__report_write(const al__summary *s, al_error *err) {
     }
     if (s->experiments & (1u << 5)) {
         heading(&d, 2, "Gradient sensitivity (Algorithm 5, Fig. 4)");
+        const char *own;
+        fig4_kind kind = fig4_kind_of(s->normalizer, &own);
         para(&d,
-             "g(T, eps) = max over heads of the mean over rows of ||softmax((z + eps v)/T) - "
-             "softmax(z/T)|| / eps, "
-             "v uniform on the unit sphere; the exact spectral norm of the Jacobian likewise. %d "
-             "measured values lie "
-             "above the paper's 1/(4T) (the largest diagonal entry, not a bound on the spectral "
-             "norm; the supremum is 1/(2T)).",
-             s->n_flagged);
+             "g(T, eps) = max over heads of the mean over rows of ||f((z + eps v)/T) - f(z/T)|| / "
+             "eps for the normalizer f used (%s), v uniform on the unit sphere; the exact spectral "
+             "norm of the Jacobian likewise. %d measured values lie above 1/(4T) (the paper's "
+             "value, the largest diagonal entry of softmax's Jacobian: not a bound on its "
+             "spectral norm, whose supremum is 1/(2T)).",
+             s->normalizer, s->n_flagged);
+        if (kind == FIG4_ONE_OVER_T)
+            note(&d,
+                 "The paper's curve is about softmax. For this normalizer the figure draws its "
+                 "own bound: %s.",
+                 own);
+        else if (kind == FIG4_NO_BOUND)
+            note(&d, "The paper's curve is about softmax; this normalizer has no closed-form bound "
+                     "drawn, so the figure shows the measured values against the paper's curve "
+                     "only.");
         figure(&d, "fig4",
-               "g(T) for every eps, the exact spectral norm, and the curves min{1/(4T), sqrt 2} "
-               "and 1/(2T); log-log.");
+               kind == FIG4_SOFTMAX
+                   ? "g(T) for every eps, the exact spectral norm, the paper's min{1/(4T), sqrt 2} "
+                     "and the supremum 1/(2T); ringed: every value above the paper's curve as "
+                     "drawn; log-log."
+                   : "g(T) for every eps, the exact spectral norm, the paper's min{1/(4T), sqrt 2} "
+                     "(about softmax) and the normalizer's own bound where one is known; ringed: "
+                     "every value above the paper's curve as drawn; log-log.");
     }
     if (s->n_heatmaps > 0) {
         heading(&d, 2, "Per head (layer x head)");

@@ -5,6 +5,7 @@
 #ifndef AL_REPORT_H
 #define AL_REPORT_H
 
+#include "explorer.h"
 #include "internal.h"
 
 typedef struct al__verdict {
@@ -16,6 +17,17 @@ typedef struct al__verdict {
     char why[1024];
     const char *reading; /* the METHOD [reading] this result depends on, or NULL */
 } al__verdict;
+
+/* One reading of `reproduce --readings` for the report's "Verdicts under every reading". */
+typedef struct al__reading_col {
+    const char *name;       /* "the run", "distance=norm-of-sum", "vectors=key,distance=...,..." */
+    int cross;              /* of the cross product (the critical-N claim only) */
+    const char *verdict[6]; /* per claim, in the order of verdicts (NULL: not evaluated) */
+    int own[6];             /* 1: judged under this reading; 0: the run's (not changed by it) */
+    const int *crit;        /* [nL] N_crit at 0.01 (-1 not reached), or NULL */
+    int n_ratio;            /* the median over heads of dtilde / E at the largest L ... */
+    const double *ratio_x, *ratio_med; /* [n_ratio] ... against N / L */
+} al__reading_col;
 
 typedef struct al__summary {
     /* setup */
@@ -74,9 +86,18 @@ typedef struct al__summary {
     int n_heatmaps;
     const char *hm_name[8], *hm_title[8], *hm_label[8]; /* file name, title, colour-bar label */
     double *hm[8];
+    /* the explorer of report.html: the pipeline fills the curves against N and the short window
+     * (ex.n_curves, ex.curve, ex.W, ex.causal, ex.token, ex.token_id, ex.weights,
+     * ex.window_note); al__report_write adds the heatmaps as its metrics and the flags */
+    al__explorer ex;
     /* verdicts */
     int n_verdicts;
     al__verdict verdicts[6];
+    /* --readings: the run and every variant (0: the section is left out) */
+    int n_readings;
+    const al__reading_col *readings; /* [n_readings] */
+    const char *robust;              /* the claims with one verdict under every reading */
+    const char *readings_skipped;    /* the readings left out, and why ("" if none) */
 } al__summary;
 
 /* Draws every figure into s->out_dir (figN.svg / .png, heatmap_*.svg / .png). */
