@@ -51,7 +51,9 @@ def check_json_file(path):
 
 
 def check_html(text):
-    assert "<script" not in text.lower() and 'href="javascript' not in text
+    # the page may hold its own scripts (the explorer); the model's never runs
+    assert "<script>alert(1)" not in text and "alert(1)</script>" not in text
+    assert 'href="javascript' not in text
     assert "&lt;script&gt;" in text
     assert "\x1b" not in text and "\ufffd" in text
 
