@@ -113,8 +113,8 @@ static int parse_experiments(const char *s, unsigned *out, al_error *err) {
 
 /* An entry reproduce writes in DIR: the outputs, partial/, its lock and temp files. */
 static int own_entry(const char *name, int is_dir) {
-    if (is_dir) return !strcmp(name, "partial");
-    static const char *fixed[] = {"results.json", "report.md", "report.html",
+    if (is_dir) return !strcmp(name, "partial") || !strcmp(name, "readings");
+    static const char *fixed[] = {"results.json", "readings.json", "report.md", "report.html",
                                   ".attnlim-reproduce.lock"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         if (!strcmp(name, fixed[i])) return 1;

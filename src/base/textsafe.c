@@ -116,13 +116,13 @@ static const char *markup_piece(const unsigned char *s, size_t n, int md, size_t
     uint32_t cp;
     *len = al__utf8_next(s, n, &cp);
     if (cp == AL__BAD_UTF8 || al__is_control(cp) || (cp == '\n' || cp == '\t')) {
-        if (md || cp == AL__BAD_UTF8 || al__is_control(cp)) {
+        if (md == 1 || cp == AL__BAD_UTF8 || al__is_control(cp)) {
             *plen = cp == '\n' || cp == '\t' ? 1 : 3;
             return cp == '\n' || cp == '\t' ? " " : "\xEF\xBF\xBD";
         }
     }
-    if (!md) {
-        static const char specials[] = "<>&\"'";
+    if (md != 1) {
+        const char *specials = md == 2 ? "<>&\"" : "<>&\"'"; /* XML: ' may stay */
         static const char *ent[] = {"&lt;", "&gt;", "&amp;", "&quot;", "&#39;"};
         const char *hit = cp && cp < 0x80 ? strchr(specials, (int)cp) : NULL; /* ASCII only */
         if (hit) {
@@ -163,6 +163,10 @@ void al__html_text(const char *s, char *out, size_t cap) {
 
 void al__md_text(const char *s, char *out, size_t cap) {
     markup_text(s, out, cap, 1);
+}
+
+void al__xml_text(const char *s, char *out, size_t cap) {
+    markup_text(s, out, cap, 2);
 }
 
 static int cmp_key(const void *a, const void *b) {

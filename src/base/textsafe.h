@@ -30,6 +30,8 @@ char *al__json_repair(const char *json);
 /* s as HTML or XML text (also inside a quoted attribute) into out[cap]: < > & " ' as entities,
  * invalid UTF-8 and controls as U+FFFD. Output needs up to 6 bytes per input byte. */
 void al__html_text(const char *s, char *out, size_t cap);
+/* The same for XML text and double-quoted attributes (SVG metadata): ' is left as it is. */
+void al__xml_text(const char *s, char *out, size_t cap);
 /* s as inert Markdown text (CommonMark) into out[cap]: \ < > | backslash-escaped, and ] where
  * ( [ or : follows, so that no raw HTML (<script>), autolink, table cell, link or image can be
  * formed (emphasis and code spans are left: they change how text looks, not what it is); newline

@@ -75,7 +75,8 @@ int al__ex_save_job(const plan *p, const job *j, al_error *err) {
      * (al__mkdir_own), so that no saved array is written through one */
     char pdir[4200];
     snprintf(pdir, sizeof pdir, "%s/partial", p->o.out_dir);
-    int rc = al__mkdir_own(pdir, err);
+    int rc = al__mkdirs(p->o.out_dir, err); /* OUT itself (a reading's is nested) */
+    if (!rc) rc = al__mkdir_own(pdir, err);
     if (!rc) rc = al__mkdir_own(dir, err);
     if (rc) return rc;
     /* an older marker goes first: arrays being replaced must never sit next to a done.json

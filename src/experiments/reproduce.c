@@ -229,7 +229,8 @@ static int run_sweep(run *r, al_error *err) {
     char *txt = al__json_print(r->run_opts, 1);
     snprintf(path, sizeof path, "%s/run.json", pdir);
     if (!txt) rc = al__err(err, AL_E_NOMEM, "out of memory (run options)");
-    if (!rc) rc = al__mkdir_own(pdir, err); /* not through a planted link */
+    if (!rc) rc = al__mkdirs(r->o.out_dir, err); /* OUT itself (a reading's is nested) */
+    if (!rc) rc = al__mkdir_own(pdir, err);      /* partial/: not through a planted link */
     if (!rc) rc = al__write_file_atomic(path, txt, strlen(txt), err);
     free(txt);
     return rc;

@@ -777,7 +777,7 @@ static void mb_xml(membuf *b, const char *s) { /* untrusted labels: textsafe.h *
     size_t cap = strlen(s) * 6 + 1;
     char *t = malloc(cap);
     if (!t) return;
-    al__html_text(s, t, cap);
+    al__xml_text(s, t, cap);
     mb_put(b, t, strlen(t));
     free(t);
 }
