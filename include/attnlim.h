@@ -405,6 +405,9 @@ typedef struct al_capture {
     const float *weights; /* [n_sel, T, T] or NULL */
     const float *hidden;  /* [T, d_model] or NULL */
     const float *embed;   /* [T, d_model] or NULL */
+    int window;           /* causal sliding window (Mistral, Gemma 2): row t sees the keys
+                           * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window); 0 = none.
+                           * The masked entries are as for causal rows: logits -inf, weights 0. */
 } al_capture;
 
 /* Returns 0 to go on, non-zero (with err set) to stop the forward. */

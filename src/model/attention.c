@@ -274,9 +274,13 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
 #endif
             const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
             for (int i = 0; i < m; i++) {
-                int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i */
+                int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
+                int lo = a->causal && a->window > 0 && n > a->window ? n - a->window : 0;
                 float *Li = L + i * lL, *Wi = W + i * lW;
-                al__softmax_row(Wi, Li, n);
+                al__softmax_row(Wi + lo, Li + lo, n - lo);
+                for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
+                if (lcap)
+                    for (int j = 0; j < lo; j++) Li[j] = -INFINITY;
                 for (int j = n, end = wcap ? T : kend; j < end; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = n; j < T; j++) Li[j] = -INFINITY;
@@ -301,6 +305,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         .d_head = D,
         .d_model = a->d_model,
         .causal = a->causal,
+        .window = a->causal ? a->window : 0,
         .n_sel = n_sel,
         .heads = heads,
         .kv_head = kv_head,

@@ -106,12 +106,13 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
                 rc = al__gpt2_open_safetensors(m, path, err);
             else if (strcmp(type, "bert") == 0)
                 rc = al__bert_open_safetensors(m, path, err);
+            else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
+                rc = al__llama_open_hf(m, path, err);
             else
-                rc = al__err(
-                    err, AL_E_UNSUPPORTED,
-                    "%s: model_type '%s' in config.json is not supported (supported: gpt2, bert; "
-                    "llama-family models as .gguf)",
-                    path, type);
+                rc = al__err(err, AL_E_UNSUPPORTED,
+                             "%s: model_type '%.64s' in config.json is not supported (supported: "
+                             "gpt2, bert, llama, mistral, qwen2)",
+                             path, type);
         }
     } else {
         rc = al__err(err, AL_E_UNSUPPORTED,
@@ -320,6 +321,17 @@ int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_er
         else
             dir_of(m->info.path, dir, sizeof dir);
         snprintf(p, sizeof p, "%s/vocab.txt", dir);
+        rc = add_model_file(out, &cap, p, "tokenizer", err);
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+        if (!rc && al__is_file(p)) rc = add_model_file(out, &cap, p, "tokenizer", err);
+    } else if (m->format == AL__FMT_SAFETENSORS && strcmp(m->info.family, "gpt2") != 0) {
+        /* the HF tokenizer files (tokenizer.json, tokenizer_config.json when present) */
+        char dir[4096];
+        if (al__is_dir(m->info.path))
+            snprintf(dir, sizeof dir, "%s", m->info.path);
+        else
+            dir_of(m->info.path, dir, sizeof dir);
+        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
         rc = add_model_file(out, &cap, p, "tokenizer", err);
         snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
         if (!rc && al__is_file(p)) rc = add_model_file(out, &cap, p, "tokenizer", err);

@@ -100,6 +100,8 @@ extern const char AL__IDENTITY_OF[];
 int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err);        /* llm.c .bin */
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err);       /* .gguf */
+/* Llama, Mistral, Qwen2 from an HF directory (or its .safetensors / index .json). */
+int al__llama_open_hf(al_model *m, const char *path, al_error *err);
 int al__bert_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
 
 /* An attention dump (docs/dumps.md, src/dump.c): dir holds manifest.json. Validates the

@@ -42,6 +42,10 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
 int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text,
                          size_t *len, al_error *err);
 
+/* The tokenizer of an HF model directory: dir/tokenizer.json (the HF `tokenizers` format),
+ * with BOS/EOS from dir/tokenizer_config.json when present (src/text/hf_tokenizer.c). */
+int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err);
+
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);
 int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err);

@@ -54,7 +54,7 @@ class Capture(ctypes.Structure):
                 ("n_kv_head", ctypes.c_int), ("d_head", ctypes.c_int), ("d_model", ctypes.c_int),
                 ("causal", ctypes.c_int), ("n_sel", ctypes.c_int), ("heads", ctypes.POINTER(ctypes.c_int)),
                 ("kv_head", ctypes.POINTER(ctypes.c_int)), ("q", FP), ("k", FP), ("v", FP), ("logits", FP),
-                ("weights", FP), ("hidden", FP), ("embed", FP)]
+                ("weights", FP), ("hidden", FP), ("embed", FP), ("window", ctypes.c_int)]
 
 
 OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Capture), ctypes.POINTER(Error))
@@ -117,7 +117,7 @@ class CModel:
         T, info = len(tokens), self.info
         toks = (ctypes.c_int32 * T)(*[int(t) for t in tokens])
         got = {w: {} for w in what}
-        got["kv_head"], got["heads"] = {}, {}
+        got["kv_head"], got["heads"], got["window"] = {}, {}, {}
 
         def cb(user, capp, errp):
             c = capp.contents
@@ -130,6 +130,7 @@ class CModel:
                     got[w][c.layer] = np.ctypeslib.as_array(ptr, shape=shapes[w]).copy()
             got["kv_head"][c.layer] = [c.kv_head[h] for h in range(c.n_head)]
             got["heads"][c.layer] = [c.heads[h] for h in range(c.n_sel)]
+            got["window"][c.layer] = c.window
             return 0
 
         fn = OBSERVER(cb)

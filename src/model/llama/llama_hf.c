@@ -1,0 +1,398 @@
+/* llama_hf.c: Llama-family decoders from HF model directories (config.json + model.safetensors
+ * or a sharded index): LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, into the weight
+ * struct of llama.h (the forward is llama.c's, shared with GGUF).
+ *
+ * config.json fields read (transformers 4.46 names and defaults): hidden_size,
+ * num_hidden_layers, num_attention_heads, num_key_value_heads (= heads), head_dim (llama,
+ * mistral; = hidden_size / heads), intermediate_size, max_position_embeddings, vocab_size,
+ * rms_norm_eps, rope_theta (10000), rope_scaling (null or {rope_type|type, factor, ...}),
+ * tie_word_embeddings (false), attention_bias (llama: q/k/v/o biases), mlp_bias (llama),
+ * sliding_window (mistral; null = none), use_sliding_window (qwen2: must be false, see below),
+ * hidden_act ("silu"), bos_token_id, eos_token_id.
+ *
+ * Decisions: unknown tensors are an error (they mean a config that does not match the file),
+ * except the rotary inv_freq buffers of old checkpoints; when tie_word_embeddings is true a
+ * saved lm_head.weight is ignored (transformers ties it to embed_tokens). Qwen2 with
+ * use_sliding_window = true is refused: transformers' eager forward then masks every layer,
+ * its flash path only the layers from max_window_layers on, so there is no one reference. */
+#include "llama.h"
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- config.json ------------------------------------------------------------------------------
+ */
+
+/* An integer field in [lo, hi]; absent: *v = def, or an error when def < lo (required). */
+static int get_int(const cJSON *j, const char *key, int lo, int hi, int def, int *v,
+                   const char *name, al_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x)) {
+        if (def < lo) return al__err(err, AL_E_FORMAT, "%s: \"%s\" is missing", name, key);
+        *v = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < lo ||
+        x->valuedouble > hi)
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", name, key, lo,
+                       hi);
+    *v = (int)x->valuedouble;
+    return 0;
+}
+
+/* A number field in (lo, hi]; absent: def (def != def, i.e. NaN: required). */
+static int get_num(const cJSON *j, const char *key, double lo, double hi, double def, double *v,
+                   const char *name, al_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x)) {
+        if (def != def) return al__err(err, AL_E_FORMAT, "%s: \"%s\" is missing", name, key);
+        *v = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(x) || !(x->valuedouble > lo && x->valuedouble <= hi))
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be a number in (%g, %g]", name, key, lo,
+                       hi);
+    *v = x->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *j, const char *key, int def, int *v, const char *name,
+                    al_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x)) {
+        *v = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(x))
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be true or false", name, key);
+    *v = cJSON_IsTrue(x);
+    return 0;
+}
+
+/* A token id: an integer, the first of a list, or null (-1). */
+static int get_token(const cJSON *j, const char *key, int vocab, int *v, const char *name,
+                     al_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    *v = -1;
+    if (cJSON_IsArray(x)) x = cJSON_GetArrayItem(x, 0);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+        x->valuedouble >= vocab)
+        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be a token id in [0, %d)", name, key,
+                       vocab);
+    *v = (int)x->valuedouble;
+    return 0;
+}
+
+static int parse_rope(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
+    al__rope *r = &c->rope;
+    int rc = get_num(j, "rope_theta", 1, 1e12, 10000.0, &r->base, name, err);
+    if (rc) return rc;
+    r->type = AL__ROPE_DEFAULT, r->factor = 1, r->dim = c->d_head, r->max_pos = c->n_ctx;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (!s || cJSON_IsNull(s)) return 0;
+    if (!cJSON_IsObject(s))
+        return al__err(err, AL_E_FORMAT, "%s: \"rope_scaling\" must be null or an object", name);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (!cJSON_IsString(t))
+        return al__err(err, AL_E_FORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", name);
+    static const char *names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+    int k = -1;
+    for (int i = 0; i < 5; i++)
+        if (strcmp(t->valuestring, names[i]) == 0) k = i;
+    if (k < 0)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: rope_scaling type '%.64s' is not supported (default, linear, "
+                       "dynamic, llama3, yarn are)",
+                       name, t->valuestring);
+    r->type = (al__rope_type)k;
+    if (k == AL__ROPE_DEFAULT) return 0;
+    if ((rc = get_num(s, "factor", 0, 1e6, NAN, &r->factor, name, err))) return rc;
+    if (k == AL__ROPE_LLAMA3) {
+        if ((rc = get_num(s, "low_freq_factor", 0, 1e6, NAN, &r->low_freq, name, err)) ||
+            (rc = get_num(s, "high_freq_factor", 0, 1e6, NAN, &r->high_freq, name, err)) ||
+            (rc = get_int(s, "original_max_position_embeddings", 1, 1 << 24, 0, &r->orig_max_pos,
+                          name, err)))
+            return rc;
+        if (!(r->high_freq > r->low_freq))
+            return al__err(err, AL_E_FORMAT,
+                           "%s: rope_scaling high_freq_factor %g must exceed low_freq_factor %g",
+                           name, r->high_freq, r->low_freq);
+    }
+    if (k == AL__ROPE_YARN &&
+        ((rc = get_num(s, "attention_factor", 0, 1e6, 0, &r->attn_factor, name, err)) ||
+         (rc = get_num(s, "beta_fast", 0, 1e6, 32, &r->beta_fast, name, err)) ||
+         (rc = get_num(s, "beta_slow", 0, 1e6, 1, &r->beta_slow, name, err))))
+        return rc;
+    if (k == AL__ROPE_DYNAMIC) {
+        if (r->factor < 1)
+            return al__err(err, AL_E_FORMAT, "%s: dynamic rope_scaling factor %g is below 1", name,
+                           r->factor);
+        double n = floor(c->n_ctx * r->factor); /* dynamic is for running past the context */
+        c->n_ctx = n > (1 << 24) ? (1 << 24) : (int)n;
+    }
+    return 0;
+}
+
+/* The model_type and what follows from it. */
+static int parse_arch(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (!cJSON_IsString(t)) return al__err(err, AL_E_FORMAT, "%s: no \"model_type\" string", name);
+    const char *known[] = {"llama", "mistral", "qwen2"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(t->valuestring, known[i]) == 0)
+            snprintf(c->arch, sizeof c->arch, "%s", known[i]);
+    if (!c->arch[0])
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: model_type '%.64s' is not a Llama-family architecture (llama, "
+                       "mistral, qwen2 are)",
+                       name, t->valuestring);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return al__err(err, AL_E_UNSUPPORTED, "%s: hidden_act '%.64s' is not supported (silu is)",
+                       name, cJSON_IsString(act) ? act->valuestring : "?");
+    return 0;
+}
+
+static int parse_shapes(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
+    int rc;
+    if ((rc = get_int(j, "num_hidden_layers", 1, 1024, -1, &c->n_layer, name, err)) ||
+        (rc = get_int(j, "hidden_size", 2, 65536, -1, &c->d_model, name, err)) ||
+        (rc = get_int(j, "num_attention_heads", 1, 4096, -1, &c->n_head, name, err)) ||
+        (rc = get_int(j, "num_key_value_heads", 1, 4096, c->n_head, &c->n_kv_head, name, err)) ||
+        (rc = get_int(j, "intermediate_size", 1, 1 << 20, -1, &c->d_ff, name, err)) ||
+        (rc = get_int(j, "max_position_embeddings", 1, 1 << 20, -1, &c->n_ctx, name, err)) ||
+        (rc = get_int(j, "vocab_size", 1, 1 << 24, -1, &c->vocab, name, err)))
+        return rc;
+    int def_d = c->d_model / c->n_head;
+    if (strcmp(c->arch, "qwen2") == 0)
+        c->d_head = def_d;
+    else if ((rc = get_int(j, "head_dim", 2, 1024, def_d, &c->d_head, name, err)))
+        return rc;
+    return get_num(j, "rms_norm_eps", 0, 1, 1e-6, &c->eps, name, err);
+}
+
+static int parse_window(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
+    c->window = 0;
+    int use = 1, rc;
+    if (strcmp(c->arch, "llama") == 0) return 0;
+    if (strcmp(c->arch, "qwen2") == 0) {
+        if ((rc = get_bool(j, "use_sliding_window", 0, &use, name, err))) return rc;
+        if (use)
+            return al__err(err, AL_E_UNSUPPORTED,
+                           "%s: qwen2 with use_sliding_window = true is not supported "
+                           "(transformers' eager and flash forwards disagree on its layers)",
+                           name);
+        return 0;
+    }
+    /* mistral: null = none; absent = transformers' default, 4096 */
+    if ((rc = get_int(j, "sliding_window", 1, 1 << 24, 4096, &c->window, name, err))) return rc;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window"))) c->window = 0;
+    if (c->window > c->n_ctx)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: sliding_window %d is larger than the context "
+                       "(max_position_embeddings %d)",
+                       name, c->window, c->n_ctx);
+    return 0;
+}
+
+int al__llama_config_parse(const char *text, size_t len, const char *name, al__llama_config *c,
+                           al_error *err) {
+    memset(c, 0, sizeof *c);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j) return al__err(err, AL_E_FORMAT, "%s: not valid JSON", name);
+    int rc = cJSON_IsObject(j) ? 0 : al__err(err, AL_E_FORMAT, "%s: not a JSON object", name);
+    int is_llama = 0;
+    if (!rc) rc = parse_arch(j, c, name, err);
+    if (!rc) rc = parse_shapes(j, c, name, err);
+    if (!rc) is_llama = strcmp(c->arch, "llama") == 0;
+    if (!rc) rc = get_bool(j, "tie_word_embeddings", 0, &c->tied, name, err);
+    if (!rc && is_llama) rc = get_bool(j, "attention_bias", 0, &c->qkv_bias, name, err);
+    if (!rc && is_llama) rc = get_bool(j, "mlp_bias", 0, &c->mlp_bias, name, err);
+    if (!rc) {
+        c->o_bias = is_llama && c->qkv_bias;
+        if (strcmp(c->arch, "qwen2") == 0) c->qkv_bias = 1;
+        rc = al__llama_check_config(c, name, err);
+    }
+    if (!rc) rc = parse_window(j, c, name, err);
+    if (!rc) rc = parse_rope(j, c, name, err);
+    if (!rc) rc = get_token(j, "bos_token_id", c->vocab, &c->bos_id, name, err);
+    if (!rc) rc = get_token(j, "eos_token_id", c->vocab, &c->eos_id, name, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int al__llama_check_config(const al__llama_config *c, const char *name, al_error *err) {
+    if (c->n_head % c->n_kv_head != 0)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: %d attention heads are not a multiple of %d key/value heads", name,
+                       c->n_head, c->n_kv_head);
+    if (c->d_head % 2 != 0 || c->d_head < 2 || c->d_head > 1024)
+        return al__err(err, AL_E_FORMAT, "%s: head size %d is not even in [2, 1024]", name,
+                       c->d_head);
+    if ((int64_t)c->n_head * c->d_head > (1 << 20))
+        return al__err(err, AL_E_FORMAT, "%s: %d heads of %d are too large", name, c->n_head,
+                       c->d_head);
+    return 0;
+}
+
+/* ---- weights ----------------------------------------------------------------------------------
+ */
+
+typedef struct hspec {
+    char name[128];
+    int ndim;
+    int64_t shape[2]; /* HF order: [out, in] */
+    float **dst;
+} hspec;
+
+/* The tensors of the config, in file-name form, with their shapes (*n of them). */
+static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
+    const al__llama_config *c = &L->cfg;
+    int64_t C = c->d_model, Hd = (int64_t)c->n_head * c->d_head,
+            Gd = (int64_t)c->n_kv_head * c->d_head, F = c->d_ff, V = c->vocab;
+    hspec *s = al__calloc((size_t)(3 + 16 * c->n_layer), sizeof *s, "llama weight list", err);
+    if (!s) return AL_E_NOMEM;
+    int n = 0;
+    s[n++] = (hspec){"model.embed_tokens.weight", 2, {V, C}, &L->tok_embd};
+    s[n++] = (hspec){"model.norm.weight", 1, {C, 1}, &L->out_norm};
+    if (!c->tied) s[n++] = (hspec){"lm_head.weight", 2, {V, C}, &L->output};
+    for (int l = 0; l < c->n_layer; l++) {
+        llama_layer *y = &L->layers[l];
+        struct {
+            const char *suffix;
+            int on, nd;
+            int64_t s0, s1;
+            float **dst;
+        } t[16] = {
+            {"input_layernorm.weight", 1, 1, C, 1, &y->attn_norm},
+            {"self_attn.q_proj.weight", 1, 2, Hd, C, &y->wq},
+            {"self_attn.q_proj.bias", c->qkv_bias, 1, Hd, 1, &y->bq},
+            {"self_attn.k_proj.weight", 1, 2, Gd, C, &y->wk},
+            {"self_attn.k_proj.bias", c->qkv_bias, 1, Gd, 1, &y->bk},
+            {"self_attn.v_proj.weight", 1, 2, Gd, C, &y->wv},
+            {"self_attn.v_proj.bias", c->qkv_bias, 1, Gd, 1, &y->bv},
+            {"self_attn.o_proj.weight", 1, 2, C, Hd, &y->wo},
+            {"self_attn.o_proj.bias", c->o_bias, 1, C, 1, &y->bo},
+            {"post_attention_layernorm.weight", 1, 1, C, 1, &y->ffn_norm},
+            {"mlp.gate_proj.weight", 1, 2, F, C, &y->w_gate},
+            {"mlp.gate_proj.bias", c->mlp_bias, 1, F, 1, &y->b_gate},
+            {"mlp.up_proj.weight", 1, 2, F, C, &y->w_up},
+            {"mlp.up_proj.bias", c->mlp_bias, 1, F, 1, &y->b_up},
+            {"mlp.down_proj.weight", 1, 2, C, F, &y->w_down},
+            {"mlp.down_proj.bias", c->mlp_bias, 1, C, 1, &y->b_down},
+        };
+        for (int i = 0; i < 16; i++) {
+            if (!t[i].on) continue;
+            hspec *w = &s[n++];
+            snprintf(w->name, sizeof w->name, "model.layers.%d.%s", l, t[i].suffix);
+            w->ndim = t[i].nd, w->shape[0] = t[i].s0, w->shape[1] = t[i].s1, w->dst = t[i].dst;
+        }
+        y->window = c->window;
+    }
+    *out = s, *n_out = n;
+    return 0;
+}
+
+static int is_ignored(const char *name, int tied) {
+    size_t n = strlen(name);
+    const char *inv = "rotary_emb.inv_freq";
+    if (n >= strlen(inv) && strcmp(name + n - strlen(inv), inv) == 0) return 1;
+    return tied && strcmp(name, "lm_head.weight") == 0;
+}
+
+/* Every tensor of the file is expected, every expected one present (shapes: al__st_load_f32). */
+static int check_names(const al__safetensors *st, const hspec *s, int n, int tied, al_error *err) {
+    for (int i = 0; i < al__st_count(st); i++) {
+        const al__st_tensor *t = al__st_at(st, i);
+        int found = is_ignored(t->name, tied);
+        for (int k = 0; k < n && !found; k++) found = strcmp(s[k].name, t->name) == 0;
+        if (!found)
+            return al__err(err, AL_E_FORMAT,
+                           "%s: unexpected tensor '%s' (does config.json match the weights?)",
+                           t->file, t->name);
+    }
+    for (int k = 0; k < n; k++)
+        if (!al__st_find(st, s[k].name))
+            return al__err(err, AL_E_FORMAT, "%s: tensor '%s' is missing", al__st_path(st),
+                           s[k].name);
+    return 0;
+}
+
+static int load_specs(al_model *m, const al__safetensors *st, llama *L, const hspec *s, int n,
+                      al_error *err) {
+    size_t total = 0, each;
+    for (int i = 0; i < n; i++)
+        if (!al__mul_ok((size_t)s[i].shape[0], (size_t)s[i].shape[1], &each) ||
+            !al__add_ok(total, each, &total))
+            return al__err(err, AL_E_NOMEM, "%s: the weights' size overflows", al__st_path(st));
+    if (!al__mul_ok(total, sizeof(float), &each))
+        return al__err(err, AL_E_NOMEM, "%s: too large", al__st_path(st));
+    if (!(L->arena = al__malloc_aligned(each, "llama weights (float32)", err))) return AL_E_NOMEM;
+    float *p = L->arena;
+    for (int i = 0; i < n; i++) {
+        size_t k = (size_t)(s[i].shape[0] * s[i].shape[1]);
+        int rc = al__st_load_f32(st, s[i].name, s[i].ndim, s[i].shape, p, err);
+        if (rc) return rc;
+        size_t bad = 0, first = 0;
+        for (size_t e = 0; e < k; e++)
+            if (!isfinite(p[e]) && !bad++) first = e;
+        if (bad)
+            al__model_warn_nonfinite(m, al__st_find(st, s[i].name)->file, s[i].name, bad, first);
+        *s[i].dst = p;
+        p += k;
+    }
+    if (L->cfg.tied) L->output = L->tok_embd;
+    return 0;
+}
+
+static int read_config(const char *dir, llama *L, al_error *err) {
+    char cfg[4200], *text;
+    size_t len;
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    int rc = al__read_file(cfg, 1 << 20, &text, &len, err);
+    if (rc) return rc;
+    rc = al__llama_config_parse(text, len, cfg, &L->cfg, err);
+    free(text);
+    return rc;
+}
+
+int al__llama_open_hf(al_model *m, const char *path, al_error *err) {
+    m->impl = NULL;
+    llama *L = al__calloc(1, sizeof *L, "llama model", err);
+    if (!L) return AL_E_NOMEM;
+    snprintf(L->dir, sizeof L->dir, "%s", path);
+    if (!al__is_dir(path)) {
+        char *slash = strrchr(L->dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(L->dir, sizeof L->dir, ".");
+    }
+    al__safetensors *st = NULL;
+    hspec *s = NULL;
+    int n = 0, rc = read_config(L->dir, L, err);
+    if (!rc && !(L->layers = al__calloc((size_t)L->cfg.n_layer, sizeof *L->layers, "layers", err)))
+        rc = AL_E_NOMEM;
+    if (!rc) rc = al__st_open(path, &st, err);
+    if (!rc) rc = list_specs(L, &s, &n, err);
+    if (!rc) rc = check_names(st, s, n, L->cfg.tied, err);
+    if (!rc) rc = load_specs(m, st, L, s, n, err);
+    if (!rc) {
+        int64_t n_params = 0;
+        for (int i = 0; i < al__st_count(st); i++)
+            n_params += (int64_t)al__st_numel(al__st_at(st, i));
+        const al__st_tensor *q = al__st_find(st, "model.layers.0.self_attn.q_proj.weight");
+        const char *slash = strrchr(L->dir, '/');
+        al__llama_finish(m, L, slash ? slash + 1 : L->dir, path, q ? q->dtype_name : "f32",
+                         n_params);
+    }
+    free(s);
+    al__st_close(st);
+    if (rc) al__llama_free(L);
+    return rc;
+}
