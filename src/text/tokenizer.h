@@ -21,6 +21,23 @@ int al__bpe_add_special(al__bpe *b, const char *text, int id, al_error *err);
 int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
                          int n_merges, const int *merge_lines, const char *merges_name,
                          al__pretok pre, al__bpe **out, al_error *err);
+/* The general form (tokenizer.json): splits[n_splits] PCRE2 patterns (UTF, UCP) applied in
+ * sequence, each splitting the pieces of the one before into its matches and the gaps between
+ * them (none: a segment is one piece); raw_tokens: token strings are raw UTF-8 and the initial
+ * symbols of a piece are its characters (SentencePiece-style BPE), with byte_fallback to the
+ * <0xXX> tokens, else unk_id (-1: dropped), fused when fuse_unk; ignore_merges: a piece that is
+ * a whole token is that token. pre is kept for the record only. */
+#define AL__BPE_MAX_SPLITS 8
+typedef struct al__bpe_opts {
+    al__pretok pre;
+    const char *const *splits;
+    int n_splits;
+    int raw_tokens, byte_fallback, fuse_unk, ignore_merges;
+    int32_t unk_id;
+} al__bpe_opts;
+int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *const *merges,
+                        int n_merges, const int *merge_lines, const char *merges_name,
+                        const al__bpe_opts *o, al__bpe **out, al_error *err);
 int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids,
                    size_t *n, al_error *err);
 int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len,
