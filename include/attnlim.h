@@ -319,6 +319,9 @@ int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err)
 int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **out, al_error *err);
 void al_tokenizer_free(al_tokenizer *tk);
 int al_tokenizer_vocab_size(const al_tokenizer *tk);
+/* Overrides whether al_tokenize adds the BOS / EOS token (1 on, 0 off, -1 as the model's
+ * files say): tokenizers from tokenizer.json only (others never add them). */
+void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos);
 /* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
  * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text.
  * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the

@@ -63,6 +63,20 @@ int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, c
  * with BOS/EOS from dir/tokenizer_config.json when present (src/text/hf_tokenizer.c). */
 int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err);
 
+/* The tokenizer.json pipeline (hf_tokenizer.c) over the BPE engine. parse: the fuzz entry
+ * point (text[len] of a tokenizer.json; name for messages). */
+typedef struct al__hftok al__hftok;
+int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **out, al_error *err);
+int al__hftok_encode(const al__hftok *t, const char *text, size_t len, int allow_special,
+                     int32_t **ids, size_t *n, al_error *err);
+int al__hftok_decode(const al__hftok *t, const int32_t *ids, size_t n, char **text, size_t *len,
+                     al_error *err);
+int al__hftok_vocab_size(const al__hftok *t);
+/* Overrides BOS/EOS adding (1 on, 0 off, -1 keep; on only where the file names the token). */
+void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos);
+void al__hftok_free(al__hftok *t);
+int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err);
+
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);
 int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err);
