@@ -6,35 +6,7 @@
 
 #include "model.h"
 #include "ops.h"
-
-/* RoPE frequencies as HF's modeling_rope_utils computes them (rope_type of config.json). */
-typedef enum {
-    AL__ROPE_DEFAULT = 0,
-    AL__ROPE_LINEAR,
-    AL__ROPE_DYNAMIC,
-    AL__ROPE_LLAMA3,
-    AL__ROPE_YARN
-} al__rope_type;
-
-typedef struct al__rope {
-    al__rope_type type;
-    int dim;            /* rotated dimensions of a head (even) */
-    double base;        /* rope_theta */
-    double factor;      /* rope_scaling.factor (1 for default) */
-    int max_pos;        /* max_position_embeddings (dynamic, yarn) */
-    double low_freq;    /* llama3: low_freq_factor */
-    double high_freq;   /* llama3: high_freq_factor */
-    int orig_max_pos;   /* llama3: original_max_position_embeddings */
-    double attn_factor; /* yarn: attention_factor (0 = 0.1 ln(factor) + 1) */
-    double beta_fast;   /* yarn (default 32) */
-    double beta_slow;   /* yarn (default 1) */
-} al__rope;
-
-/* inv[dim/2]: the inverse frequencies for a forward of T tokens; *scale multiplies cos and
- * sin (yarn's attention factor, 1 otherwise). dynamic depends on T (seq_len = T when T >
- * max_pos), as HF's dynamic update does for a fresh model. */
-void al__rope_inv_freq(const al__rope *r, int T, double *inv, double *scale);
-const char *al__rope_type_name(al__rope_type t);
+#include "rope.h"
 
 /* The architecture-specific facts of a Llama-family model (shapes beside). */
 typedef struct al__llama_config {

@@ -16,6 +16,7 @@
  * use_sliding_window = true is refused: transformers' eager forward then masks every layer,
  * its flash path only the layers from max_window_layers on, so there is no one reference. */
 #include "llama.h"
+#include "hf_config.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -25,118 +26,6 @@
 
 /* ---- config.json ------------------------------------------------------------------------------
  */
-
-/* An integer field in [lo, hi]; absent: *v = def, or an error when def < lo (required). */
-static int get_int(const cJSON *j, const char *key, int lo, int hi, int def, int *v,
-                   const char *name, al_error *err) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!x || cJSON_IsNull(x)) {
-        if (def < lo) return al__err(err, AL_E_FORMAT, "%s: \"%s\" is missing", name, key);
-        *v = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < lo ||
-        x->valuedouble > hi)
-        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", name, key, lo,
-                       hi);
-    *v = (int)x->valuedouble;
-    return 0;
-}
-
-/* A number field in (lo, hi]; absent: def (def != def, i.e. NaN: required). */
-static int get_num(const cJSON *j, const char *key, double lo, double hi, double def, double *v,
-                   const char *name, al_error *err) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!x || cJSON_IsNull(x)) {
-        if (def != def) return al__err(err, AL_E_FORMAT, "%s: \"%s\" is missing", name, key);
-        *v = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(x) || !(x->valuedouble > lo && x->valuedouble <= hi))
-        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be a number in (%g, %g]", name, key, lo,
-                       hi);
-    *v = x->valuedouble;
-    return 0;
-}
-
-static int get_bool(const cJSON *j, const char *key, int def, int *v, const char *name,
-                    al_error *err) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!x || cJSON_IsNull(x)) {
-        *v = def;
-        return 0;
-    }
-    if (!cJSON_IsBool(x))
-        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be true or false", name, key);
-    *v = cJSON_IsTrue(x);
-    return 0;
-}
-
-/* A token id: an integer, the first of a list, or null (-1). */
-static int get_token(const cJSON *j, const char *key, int vocab, int *v, const char *name,
-                     al_error *err) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    *v = -1;
-    if (cJSON_IsArray(x)) x = cJSON_GetArrayItem(x, 0);
-    if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
-        x->valuedouble >= vocab)
-        return al__err(err, AL_E_FORMAT, "%s: \"%s\" must be a token id in [0, %d)", name, key,
-                       vocab);
-    *v = (int)x->valuedouble;
-    return 0;
-}
-
-static int parse_rope(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
-    al__rope *r = &c->rope;
-    int rc = get_num(j, "rope_theta", 1, 1e12, 10000.0, &r->base, name, err);
-    if (rc) return rc;
-    r->type = AL__ROPE_DEFAULT, r->factor = 1, r->dim = c->d_head, r->max_pos = c->n_ctx;
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (!s || cJSON_IsNull(s)) return 0;
-    if (!cJSON_IsObject(s))
-        return al__err(err, AL_E_FORMAT, "%s: \"rope_scaling\" must be null or an object", name);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "rope_type");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(s, "type");
-    if (!cJSON_IsString(t))
-        return al__err(err, AL_E_FORMAT, "%s: \"rope_scaling\" has no \"rope_type\" string", name);
-    static const char *names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
-    int k = -1;
-    for (int i = 0; i < 5; i++)
-        if (strcmp(t->valuestring, names[i]) == 0) k = i;
-    if (k < 0)
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: rope_scaling type '%.64s' is not supported (default, linear, "
-                       "dynamic, llama3, yarn are)",
-                       name, t->valuestring);
-    r->type = (al__rope_type)k;
-    if (k == AL__ROPE_DEFAULT) return 0;
-    if ((rc = get_num(s, "factor", 0, 1e6, NAN, &r->factor, name, err))) return rc;
-    if (k == AL__ROPE_LLAMA3) {
-        if ((rc = get_num(s, "low_freq_factor", 0, 1e6, NAN, &r->low_freq, name, err)) ||
-            (rc = get_num(s, "high_freq_factor", 0, 1e6, NAN, &r->high_freq, name, err)) ||
-            (rc = get_int(s, "original_max_position_embeddings", 1, 1 << 24, 0, &r->orig_max_pos,
-                          name, err)))
-            return rc;
-        if (!(r->high_freq > r->low_freq))
-            return al__err(err, AL_E_FORMAT,
-                           "%s: rope_scaling high_freq_factor %g must exceed low_freq_factor %g",
-                           name, r->high_freq, r->low_freq);
-    }
-    if (k == AL__ROPE_YARN &&
-        ((rc = get_num(s, "attention_factor", 0, 1e6, 0, &r->attn_factor, name, err)) ||
-         (rc = get_num(s, "beta_fast", 0, 1e6, 32, &r->beta_fast, name, err)) ||
-         (rc = get_num(s, "beta_slow", 0, 1e6, 1, &r->beta_slow, name, err))))
-        return rc;
-    if (k == AL__ROPE_DYNAMIC) {
-        if (r->factor < 1)
-            return al__err(err, AL_E_FORMAT, "%s: dynamic rope_scaling factor %g is below 1", name,
-                           r->factor);
-        double n = floor(c->n_ctx * r->factor); /* dynamic is for running past the context */
-        c->n_ctx = n > (1 << 24) ? (1 << 24) : (int)n;
-    }
-    return 0;
-}
 
 /* The model_type and what follows from it. */
 static int parse_arch(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
@@ -160,20 +49,21 @@ static int parse_arch(const cJSON *j, al__llama_config *c, const char *name, al_
 
 static int parse_shapes(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
     int rc;
-    if ((rc = get_int(j, "num_hidden_layers", 1, 1024, -1, &c->n_layer, name, err)) ||
-        (rc = get_int(j, "hidden_size", 2, 65536, -1, &c->d_model, name, err)) ||
-        (rc = get_int(j, "num_attention_heads", 1, 4096, -1, &c->n_head, name, err)) ||
-        (rc = get_int(j, "num_key_value_heads", 1, 4096, c->n_head, &c->n_kv_head, name, err)) ||
-        (rc = get_int(j, "intermediate_size", 1, 1 << 20, -1, &c->d_ff, name, err)) ||
-        (rc = get_int(j, "max_position_embeddings", 1, 1 << 20, -1, &c->n_ctx, name, err)) ||
-        (rc = get_int(j, "vocab_size", 1, 1 << 24, -1, &c->vocab, name, err)))
+    if ((rc = al__cfg_int(j, "num_hidden_layers", 1, 1024, -1, &c->n_layer, name, err)) ||
+        (rc = al__cfg_int(j, "hidden_size", 2, 65536, -1, &c->d_model, name, err)) ||
+        (rc = al__cfg_int(j, "num_attention_heads", 1, 4096, -1, &c->n_head, name, err)) ||
+        (rc =
+             al__cfg_int(j, "num_key_value_heads", 1, 4096, c->n_head, &c->n_kv_head, name, err)) ||
+        (rc = al__cfg_int(j, "intermediate_size", 1, 1 << 20, -1, &c->d_ff, name, err)) ||
+        (rc = al__cfg_int(j, "max_position_embeddings", 1, 1 << 20, -1, &c->n_ctx, name, err)) ||
+        (rc = al__cfg_int(j, "vocab_size", 1, 1 << 24, -1, &c->vocab, name, err)))
         return rc;
     int def_d = c->d_model / c->n_head;
     if (strcmp(c->arch, "qwen2") == 0)
         c->d_head = def_d;
-    else if ((rc = get_int(j, "head_dim", 2, 1024, def_d, &c->d_head, name, err)))
+    else if ((rc = al__cfg_int(j, "head_dim", 2, 1024, def_d, &c->d_head, name, err)))
         return rc;
-    return get_num(j, "rms_norm_eps", 0, 1, 1e-6, &c->eps, name, err);
+    return al__cfg_num(j, "rms_norm_eps", 0, 1, 1e-6, &c->eps, name, err);
 }
 
 static int parse_window(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
@@ -181,7 +71,7 @@ static int parse_window(const cJSON *j, al__llama_config *c, const char *name, a
     int use = 1, rc;
     if (strcmp(c->arch, "llama") == 0) return 0;
     if (strcmp(c->arch, "qwen2") == 0) {
-        if ((rc = get_bool(j, "use_sliding_window", 0, &use, name, err))) return rc;
+        if ((rc = al__cfg_bool(j, "use_sliding_window", 0, &use, name, err))) return rc;
         if (use)
             return al__err(err, AL_E_UNSUPPORTED,
                            "%s: qwen2 with use_sliding_window = true is not supported "
@@ -190,7 +80,7 @@ static int parse_window(const cJSON *j, al__llama_config *c, const char *name, a
         return 0;
     }
     /* mistral: null = none; absent = transformers' default, 4096 */
-    if ((rc = get_int(j, "sliding_window", 1, 1 << 24, 4096, &c->window, name, err))) return rc;
+    if ((rc = al__cfg_int(j, "sliding_window", 1, 1 << 24, 4096, &c->window, name, err))) return rc;
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window"))) c->window = 0;
     if (c->window > c->n_ctx)
         return al__err(err, AL_E_FORMAT,
@@ -210,18 +100,18 @@ int al__llama_config_parse(const char *text, size_t len, const char *name, al__l
     if (!rc) rc = parse_arch(j, c, name, err);
     if (!rc) rc = parse_shapes(j, c, name, err);
     if (!rc) is_llama = strcmp(c->arch, "llama") == 0;
-    if (!rc) rc = get_bool(j, "tie_word_embeddings", 0, &c->tied, name, err);
-    if (!rc && is_llama) rc = get_bool(j, "attention_bias", 0, &c->qkv_bias, name, err);
-    if (!rc && is_llama) rc = get_bool(j, "mlp_bias", 0, &c->mlp_bias, name, err);
+    if (!rc) rc = al__cfg_bool(j, "tie_word_embeddings", 0, &c->tied, name, err);
+    if (!rc && is_llama) rc = al__cfg_bool(j, "attention_bias", 0, &c->qkv_bias, name, err);
+    if (!rc && is_llama) rc = al__cfg_bool(j, "mlp_bias", 0, &c->mlp_bias, name, err);
     if (!rc) {
         c->o_bias = is_llama && c->qkv_bias;
         if (strcmp(c->arch, "qwen2") == 0) c->qkv_bias = 1;
         rc = al__llama_check_config(c, name, err);
     }
     if (!rc) rc = parse_window(j, c, name, err);
-    if (!rc) rc = parse_rope(j, c, name, err);
-    if (!rc) rc = get_token(j, "bos_token_id", c->vocab, &c->bos_id, name, err);
-    if (!rc) rc = get_token(j, "eos_token_id", c->vocab, &c->eos_id, name, err);
+    if (!rc) rc = al__cfg_rope(j, "rope_theta", c->d_head, &c->n_ctx, &c->rope, name, err);
+    if (!rc) rc = al__cfg_token(j, "bos_token_id", c->vocab, &c->bos_id, name, err);
+    if (!rc) rc = al__cfg_token(j, "eos_token_id", c->vocab, &c->eos_id, name, err);
     cJSON_Delete(j);
     return rc;
 }
