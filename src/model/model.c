@@ -1,6 +1,7 @@
 /* model.c: opening a model of any supported family, and the forward entry point. */
 #include "model.h"
 
+#include "gptneox.h"
 #include "safetensors.h"
 
 #include <limits.h>
@@ -108,10 +109,12 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
                 rc = al__bert_open_safetensors(m, path, err);
             else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
                 rc = al__llama_open_hf(m, path, err);
+            else if (!strcmp(type, "gpt_neox"))
+                rc = al__neox_open_hf(m, path, err);
             else
                 rc = al__err(err, AL_E_UNSUPPORTED,
                              "%s: model_type '%.64s' in config.json is not supported (supported: "
-                             "gpt2, bert, llama, mistral, qwen2)",
+                             "gpt2, bert, llama, mistral, qwen2, gpt_neox)",
                              path, type);
         }
     } else {

@@ -584,32 +584,43 @@ static int buf_put(buf *b, const char *s, size_t n, al_error *err) {
     return 0;
 }
 
-/* b = NFC / NFKC of b (ICU, through UTF-16). */
+/* The NFC / NFKC of valid UTF-8 s[n] appended to o (ICU, through UTF-16). */
+static int norm_run(const UNormalizer2 *nz, const char *s, size_t n, buf *o, al_error *err) {
+    if (n > (size_t)INT32_MAX / 4) return al__err(err, AL_E_NOMEM, "text too long to normalize");
+    UErrorCode ue = U_ZERO_ERROR;
+    int32_t n16 = 0, n2 = 0, n8 = 0, cap2 = (int32_t)n * 3 + 16;
+    UChar *u = al__malloc(((size_t)n + 1) * sizeof *u, "normalizer", err);
+    UChar *v = al__malloc((size_t)cap2 * sizeof *v, "normalizer", err);
+    char *out = al__malloc((size_t)cap2 * 3 + 1, "normalizer", err);
+    int rc = !u || !v || !out ? AL_E_NOMEM : 0;
+    if (!rc) u_strFromUTF8(u, (int32_t)n + 1, &n16, s, (int32_t)n, &ue);
+    if (!rc && !U_FAILURE(ue)) n2 = unorm2_normalize(nz, u, n16, v, cap2, &ue);
+    if (!rc && !U_FAILURE(ue)) u_strToUTF8(out, cap2 * 3 + 1, &n8, v, n2, &ue);
+    if (!rc && U_FAILURE(ue))
+        rc = al__err(err, AL_E_INVALID, "ICU normalizer: %s", u_errorName(ue));
+    if (!rc) rc = buf_put(o, out, (size_t)n8, err);
+    free(u), free(v), free(out);
+    return rc;
+}
+
+/* b = NFC / NFKC of b; bytes that are not valid UTF-8 are kept as they are (HF only takes
+ * valid text; the valid runs around them are normalized each on its own). */
 static int unicode_norm(buf *b, int nfkc, al_error *err) {
     UErrorCode ue = U_ZERO_ERROR;
     const UNormalizer2 *nz = nfkc ? unorm2_getNFKCInstance(&ue) : unorm2_getNFCInstance(&ue);
     if (U_FAILURE(ue))
         return al__err(err, AL_E_UNSUPPORTED, "ICU: no NFC data (%s)", u_errorName(ue));
-    if (b->n > (size_t)INT32_MAX / 4) return al__err(err, AL_E_NOMEM, "text too long to normalize");
-    int32_t n16 = 0, n2 = 0, n8 = 0;
-    UChar *u = al__malloc(((size_t)b->n + 1) * sizeof *u, "normalizer", err);
-    UChar *v = al__malloc(((size_t)b->n * 3 + 16) * sizeof *v, "normalizer", err);
-    int rc = !u || !v ? AL_E_NOMEM : 0;
-    if (!rc) u_strFromUTF8(u, (int32_t)b->n + 1, &n16, b->p, (int32_t)b->n, &ue);
-    if (!rc && !U_FAILURE(ue)) n2 = unorm2_normalize(nz, u, n16, v, (int32_t)b->n * 3 + 16, &ue);
-    char *out = !rc && !U_FAILURE(ue) ? al__malloc((size_t)n2 * 3 + 1, "normalizer", err) : NULL;
-    if (out) u_strToUTF8(out, n2 * 3 + 1, &n8, v, n2, &ue);
-    if (!rc && (U_FAILURE(ue) || !out))
-        rc = U_FAILURE(ue) ? al__err(err, AL_E_INVALID, "ICU normalizer: %s", u_errorName(ue))
-                           : AL_E_NOMEM;
-    free(u), free(v);
-    if (rc) {
-        free(out);
-        return rc;
+    buf o = {0};
+    int rc = buf_put(&o, "", 0, err);
+    for (size_t i = 0; !rc && i < b->n;) {
+        size_t v = al__utf8_valid_len((const unsigned char *)b->p + i, b->n - i);
+        if (v) rc = norm_run(nz, b->p + i, v, &o, err);
+        i += v;
+        if (!rc && i < b->n) rc = buf_put(&o, b->p + i++, 1, err); /* one invalid byte */
     }
     free(b->p);
-    b->p = out, b->n = (size_t)n8, b->cap = (size_t)n2 * 3 + 1;
-    return 0;
+    *b = o;
+    return rc;
 }
 
 /* b with every occurrence of a replaced by c. */
