@@ -388,6 +388,9 @@ enum {
     AL_CAP_WEIGHTS = 1u << 4, /* alpha [n_sel, T, T] = softmax rows; masked entries 0 */
     AL_CAP_HIDDEN = 1u << 5,  /* [T, d_model] the layer input after its first norm */
     AL_CAP_EMBED = 1u << 6,   /* [T, d_model] the model input (token + position embedding) */
+    /* [n_sel, T, T] the logits before attention-logit soft-capping (Gemma 2: z = q.k * scale;
+     * AL_CAP_LOGITS then gives cap * tanh(z / cap)); NULL for models without soft-capping */
+    AL_CAP_LOGITS_PRECAP = 1u << 12,
 };
 
 /* One layer's capture, handed to the observer while the forward runs. Pointers are valid
@@ -399,18 +402,21 @@ typedef struct al_capture {
     int n_head, n_kv_head, d_head, d_model;
     int causal;
     int n_sel;
-    const int *heads;     /* [n_sel] query head indices */
-    const int *kv_head;   /* [n_head] key/value head read by each query head */
-    const float *q;       /* [n_sel, T, d_head] or NULL */
-    const float *k;       /* [n_sel, T, d_head] or NULL */
-    const float *v;       /* [n_sel, T, d_head] or NULL */
-    const float *logits;  /* [n_sel, T, T] or NULL */
-    const float *weights; /* [n_sel, T, T] or NULL */
-    const float *hidden;  /* [T, d_model] or NULL */
-    const float *embed;   /* [T, d_model] or NULL */
-    int window;           /* causal sliding window (Mistral, Gemma 2): row t sees the keys
-                           * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window); 0 = none.
-                           * The masked entries are as for causal rows: logits -inf, weights 0. */
+    const int *heads;           /* [n_sel] query head indices */
+    const int *kv_head;         /* [n_head] key/value head read by each query head */
+    const float *q;             /* [n_sel, T, d_head] or NULL */
+    const float *k;             /* [n_sel, T, d_head] or NULL */
+    const float *v;             /* [n_sel, T, d_head] or NULL */
+    const float *logits;        /* [n_sel, T, T] or NULL */
+    const float *weights;       /* [n_sel, T, T] or NULL */
+    const float *hidden;        /* [T, d_model] or NULL */
+    const float *embed;         /* [T, d_model] or NULL */
+    int window;                 /* causal sliding window (Mistral, Gemma 2): row t sees the keys
+                                 * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window); 0 = none.
+                                 * The masked entries are as for causal rows: logits -inf, weights 0. */
+    const float *logits_precap; /* [n_sel, T, T] or NULL (AL_CAP_LOGITS_PRECAP) */
+    float softcap;              /* the attention-logit soft-cap (0 = none) */
+    float scale;                /* the logit scale: 1/sqrt(d_head), or the model's own */
 } al_capture;
 
 /* Returns 0 to go on, non-zero (with err set) to stop the forward. */

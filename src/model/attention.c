@@ -185,6 +185,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         if (what & qkv_bits[i]) need += n_qkv;
     if (what & AL_CAP_LOGITS) need += n_tt;
     if (what & AL_CAP_WEIGHTS) need += n_tt;
+    if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) need += n_tt;
     if (need &&
         (rc = grow((void **)&ws->cap, &ws->cap_n, need, sizeof(float), "capture buffers", err)))
         return rc;
@@ -195,6 +196,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     if (what & AL_CAP_V) cv = p, p += n_qkv;       /* [n_sel, T, D] */
     if (what & AL_CAP_LOGITS) clog = p, p += n_tt; /* [n_sel, T, T] */
     if (what & AL_CAP_WEIGHTS) cw = p, p += n_tt;  /* [n_sel, T, T] */
+    float *cpre = NULL;                            /* [n_sel, T, T] logits before the cap */
+    if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) cpre = p, p += n_tt;
 
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt < 1) nt = 1;
@@ -216,7 +219,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     al__blas_single();
     const int n_blocks = (T + B - 1) / B;
     const int n_tasks = n_blocks * H;
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const float scale = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)D));
+    const float softcap = a->softcap;
     const size_t ldo = (size_t)H * D;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -277,6 +281,13 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
                 int lo = a->causal && a->window > 0 && n > a->window ? n - a->window : 0;
                 float *Li = L + i * lL, *Wi = W + i * lW;
+                if (softcap > 0) {
+                    if (cpre && sel >= 0) {
+                        float *Pi = cpre + ((size_t)sel * T + r0 + i) * T;
+                        for (int j = 0; j < T; j++) Pi[j] = j >= lo && j < n ? Li[j] : -INFINITY;
+                    }
+                    for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
+                }
                 al__softmax_row(Wi + lo, Li + lo, n - lo);
                 for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
                 if (lcap)
@@ -306,6 +317,9 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         .d_model = a->d_model,
         .causal = a->causal,
         .window = a->causal ? a->window : 0,
+        .logits_precap = cpre,
+        .softcap = softcap,
+        .scale = scale,
         .n_sel = n_sel,
         .heads = heads,
         .kv_head = kv_head,

@@ -107,14 +107,15 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
                 rc = al__gpt2_open_safetensors(m, path, err);
             else if (strcmp(type, "bert") == 0)
                 rc = al__bert_open_safetensors(m, path, err);
-            else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
+            else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") ||
+                     !strcmp(type, "gemma2"))
                 rc = al__llama_open_hf(m, path, err);
             else if (!strcmp(type, "gpt_neox"))
                 rc = al__neox_open_hf(m, path, err);
             else
                 rc = al__err(err, AL_E_UNSUPPORTED,
                              "%s: model_type '%.64s' in config.json is not supported (supported: "
-                             "gpt2, bert, llama, mistral, qwen2, gpt_neox)",
+                             "gpt2, bert, llama, mistral, qwen2, gemma2, gpt_neox)",
                              path, type);
         }
     } else {

@@ -50,7 +50,7 @@ def reference(path, cls, tokens):
     m = cls.from_pretrained(str(path), torch_dtype=torch.float64, attn_implementation="eager")
     m.eval()
     ids = torch.tensor([tokens])
-    out = m(ids, output_attentions=True, output_hidden_states=True)
+    out = m(ids, output_attentions=True, output_hidden_states=True, use_cache=False)
     return m, out
 
 

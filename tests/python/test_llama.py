@@ -54,7 +54,8 @@ class Capture(ctypes.Structure):
                 ("n_kv_head", ctypes.c_int), ("d_head", ctypes.c_int), ("d_model", ctypes.c_int),
                 ("causal", ctypes.c_int), ("n_sel", ctypes.c_int), ("heads", ctypes.POINTER(ctypes.c_int)),
                 ("kv_head", ctypes.POINTER(ctypes.c_int)), ("q", FP), ("k", FP), ("v", FP), ("logits", FP),
-                ("weights", FP), ("hidden", FP), ("embed", FP), ("window", ctypes.c_int)]
+                ("weights", FP), ("hidden", FP), ("embed", FP), ("window", ctypes.c_int),
+                ("logits_precap", FP), ("softcap", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
 OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Capture), ctypes.POINTER(Error))
@@ -65,7 +66,7 @@ class Request(ctypes.Structure):
                 ("heads", ctypes.POINTER(ctypes.c_uint8)), ("fn", OBSERVER), ("user", ctypes.c_void_p)]
 
 
-CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64)
+CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, logits_precap=1 << 12)
 _LIB = None
 
 
@@ -123,7 +124,8 @@ class CModel:
             c = capp.contents
             n, d = c.n_sel, c.d_head
             shapes = dict(q=(n, c.T, d), k=(n, c.T, d), v=(n, c.T, d), logits=(n, c.T, c.T),
-                          weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model))
+                          weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model),
+                          logits_precap=(n, c.T, c.T))
             for w in what:
                 ptr = getattr(c, w)
                 if ptr:
@@ -146,7 +148,7 @@ class CModel:
                                      fh.ctypes.data_as(FP) if fh is not None else None, ctypes.byref(err))
         if rc:
             raise RuntimeError(err.msg.decode())
-        got["logits"], got["final"] = lg, fh
+        got["logits" if "logits" not in what else "lm_logits"], got["final"] = lg, fh
         return got
 
     def tokenize(self, data):

@@ -335,6 +335,8 @@ static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
         .d_model = C,
         .causal = 1,
         .window = ly->window,
+        .scale = (float)c->attn_scale,
+        .softcap = (float)c->attn_softcap,
         .q = a->q,
         .q_stride = (size_t)H * d,
         .k = a->k,
@@ -349,6 +351,7 @@ static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
     int rc = al__attention_ws(&at, &L->ws, err);
     if (rc) return rc;
     al__matmul_nt(a->tmp, a->att, ly->wo, ly->bo, T, H * d, C);
+    if (ly->post_attn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_attn_norm, T, C, (float)c->eps);
     al__add(a->x, a->tmp, (size_t)T * C);
     return 0;
 }
@@ -360,8 +363,17 @@ static void mlp_block(const llama *L, const llama_layer *ly, acts *a, int T) {
     al__rmsnorm(a->h, a->x, ly->ffn_norm, T, C, (float)c->eps);
     al__matmul_nt(a->gate, a->h, ly->w_gate, ly->b_gate, T, C, F);
     al__matmul_nt(a->up, a->h, ly->w_up, ly->b_up, T, C, F);
-    al__silu_mul(a->gate, a->up, (size_t)T * F);
+    if (c->gelu) { /* GeGLU */
+        if (c->gelu == 1)
+            al__gelu_tanh(a->gate, (size_t)T * F);
+        else
+            al__gelu_erf(a->gate, (size_t)T * F);
+        for (size_t i = 0; i < (size_t)T * F; i++) a->gate[i] *= a->up[i];
+    } else {
+        al__silu_mul(a->gate, a->up, (size_t)T * F);
+    }
     al__matmul_nt(a->tmp, a->gate, ly->w_down, ly->b_down, T, F, C);
+    if (ly->post_ffn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_ffn_norm, T, C, (float)c->eps);
     al__add(a->x, a->tmp, (size_t)T * C);
 }
 
@@ -383,6 +395,8 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     if (rc) return rc;
     for (int t = 0; t < T; t++)
         memcpy(a.x + (size_t)t * C, L->tok_embd + (size_t)tokens[t] * C, (size_t)C * sizeof(float));
+    if (c->embed_scale > 0)
+        for (size_t i = 0; i < (size_t)T * C; i++) a.x[i] *= (float)c->embed_scale;
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
@@ -393,6 +407,10 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
         al__rmsnorm(a.h, a.x, L->out_norm, T, C, (float)c->eps);
         if (final_hidden) memcpy(final_hidden, a.h, (size_t)T * C * sizeof(float));
         if (logits) al__matmul_nt(logits, a.h, L->output, NULL, T, C, c->vocab);
+        if (logits && c->final_softcap > 0) {
+            float s = (float)c->final_softcap;
+            for (size_t i = 0; i < (size_t)T * c->vocab; i++) logits[i] = s * tanhf(logits[i] / s);
+        }
     }
     free_acts(&a);
     return rc;

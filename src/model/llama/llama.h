@@ -10,7 +10,7 @@
 
 /* The architecture-specific facts of a Llama-family model (shapes beside). */
 typedef struct al__llama_config {
-    char arch[32]; /* "llama", "mistral", "qwen2" (the HF model_type or GGUF architecture) */
+    char arch[32]; /* "llama", "mistral", "qwen2", "gemma2" (HF model_type / GGUF arch) */
     int n_layer, n_head, n_kv_head, d_model, d_head, d_ff, n_ctx, vocab;
     double eps;         /* RMSNorm epsilon */
     al__rope rope;      /* RoPE of every layer */
@@ -20,6 +20,14 @@ typedef struct al__llama_config {
     int o_bias;         /* o_proj has a bias */
     int mlp_bias;       /* gate/up/down have biases */
     int bos_id, eos_id; /* from config.json (-1 = none) */
+    /* Gemma 2 (all 0 for the others) */
+    int gemma;            /* (1 + w) RMSNorm (folded into the weights at load), post-norms */
+    int alt_window;       /* the window on even layers only (0, 2, ...), global attention between */
+    int gelu;             /* MLP gate activation: 0 silu, 1 GELU tanh form, 2 exact GELU */
+    double embed_scale;   /* x = embed * embed_scale (sqrt(d_model)); 0 = 1 */
+    double attn_scale;    /* logits scale: query_pre_attn_scalar^-1/2; 0 = 1/sqrt(d_head) */
+    double attn_softcap;  /* attn_logit_softcapping (0 = none) */
+    double final_softcap; /* final_logit_softcapping (0 = none) */
 } al__llama_config;
 
 /* Parses an HF config.json text[len] (name for messages) of model_type llama, mistral or qwen2
@@ -36,6 +44,8 @@ typedef struct llama_layer {
     float *wv, *bv;         /* [G*d, C], [G*d] or NULL */
     float *wo, *bo;         /* [C, H*d], [C] or NULL */
     float *ffn_norm;        /* [C] */
+    float *post_attn_norm;  /* [C] Gemma 2: on the attention output, or NULL */
+    float *post_ffn_norm;   /* [C] Gemma 2: on the MLP output, or NULL */
     float *w_gate, *b_gate; /* [F, C], [F] or NULL */
     float *w_up, *b_up;     /* [F, C], [F] or NULL */
     float *w_down, *b_down; /* [C, F], [C] or NULL */

@@ -27,20 +27,61 @@
 /* ---- config.json ------------------------------------------------------------------------------
  */
 
+/* A soft-cap: null = none, absent = transformers' default, else > 0. */
+static int get_softcap(const cJSON *j, const char *key, double def, double *v, const char *name,
+                       al_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (cJSON_IsNull(x)) {
+        *v = 0;
+        return 0;
+    }
+    return al__cfg_num(j, key, 0, 1e6, def, v, name, err);
+}
+
+/* Gemma 2's own fields: attention_bias (q/k/v/o), query_pre_attn_scalar (256),
+ * attn_logit_softcapping (50), final_logit_softcapping (30); embeddings times sqrt(C). */
+static int parse_gemma2(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
+    double q;
+    int rc = al__cfg_bool(j, "attention_bias", 0, &c->qkv_bias, name, err);
+    if (!rc) rc = al__cfg_num(j, "query_pre_attn_scalar", 0, 1e9, 256, &q, name, err);
+    if (!rc) rc = get_softcap(j, "attn_logit_softcapping", 50, &c->attn_softcap, name, err);
+    if (!rc) rc = get_softcap(j, "final_logit_softcapping", 30, &c->final_softcap, name, err);
+    c->o_bias = c->qkv_bias;
+    c->attn_scale = rc ? 0 : 1.0 / sqrt(q);
+    c->embed_scale = sqrt((double)c->d_model);
+    return rc;
+}
+
 /* The model_type and what follows from it. */
 static int parse_arch(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (!cJSON_IsString(t)) return al__err(err, AL_E_FORMAT, "%s: no \"model_type\" string", name);
-    const char *known[] = {"llama", "mistral", "qwen2"};
-    for (int i = 0; i < 3; i++)
+    const char *known[] = {"llama", "mistral", "qwen2", "gemma2"};
+    for (int i = 0; i < 4; i++)
         if (strcmp(t->valuestring, known[i]) == 0)
             snprintf(c->arch, sizeof c->arch, "%s", known[i]);
     if (!c->arch[0])
         return al__err(err, AL_E_UNSUPPORTED,
                        "%s: model_type '%.64s' is not a Llama-family architecture (llama, "
-                       "mistral, qwen2 are)",
+                       "mistral, qwen2, gemma2 are)",
                        name, t->valuestring);
+    c->gemma = strcmp(c->arch, "gemma2") == 0;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (c->gemma) { /* Gemma2MLP reads hidden_activation */
+        const cJSON *ha = cJSON_GetObjectItemCaseSensitive(j, "hidden_activation");
+        if (ha && !cJSON_IsNull(ha)) act = ha;
+        const char *s = cJSON_IsString(act) ? act->valuestring : "?";
+        c->gelu = !act                                                        ? 1
+                  : !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_new") ? 1
+                  : !strcmp(s, "gelu")                                        ? 2
+                                                                              : 0;
+        if (!c->gelu)
+            return al__err(err, AL_E_UNSUPPORTED,
+                           "%s: hidden_activation '%.64s' is not supported (gelu_pytorch_tanh, "
+                           "gelu_new, gelu are)",
+                           name, s);
+        return 0;
+    }
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return al__err(err, AL_E_UNSUPPORTED, "%s: hidden_act '%.64s' is not supported (silu is)",
                        name, cJSON_IsString(act) ? act->valuestring : "?");
@@ -79,7 +120,8 @@ static int parse_window(const cJSON *j, al__llama_config *c, const char *name, a
                            name);
         return 0;
     }
-    /* mistral: null = none; absent = transformers' default, 4096 */
+    /* mistral, gemma2: null = none; absent = transformers' default, 4096 */
+    c->alt_window = c->gemma; /* Gemma 2: layers 0, 2, ... slide, the others are global */
     if ((rc = al__cfg_int(j, "sliding_window", 1, 1 << 24, 4096, &c->window, name, err))) return rc;
     if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window"))) c->window = 0;
     if (c->window > c->n_ctx)
@@ -100,15 +142,21 @@ int al__llama_config_parse(const char *text, size_t len, const char *name, al__l
     if (!rc) rc = parse_arch(j, c, name, err);
     if (!rc) rc = parse_shapes(j, c, name, err);
     if (!rc) is_llama = strcmp(c->arch, "llama") == 0;
-    if (!rc) rc = al__cfg_bool(j, "tie_word_embeddings", 0, &c->tied, name, err);
+    if (!rc) rc = al__cfg_bool(j, "tie_word_embeddings", c->gemma, &c->tied, name, err);
+    if (!rc && c->gemma) rc = parse_gemma2(j, c, name, err);
     if (!rc && is_llama) rc = al__cfg_bool(j, "attention_bias", 0, &c->qkv_bias, name, err);
     if (!rc && is_llama) rc = al__cfg_bool(j, "mlp_bias", 0, &c->mlp_bias, name, err);
     if (!rc) {
-        c->o_bias = is_llama && c->qkv_bias;
+        if (!c->gemma) c->o_bias = is_llama && c->qkv_bias;
         if (strcmp(c->arch, "qwen2") == 0) c->qkv_bias = 1;
         rc = al__llama_check_config(c, name, err);
     }
     if (!rc) rc = parse_window(j, c, name, err);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (!rc && c->gemma && rs && !cJSON_IsNull(rs))
+        rc =
+            al__err(err, AL_E_UNSUPPORTED,
+                    "%s: rope_scaling is not supported for gemma2 (transformers ignores it)", name);
     if (!rc) rc = al__cfg_rope(j, "rope_theta", c->d_head, &c->n_ctx, &c->rope, name, err);
     if (!rc) rc = al__cfg_token(j, "bos_token_id", c->vocab, &c->bos_id, name, err);
     if (!rc) rc = al__cfg_token(j, "eos_token_id", c->vocab, &c->eos_id, name, err);
@@ -145,7 +193,7 @@ static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
     const al__llama_config *c = &L->cfg;
     int64_t C = c->d_model, Hd = (int64_t)c->n_head * c->d_head,
             Gd = (int64_t)c->n_kv_head * c->d_head, F = c->d_ff, V = c->vocab;
-    hspec *s = al__calloc((size_t)(3 + 16 * c->n_layer), sizeof *s, "llama weight list", err);
+    hspec *s = al__calloc((size_t)(3 + 19 * c->n_layer), sizeof *s, "llama weight list", err);
     if (!s) return AL_E_NOMEM;
     int n = 0;
     s[n++] = (hspec){"model.embed_tokens.weight", 2, {V, C}, &L->tok_embd};
@@ -158,8 +206,11 @@ static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
             int on, nd;
             int64_t s0, s1;
             float **dst;
-        } t[16] = {
+        } t[19] = {
             {"input_layernorm.weight", 1, 1, C, 1, &y->attn_norm},
+            {"post_attention_layernorm.weight", c->gemma, 1, C, 1, &y->post_attn_norm},
+            {"pre_feedforward_layernorm.weight", c->gemma, 1, C, 1, &y->ffn_norm},
+            {"post_feedforward_layernorm.weight", c->gemma, 1, C, 1, &y->post_ffn_norm},
             {"self_attn.q_proj.weight", 1, 2, Hd, C, &y->wq},
             {"self_attn.q_proj.bias", c->qkv_bias, 1, Hd, 1, &y->bq},
             {"self_attn.k_proj.weight", 1, 2, Gd, C, &y->wk},
@@ -168,7 +219,7 @@ static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
             {"self_attn.v_proj.bias", c->qkv_bias, 1, Gd, 1, &y->bv},
             {"self_attn.o_proj.weight", 1, 2, C, Hd, &y->wo},
             {"self_attn.o_proj.bias", c->o_bias, 1, C, 1, &y->bo},
-            {"post_attention_layernorm.weight", 1, 1, C, 1, &y->ffn_norm},
+            {"post_attention_layernorm.weight", !c->gemma, 1, C, 1, &y->ffn_norm},
             {"mlp.gate_proj.weight", 1, 2, F, C, &y->w_gate},
             {"mlp.gate_proj.bias", c->mlp_bias, 1, F, 1, &y->b_gate},
             {"mlp.up_proj.weight", 1, 2, F, C, &y->w_up},
@@ -176,13 +227,13 @@ static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
             {"mlp.down_proj.weight", 1, 2, C, F, &y->w_down},
             {"mlp.down_proj.bias", c->mlp_bias, 1, C, 1, &y->b_down},
         };
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < 19; i++) {
             if (!t[i].on) continue;
             hspec *w = &s[n++];
             snprintf(w->name, sizeof w->name, "model.layers.%d.%s", l, t[i].suffix);
             w->ndim = t[i].nd, w->shape[0] = t[i].s0, w->shape[1] = t[i].s1, w->dst = t[i].dst;
         }
-        y->window = c->window;
+        y->window = c->alt_window && l % 2 ? 0 : c->window;
     }
     *out = s, *n_out = n;
     return 0;
@@ -237,6 +288,16 @@ static int load_specs(al_model *m, const al__safetensors *st, llama *L, const hs
         p += k;
     }
     if (L->cfg.tied) L->output = L->tok_embd;
+    for (int l = 0; L->cfg.gemma && l <= L->cfg.n_layer; l++) { /* (1 + w) RMSNorm */
+        float *norms[4] = {L->out_norm, NULL, NULL, NULL};
+        if (l < L->cfg.n_layer) {
+            llama_layer *y = &L->layers[l];
+            norms[0] = y->attn_norm, norms[1] = y->post_attn_norm, norms[2] = y->ffn_norm,
+            norms[3] = y->post_ffn_norm;
+        }
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; norms[k] && i < L->cfg.d_model; i++) norms[k][i] += 1.0f;
+    }
     return 0;
 }
 
