@@ -274,6 +274,96 @@ int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const doub
  * v == NULL or n < 1). */
 int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n, double *v);
 
+/* Readings of Algorithm 5 (METHOD sections 6 and 9 [reading]). */
+typedef struct al_sens_opts {
+    /* The logits are multiplied by this before anything else (T, eps and the bounds then live on
+     * that scale): 1 = our scaled logits q.k/sqrt(d_head) ("scaled", the default);
+     * sqrt(d_head) = the paper's raw q.k ("raw"), on which its T is read. Finite, > 0. */
+    double logit_scale;
+    /* 0 ("shared"): one v per (layer, head, row), reused for every T and eps; 1 ("fresh"): a new
+     * v at every (T, eps, layer, head, row), as the paper's Algorithm 5 draws it
+     * (al_sensitivity_direction_fresh). */
+    int fresh;
+} al_sens_opts;
+/* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
+ * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
+int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
+                                   int64_t n, double *v);
+/* al_head_sensitivity under the readings so (NULL = {1, 0}: then the very same results, bit for
+ * bit). The spectral means do not depend on the directions. Errors as al_head_sensitivity; a bad
+ * so->logit_scale is AL_E_INVALID. */
+int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
+                           const double *temps, int n_t, const double *eps, int n_eps,
+                           uint64_t seed, int layer, int head, const al_sens_opts *so,
+                           double *fd_mean, double *spec_mean, al_error *err);
+
+/* ---- Part: readings of the distance (METHOD sections 3 and 9; owner: src/math/readings.c) ---- */
+
+/* Which distance between the selected context s = sum_{i in I} alpha_i x_i and the rest
+ * (METHOD section 9 [reading]); r = sum_{i not in I} alpha_i x_i, S = r + s, m = n - N. */
+typedef enum al_distance_kind {
+    AL_DIST_SUM_OF_NORMS = 0, /* sum_{i not in I} ||alpha_i x_i - s||  (default; section 3) */
+    AL_DIST_NORM_OF_SUM = 1,  /* || r - s || = || S - 2 s ||                                  */
+    AL_DIST_SUM_VECTOR = 2,   /* || sum_{i not in I} (alpha_i x_i - s) || = || S - (m+1) s || */
+} al_distance_kind;
+const char *al_distance_name(al_distance_kind k); /* "sum-of-norms", "norm-of-sum", "sum-vector" */
+int al_distance_parse(const char *s, al_distance_kind *out, al_error *err);
+
+/* Which random-selection counterpart the KS test of Algorithm 3 compares with. */
+typedef enum al_expect_kind {
+    AL_EXPECT_ANALYTIC = 0, /* the main term (indicators replaced by their expectations) */
+    AL_EXPECT_MC = 1,       /* Monte-Carlo estimate of the exact expectation (with its s.e.) */
+    AL_EXPECT_EXACT = 2,    /* the exact expectation by enumerating every N-subset */
+} al_expect_kind;
+const char *al_expect_name(al_expect_kind k); /* "analytic", "mc", "exact" */
+int al_expect_parse(const char *s, al_expect_kind *out, al_error *err);
+
+/* The default and the largest cap on C(n, N) per row for the exact expectation. */
+#define AL_EXACT_MAX_DEFAULT 10000
+#define AL_EXACT_MAX_LIMIT   10000000
+
+/* C(n, k) as a double (exact below 2^53; +Inf beyond the double range; 0 for k < 0 or k > n). */
+double al_binomial(int64_t n, int64_t k);
+/* Whether the exact expectation may be enumerated for rows of up to n_max keys at every N of
+ * top_n[n_top] with N < n_max: 0, or AL_E_INVALID naming the first N whose C(n_max, N) exceeds
+ * cap (<= 0: AL_EXACT_MAX_DEFAULT; above AL_EXACT_MAX_LIMIT: AL_E_INVALID). */
+int al_exact_check(int64_t n_max, const int *top_n, int n_top, int64_t cap, al_error *err);
+
+typedef struct al_reading_opts {
+    al_distance_kind distance;
+    const int *top_n; /* [n_top] the N grid, any order, each >= 1 */
+    int n_top;
+    int mc_samples;    /* Monte-Carlo samples per row and N (0 = off) */
+    uint64_t mc_seed;  /* seeded per (row, N) exactly as al_metrics_opts' Monte-Carlo E */
+    int exact;         /* 1: the exact expectation too (al_exact_check must pass: else an error
+                        * before any work) */
+    int64_t exact_max; /* cap on C(n, N) per row (<= 0: AL_EXACT_MAX_DEFAULT) */
+    int causal;        /* as al_metrics_opts */
+} al_reading_opts;
+
+/* Per-N means over the rows with n > N (rows == 0: NaN). For sum-of-norms dist, analytic, mc and
+ * mc_se are al_head_metrics' dtilde, E, E_mc and E_mc_se (the same numbers, bit for bit). */
+typedef struct al_reading_stats {
+    int N;
+    int64_t rows;
+    double dist;      /* the true distance (top-N selection; ties to the lower index)  [reading] */
+    double analytic;  /* main term: sum-of-norms E of section 3; norm-of-sum |n - 2N|/n ||S||;
+                       * sum-vector (n-N)(N-1)/n ||S||. A lower bound of exact (Jensen)  [reading] */
+    double mc, mc_se; /* Monte-Carlo mean over uniform N-subsets and its standard error (NaN if
+                       * off) */
+    double exact;     /* the mean over every N-subset (NaN unless opts.exact) */
+} al_reading_stats;
+
+/* One row alpha[n], x[n, d] (o->causal ignored), out[n_top] in the order of o->top_n; one head
+ * w[L, L], x[L, d] (as al_head_metrics). NaN/Inf input is AL_E_RANGE naming the position; bad
+ * options AL_E_INVALID, all checked before any work. Cost per row: O(n d) plus O(d) per N of the
+ * grid for the vector readings (s grows as N walks up), O(S N d) for S Monte-Carlo samples and
+ * O(C(n, N) (N + n) d) at worst for the exact expectation. */
+int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_reading_opts *o, al_reading_stats *out, al_error *err);
+int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_reading_opts *o, al_reading_stats *out, al_error *err);
+
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */
 
@@ -303,6 +393,11 @@ typedef struct al_five {
 int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
 /* p-th percentile of sorted[n] (ascending), numpy's linear; NaN if n == 0 or p not in [0, 100]. */
 double al_percentile_sorted(const double *sorted, size_t n, double p);
+/* The critical-N grid of METHOD section 4 for one L (>= 2): {1..16} U {18..32 step 2} U
+ * {36..64 step 4} U {72..128 step 8} U {144..256 step 16} below L, then steps of L/32 beyond
+ * 256, and L - 1 always; increasing. Writes min(count, cap) values to N (may be NULL with cap
+ * 0) and returns the count (0 for L < 2). */
+int al_critical_grid(int L, int *N, int cap);
 
 /* ==== Section: tokenizers and corpora ===================================================== */
 /* owner: tokenizer module (src/bpe.c, src/corpus.c, src/wordpiece.c) */
@@ -388,6 +483,9 @@ enum {
     AL_CAP_WEIGHTS = 1u << 4, /* alpha [n_sel, T, T] = softmax rows; masked entries 0 */
     AL_CAP_HIDDEN = 1u << 5,  /* [T, d_model] the layer input after its first norm */
     AL_CAP_EMBED = 1u << 6,   /* [T, d_model] the model input (token + position embedding) */
+    /* [T, d_model] the layer input before its first norm (the residual stream); BERT, post-norm,
+     * has no norm before attention: its residual is its hidden */
+    AL_CAP_RESIDUAL = 1u << 7,
     /* [n_sel, T, T] the logits before attention-logit soft-capping (Gemma 2: z = q.k * scale;
      * AL_CAP_LOGITS then gives cap * tanh(z / cap)); NULL for models without soft-capping */
     AL_CAP_LOGITS_PRECAP = 1u << 12,
@@ -411,9 +509,11 @@ typedef struct al_capture {
     const float *weights;       /* [n_sel, T, T] or NULL */
     const float *hidden;        /* [T, d_model] or NULL */
     const float *embed;         /* [T, d_model] or NULL */
+    const float *residual;      /* [T, d_model] or NULL */
     int window;                 /* causal sliding window (Mistral, Gemma 2): row t sees the keys
-                                 * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window); 0 = none.
-                                 * The masked entries are as for causal rows: logits -inf, weights 0. */
+                                 * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window);
+                                 * 0 = none. Masked entries as for causal rows: logits -inf,
+                                 * weights 0. */
     const float *logits_precap; /* [n_sel, T, T] or NULL (AL_CAP_LOGITS_PRECAP) */
     float softcap;              /* the attention-logit soft-cap (0 = none) */
     float scale;                /* the logit scale: 1/sqrt(d_head), or the model's own */
@@ -503,9 +603,12 @@ typedef enum al_vectors {
     AL_VEC_VALUE = 0, /* the head's value vectors v_j (default) */
     AL_VEC_KEY,       /* the head's key vectors k_j */
     AL_VEC_HIDDEN,    /* the layer input after its first norm, d_model wide */
-    AL_VEC_EMBED,     /* the model input (token + position embedding) */
+    AL_VEC_EMBED,     /* the model input embedding (GPT-2: token + position; Llama: token; BERT:
+                       * the normalised sum of word, position and type embeddings) */
+    AL_VEC_RESIDUAL,  /* the layer input before its first norm (the residual stream) */
 } al_vectors;
-const char *al_vectors_name(al_vectors v); /* "value", "key", "hidden", "embedding" */
+/* "value", "key", "hidden", "embedding", "residual" */
+const char *al_vectors_name(al_vectors v);
 int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
 
 /* The experiments of `attnlim reproduce` (bit flags; 0 = all). */
@@ -551,6 +654,16 @@ typedef struct al_repro_opts {
     const double *eps; /* [n_eps] Algorithm 5 */
     int n_eps;
     int synthetic; /* -1 auto (from the checkpoint's config), 0 trained, 1 random weights */
+    /* the readings of METHOD section 9 (each [reading]; the defaults are METHOD's sections 3, 6) */
+    al_distance_kind distance;  /* --distance: dtilde of Algorithms 1-3 (default sum-of-norms) */
+    al_expect_kind expectation; /* --expectation: the E that Algorithm 3's KS test compares with
+                                 * and Algorithms 1-2 report (default analytic); mc needs
+                                 * mc_samples > 0; exact is refused where C(L, N) > exact_max */
+    int64_t exact_max;          /* cap on C(n, N) per row (0 = AL_EXACT_MAX_DEFAULT) */
+    int temperature_raw;        /* --temperature-scale: 0 scaled (T on q.k/sqrt(d_head)), 1 raw
+                                 * (T on q.k, the paper's axis) */
+    int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
+                                 * (T, eps, head, row), the paper's Algorithm 5) */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);

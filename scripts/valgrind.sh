@@ -6,6 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-build/attnlim}")
+# a portable build only: valgrind cannot decode every instruction -march=native may emit (AVX-512
+# on recent Intel), and reports the CPU as AVX2 at most, so the run-time dispatch stays within it
+cache="$(dirname "$bin")/CMakeCache.txt"
+if [ -f "$cache" ] && grep -q '^AL_NATIVE:BOOL=ON' "$cache"; then
+  echo "valgrind.sh: $bin is a -DAL_NATIVE=ON build; valgrind needs a portable one (-DAL_NATIVE=OFF)" >&2
+  exit 2
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vg=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible

@@ -1,6 +1,8 @@
 /* attnlim.c: the command-line tool. main dispatches to one subcommand (tools/cmd_*.c). */
 #include "cli.h"
+#include "cpu.h"
 
+#include <signal.h>
 #include <string.h>
 
 typedef struct {
@@ -10,7 +12,6 @@ typedef struct {
 } command;
 
 static const command *commands(size_t *n) {
-    static command table[16];
     const command all[] = {
         {"reproduce", cmd_reproduce,
          "run the paper's Algorithms 1-5 and write figures and a report"},
@@ -29,8 +30,11 @@ static const command *commands(size_t *n) {
         {"verify", cmd_verify, "check a GPT-2 checkpoint's tensors against the pinned hashes"},
         {"info", cmd_info, "a model's config, parameter count, dtypes, file hash"},
         {"make-model", cmd_make_model, "write a deterministic random GPT-2 checkpoint"},
+        {"train", cmd_train, "train a small GPT-2 in C with a chosen attention normalizer"},
+        {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
+    static command table[sizeof all / sizeof all[0]]; /* sized by the list: never overflows */
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].fn) table[k++] = all[i];
@@ -50,6 +54,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* a file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports
+     * (naming its file) and cleans up after, instead of killing the process mid-write */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -60,7 +67,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--version")) {
         printf("attnlim %s\n", al_version());
+        printf("kernels: %s (this CPU supports %s; ATTNLIM_CPU=scalar|avx2|avx512 picks one)\n",
+               al__cpu_name(al__cpu_level()), al__cpu_name(al__cpu_detect()));
         return 0;
+    }
+    al_error err = {0};
+    if (al__cpu_check_env(&err)) {
+        fprintf(stderr, "attnlim: %s\n", err.msg);
+        return 2;
     }
     size_t n;
     const command *c = commands(&n);

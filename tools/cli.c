@@ -201,8 +201,8 @@ static int parse_flat(const char *text, size_t len, const char *name, al_array *
 
 static int read_input(const char *path, int flat, al_array *out, al_error *err) {
     const char *name = (!path || strcmp(path, "-") == 0) ? "<stdin>" : path;
-    FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
-    if (!f) return set_err(err, AL_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : al__fopen_read(path, err);
+    if (!f) return err ? (int)err->code : AL_E_IO;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (;;) {

@@ -26,6 +26,8 @@ AL_CMD(cmd_embed);
 AL_CMD(cmd_fetch);
 AL_CMD(cmd_reproduce);
 AL_CMD(cmd_diagnose);
+AL_CMD(cmd_train);
+AL_CMD(cmd_study);
 #undef AL_CMD
 
 /* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */

@@ -2,16 +2,16 @@
  * per-layer arrays as DIR/layer{l}.{what}.npy plus DIR/manifest.json.
  *
  * Publication is one rename: the arrays stream from the forward's observer to .npy files in a
- * sibling temporary directory PARENT/.capture-PID.tmp, the manifest last; only when the whole
- * run succeeded does that directory become DIR:
+ * sibling temporary directory PARENT/.capture-PID.tmp (src/base/outdir.c), the manifest last;
+ * only when the whole run succeeded does that directory become DIR:
  *   - DIR absent, or an empty directory: rename(tmp, DIR) (POSIX replaces an empty directory);
  *   - DIR holding files: refused unless --force; with --force (and only over an earlier
  *     capture's files) the two directories are exchanged atomically (renameat2
  *     RENAME_EXCHANGE), else DIR is renamed aside, tmp renamed in and the old one removed.
  * At no moment does DIR hold a mix of two runs. A failed run removes its temporary directory
- * and any parent directory it created. A killed run (SIGKILL) leaves its temporary directory;
- * the next capture into the same parent removes every .capture-PID.tmp/.old whose process is
- * gone.
+ * and any parent directory it created. A killed run (SIGKILL) leaves its temporary directory
+ * and its lock file .capture-PID.lock; the next capture into the same parent removes them once
+ * it can take that lock (the owner is gone, in whatever PID namespace or host it ran).
  *
  * SIGINT / SIGTERM: the handler only records the signal in a volatile sig_atomic_t (the one
  * thing a handler may do safely while other threads allocate and write files); the run checks
@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "model.h"
 #include "ops.h"
+#include "outdir.h"
 #include "progress.h"
 #include "run_tokens.h"
 
@@ -41,12 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1) /* linux/fs.h */
-#endif
 #ifndef AL_GIT_COMMIT
 #define AL_GIT_COMMIT "unknown"
 #endif
@@ -129,63 +126,6 @@ static int check_stop(al_error *err) {
 
 /* ---- the output directory -------------------------------------------------------------------- */
 
-typedef struct out_dir {
-    char dir[PATH_MAX];    /* DIR without trailing slashes (its real path when it exists) */
-    char parent[PATH_MAX]; /* where the temporary directory lives */
-    char tmp[PATH_MAX + 64];
-    char old[PATH_MAX + 64];
-    int tmp_made;
-    int created[64]; /* lengths of the parent prefixes this run created (to undo on failure) */
-    int n_created;
-} out_dir;
-
-/* ".capture-PID.tmp" / ".capture-PID.old": *pid, else 0. */
-static long stale_pid(const char *name) {
-    const char *p = name;
-    if (strncmp(p, ".capture-", 9) != 0) return 0;
-    p += 9;
-    long pid = 0;
-    const char *digits = p;
-    while (*p >= '0' && *p <= '9' && p - digits < 10) pid = pid * 10 + (*p++ - '0');
-    if (p == digits || (strcmp(p, ".tmp") != 0 && strcmp(p, ".old") != 0)) return 0;
-    return pid;
-}
-
-/* Removes the regular files in dir, then dir (capture's temporary directories, and the earlier
- * capture --force replaced, hold nothing else). 0 when dir is gone. */
-static int remove_flat(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[PATH_MAX + 300];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    return rmdir(dir);
-}
-
-/* Removes the temporary directories of runs that were killed (their process is gone). */
-static void sweep_stale(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[PATH_MAX + 300];
-    while ((e = readdir(d))) {
-        long pid = stale_pid(e->d_name);
-        if (!pid || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours) */
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (remove_flat(path) != 0 && errno != ENOENT)
-            fprintf(stderr, "attnlim capture: warning: could not remove %s (a killed run's): %s\n",
-                    path, strerror(errno));
-    }
-    closedir(d);
-}
-
 /* Is name a file capture writes (so that --force may replace it)? */
 static int capture_file_name(const char *name) {
     if (!strcmp(name, "manifest.json")) return 1;
@@ -200,162 +140,10 @@ static int capture_file_name(const char *name) {
     return 0;
 }
 
-/* Resolves DIR and its parent, sweeps killed runs' leftovers and checks that DIR may receive
- * the results: absent, empty, or (with --force) an earlier capture. */
-static int out_prepare(out_dir *o, const char *out, int force, al_error *err) {
-    memset(o, 0, sizeof *o);
-    size_t n = strlen(out);
-    while (n > 1 && out[n - 1] == '/') n--;
-    if (n == 0 || n >= sizeof o->dir)
-        return al__err(err, AL_E_INVALID, "--out '%s': bad path", out);
-    memcpy(o->dir, out, n);
-    o->dir[n] = 0;
-    struct stat st;
-    int exists = lstat(o->dir, &st) == 0;
-    if (exists) {
-        char real[PATH_MAX];
-        if (stat(o->dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return al__err(err, AL_E_IO, "%s: exists and is not a directory", o->dir);
-        if (!realpath(o->dir, real))
-            return al__err(err, AL_E_IO, "%s: %s", o->dir, strerror(errno));
-        if (!strcmp(real, "/"))
-            return al__err(err, AL_E_INVALID, "--out %s: not the root directory", out);
-        snprintf(o->dir, sizeof o->dir, "%s", real);
-    }
-    const char *base = strrchr(o->dir, '/');
-    base = base ? base + 1 : o->dir;
-    if (!strcmp(base, ".") || !strcmp(base, ".."))
-        return al__err(err, AL_E_INVALID, "--out %s: name the directory (not '%s')", out, base);
-    if (base == o->dir)
-        snprintf(o->parent, sizeof o->parent, ".");
-    else if (base - 1 == o->dir)
-        snprintf(o->parent, sizeof o->parent, "/");
-    else
-        snprintf(o->parent, sizeof o->parent, "%.*s", (int)(base - 1 - o->dir), o->dir);
-    snprintf(o->tmp, sizeof o->tmp, "%s/.capture-%ld.tmp", o->parent, (long)getpid());
-    snprintf(o->old, sizeof o->old, "%s/.capture-%ld.old", o->parent, (long)getpid());
-    sweep_stale(o->parent);
-    if (!exists) return 0;
-    sweep_stale(o->dir); /* temporaries that older versions kept inside DIR */
-    DIR *d = opendir(o->dir);
-    if (!d) return al__err(err, AL_E_IO, "%s: cannot list: %s", o->dir, strerror(errno));
-    struct dirent *e;
-    char first[256] = "", foreign[256] = "";
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (!first[0]) snprintf(first, sizeof first, "%s", e->d_name);
-        char path[PATH_MAX + 300];
-        snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
-        if (!foreign[0] &&
-            (!capture_file_name(e->d_name) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)))
-            snprintf(foreign, sizeof foreign, "%s", e->d_name);
-    }
-    closedir(d);
-    if (!first[0]) return 0;
-    if (!force)
-        return al__err(err, AL_E_INVALID,
-                       "%s already holds files (%s, ...): capture writes a new or empty directory; "
-                       "give --force to replace an earlier capture there, or another --out",
-                       o->dir, first);
-    if (foreign[0])
-        return al__err(err, AL_E_INVALID,
-                       "%s holds %s, which capture does not write: --force replaces only an "
-                       "earlier capture (manifest.json, layer*.npy); choose another --out",
-                       o->dir, foreign);
-    return 0;
-}
-
-/* Creates the parent (recording what it created) and the temporary directory. */
-static int out_make_tmp(out_dir *o, al_error *err) {
-    char buf[PATH_MAX];
-    size_t n = strlen(o->parent);
-    memcpy(buf, o->parent, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) == 0) {
-            if (o->n_created < (int)(sizeof o->created / sizeof o->created[0]))
-                o->created[o->n_created++] = (int)i;
-        } else if (errno != EEXIST) {
-            return al__err(err, AL_E_IO, "%s: cannot create directory %s: %s", o->dir, buf,
-                           strerror(errno));
-        }
-        buf[i] = c;
-    }
-    if (mkdir(o->tmp, 0777) != 0)
-        return al__err(err, AL_E_IO,
-                       "%s: cannot create directory %s (the results' temporary directory, beside "
-                       "it): %s",
-                       o->dir, o->tmp, strerror(errno));
-    o->tmp_made = 1;
-    return 0;
-}
-
-/* On failure: the temporary directory and the parents this run created go. */
-static void out_abandon(out_dir *o) {
-    if (o->tmp_made) remove_flat(o->tmp);
-    o->tmp_made = 0;
-    char buf[PATH_MAX];
-    for (int i = o->n_created - 1; i >= 0; i--) {
-        snprintf(buf, sizeof buf, "%.*s", o->created[i], o->parent);
-        rmdir(buf);
-    }
-    o->n_created = 0;
-}
-
-/* The one rename that makes the results DIR (see the top of the file). */
-static int out_publish(out_dir *o, int force, al_error *err) {
-    if (!force || !al__is_dir(o->dir)) {
-        if (rename(o->tmp, o->dir) != 0) {
-            if (errno == ENOTEMPTY || errno == EEXIST)
-                return al__err(err, AL_E_IO,
-                               "%s: files appeared there during the run; the results were not "
-                               "published (give --force to replace them)",
-                               o->dir);
-            return al__err(err, AL_E_IO, "%s: cannot move the results into place: %s", o->dir,
-                           strerror(errno));
-        }
-        o->tmp_made = 0;
-        return 0;
-    }
-    const char *old = o->old;
-#ifdef SYS_renameat2
-    if (!getenv("ATTNLIM_TEST_NO_RENAME_EXCHANGE") &&
-        syscall(SYS_renameat2, AT_FDCWD, o->tmp, AT_FDCWD, o->dir, RENAME_EXCHANGE) == 0) {
-        o->tmp_made = 0;
-        old = o->tmp; /* the earlier capture now lives at the temporary name */
-    } else if (!getenv("ATTNLIM_TEST_NO_RENAME_EXCHANGE") && errno != ENOSYS && errno != EINVAL) {
-        return al__err(err, AL_E_IO, "%s: cannot exchange it with the results: %s", o->dir,
-                       strerror(errno));
-    } else
-#endif
-    {
-        /* no atomic exchange here: DIR aside, the results in (DIR is briefly absent, never
-         * mixed), the earlier capture put back if the second rename fails */
-        if (rename(o->dir, o->old) != 0)
-            return al__err(err, AL_E_IO, "%s: cannot move the earlier capture aside: %s", o->dir,
-                           strerror(errno));
-        if (rename(o->tmp, o->dir) != 0) {
-            int e = errno;
-            if (rename(o->old, o->dir) != 0)
-                fprintf(stderr, "attnlim capture: the earlier capture is now %s\n", o->old);
-            return al__err(err, AL_E_IO, "%s: cannot move the results into place: %s", o->dir,
-                           strerror(e));
-        }
-        o->tmp_made = 0;
-    }
-    if (remove_flat(old) != 0)
-        fprintf(stderr,
-                "attnlim capture: warning: the earlier capture replaced in %s is left at %s: %s\n",
-                o->dir, old, strerror(errno));
-    return 0;
-}
-
 /* ---- the run --------------------------------------------------------------------------------- */
 
 typedef struct capture_run {
-    const out_dir *out;
+    const al__outdir *out;
     al_model *model;
     int allow_nonfinite;
     int n_files;
@@ -569,20 +357,20 @@ int cmd_capture(int argc, char **argv) {
     double t_start = al__now();
     al_model *m = NULL;
     run_tokens tk = {0};
-    out_dir *od = calloc(1, sizeof *od);
+    al__outdir *od = calloc(1, sizeof *od);
     capture_run run = {.out = od, .allow_nonfinite = allow_nonfinite};
     uint8_t *layers = NULL, *heads = NULL;
     cJSON *man = NULL;
     al__model_files mfiles = {0}, tfiles = {0};
     int rc = od ? 0 : al__err(&err, AL_E_NOMEM, "out of memory");
     /* DIR first: a refused --out costs no model load */
-    if (!rc) rc = out_prepare(od, out, force, &err);
+    if (!rc) rc = al__outdir_prepare(od, "capture", capture_file_name, out, force, &err);
     if (rc) {
         free(od);
         return cli_fail("capture", &err);
     }
     catch_stop_signals();
-    if ((rc = out_make_tmp(od, &err))) goto done;
+    if ((rc = al__outdir_make_tmp(od, &err))) goto done;
     if ((rc = al_model_open(model, &m, &err))) goto done;
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
@@ -692,7 +480,7 @@ int cmd_capture(int argc, char **argv) {
         goto done;
     }
     if ((rc = check_stop(&err))) goto done;
-    if ((rc = out_publish(od, force, &err))) goto done;
+    if ((rc = al__outdir_publish(od, force, &err))) goto done;
     if (json) {
         cJSON_AddStringToObject(man, "out", od->dir);
         cli_print_json(man, 0);
@@ -703,7 +491,7 @@ int cmd_capture(int argc, char **argv) {
     }
 
 done:
-    if (rc) out_abandon(od);
+    al__outdir_abandon(od); /* on success: only releases the lock */
     cJSON_Delete(run.jfiles);
     cJSON_Delete(man);
     al__model_files_free(&mfiles);

@@ -1,5 +1,6 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
+#include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,18 @@ static void usage(FILE *f) {
         "  --corpus C          war-and-peace (default) or a text file\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
         "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
-        "  --vectors V         value (default) | key | hidden | embedding  [reading: x_j]\n"
+        "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
+        "                      x_j; residual: the layer input before its first norm]\n"
+        "  --distance D        sum-of-norms (default) | norm-of-sum | sum-vector  [reading:\n"
+        "                      dtilde; docs/readings.md]\n"
+        "  --expectation X     analytic (default) | mc (needs --mc S) | exact (C(L, N) <= the "
+        "cap)\n"
+        "                      [reading: the random-selection E of Algorithms 1-3]\n"
+        "  --exact-max C       the cap on C(n, N) subsets per row for exact (default 10000)\n"
+        "  --temperature-scale scaled (default: T on q.k/sqrt(d_head)) | raw (T on q.k, the\n"
+        "                      paper's axis)  [reading: Algorithm 5]\n"
+        "  --directions shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
+        "                      as the paper's Algorithm 5)  [reading]\n"
         "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
         "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
         "                      own softmax weights)\n"
@@ -120,6 +132,36 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--vectors")) {
             NEED_VALUE();
             if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
+        } else if (!strcmp(a, "--distance")) {
+            NEED_VALUE();
+            if (al_distance_parse(v, &o.distance, &err)) goto usage_err;
+        } else if (!strcmp(a, "--expectation")) {
+            NEED_VALUE();
+            if (al_expect_parse(v, &o.expectation, &err)) goto usage_err;
+        } else if (!strcmp(a, "--exact-max")) {
+            NEED_VALUE();
+            if (cli_parse_int(v, "--exact-max", 1, AL_EXACT_MAX_LIMIT, &n, &err)) goto usage_err;
+            o.exact_max = n;
+        } else if (!strcmp(a, "--temperature-scale")) {
+            NEED_VALUE();
+            if (!strcmp(v, "scaled"))
+                o.temperature_raw = 0;
+            else if (!strcmp(v, "raw"))
+                o.temperature_raw = 1;
+            else {
+                rc = USAGE_ERROR("--temperature-scale: '%s' is not scaled or raw", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--directions")) {
+            NEED_VALUE();
+            if (!strcmp(v, "shared"))
+                o.fresh_directions = 0;
+            else if (!strcmp(v, "fresh"))
+                o.fresh_directions = 1;
+            else {
+                rc = USAGE_ERROR("--directions: '%s' is not shared or fresh", v);
+                goto out;
+            }
         } else if (!strcmp(a, "--normalizer")) {
             NEED_VALUE();
             o.normalizer = v;
@@ -217,7 +259,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         snprintf(path, sizeof path, "%s/results.json", o.out_dir);
         char *txt = NULL;
         size_t len = 0;
-        FILE *f = fopen(path, "rb");
+        FILE *f = al__fopen_read(path, NULL);
         cJSON *res = NULL;
         if (f) {
             fseek(f, 0, SEEK_END);

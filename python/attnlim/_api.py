@@ -56,11 +56,11 @@ class _ModelInfo(_c.Structure):  # al_model_info, 1296 bytes
 
 
 _fp = _c.POINTER(_c.c_float)
-_CAP_ARRAYS = ["q", "k", "v", "logits", "weights", "hidden", "embed"]
+_CAP_ARRAYS = ["q", "k", "v", "logits", "weights", "hidden", "embed", "residual"]
 CAPTURES = {name: 1 << i for i, name in enumerate(_CAP_ARRAYS)}  # AL_CAP_* flags
 
 
-class _Capture(_c.Structure):  # al_capture, 104 bytes
+class _Capture(_c.Structure):  # al_capture, 112 bytes
     _fields_ = [(f, _c.c_int) for f in ("layer", "T", "n_head", "n_kv_head", "d_head", "d_model",
                                         "causal", "n_sel")] + \
                [("heads", _c.POINTER(_c.c_int)), ("kv_head", _c.POINTER(_c.c_int))] + \
@@ -509,7 +509,7 @@ class Model:
 
     def forward(self, tokens, capture=(), layers=None, heads=None, logits=True, hidden=True):
         """Runs the model over tokens[T]. capture: names among q, k, v, logits, weights, hidden,
-        embed; layers / heads: iterables of indices (None = all). Each layer's capture is copied
+        embed, residual (the layer input before its first norm); layers / heads: iterables of indices (None = all). Each layer's capture is copied
         (only what was asked, only the selected heads) while the forward streams, so memory
         stays at one layer in C. Per-head arrays are [n_sel, T, d_head] or [n_sel, T, T].
         An attention dump (docs/dumps.md) replays its arrays: logits and hidden are None."""
@@ -549,7 +549,7 @@ class Model:
                 n_sel, Tc, dh, dm = cap.n_sel, cap.T, cap.d_head, cap.d_model
                 shapes = {"q": (n_sel, Tc, dh), "k": (n_sel, Tc, dh), "v": (n_sel, Tc, dh),
                           "logits": (n_sel, Tc, Tc), "weights": (n_sel, Tc, Tc),
-                          "hidden": (Tc, dm), "embed": (Tc, dm)}
+                          "hidden": (Tc, dm), "embed": (Tc, dm), "residual": (Tc, dm)}
                 got = {"heads": np.array([cap.heads[i] for i in range(n_sel)], dtype=np.int64)}
                 for name in capture:
                     p = getattr(cap, name)
@@ -605,7 +605,7 @@ class Model:
 
 # ---- experiments (`attnlim reproduce`, `attnlim diagnose`) -----------------------------------------
 
-class _ReproOpts(_c.Structure):  # al_repro_opts, 184 bytes
+class _ReproOpts(_c.Structure):  # al_repro_opts, 208 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
                 ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
@@ -616,7 +616,9 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 184 bytes
                 ("critical_n", _c.POINTER(_c.c_int)), ("n_critical_n", _c.c_int),
                 ("separability_n", _c.POINTER(_c.c_int)), ("n_separability_n", _c.c_int),
                 ("temperatures", _dp), ("n_temperatures", _c.c_int), ("eps", _dp), ("n_eps", _c.c_int),
-                ("synthetic", _c.c_int)]
+                ("synthetic", _c.c_int), ("distance", _c.c_int), ("expectation", _c.c_int),
+                ("exact_max", _c.c_int64), ("temperature_raw", _c.c_int),
+                ("fresh_directions", _c.c_int)]
 
 
 class _DiagOpts(_c.Structure):  # al_diag_opts, 56 bytes
@@ -629,6 +631,8 @@ _proto("al_repro_defaults", None, _c.POINTER(_ReproOpts))
 _proto("al_repro_pick_model", _c.c_int, _c.c_char_p, _c.c_size_t, _ep)
 _proto("al_reproduce", _c.c_int, _c.POINTER(_ReproOpts), _ep)
 _proto("al_vectors_parse", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_int), _ep)
+_proto("al_distance_parse", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_int), _ep)
+_proto("al_expect_parse", _c.c_int, _c.c_char_p, _c.POINTER(_c.c_int), _ep)
 _proto("al_diagnose", _c.c_int, _c.POINTER(_DiagOpts), _c.POINTER(_c.c_void_p), _ep)
 
 EXPERIMENTS = {"vanishing": 1, "alg1": 2, "alg2": 4, "alg3": 8, "alg4": 16, "alg5": 32}
@@ -650,11 +654,16 @@ def pick_model():
 def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vectors="value",
               normalizer=None, quick=False, resume=False, progress=False, quiet=True, threads=0,
               experiments=None, seed=1234, mc=0, long_length=0, lengths=None, top_n=None,
-              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None):
+              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None,
+              distance="sum-of-norms", expectation="analytic", exact_max=0,
+              temperature_scale="scaled", directions="shared"):
     """Runs the paper's experiments (as `attnlim reproduce`) and writes results.json, CSVs,
     NPYs, figures and reports into out_dir (docs/reproduce.md). experiments: names among
     vanishing, alg1..alg5 (None = all). Grids None = METHOD's defaults (or --quick's).
-    synthetic: None (from the checkpoint), False or True. Returns results.json as a dict."""
+    synthetic: None (from the checkpoint), False or True. The readings of METHOD section 9
+    (docs/readings.md): vectors, distance (sum-of-norms | norm-of-sum | sum-vector), expectation
+    (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
+    (shared | fresh). Returns results.json as a dict."""
     o = _ReproOpts()
     lib.al_repro_defaults(_c.byref(o))
     o.model, o.corpus, o.data_path, o.out_dir = _s(model), _s(corpus), _s(data_path), _s(out_dir)
@@ -662,6 +671,15 @@ def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vecto
     vec = _c.c_int()
     _call(lib.al_vectors_parse, vectors.encode(), _c.byref(vec))
     o.vectors, o.windows = vec.value, int(windows)
+    _call(lib.al_distance_parse, distance.encode(), _c.byref(vec))
+    o.distance = vec.value
+    _call(lib.al_expect_parse, expectation.encode(), _c.byref(vec))
+    o.expectation, o.exact_max = vec.value, int(exact_max)
+    for name, val, allowed in (("temperature_scale", temperature_scale, ("scaled", "raw")),
+                               ("directions", directions, ("shared", "fresh"))):
+        if val not in allowed:
+            raise ValueError("%s: %r is not one of %s" % (name, val, ", ".join(allowed)))
+    o.temperature_raw, o.fresh_directions = int(temperature_scale == "raw"), int(directions == "fresh")
     o.quick, o.resume, o.progress, o.quiet = int(quick), int(resume), int(progress), int(quiet)
     o.threads, o.seed, o.mc_samples, o.long_length = int(threads), int(seed), int(mc), int(long_length)
     if experiments is not None:

@@ -33,10 +33,20 @@ void *al__malloc(size_t n, const char *what, al_error *err);
 void *al__calloc(size_t count, size_t size, const char *what, al_error *err);
 void *al__malloc_aligned(size_t n, const char *what, al_error *err); /* 64-byte aligned; free() */
 
-/* Reads a whole file into a NUL-terminated malloc'ed buffer (max_size caps it). */
+/* Opens path for reading, refusing anything but a regular file (a FIFO, device, socket or
+ * directory is named in the message) without blocking on it: opened O_NONBLOCK, checked with
+ * fstat, then set back to blocking. The fd (O_CLOEXEC) in *fd. Every input goes through it. */
+int al__open_read(const char *path, int *fd, al_error *err);
+/* The same as a stdio stream ("rb"); NULL with err set. */
+FILE *al__fopen_read(const char *path, al_error *err);
+/* "a FIFO", "a directory", "a symbolic link", ... for the messages */
+const char *al__file_kind(unsigned mode);
+
+/* Reads a whole file into a NUL-terminated malloc'ed buffer (max_size caps it). "-" is stdin;
+ * any other path must be a regular file (al__open_read). */
 int al__read_file(const char *path, size_t max_size, char **out, size_t *len, al_error *err);
 
-/* A read-only mapping of a whole file. */
+/* A read-only mapping of a whole file (a regular file: al__open_read). */
 typedef struct al__map {
     const unsigned char *data;
     size_t size;
@@ -44,14 +54,22 @@ typedef struct al__map {
 int al__map_file(const char *path, al__map *m, al_error *err);
 void al__unmap(al__map *m);
 
-/* Atomic output: open writes to "<path>.tmp.<pid>", commit fsyncs and renames onto path,
- * abort removes the temp file. Writes are checked; a failed write (full disk) is an error
- * naming the file. */
+/* Atomic output: open creates "<name>.tmp.<pid><random>" beside path, inside the directory
+ * opened once (openat on its fd, O_CREAT | O_EXCL | O_NOFOLLOW: never through a planted link),
+ * and checks it is a regular file of ours; commit fsyncs and renames it onto path in that same
+ * directory; abort removes it. path itself, when it exists, must be a regular file owned by
+ * us: a symbolic link, FIFO, device or directory there (or another user's file) is refused,
+ * naming it. Writes are checked; a failed write (full disk, file-size limit) is an error naming
+ * the file, and nothing is left. */
 typedef struct al__afile {
     FILE *f;
     char path[4096];
-    char tmp[4096 + 32];
+    char tmp[4096 + 48];
     bool failed;
+    bool have_dir;
+    int dirfd;         /* the directory of path */
+    char name[256];    /* path's last component, in dirfd */
+    char tmpname[300]; /* the temporary's, in dirfd */
 } al__afile;
 int al__afile_open(al__afile *a, const char *path, al_error *err);
 int al__afile_write(al__afile *a, const void *buf, size_t n, al_error *err);
@@ -60,9 +78,15 @@ int al__afile_commit(al__afile *a, al_error *err);
 void al__afile_abort(al__afile *a);
 /* Writes a whole buffer to path atomically. */
 int al__write_file_atomic(const char *path, const void *buf, size_t n, al_error *err);
-/* Is path a regular file / a directory (following links)? */
+/* Is something other than a directory at path (following links)? Used to ask "is the file
+ * there?": the opener then refuses what is not a regular file, so that a FIFO or device
+ * planted at an input's name is an error naming it, never silently skipped. */
 bool al__is_file(const char *path);
+/* Is path a directory (following links)? */
 bool al__is_dir(const char *path);
+/* A directory attnlim makes inside its own output: created, or when present a real directory
+ * (not a symbolic link) owned by us; else an error naming it. */
+int al__mkdir_own(const char *path, al_error *err);
 /* Checks path's SHA-256 against the pinned want (64 hex digits); a mismatch is an error naming
  * the file, both hashes and what the file is (what), unless $ATTNLIM_NO_VERIFY=1. */
 int al__check_sha256(const char *path, const char *want, const char *what, al_error *err);
@@ -107,5 +131,9 @@ int al__number_token(const char *tok, double *out, int *underflow);
  * or n < 1. Exported for the tests. */
 double al__kstwo_sf(double x, int64_t n);
 double al__smirnov_sf(int64_t n, double x);
+
+/* metrics.c: sel[K] = the indices of the K largest a[n] (1 <= K <= n), larger weight first,
+ * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
+void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp);
 
 #endif

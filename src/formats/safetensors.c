@@ -301,9 +301,10 @@ static bool is_dir(const char *p) {
     struct stat s;
     return stat(p, &s) == 0 && S_ISDIR(s.st_mode);
 }
-static bool is_file(const char *p) {
+static bool is_file(
+    const char *p) { /* present (not a directory): the reader refuses what is not a regular file */
     struct stat s;
-    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+    return stat(p, &s) == 0 && !S_ISDIR(s.st_mode);
 }
 static bool ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);

@@ -314,6 +314,12 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, do
     for (q = 0; q < K; q++) sel[q] = s[q].i;
 }
 
+/* Exported for the readings module (readings.c): the same selection, scratch kvs[32 n bytes]
+ * (2 n key/index pairs) and tmp[n]. */
+void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp) {
+    top_k(a, n, K, sel, (kv *)kvs, tmp);
+}
+
 /* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
 
 /* Selected indices are added in batches (those between two N of the grid), up to eight Gram

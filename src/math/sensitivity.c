@@ -3,7 +3,9 @@
  *     delta(T, eps) = || f((z + eps v)/T) - f(z/T) || / eps
  * and the exact spectral norm of the Jacobian of f(z/T); per head (al_head_sensitivity) the
  * same row code with one seeded direction v per (seed, layer, head, row), reused for every T
- * and eps, both averaged over the rows with n >= 2.
+ * and eps, both averaged over the rows with n >= 2. al_head_sensitivity_ex adds the readings of
+ * METHOD section 9: the logits on another scale (the paper's raw q.k: z sqrt(d_head)) and a
+ * fresh direction at every (T, eps, head, row), as the paper's Algorithm 5 draws it.
  *
  * f is any normalizer of attnlim.h (al_norm_forward / al_norm_forward_spectral, with its
  * temperature set to each T). Softmax, the case of the paper, has a fast path: a vectorised
@@ -53,13 +55,8 @@ static double dist2(const double *restrict a, const double *restrict b, int64_t 
     return dist2_scaled(a, 1.0, b, 1.0, n);
 }
 
-int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
-                             double *v) {
-    if (!v || n < 1) return AL_E_INVALID;
-    uint64_t h = al__hash64(seed);
-    h = al__hash64(h ^ (uint64_t)(int64_t)layer);
-    h = al__hash64(h ^ (uint64_t)(int64_t)head);
-    h = al__hash64(h ^ (uint64_t)row);
+/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction). */
+static void unit_direction(uint64_t h, int64_t n, double *v) {
     al__rng r;
     al__rng_seed(&r, h);
     double s = 0;
@@ -77,10 +74,32 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
     }
     if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
         for (int64_t i = 0; i < n; i++) v[i] = i == 0;
-        return 0;
+        return;
     }
     double is = 1.0 / sqrt(s);
     for (int64_t i = 0; i < n; i++) v[i] *= is;
+}
+
+static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
+    uint64_t h = al__hash64(seed);
+    h = al__hash64(h ^ (uint64_t)(int64_t)layer);
+    h = al__hash64(h ^ (uint64_t)(int64_t)head);
+    return al__hash64(h ^ (uint64_t)row);
+}
+
+int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
+                             double *v) {
+    if (!v || n < 1) return AL_E_INVALID;
+    unit_direction(direction_hash(seed, layer, head, row), n, v);
+    return 0;
+}
+
+int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
+                                   int64_t n, double *v) {
+    if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
+    uint64_t h = direction_hash(seed, layer, head, row);
+    h = al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^ (uint64_t)(uint32_t)ei);
+    unit_direction(h, n, v);
     return 0;
 }
 
@@ -189,21 +208,63 @@ int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const doub
     return 0;
 }
 
+/* One row under the readings: the shared v, or a fresh v per (T, eps); out[n_t, n_eps] then
+ * [n_t] spectral norms. */
+static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
+                       int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
+                       int64_t t, int fresh, double *v, sens_ws *w, double *out, al_error *err) {
+    size_t nfd = (size_t)n_t * (size_t)n_eps;
+    if (!fresh) {
+        al_sensitivity_direction(seed, layer, head, t, n, v);
+        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
+    }
+    for (int a = 0; a < n_t; a++) {
+        if (n_eps == 0) {
+            int rc = sens_row(zt, n, base, temps + a, 1, eps, 0, v, w, out, out + nfd + a, err);
+            if (rc) return rc;
+        }
+        for (int e = 0; e < n_eps; e++) {
+            double spec;
+            al_sensitivity_direction_fresh(seed, layer, head, t, a, e, n, v);
+            int rc = sens_row(zt, n, base, temps + a, 1, eps + e, 1, v, w,
+                              out + (size_t)a * (size_t)n_eps + e, &spec, err);
+            if (rc) return rc;
+            if (e == 0) out[nfd + (size_t)a] = spec;
+        }
+    }
+    return 0;
+}
+
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
+    return al_head_sensitivity_ex(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, NULL,
+                                  fd_mean, spec_mean, err);
+}
+
+int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
+                           const double *temps, int n_t, const double *eps, int n_eps,
+                           uint64_t seed, int layer, int head, const al_sens_opts *so,
+                           double *fd_mean, double *spec_mean, al_error *err) {
     if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (L < 1 || L > ((int64_t)1 << 24))
         return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
                        (long long)L, n_t, n_eps);
+    al_sens_opts sd = {1.0, 0};
+    if (!so) so = &sd;
+    if (!(so->logit_scale > 0) || !isfinite(so->logit_scale))
+        return al__err(err, AL_E_INVALID, "sensitivity: logit scale %g is not a positive number",
+                       so->logit_scale);
     al_norm base;
     int rc = check_args(nm, temps, n_t, eps, n_eps, &base, err);
     if (rc) return rc;
 
     size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
     sens_ws w = {0};
-    double *v = al__malloc((size_t)L * sizeof(double), "sensitivity direction", err);
+    int scaled = so->logit_scale != 1.0;
+    double *v =
+        al__malloc((size_t)L * sizeof(double) * (scaled ? 2 : 1), "sensitivity direction", err);
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
     if (!v || !acc || !one || build_ws(&w, L, n_eps, err)) {
@@ -212,6 +273,7 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
         free(one);
         return AL_E_NOMEM;
     }
+    double *zs = scaled ? v + L : NULL; /* [L] the row on the chosen scale */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
     size_t nfd = (size_t)n_t * (size_t)n_eps;
@@ -220,14 +282,18 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
         if (n < 2) continue;
         const double *zt = z + t * L; /* [n] */
         for (int64_t j = 0; j < n; j++)
-            if (!isfinite(zt[j])) {
+            if (!isfinite(zt[j]) || (scaled && !isfinite(zt[j] * so->logit_scale))) {
                 rc = al__err(err, AL_E_RANGE,
                              "sensitivity: logits: non-finite value %g at row %lld, column %lld",
-                             zt[j], (long long)t, (long long)j);
+                             scaled ? zt[j] * so->logit_scale : zt[j], (long long)t, (long long)j);
                 goto done;
             }
-        al_sensitivity_direction(seed, layer, head, t, n, v);
-        rc = sens_row(zt, n, &base, temps, n_t, eps, n_eps, v, &w, one, one + nfd, err);
+        if (scaled) {
+            for (int64_t j = 0; j < n; j++) zs[j] = zt[j] * so->logit_scale;
+            zt = zs;
+        }
+        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh, v,
+                         &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
             goto done;

@@ -650,3 +650,24 @@ int al_five_number(const double *x, size_t n, al_five *out, al_error *err) {
     free(s);
     return 0;
 }
+
+/* ---- the critical-N grid (METHOD section 4) ------------------------------------------------- */
+
+int al_critical_grid(int L, int *N, int cap) {
+    if (L < 2) return 0;
+    int cnt = 0;
+#define AL_PUT(v)                                                                                  \
+    do {                                                                                           \
+        if (cnt < cap && N) N[cnt] = (v);                                                          \
+        cnt++;                                                                                     \
+    } while (0)
+    static const int lo[5] = {1, 18, 36, 72, 144}, hi[5] = {16, 32, 64, 128, 256},
+                     st[5] = {1, 2, 4, 8, 16};
+    for (int b = 0; b < 5; b++)
+        for (int v = lo[b]; v <= hi[b] && v < L - 1; v += st[b]) AL_PUT(v);
+    int step = L / 32 > 0 ? L / 32 : 1;
+    for (int v = 256 + step; v < L - 1; v += step) AL_PUT(v);
+    AL_PUT(L - 1);
+#undef AL_PUT
+    return cnt;
+}

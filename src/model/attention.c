@@ -10,6 +10,8 @@
  * selected head go straight into the capture arrays; the other heads use per-thread rows. */
 #include "ops.h"
 
+#include "cpu.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -37,12 +39,15 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
     return *buf ? 0 : AL_E_NOMEM;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define AL_ATTN_AVX2 1
+#define AL_ATTN_AVX2   1
+#define AL_ATTN_TARGET __attribute__((target("avx2,fma")))
 /* The two products of a task as register-tiled AVX2 kernels on the packed keys and values
  * (6 rows x 16 columns of accumulators). They skip the tiles above the causal diagonal, which
- * sgemm cannot, and avoid re-packing the keys for every block. */
+ * sgemm cannot, and avoid re-packing the keys for every block. Compiled for AVX2 + FMA by their
+ * target attribute and used when al__cpu_level() (cpu.h) is avx2 or avx512 (no 512-bit tiles
+ * yet: the AVX-512 level runs these); else the two sgemms below. */
 
 /* 12 named accumulators (6 rows x 2 vectors): named so that they stay in registers */
 #define ACC_DECL                                                                                   \
@@ -74,8 +79,9 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
 /* L[m, kend] (ld lL) = scale * Q[m, D] (ld ldq) @ K^T, the keys packed in panels of 16:
  * Kp[Tp / 16][D][16] (zero past T). For causal rows only the tiles holding keys
  * j <= r0 + row are computed. */
-static void qk_tiles(float *L, size_t lL, const float *Q, size_t ldq, const float *Kp, int m,
-                     int kend, int D, float scale, int causal, int r0) {
+static AL_ATTN_TARGET void qk_tiles(float *L, size_t lL, const float *Q, size_t ldq,
+                                    const float *Kp, int m, int kend, int D, float scale,
+                                    int causal, int r0) {
     const __m256 sc = _mm256_set1_ps(scale);
     float tile[6][16];
     for (int i0 = 0; i0 < m; i0 += 6) {
@@ -110,8 +116,9 @@ static void qk_tiles(float *L, size_t lL, const float *Q, size_t ldq, const floa
 /* O[m, D] (ld ldo) = W[m, *] (ld lW) @ V, the values packed in panels of 16 columns:
  * Vp[Dp / 16][T][16] (zero past D). The rows of a tile read keys below jmax (the weights past
  * a row's last visible key are zero). */
-static void wv_tiles(float *O, size_t ldo, const float *W, size_t lW, const float *Vp, int T, int m,
-                     int kend, int D, int causal, int r0) {
+static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t lW,
+                                    const float *Vp, int T, int m, int kend, int D, int causal,
+                                    int r0) {
     const __m256 one = _mm256_set1_ps(1.0f);
     float tile[6][16];
     for (int i0 = 0; i0 < m; i0 += 6) {
@@ -206,15 +213,19 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                    "attention scratch", err)))
         return rc;
 
+    int tiles = 0; /* the AVX2 tile kernels (1) or sgemm (0) */
+    float *Kt = NULL, *Vp = NULL;
+    size_t Tp = 0, Dp = 0;
 #ifdef AL_ATTN_AVX2
+    tiles = al__cpu_level() >= AL__CPU_AVX2;
     /* keys in panels Kt [G, Tp / 16, D, 16] (zero-padded to Tp = T rounded up to 16) and values
      * in panels Vp [G, Dp / 16, T, 16] (zero-padded to Dp = D rounded up to 16), packed once
      * per layer */
-    const size_t Tp = ((size_t)T + 15) & ~(size_t)15, Dp = ((size_t)D + 15) & ~(size_t)15;
-    if ((rc = grow((void **)&ws->pack, &ws->pack_n, (size_t)G * (D * Tp + Dp * T), sizeof(float),
-                   "attention packed keys and values", err)))
+    Tp = ((size_t)T + 15) & ~(size_t)15, Dp = ((size_t)D + 15) & ~(size_t)15;
+    if (tiles && (rc = grow((void **)&ws->pack, &ws->pack_n, (size_t)G * (D * Tp + Dp * T),
+                            sizeof(float), "attention packed keys and values", err)))
         return rc;
-    float *Kt = ws->pack, *Vp = ws->pack + (size_t)G * D * Tp;
+    if (tiles) Kt = ws->pack, Vp = ws->pack + (size_t)G * D * Tp;
 #endif
     al__blas_single();
     const int n_blocks = (T + B - 1) / B;
@@ -236,9 +247,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 if (cv) memcpy(cv + o, a->v + t * a->v_stride + (size_t)g * D, D * sizeof(float));
             }
         }
-#ifdef AL_ATTN_AVX2
 #pragma omp for schedule(static)
-        for (int g = 0; g < G; g++) {
+        for (int g = 0; g < (tiles ? G : 0); g++) {
             float *kt = Kt + (size_t)g * D * Tp, *vp = Vp + (size_t)g * Dp * T;
             for (int t = 0; t < T; t++) {
                 const float *kr = a->k + t * a->k_stride + (size_t)g * D;
@@ -251,7 +261,6 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             for (size_t t = (size_t)T; t < Tp; t++) /* the last panel's padding */
                 for (int d = 0; d < D; d++) kt[(t / 16) * D * 16 + (size_t)d * 16 + t % 16] = 0.0f;
         }
-#endif
 #pragma omp for schedule(dynamic, 1)
         for (int task = 0; task < n_tasks; task++) {
             int bi = n_blocks - 1 - task / H, h = task % H, g = kv_head[h], sel = sel_of[h];
@@ -269,13 +278,14 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             else if (L != scr)
                 W = scr + (size_t)B * T, lW = (size_t)kend;
 #ifdef AL_ATTN_AVX2
-            qk_tiles(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
-                     Kt + (size_t)g * D * Tp, m, kend, D, scale, a->causal, r0);
-#else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kend, D, scale,
-                        a->q + r0 * a->q_stride + (size_t)h * D, (int)a->q_stride,
-                        a->k + (size_t)g * D, (int)a->k_stride, 0.0f, L, (int)lL);
+            if (tiles)
+                qk_tiles(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
+                         Kt + (size_t)g * D * Tp, m, kend, D, scale, a->causal, r0);
+            else
 #endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kend, D, scale,
+                            a->q + r0 * a->q_stride + (size_t)h * D, (int)a->q_stride,
+                            a->k + (size_t)g * D, (int)a->k_stride, 0.0f, L, (int)lL);
             const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
             for (int i = 0; i < m; i++) {
                 int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
@@ -297,13 +307,14 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     for (int j = n; j < T; j++) Li[j] = -INFINITY;
             }
 #ifdef AL_ATTN_AVX2
-            wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW, Vp + (size_t)g * Dp * T,
-                     T, m, kend, D, a->causal, r0);
-#else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, kend, 1.0f, W, (int)lW,
-                        a->v + (size_t)g * D, (int)a->v_stride, 0.0f,
-                        a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
+            if (tiles)
+                wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW,
+                         Vp + (size_t)g * Dp * T, T, m, kend, D, a->causal, r0);
+            else
 #endif
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, D, kend, 1.0f, W, (int)lW,
+                            a->v + (size_t)g * D, (int)a->v_stride, 0.0f,
+                            a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
         }
     }
     if (!capture) return 0;
@@ -330,6 +341,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         .weights = cw,
         .hidden = (what & AL_CAP_HIDDEN) ? a->hidden : NULL,
         .embed = (what & AL_CAP_EMBED) ? a->embed : NULL,
+        .residual = (what & AL_CAP_RESIDUAL) ? a->residual : NULL,
     };
     al_error local = {0};
     al_error *e = err ? err : &local;

@@ -2,6 +2,8 @@
  * families' config parsers (every value checked; errors name the file and the key). */
 #include "hf_config.h"
 
+#include "model.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -116,4 +118,14 @@ int al__cfg_rope(const cJSON *j, const char *theta_key, int dim, int *n_ctx, al_
         *n_ctx = n > (1 << 24) ? (1 << 24) : (int)n;
     }
     return 0;
+}
+
+int al__hf_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    char dir[4096], p[4200];
+    al__model_dir(m, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    int rc = al__model_files_add(fs, p, "tokenizer", err);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    if (!rc && al__is_file(p)) rc = al__model_files_add(fs, p, "tokenizer", err);
+    return rc;
 }

@@ -23,4 +23,10 @@ int al__cfg_token(const cJSON *j, const char *key, int vocab, int *v, const char
 int al__cfg_rope(const cJSON *j, const char *theta_key, int dim, int *n_ctx, al__rope *r,
                  const char *name, al_error *err);
 
+/* The files an HF directory's tokenizer reads: tokenizer.json, and tokenizer_config.json when
+ * present (vtable tokenizer_files of the HF decoder families). */
+struct al_model;
+struct al__model_files;
+int al__hf_tokenizer_files(struct al_model *m, struct al__model_files *fs, al_error *err);
+
 #endif

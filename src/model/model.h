@@ -7,6 +7,30 @@
 
 #include "internal.h"
 
+/* One file a model is made of. */
+typedef struct al__model_file {
+    char name[256];   /* its base name: what the identity lists */
+    char path[4096];  /* as opened */
+    const char *role; /* "config", "index", "weights", "tokenizer" */
+    int64_t bytes;
+    char sha256[65]; /* "" unless hashed */
+} al__model_file;
+
+typedef struct al__model_files {
+    al__model_file *f; /* [n], sorted by name (bytewise) */
+    int n, cap;
+    char sha256[65]; /* the identity over the list ("" unless hashed) */
+} al__model_files;
+
+/* Appends the file at path (its base name, role, size; an error if it is not a regular file);
+ * a path already listed is skipped. */
+int al__model_files_add(al__model_files *fs, const char *path, const char *role, al_error *err);
+/* The files of an HF safetensors model: config.json, the shard index and every shard it names
+ * (or the one .safetensors). */
+int al__model_files_safetensors(const al_model *m, al__model_files *fs, al_error *err);
+/* The directory of the model: its path when a directory, else the directory holding it. */
+void al__model_dir(const al_model *m, char *dir, size_t cap);
+
 typedef struct al_model_vtable {
     /* Runs the forward (see al_model_forward in attnlim.h); T already checked 1..n_ctx. */
     int (*forward)(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
@@ -23,6 +47,13 @@ typedef struct al_model_vtable {
      * heads and arrays it holds)? 0, or an error naming what is missing. Called before long
      * runs so that they fail before writing anything. */
     int (*check)(al_model *m, int T, const al_capture_request *req, al_error *err);
+    /* The files that define the model (weights and shapes), each added to fs with
+     * al__model_files_add: the family alone knows what it reads (al__model_files_list). */
+    int (*files)(al_model *m, al__model_files *fs, al_error *err);
+    /* Optional: the files its tokenizer reads, the same way (al__model_tokenizer_files). */
+    int (*tokenizer_files)(al_model *m, al__model_files *fs, al_error *err);
+    /* Optional: the "dump" object of the manifest's model (al__model_json), or NULL. */
+    struct cJSON *(*describe)(const al_model *m);
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
@@ -58,30 +89,15 @@ void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor,
 /* The warnings kept (*n of them; *total counts those past the cap too). */
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total);
 
-/* One file a model is made of. */
-typedef struct al__model_file {
-    char name[256];   /* its base name: what the identity lists */
-    char path[4096];  /* as opened */
-    const char *role; /* "config", "index", "weights", "tokenizer" */
-    int64_t bytes;
-    char sha256[65]; /* "" unless hashed */
-} al__model_file;
-
-typedef struct al__model_files {
-    al__model_file *f; /* [n], sorted by name (bytewise) */
-    int n;
-    char sha256[65]; /* the identity over the list ("" unless hashed) */
-} al__model_files;
-
-/* The files that define the model (weights and shapes): for safetensors, config.json, the
- * shard index and every shard it names (or the one .safetensors); for llm.c and GGUF, the file
+/* The files that define the model (weights and shapes; vtable files): for safetensors, config.json,
+ * the shard index and every shard it names (or the one .safetensors); for llm.c and GGUF, the file
  * itself (its header is the config). hash != 0 also computes each file's SHA-256 and the model
  * identity: the SHA-256 of the lines "<sha256>  <name>\n" in name order, i.e. what
  * `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` prints in the model's directory. */
 int al__model_files_list(al_model *m, int hash, al__model_files *out, al_error *err);
-/* The files the model's tokenizer reads: GPT-2, encoder.json + vocab.bpe (al_data_find); BERT,
- * vocab.txt and tokenizer_config.json when present; GGUF, the model file (its metadata). The
- * identity sha256 is computed the same way. */
+/* The files the model's tokenizer reads (vtable tokenizer_files: GPT-2, encoder.json + vocab.bpe
+ * (al_data_find); BERT, vocab.txt and tokenizer_config.json when present; GGUF, the model file
+ * (its metadata)). The identity sha256 is computed the same way. */
 int al__model_tokenizer_files(al_model *m, int hash, al__model_files *out, al_error *err);
 void al__model_files_free(al__model_files *f);
 
@@ -110,8 +126,6 @@ int al__dump_open(al_model *m, const char *dir, al_error *err);
 /* Is dir a dump? It holds manifest.json and no config.json, or a manifest.json that declares
  * itself one ("schema": "attnlim.dump/...", or "command": "capture"). */
 int al__dump_is_dump_dir(const char *dir);
-/* The files of a dump (manifest.json first, then every array), paths[n] owned by m. */
-void al__dump_files(const al_model *m, const char *const **paths, int *n);
 /* The "dump" object of manifests (schema, T, token ids present, layers, heads, arrays, the
  * manifest's model description); NULL for other models. */
 struct cJSON *al__dump_json(const al_model *m);

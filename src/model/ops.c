@@ -6,6 +6,8 @@
  * OpenMP's (OMP_NUM_THREADS, al__set_threads; default: all cores). */
 #include "ops.h"
 
+#include "cpu.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -124,10 +126,16 @@ static inline float vexpf(float x) {
     return p;
 }
 
-#ifdef __AVX2__
+/* ---- run-time dispatch (cpu.h): each vector kernel is compiled for its own target and chosen
+ * per call by al__cpu_level(); the scalar code is the fallback and the reference. ---- */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AL_X86_DISPATCH 1
 #include <immintrin.h>
+#define AL_TARGET_AVX2   __attribute__((target("avx2,fma")))
+#define AL_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
 /* vexpf on 8 lanes (the same steps, AVX2 + FMA) */
-static inline __m256 vexp8(__m256 x) {
+static inline AL_TARGET_AVX2 __m256 vexp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     const __m256 shift = _mm256_set1_ps(12582912.0f);
     __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shift);
@@ -145,6 +153,133 @@ static inline __m256 vexp8(__m256 x) {
         _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 23);
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
+
+/* vexpf on 16 lanes (the same steps, AVX-512 F) */
+static inline AL_TARGET_AVX512 __m512 vexp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift);
+    __m512 n = _mm512_sub_ps(t, shift);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(
+        _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)), 23);
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+}
+
+/* the vector part of each kernel: returns how many leading elements it did */
+static AL_TARGET_AVX2 size_t exp_avx2(float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, vexp8(_mm256_loadu_ps(x + i)));
+    return i;
+}
+static AL_TARGET_AVX512 size_t exp_avx512(float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, vexp16(_mm512_loadu_ps(x + i)));
+    return i;
+}
+static AL_TARGET_AVX2 size_t gelu_tanh_avx2(float *x, size_t n) {
+    const __m256 s = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c = _mm256_set1_ps(0.044715f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 u = _mm256_mul_ps(s, _mm256_fmadd_ps(_mm256_mul_ps(c, v), _mm256_mul_ps(v, v), v));
+        __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), vexp8(u));
+        _mm256_storeu_ps(x + i, _mm256_div_ps(v, d));
+    }
+    return i;
+}
+static AL_TARGET_AVX512 size_t gelu_tanh_avx512(float *x, size_t n) {
+    const __m512 s = _mm512_set1_ps(-2.0f * 0.7978845608028654f), c = _mm512_set1_ps(0.044715f);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 u = _mm512_mul_ps(s, _mm512_fmadd_ps(_mm512_mul_ps(c, v), _mm512_mul_ps(v, v), v));
+        __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), vexp16(u));
+        _mm512_storeu_ps(x + i, _mm512_div_ps(v, d));
+    }
+    return i;
+}
+static AL_TARGET_AVX2 size_t silu_mul_avx2(float *gate, const float *up, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 d = _mm256_add_ps(one, vexp8(_mm256_sub_ps(zero, g)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
+    }
+    return i;
+}
+static AL_TARGET_AVX512 size_t silu_mul_avx512(float *gate, const float *up, size_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 d = _mm512_add_ps(one, vexp16(_mm512_sub_ps(zero, g)));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, d), _mm512_loadu_ps(up + i)));
+    }
+    return i;
+}
+/* softmax's two passes over z[0 .. n8) (n8 a multiple of 8): *mx = their max; then, given the
+ * final max m, w = exp(z - m) and the double sum of w */
+static AL_TARGET_AVX2 float max_avx2(const float *z, int n8) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < n8; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(z + j));
+    float mx8[8], mx = -INFINITY;
+    _mm256_storeu_ps(mx8, mv);
+    for (int l = 0; l < 8; l++) mx = mx8[l] > mx ? mx8[l] : mx;
+    return mx;
+}
+static AL_TARGET_AVX2 double expsum_avx2(float *w, const float *z, int n8, float mx) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    const __m256 m8 = _mm256_set1_ps(mx);
+    for (int j = 0; j < n8; j += 8) {
+        __m256 e = vexp8(_mm256_sub_ps(_mm256_loadu_ps(z + j), m8));
+        _mm256_storeu_ps(w + j, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double s4[4];
+    _mm256_storeu_pd(s4, _mm256_add_pd(s0, s1));
+    return (s4[0] + s4[1]) + (s4[2] + s4[3]);
+}
+static AL_TARGET_AVX512 float max_avx512(const float *z, int n8) {
+    int j = 0;
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    for (; j + 16 <= n8; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(z + j));
+    float mx = _mm512_reduce_max_ps(mv);
+    for (; j < n8; j++) mx = z[j] > mx ? z[j] : mx;
+    return mx;
+}
+static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n8, float mx) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    const __m512 m16 = _mm512_set1_ps(mx);
+    int j = 0;
+    for (; j + 16 <= n8; j += 16) {
+        __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(z + j), m16));
+        _mm512_storeu_ps(w + j, e);
+        __m512i ei = _mm512_castps_si512(e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1,
+                           _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(ei, 1))));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    for (; j < n8; j++) {
+        w[j] = vexpf(z[j] - mx);
+        s += w[j];
+    }
+    return s;
+}
+#define AL_CPU_IS(level) (al__cpu_level() == (level))
+#else
+#define AL_CPU_IS(level) 0
 #endif
 
 float al__expf(float x) {
@@ -153,8 +288,11 @@ float al__expf(float x) {
 
 void al__exp_inplace(float *x, size_t n) {
     size_t i = 0;
-#ifdef __AVX2__
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, vexp8(_mm256_loadu_ps(x + i)));
+#ifdef AL_X86_DISPATCH
+    if (AL_CPU_IS(AL__CPU_AVX512))
+        i = exp_avx512(x, n);
+    else if (AL_CPU_IS(AL__CPU_AVX2))
+        i = exp_avx2(x, n);
 #endif
     for (; i < n; i++) x[i] = vexpf(x[i]);
 }
@@ -167,14 +305,11 @@ static inline float gelu_tanh1(float v) {
 
 static void gelu_tanh_span(float *x, size_t n) {
     size_t i = 0;
-#ifdef __AVX2__
-    const __m256 s = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c = _mm256_set1_ps(0.044715f);
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 u = _mm256_mul_ps(s, _mm256_fmadd_ps(_mm256_mul_ps(c, v), _mm256_mul_ps(v, v), v));
-        __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), vexp8(u));
-        _mm256_storeu_ps(x + i, _mm256_div_ps(v, d));
-    }
+#ifdef AL_X86_DISPATCH
+    if (AL_CPU_IS(AL__CPU_AVX512))
+        i = gelu_tanh_avx512(x, n);
+    else if (AL_CPU_IS(AL__CPU_AVX2))
+        i = gelu_tanh_avx2(x, n);
 #endif
     for (; i < n; i++) x[i] = gelu_tanh1(x[i]);
 }
@@ -196,13 +331,11 @@ void al__gelu_erf(float *x, size_t n) {
 
 static void silu_mul_span(float *gate, const float *up, size_t n) {
     size_t i = 0;
-#ifdef __AVX2__
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 d = _mm256_add_ps(one, vexp8(_mm256_sub_ps(zero, g)));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
-    }
+#ifdef AL_X86_DISPATCH
+    if (AL_CPU_IS(AL__CPU_AVX512))
+        i = silu_mul_avx512(gate, up, n);
+    else if (AL_CPU_IS(AL__CPU_AVX2))
+        i = silu_mul_avx2(gate, up, n);
 #endif
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + vexpf(-gate[i])) * up[i];
 }
@@ -222,45 +355,41 @@ void al__add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-void al__softmax_row(float *w, const float *z, int n) {
-    /* max in 8 independent lanes (vectorised) */
+/* the scalar passes of softmax over z[0 .. n8), 8 independent lanes (vectorisable) */
+static float max_scalar(const float *z, int n8) {
     float mx8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                     -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int n8 = n & ~7;
-#ifdef __AVX2__
-    __m256 mv = _mm256_set1_ps(-INFINITY);
-    for (int j = 0; j < n8; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(z + j));
-    _mm256_storeu_ps(mx8, mv);
-#else
     for (int j = 0; j < n8; j += 8)
         for (int l = 0; l < 8; l++) mx8[l] = z[j + l] > mx8[l] ? z[j + l] : mx8[l];
-#endif
     float mx = -INFINITY;
     for (int l = 0; l < 8; l++) mx = mx8[l] > mx ? mx8[l] : mx;
-    for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
-    double s = 0.0;
-#ifdef __AVX2__
-    /* exp and its sum in one pass (the sum in double, 8 lanes) */
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    const __m256 m8 = _mm256_set1_ps(mx);
-    for (int j = 0; j < n8; j += 8) {
-        __m256 e = vexp8(_mm256_sub_ps(_mm256_loadu_ps(z + j), m8));
-        _mm256_storeu_ps(w + j, e);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    double s4[4];
-    _mm256_storeu_pd(s4, _mm256_add_pd(s0, s1));
-    s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
-#else
-    double s8[8] = {0};
+    return mx;
+}
+static double expsum_scalar(float *w, const float *z, int n8, float mx) {
+    double s8[8] = {0}, s = 0.0;
     for (int j = 0; j < n8; j += 8)
         for (int l = 0; l < 8; l++) {
             w[j + l] = vexpf(z[j + l] - mx);
             s8[l] += w[j + l];
         }
     for (int l = 0; l < 8; l++) s += s8[l];
+    return s;
+}
+
+void al__softmax_row(float *w, const float *z, int n) {
+    int n8 = n & ~7;
+    float (*max_fn)(const float *, int) = max_scalar;
+    double (*expsum_fn)(float *, const float *, int, float) = expsum_scalar;
+#ifdef AL_X86_DISPATCH
+    al__cpu_isa isa = al__cpu_level();
+    if (isa == AL__CPU_AVX512)
+        max_fn = max_avx512, expsum_fn = expsum_avx512;
+    else if (isa == AL__CPU_AVX2)
+        max_fn = max_avx2, expsum_fn = expsum_avx2;
 #endif
+    float mx = max_fn(z, n8);
+    for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
+    double s = expsum_fn(w, z, n8, mx); /* exp and its sum in one pass (the sum in double) */
     for (int j = n8; j < n; j++) {
         w[j] = vexpf(z[j] - mx);
         s += w[j];

@@ -36,6 +36,7 @@ typedef struct al__attn {
     float *out;                    /* [T, n_head*d_head] the concatenated head outputs */
     const float *hidden;           /* [T, d_model] layer input after its first norm (capture) */
     const float *embed;            /* [T, d_model] model input (capture) */
+    const float *residual;         /* [T, d_model] layer input before its first norm (capture) */
     const al_capture_request *req; /* may be NULL */
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);

@@ -308,14 +308,19 @@ static int fig4(const al__summary *s, al_error *err) {
                               .y = fy,
                               .style = AL__S_MARKERS | AL__S_RING,
                               .color = 3};
-    char sub[200];
+    char sub[300], xl[160];
+    int raw = s->temperature_scale && !strcmp(s->temperature_scale, "raw");
     snprintf(sub, sizeof sub,
              "L = %d; g = max over heads of the per-head mean over rows; %d measured values above "
-             "1/(4T)",
-             s->long_L, s->n_flagged);
+             "1/(4T); %s directions; [reading] T on the %s scale (the other scale's T = this T %s "
+             "%.3g)",
+             s->long_L, s->n_flagged, s->directions ? s->directions : "shared",
+             raw ? "raw" : "scaled", raw ? "/" : "x", sqrt((double)s->d_head));
+    snprintf(xl, sizeof xl, "temperature T on %s",
+             raw ? "raw logits q.k (the paper's axis)" : "scaled logits q.k/sqrt(d_head)");
     al__plot p = {.title = "Fig. 4: gradient sensitivity against temperature",
                   .subtitle = sub,
-                  .xlabel = "temperature T",
+                  .xlabel = xl,
                   .ylabel = "||J v|| (finite difference) / spectral norm",
                   .xlog = 1,
                   .ylog = 1,
@@ -698,6 +703,18 @@ int al__report_write(const al__summary *s, al_error *err) {
         "%d per length (window k = tokens [kL, (k+1)L)); per-head values are means over windows",
         s->windows);
     ROW("vectors x_j", "%s [reading: value vectors by default]", s->vectors);
+    ROW("distance dtilde", "%s [reading: sum-of-norms by default; docs/readings.md]",
+        s->distance ? s->distance : "sum-of-norms");
+    ROW("random-selection E", "%s [reading: the analytic main term by default]",
+        s->expectation ? s->expectation : "analytic");
+    ROW("Alg. 5 temperature scale",
+        "%s [reading: T on q.k/sqrt(d_head) when scaled, on q.k "
+        "when raw]",
+        s->temperature_scale ? s->temperature_scale : "scaled");
+    ROW("Alg. 5 directions",
+        "%s [reading: one v per row when shared, a new v per (T, eps) when "
+        "fresh]",
+        s->directions ? s->directions : "shared");
     ROW("normalizer", "%s%s", s->normalizer, s->sums_to_one ? "" : " (weights do NOT sum to 1)");
     fmt_list_i(buf, sizeof buf, s->Ls, s->nL);
     ROW("lengths (Alg. 1, 3)", "%s", buf);
@@ -800,11 +817,23 @@ int al__report_write(const al__summary *s, al_error *err) {
              "%d heads) gives p >= 0.01 (and 0.05). Fit through the origin: c = %.4g at 0.01, c = "
              "%.4g at 0.05 (paper: 0.06).",
              s->n_layer * s->n_head, s->a3_slope[0], s->a3_slope[1]);
+        char rl[600] = "";
+        size_t k = 0;
+        for (int li = 0; li < s->nL && k < sizeof rl - 40; li++)
+            k += (size_t)(s->a3_crit[0][li] > 0
+                              ? snprintf(rl + k, sizeof rl - k, "%sL = %d: %.3f", li ? ", " : "",
+                                         s->Ls[li], (double)s->a3_crit[0][li] / s->Ls[li])
+                              : snprintf(rl + k, sizeof rl - k, "%sL = %d: not reached",
+                                         li ? ", " : "", s->Ls[li]));
+        para(&d,
+             "N_crit / L at 0.01, per L (the paper: \"fewer than 6%% of the tokens\"; the verdict "
+             "is judged on these, c is our summary): %s.",
+             rl);
         note(&d,
-             "[reading] the KS samples are per-head means of dtilde (sum over non-selected tokens) "
-             "and of E; their "
-             "scale depends on the vectors used (%s).",
-             s->vectors);
+             "[reading] the KS samples are per-head means of dtilde (--distance %s) and of E "
+             "(--expectation %s); their scale depends on the vectors used (%s).",
+             s->distance ? s->distance : "sum-of-norms",
+             s->expectation ? s->expectation : "analytic", s->vectors);
         figure(&d, "fig2c",
                "Critical N against L with the fitted lines and the paper's 0.06 L. Missing points: "
                "not reached within the grid.");

@@ -23,8 +23,11 @@ typedef struct al__summary {
     char model_name[128], model_path[1024], model_sha[65], family[16];
     struct cJSON *model_json; /* the model's manifest object (al__model_json), owned */
     const char *corpus, *vectors, *normalizer; /* normalizer: "softmax (model)" when none */
-    int synthetic;                             /* 1: random weights */
-    int sums_to_one;                           /* the normalizer's weights sum to 1 */
+    /* the readings of METHOD 9: al_distance_name, al_expect_name, "scaled"|"raw",
+     * "shared"|"fresh" */
+    const char *distance, *expectation, *temperature_scale, *directions;
+    int synthetic;   /* 1: random weights */
+    int sums_to_one; /* the normalizer's weights sum to 1 */
     int causal, n_layer, n_head, d_head, n_ctx, windows, long_L, quick;
     int64_t n_tokens; /* corpus tokens */
     unsigned experiments;

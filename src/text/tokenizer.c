@@ -287,9 +287,10 @@ static int read_merges(const char *path, char **buf_out, const char ***merges_ou
     return 0;
 }
 
-static int is_file(const char *p) {
+static int is_file(
+    const char *p) { /* present (not a directory): the reader refuses what is not a regular file */
     struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 /* Finds the two files: NULL -> the shared data (pinned hashes); a directory -> encoder.json +

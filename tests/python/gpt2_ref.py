@@ -184,7 +184,8 @@ def forward_layers(params, cfg, tokens, logit_rows=None):
     """The float64 forward, one layer at a time (the parameters are converted to float64 as
     they are used, and nothing of a layer is kept after it is yielded). Yields, per layer l,
     dict(layer=l, q, k, v [H, T, D], z [H, T, T] (-inf masked), w [H, T, T] (0 masked),
-    hidden [T, C] (ln_1 output), embed [T, C]), then dict(final [T, C], logits [T, V]);
+    hidden [T, C] (ln_1 output), embed [T, C], residual [T, C] (the layer input, before ln_1)),
+    then dict(final [T, C], logits [T, V]);
     logit_rows: only those rows of the logits (final[logit_rows] @ wte.T)."""
     f64 = lambda name: np.asarray(params[name], dtype=np.float64)
     tokens = np.asarray(tokens)
@@ -196,6 +197,7 @@ def forward_layers(params, cfg, tokens, logit_rows=None):
     mask = np.triu(np.full((T, T), -np.inf), k=1)  # -inf where key j > query t, else 0
     for l in range(cfg["n_layer"]):
         p = lambda name: f64(f"h.{l}.{name}")
+        x_in = x  # x is rebound below, never written in place
         h = layernorm(x, p("ln_1.weight"), p("ln_1.bias"))
         qkv = h @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
         q, k, v = (np.ascontiguousarray(qkv[:, i * C:(i + 1) * C].reshape(T, H, D)
@@ -211,7 +213,8 @@ def forward_layers(params, cfg, tokens, logit_rows=None):
         h2 = layernorm(x, p("ln_2.weight"), p("ln_2.bias"))
         m = gelu_tanh(h2 @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias"))
         x = x + m @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
-        yield {"layer": l, "q": q, "k": k, "v": v, "z": z, "w": w, "hidden": h, "embed": embed}
+        yield {"layer": l, "q": q, "k": k, "v": v, "z": z, "w": w, "hidden": h, "embed": embed,
+               "residual": x_in}
         del q, k, v, z, w, qkv, m
     final = layernorm(x, f64("ln_f.weight"), f64("ln_f.bias"))
     rows = final if logit_rows is None else final[logit_rows]

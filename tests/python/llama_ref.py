@@ -90,7 +90,7 @@ def forward(m, tokens, layers_wanted=None, stop_after=None):
     [H, T, d] (k/v repeated to query heads), weights [H, T, T], final [T, C], logits [T, V]."""
     T = len(tokens)
     x = m.embd[np.asarray(tokens)]  # [T, C]
-    out = dict(hidden=[], q={}, k={}, v={}, weights={}, normed={})
+    out = dict(hidden=[], q={}, k={}, v={}, weights={}, normed={}, residual={})
     mask = np.triu(np.ones((T, T), dtype=bool), 1)
     rep = m.H // m.G
     last = m.n_layer if stop_after is None else stop_after + 1
@@ -111,6 +111,7 @@ def forward(m, tokens, layers_wanted=None, stop_after=None):
         if layers_wanted is None or l in layers_wanted:
             out["q"][l], out["k"][l], out["v"][l], out["weights"][l] = q, k, v, w
             out["normed"][l] = h
+            out["residual"][l] = x  # the layer input, before attn_norm
         x = x + o @ ly["wo"].T
         h = rmsnorm(x, ly["ffn_norm"], m.eps)
         gt = h @ ly["gate"].T

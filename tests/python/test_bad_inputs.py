@@ -2,9 +2,10 @@
 with a message naming the input and the fault, and leaves nothing half-written behind; every
 `ok` case exits 0 with a warning naming the input and the fault (tests/bad/cases.tsv)."""
 import os
+import re
 import resource
 import shlex
-import signal
+import shutil
 import subprocess
 import sys
 
@@ -75,22 +76,84 @@ def test_every_input_has_a_case():
     assert not orphans, "inputs without a case: %s" % orphans
 
 
+class Hostile:
+    """The hostile file system a case names, built in tmp_path (FIFOs, links and directories
+    cannot live in the committed corpus):
+      {fifo:ROOT/DIR/FILE}  a copy of ROOT/DIR (ROOT: in or tiny) with FILE replaced by a FIFO;
+                            stands for the copy of DIR (a reader that blocks on it hangs the case)
+      {outlink}             a symbolic link to an empty directory (it must stay empty)
+      {filelink}            a symbolic link to a file holding "precious" (it must keep it)
+      {planted}             a directory holding notes.txt that no attnlim command writes (it
+                            must be left exactly so)"""
+
+    def __init__(self, tmp_path, tiny):
+        self.tmp, self.tiny, self.made = tmp_path, tiny, {}
+
+    def fifo(self, m):
+        root, rel = m.group(1), m.group(2)
+        src = os.path.join(INPUTS if root == "in" else self.tiny, os.path.dirname(rel))
+        dst = self.tmp / ("fifo_" + str(len(self.made)))
+        shutil.copytree(src, dst)
+        target = dst / os.path.basename(rel)
+        if target.exists():
+            target.unlink()
+        os.mkfifo(target)
+        self.made[m.group(0)] = str(dst)
+        return str(dst)
+
+    def subst(self, text, base):
+        for key, val in self.made.items():
+            text = text.replace(key, val)
+        text = re.sub(r"\{fifo:(in|tiny)/([^}]*)\}", self.fifo, text)
+        for name in ("outlink", "filelink", "planted"):
+            if "{" + name + "}" in text and name not in base:
+                base[name] = getattr(self, "make_" + name)()
+        return text.format(**base)
+
+    def make_outlink(self):
+        (self.tmp / "linked_dir").mkdir()
+        os.symlink(self.tmp / "linked_dir", self.tmp / "outlink")
+        return str(self.tmp / "outlink")
+
+    def make_filelink(self):
+        (self.tmp / "victim.txt").write_text("precious")
+        os.symlink(self.tmp / "victim.txt", self.tmp / "filelink")
+        return str(self.tmp / "filelink")
+
+    def make_planted(self):
+        (self.tmp / "planted").mkdir()
+        (self.tmp / "planted" / "notes.txt").write_text("mine")
+        return str(self.tmp / "planted")
+
+    def check_untouched(self, base):
+        if "outlink" in base:
+            assert os.path.islink(base["outlink"]) and os.listdir(self.tmp / "linked_dir") == []
+        if "filelink" in base:
+            assert os.path.islink(base["filelink"])
+            assert (self.tmp / "victim.txt").read_text() == "precious"
+        if "planted" in base:
+            assert os.listdir(base["planted"]) == ["notes.txt"]
+            assert (self.tmp / "planted" / "notes.txt").read_text() == "mine"
+        leftovers = [f for f in os.listdir(self.tmp) if f.startswith(".") and ".tmp" in f]
+        assert not leftovers, "temporaries left: %s" % leftovers
+
+
 @pytest.mark.parametrize("cmd,status,needle,must_name", load_cases())
 def test_bad_input(cmd, status, needle, must_name, tiny, tmp_path):
     out = tmp_path / "out"
     subst = {"in": INPUTS, "tiny": tiny, "out": str(out)}
-    argv = [a.format(**subst) for a in shlex.split(cmd)]
-    needle = needle.format(**subst)
-    must_name = must_name.format(**subst)
+    hostile = Hostile(tmp_path, tiny)
+    argv = [hostile.subst(a, subst) for a in shlex.split(cmd)]
+    needle = hostile.subst(needle, subst)
+    must_name = hostile.subst(must_name, subst)
     pre = None
     if status == "fail:fsize":
         limit = 10_000  # a full disk: files may grow to 10 kB only
 
-        def pre():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        def pre():  # the signal disposition stays the default: attnlim must ignore SIGXFSZ
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     env = dict(os.environ, ATTNLIM_NO_DOWNLOAD="1")
-    r = subprocess.run([BIN] + argv, capture_output=True, text=True, timeout=120, preexec_fn=pre,
+    r = subprocess.run([BIN] + argv, capture_output=True, text=True, timeout=60, preexec_fn=pre,
                        cwd=str(tmp_path), env=env, errors="replace")
     if status == "ok":
         assert r.returncode == 0, "exit %d\n%s" % (r.returncode, r.stderr)
@@ -106,3 +169,5 @@ def test_bad_input(cmd, status, needle, must_name, tiny, tmp_path):
     if status != "ok" and out.exists():
         left = [os.path.join(r_, f) for r_, _, fs in os.walk(out) for f in fs]
         assert not left, "left behind: %s" % left
+    if status != "ok":
+        hostile.check_untouched(subst)

@@ -55,6 +55,7 @@ class Capture(ctypes.Structure):
         ("d_head", ctypes.c_int), ("d_model", ctypes.c_int), ("causal", ctypes.c_int), ("n_sel", ctypes.c_int),
         ("heads", ctypes.POINTER(ctypes.c_int)), ("kv_head", ctypes.POINTER(ctypes.c_int)),
         ("q", FP), ("k", FP), ("v", FP), ("logits", FP), ("weights", FP), ("hidden", FP), ("embed", FP),
+        ("residual", FP),
     ]
 
 
@@ -107,9 +108,12 @@ class Model:
         hidden = np.zeros((T, C), np.float32)
         weights, embeds = {}, {}
         self.hidden_in = {}
+        self.residual_in = {}
 
         def obs(user, cap, err):
             c = cap.contents
+            if c.residual:
+                self.residual_in[c.layer] = np.ctypeslib.as_array(c.residual, shape=(c.T, c.d_model)).copy()
             if c.hidden:
                 self.hidden_in[c.layer] = np.ctypeslib.as_array(c.hidden, shape=(c.T, c.d_model)).copy()
             if c.weights:
@@ -471,11 +475,13 @@ def test_tiny_random_bert_matches_numpy(tmp_path, prefix, dtype):
         assert m.tokenize(b"Hello worlds, a!") == [2, 5, 6, 7, 8, 10, 9, 3]
         # capture of "hidden" (each layer's input) and "embed" (the normalised embedding)
         ids = [2, 5, 6, 7, 3]
-        _, _, embeds = m.forward(ids, CAP_HIDDEN | CAP_EMBED)
+        _, _, embeds = m.forward(ids, CAP_HIDDEN | CAP_EMBED | 128)  # 128: AL_CAP_RESIDUAL
         inputs = []
         bert_ref.bert_forward(d, ids, inputs)
         for l in range(2):
             assert np.max(np.abs(m.hidden_in[l] - inputs[l])) < 1e-4 * np.max(np.abs(inputs[l]))
+            # post-norm: the residual stream (the layer input) is the hidden capture
+            assert np.array_equal(m.residual_in[l], m.hidden_in[l])
             assert np.max(np.abs(embeds[l] - inputs[0])) < 1e-4 * np.max(np.abs(inputs[0]))
         assert m.info.dtype == (b"f16" if dtype == "F16" else b"f32")
     finally:

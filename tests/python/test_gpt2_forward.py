@@ -81,7 +81,7 @@ class Capture(ctypes.Structure):  # al_capture
     _fields_ = [(n, ctypes.c_int) for n in ("layer", "T", "n_head", "n_kv_head", "d_head",
                                             "d_model", "causal", "n_sel")] + [
         ("heads", ctypes.POINTER(ctypes.c_int)), ("kv_head", ctypes.POINTER(ctypes.c_int))] + [
-        (n, FP) for n in CAP_NAMES]
+        (n, FP) for n in CAP_NAMES + ("residual",)]  # AL_CAP_RESIDUAL: bit 7
 
 
 OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Capture),
@@ -206,6 +206,8 @@ def check_layer(errs, got, ref):
                       ("embed", "embed")):
         assert got[name].dtype == np.float32, name
         within(errs, name, got[name], ref[key], TOL)
+    if "residual" in got:  # the layer input before ln_1 (the in-process capture has it)
+        within(errs, "residual", got["residual"], ref["residual"], TOL)
     z, w = got["logits"], got["weights"]
     assert z.dtype == w.dtype == np.float32 and z.shape == w.shape == ref["z"].shape
     within(errs, "logits", z, ref["z"], TOL, where=~masked)  # so finite where unmasked
@@ -490,7 +492,7 @@ def forward_and_check(errs, m, cfg, win, ref, logit_rows=None, min_peaked=2.0):
     T, H, C = len(win), cfg["n_head"], cfg["n_embd"]
     D = C // H
     shapes = {"q": (H, T, D), "k": (H, T, D), "v": (H, T, D), "logits": (H, T, T),
-              "weights": (H, T, T), "hidden": (T, C), "embed": (T, C)}
+              "weights": (H, T, T), "hidden": (T, C), "embed": (T, C), "residual": (T, C)}
     ref = iter(ref)
     failed, seen = [], []
 
@@ -499,7 +501,8 @@ def forward_and_check(errs, m, cfg, win, ref, logit_rows=None, min_peaked=2.0):
             c = cap[0]
             r = next(ref)
             assert (c.layer, c.T, c.n_sel, c.d_head, c.d_model) == (r["layer"], T, H, D, C)
-            got = {n: np.ctypeslib.as_array(getattr(c, n), shapes[n]) for n in CAP_NAMES}
+            got = {n: np.ctypeslib.as_array(getattr(c, n), shapes[n])
+                   for n in CAP_NAMES + ("residual",)}
             check_layer(errs, got, r)  # the arrays live only during this call
             errs["peaked"] = min(errs.get("peaked", np.inf), peaked(r["w"]))
             assert peaked(r["w"]) > min_peaked  # the test data is not trivial
@@ -511,7 +514,7 @@ def forward_and_check(errs, m, cfg, win, ref, logit_rows=None, min_peaked=2.0):
             return 1
 
     fn = OBSERVER(observe)
-    req = CaptureRequest(what=(1 << len(CAP_NAMES)) - 1, layers=None, heads=None, fn=fn,
+    req = CaptureRequest(what=(1 << (len(CAP_NAMES) + 1)) - 1, layers=None, heads=None, fn=fn,
                          user=None)
     try:
         hid, lg = m.forward(win, req)

@@ -54,7 +54,7 @@ class Capture(ctypes.Structure):
                 ("n_kv_head", ctypes.c_int), ("d_head", ctypes.c_int), ("d_model", ctypes.c_int),
                 ("causal", ctypes.c_int), ("n_sel", ctypes.c_int), ("heads", ctypes.POINTER(ctypes.c_int)),
                 ("kv_head", ctypes.POINTER(ctypes.c_int)), ("q", FP), ("k", FP), ("v", FP), ("logits", FP),
-                ("weights", FP), ("hidden", FP), ("embed", FP), ("window", ctypes.c_int),
+                ("weights", FP), ("hidden", FP), ("embed", FP), ("residual", FP), ("window", ctypes.c_int),
                 ("logits_precap", FP), ("softcap", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
@@ -66,7 +66,7 @@ class Request(ctypes.Structure):
                 ("heads", ctypes.POINTER(ctypes.c_uint8)), ("fn", OBSERVER), ("user", ctypes.c_void_p)]
 
 
-CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, logits_precap=1 << 12)
+CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, residual=128, logits_precap=1 << 12)
 _LIB = None
 
 
@@ -125,7 +125,7 @@ class CModel:
             n, d = c.n_sel, c.d_head
             shapes = dict(q=(n, c.T, d), k=(n, c.T, d), v=(n, c.T, d), logits=(n, c.T, c.T),
                           weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model),
-                          logits_precap=(n, c.T, c.T))
+                          residual=(c.T, c.d_model), logits_precap=(n, c.T, c.T))
             for w in what:
                 ptr = getattr(c, w)
                 if ptr:
@@ -468,7 +468,8 @@ def test_dequant_random_blocks_vs_gguf_py(tmp_path, tname):
 
 
 def compare(m, R, tokens, layers):
-    out = m.forward(tokens, what=("q", "k", "v", "weights", "hidden"), layers=layers, logits=True, final=True)
+    out = m.forward(tokens, what=("q", "k", "v", "weights", "hidden", "residual"), layers=layers, logits=True,
+                    final=True)
     rel = lambda a, b: np.abs(a - b).max() / np.abs(b).max()
     assert rel(out["final"], R["final"]) < 1e-3
     assert rel(out["logits"], R["logits"]) < 1e-3
@@ -477,6 +478,7 @@ def compare(m, R, tokens, layers):
         assert sorted(out["weights"]) == sorted(layers)
         np.testing.assert_allclose(out["weights"][l], R["weights"][l], atol=1e-4, rtol=0)
         assert rel(out["hidden"][l], R["normed"][l]) < 1e-3
+        assert rel(out["residual"][l], R["residual"][l]) < 1e-3
         for w in ("q", "k", "v"):
             assert rel(out[w][l], R[w][l]) < 1e-3, (l, w)
         grp = info.n_head // info.n_kv_head

@@ -48,9 +48,9 @@ def test_layouts_roundtrip():
     # sizes of include/attnlim.h's structs on LP64 (printed by a C program with sizeof)
     assert ctypes.sizeof(_api._Norm) == 32 and ctypes.sizeof(_api._MetricsOpts) == 40
     assert ctypes.sizeof(_api._TopN) == 80 and ctypes.sizeof(_api._Five) == 48
-    assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 104
+    assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 112
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
-    assert ctypes.sizeof(_api._ReproOpts) == 184 and ctypes.sizeof(_api._DiagOpts) == 56
+    assert ctypes.sizeof(_api._ReproOpts) == 208 and ctypes.sizeof(_api._DiagOpts) == 56
     # al_norm by value: the header's documented defaults come back in the right fields
     for kind in range(7):
         nm = A.lib.al_norm_default(kind)

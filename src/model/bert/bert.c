@@ -385,6 +385,7 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         al__matmul_nt(a->qkv, a->x, w->wqkv, w->bqkv, T, C, 3 * C);
         al__attn at =
             al__attn_fused(l, T, H, C, 0, a->qkv, a->atty, a->x, want_embed ? a->embed : NULL, req);
+        at.residual = a->x; /* post-norm: the layer input is both hidden and residual */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         al__matmul_nt(a->proj, a->atty, w->wo, w->bo, T, C, C);
@@ -423,8 +424,26 @@ static int bert_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     return al__tokenizer_from_wordpiece(w, out, err);
 }
 
-static const al_model_vtable bert_vtable = {
-    .forward = bert_forward, .destroy = bert_destroy, .tokenizer = bert_tokenizer};
+static int bert_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_safetensors(m, fs, err);
+}
+
+/* What bert_tokenizer reads: vocab.txt, and tokenizer_config.json (lower-casing) if present. */
+static int bert_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    char dir[4096], p[4096 + 64];
+    al__model_dir(m, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/vocab.txt", dir);
+    int rc = al__model_files_add(fs, p, "tokenizer", err);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    if (!rc && al__is_file(p)) rc = al__model_files_add(fs, p, "tokenizer", err);
+    return rc;
+}
+
+static const al_model_vtable bert_vtable = {.forward = bert_forward,
+                                            .destroy = bert_destroy,
+                                            .tokenizer = bert_tokenizer,
+                                            .files = bert_files,
+                                            .tokenizer_files = bert_tokenizer_files};
 
 /* ---- open ---------------------------------------------------------------------------------------
  */

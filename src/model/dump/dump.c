@@ -465,6 +465,12 @@ static int arrays_for(const dump_impl *p, unsigned what, unsigned *load, al_erro
         else
             missing |= (what & AL_CAP_LOGITS) ? AL_CAP_LOGITS : AL_CAP_WEIGHTS;
     }
+    if (what & AL_CAP_RESIDUAL)
+        return al__err(err, AL_E_NOTFOUND,
+                       "%s: missing: this run reads the residual stream (the layer input before "
+                       "its first norm), which an attention dump does not hold (it holds q, k, v, "
+                       "logits, weights, hidden, embed at most)",
+                       p->dir);
     *load = ld;
     if (!missing) return 0;
     int w = 0;
@@ -730,11 +736,22 @@ static int dump_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_
     return 0;
 }
 
+/* The files of a dump: the manifest, then every array it holds. */
+static int dump_files(al_model *m, al__model_files *fs, al_error *err) {
+    const dump_impl *p = m->impl;
+    int rc = 0;
+    for (int i = 0; !rc && i < p->n_files; i++)
+        rc = al__model_files_add(fs, p->files[i], i ? "array" : "manifest", err);
+    return rc;
+}
+
 static const al_model_vtable DUMP_VT = {.forward = dump_forward,
                                         .destroy = dump_destroy,
                                         .tokenizer = dump_tokenizer,
                                         .tokens = dump_tokens,
-                                        .check = dump_check};
+                                        .check = dump_check,
+                                        .files = dump_files,
+                                        .describe = al__dump_json};
 
 static int add_file(dump_impl *p, const char *path, al_error *err) {
     char **g = realloc(p->files, sizeof(char *) * (size_t)(p->n_files + 1));
@@ -847,12 +864,6 @@ int al__dump_open(al_model *m, const char *dir, al_error *err) {
     in->causal = d->causal;
     in->n_params = 0;
     return 0;
-}
-
-void al__dump_files(const al_model *m, const char *const **paths, int *n) {
-    const dump_impl *p = m->impl;
-    *paths = (const char *const *)p->files;
-    *n = p->n_files;
 }
 
 cJSON *al__dump_json(const al_model *m) {

@@ -10,6 +10,7 @@
  * time (the arena and the attention buffers are the model's). */
 #include "gpt2.h"
 #include "ops.h"
+#include "safetensors.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +109,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
+        at.residual = a->x; /* the layer input, before ln_1 */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         linear(g, a->proj, a->atty, w->proj_w, w->proj_b, T, C, C);
@@ -127,6 +129,15 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     return 0;
 }
 
+void al__gpt2_release(al__gpt2 *g) {
+    if (!g) return;
+    free(g->layers);
+    free(g->arena);
+    al__unmap(&g->map);
+    al__st_close(g->st);
+    free(g);
+}
+
 static void gpt2_destroy(al_model *m) {
     al__gpt2 *g = m->impl;
     if (g) {
@@ -143,5 +154,26 @@ static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     return al_tokenizer_open_gpt2(NULL, out, err);
 }
 
-const al_model_vtable al__gpt2_vtable = {
-    .forward = gpt2_forward, .destroy = gpt2_destroy, .tokenizer = gpt2_tokenizer};
+/* The files GPT-2 is read from: an HF checkpoint's config, index and shards, or the llm.c file
+ * (its header is the config). */
+static int gpt2_files(al_model *m, al__model_files *fs, al_error *err) {
+    if (m->format == AL__FMT_SAFETENSORS) return al__model_files_safetensors(m, fs, err);
+    return al__model_files_add(fs, m->info.path, "weights", err);
+}
+
+/* What gpt2_tokenizer opens: the shared GPT-2 BPE files. */
+static int gpt2_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    (void)m;
+    char p[4096 + 64];
+    int rc = al_data_find("gpt2/encoder.json", NULL, p, sizeof p, err);
+    if (!rc) rc = al__model_files_add(fs, p, "tokenizer", err);
+    if (!rc) rc = al_data_find("gpt2/vocab.bpe", NULL, p, sizeof p, err);
+    if (!rc) rc = al__model_files_add(fs, p, "tokenizer", err);
+    return rc;
+}
+
+const al_model_vtable al__gpt2_vtable = {.forward = gpt2_forward,
+                                         .destroy = gpt2_destroy,
+                                         .tokenizer = gpt2_tokenizer,
+                                         .files = gpt2_files,
+                                         .tokenizer_files = gpt2_tokenizer_files};

@@ -36,7 +36,7 @@ typedef struct al__gpt2 {
 
 /* The GPT-2 family's vtable (gpt2.c); loaders set m->vt = &al__gpt2_vtable, m->impl = al__gpt2*. */
 extern const al_model_vtable al__gpt2_vtable;
-/* Frees everything an al__gpt2 owns, then the struct itself (gpt2_load.c). */
+/* Frees everything an al__gpt2 owns, then the struct itself (gpt2.c). */
 void al__gpt2_release(al__gpt2 *g);
 
 #endif

@@ -17,15 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void al__gpt2_release(al__gpt2 *g) {
-    if (!g) return;
-    free(g->layers);
-    free(g->arena);
-    al__unmap(&g->map);
-    al__st_close(g->st);
-    free(g);
-}
-
 /* The slot of the weight struct that parameter kind/layer goes to. */
 static const float **slot(al__gpt2 *g, int kind, int l) {
     al__gpt2_layer *y = l >= 0 ? &g->layers[l] : NULL;
@@ -131,6 +122,25 @@ static int cfg_int(const cJSON *j, const char *key, const char *alt, int *out, c
     return 0;
 }
 
+/* attnlim train records its attention normalizer in config.json; this forward runs softmax at
+ * temperature 1 only, so a model trained with another would run as something it is not. */
+static int check_normalizer(const cJSON *v, const char *cfg, al_error *err) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(v, "name");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "temperature");
+    if (!cJSON_IsObject(v) || !cJSON_IsString(n) || (t && !cJSON_IsNumber(t)))
+        return al__err(err, AL_E_FORMAT,
+                       "%s: attnlim_normalizer is not an object with a \"name\" string and a "
+                       "numeric \"temperature\"",
+                       cfg);
+    if (strcmp(n->valuestring, "softmax") || (t && t->valuedouble != 1.0))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: trained with attention normalizer %s (temperature %g); the GPT-2 "
+                       "forward runs softmax at temperature 1 only, so it cannot run this model as "
+                       "trained (attnlim train reads it for --init)",
+                       cfg, n->valuestring, t ? t->valuedouble : 1.0);
+    return 0;
+}
+
 /* Reads config.json (in the directory, or beside the file) into c; name gets a model name. */
 static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t name_cap,
                        al_error *err) {
@@ -182,6 +192,8 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "model_type")) &&
         (!cJSON_IsString(v) || strcmp(v->valuestring, "gpt2")))
         rc = al__err(err, AL_E_UNSUPPORTED, "%s: model_type is not gpt2", cfg);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer")))
+        rc = check_normalizer(v, cfg, err);
     if (!rc) {
         v = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
         if (cJSON_IsString(v) && v->valuestring[0])

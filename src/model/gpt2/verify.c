@@ -35,9 +35,10 @@ typedef struct found {
     int used; /* matched a table row */
 } found;
 
-static bool file_exists(const char *p) {
+static bool file_exists(
+    const char *p) { /* present (not a directory): the reader refuses what is not a regular file */
     struct stat s;
-    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+    return stat(p, &s) == 0 && !S_ISDIR(s.st_mode);
 }
 
 /* The default table: share/attnlim next to the installed executable, then the source tree. */
@@ -275,7 +276,7 @@ static int hash_llmc(const char *path, found **out, int *n_out, char *format, si
 }
 
 static bool is_llmc(const char *path) {
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = al__fopen_read(path, NULL);
     if (!fp) return false;
     unsigned char m[4] = {0};
     size_t got = fread(m, 1, 4, fp);

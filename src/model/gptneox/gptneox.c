@@ -282,6 +282,7 @@ static int attn_block(neox *N, int l, nacts *a, int T, const al_capture_request 
                    .out = a->att,
                    .hidden = a->h,
                    .embed = a->emb,
+                   .residual = a->x,
                    .req = req};
     int rc = al__attention_ws(&at, &N->ws, err);
     if (!rc) al__matmul_nt(a->a, a->att, y->wo, y->bo, T, C, C);
@@ -351,8 +352,15 @@ static int neox_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     return al__hf_tokenizer_open(((neox *)m->impl)->dir, out, err);
 }
 
-static const al_model_vtable neox_vtable = {
-    .forward = neox_forward, .destroy = neox_destroy, .tokenizer = neox_tokenizer};
+static int neox_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_safetensors(m, fs, err);
+}
+
+static const al_model_vtable neox_vtable = {.forward = neox_forward,
+                                            .destroy = neox_destroy,
+                                            .tokenizer = neox_tokenizer,
+                                            .files = neox_files,
+                                            .tokenizer_files = al__hf_tokenizer_files};
 
 static int read_config(neox *N, al_error *err) {
     char cfg[4200], *text;

@@ -20,6 +20,7 @@
 #include "llama.h"
 
 #include "gguf.h"
+#include "hf_config.h"
 #include "tokenizer.h"
 
 #include <math.h>
@@ -346,6 +347,7 @@ static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
         .out = a->att,
         .hidden = a->h,
         .embed = a->emb,
+        .residual = a->x, /* the layer input, before attn_norm */
         .req = req,
     };
     int rc = al__attention_ws(&at, &L->ws, err);
@@ -496,8 +498,22 @@ static int llama_tokenizer_any(al_model *m, al_tokenizer **out, al_error *err) {
     return al__hf_tokenizer_open(L->dir, out, err);
 }
 
-static const al_model_vtable llama_vtable = {
-    .forward = al__llama_forward, .destroy = llama_destroy, .tokenizer = llama_tokenizer_any};
+/* A GGUF file is the whole model: weights, config and tokenizer (its metadata); an HF
+ * directory is config.json + the safetensors, its tokenizer tokenizer.json (+ config). */
+static int llama_files(al_model *m, al__model_files *fs, al_error *err) {
+    if (((llama *)m->impl)->gguf) return al__model_files_add(fs, m->info.path, "weights", err);
+    return al__model_files_safetensors(m, fs, err);
+}
+static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    if (((llama *)m->impl)->gguf) return al__model_files_add(fs, m->info.path, "tokenizer", err);
+    return al__hf_tokenizer_files(m, fs, err);
+}
+
+static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
+                                             .destroy = llama_destroy,
+                                             .tokenizer = llama_tokenizer_any,
+                                             .files = llama_files,
+                                             .tokenizer_files = llama_tokenizer_files};
 
 void al__llama_finish(al_model *m, llama *L, const char *name, const char *path, const char *dtype,
                       int64_t n_params) {

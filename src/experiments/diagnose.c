@@ -1,0 +1,406 @@
+/* diagnose.c: `attnlim diagnose`: per-head health of the attention on one window. */
+#include "experiments.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- al_diagnose: per-head health on one window
+ * ------------------------------------------------------ */
+
+#define DIAG_NS 4
+static const int diag_N[DIAG_NS] = {1, 4, 16, 64};
+
+typedef struct diag_ctx {
+    int L, n_head, n_threads, dx, nN;
+    int Ns[DIAG_NS];
+    const al_norm *nm; /* NULL: the model's weights */
+    al_norm soft;
+    double *max_w, *ent, *sink, *spec; /* [H] */
+    double *ns;                        /* [H, nN] (room for DIAG_NS) */
+    scratch *sc;                       /* [n_threads] */
+    al_dist *dist;                     /* this rank computes the heads it owns (dist.h) */
+    int rank;
+    uint8_t *done; /* [H] */
+} diag_ctx;
+
+static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_error *err) {
+    int64_t L = cap->T;
+    size_t LL = (size_t)L * L;
+    int h = cap->layer * c->n_head + cap->heads[i];
+    const float *z = cap->logits + (size_t)i * LL;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        for (int64_t u = 0; u < L; u++) sc->z[(size_t)t * L + u] = u < n ? z[(size_t)t * L + u] : 0;
+    }
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        double *wr = sc->w + (size_t)t * L;
+        if (c->nm) {
+            int rc = al_norm_forward(c->nm, sc->z + (size_t)t * L, n, wr, err);
+            if (rc) return rc;
+        } else {
+            al__ex_to_double(cap->weights + (size_t)i * LL + (size_t)t * L, wr, (size_t)n);
+        }
+        for (int64_t u = n; u < L; u++) wr[u] = 0;
+    }
+    al__ex_to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
+    double *rmax = sc->q, *rent = sc->k; /* [L] each (q, k scratch are >= L doubles) */
+    int rc = al__ex_row_stats(sc->w, L, cap->causal, rmax, rent, err);
+    if (rc) return rc;
+    double sm = 0, se = 0, ss = 0;
+    int ce = 0;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = cap->causal ? t + 1 : L;
+        sm += rmax[t];
+        ss += sc->w[(size_t)t * L];
+        if (n >= 2) se += rent[t] / log((double)n), ce++;
+    }
+    c->max_w[h] = sm / L;
+    c->sink[h] = ss / L;
+    c->ent[h] = ce ? se / ce : NAN;
+    if (c->nN > 0) {
+        al_metrics_opts mo = {
+            .top_n = c->Ns, .n_top = c->nN, .separability = 1, .causal = cap->causal};
+        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        if (rc) return rc;
+        for (int k = 0; k < c->nN; k++) c->ns[(size_t)h * c->nN + k] = sc->st[k].ns_ratio;
+    }
+    double T1 = 1.0;
+    return al_head_sensitivity(sc->z, L, cap->causal, c->nm ? c->nm : &c->soft, &T1, 1, NULL, 0, 0,
+                               cap->layer, cap->heads[i], NULL, &c->spec[h], err);
+}
+
+static int diag_observe(void *user, const al_capture *cap, al_error *err) {
+    diag_ctx *c = user;
+    int failed = 0;
+    al_error first = {0};
+#pragma omp parallel num_threads(c->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        al_error e = {0};
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < cap->n_sel; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            int h = cap->layer * c->n_head + cap->heads[i];
+            if (al__dist_owner(c->dist, h) != c->rank) continue; /* another rank's head */
+            if (diag_head(c, cap, i, &c->sc[tid], &e)) {
+#pragma omp critical(diag_err)
+                {
+                    if (!failed) first = e;
+                    failed = 1;
+                }
+            } else {
+                c->done[h]++;
+            }
+        }
+    }
+    if (failed) {
+        if (err) *err = first;
+        return first.code ? (int)first.code : AL_E_INVALID;
+    }
+    return 0;
+}
+
+static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, char **json,
+                       al_error *err) {
+    const al_model_info *mi = al_model_get_info(m);
+    int H = mi->n_layer * mi->n_head;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "attnlim.diagnose/1");
+    cJSON *mo = al__model_json(m, o->model ? o->model : "gpt2", 1, err);
+    if (!mo) {
+        cJSON_Delete(root);
+        return err && err->code ? err->code : AL_E_NOMEM;
+    }
+    cJSON_AddItemToObject(root, "model", mo);
+    cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
+    cJSON_AddNumberToObject(root, "window", o->window);
+    cJSON_AddNumberToObject(root, "L", L);
+    cJSON_AddStringToObject(root, "normalizer",
+                            o->normalizer ? o->normalizer : "softmax (the model's own weights)");
+    cJSON_AddItemToObject(root, "separability_N", al__ex_jarr_i(c->Ns, (size_t)c->nN));
+    cJSON *th = cJSON_AddObjectToObject(root, "flag_rules");
+    cJSON_AddStringToObject(th, "collapsed", "mean max weight > 0.9 or mean H / log n < 0.1");
+    cJSON_AddStringToObject(th, "vanishing",
+                            "mean H / log n > 0.95 (near uniform: attention vanishes)");
+    cJSON_AddStringToObject(th, "sink", "mean weight on token 0 > 0.5");
+    cJSON *heads = cJSON_AddArrayToObject(root, "heads");
+    int n_coll = 0, n_van = 0, n_sink = 0;
+    for (int h = 0; h < H; h++) {
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddNumberToObject(it, "layer", h / mi->n_head);
+        cJSON_AddNumberToObject(it, "head", h % mi->n_head);
+        cJSON_AddItemToObject(it, "mean_max_weight", al__ex_jnum(c->max_w[h]));
+        cJSON_AddItemToObject(it, "mean_entropy_over_log_n", al__ex_jnum(c->ent[h]));
+        cJSON_AddItemToObject(it, "mean_weight_on_token0", al__ex_jnum(c->sink[h]));
+        cJSON_AddItemToObject(it, "ns_ratio",
+                              al__ex_jarr_d(c->ns + (size_t)h * c->nN, (size_t)c->nN));
+        cJSON_AddItemToObject(it, "jacobian_spectral_T1", al__ex_jnum(c->spec[h]));
+        cJSON *fl = cJSON_AddArrayToObject(it, "flags");
+        if (c->max_w[h] > 0.9 || c->ent[h] < 0.1)
+            cJSON_AddItemToArray(fl, cJSON_CreateString("collapsed")), n_coll++;
+        if (c->ent[h] > 0.95) cJSON_AddItemToArray(fl, cJSON_CreateString("vanishing")), n_van++;
+        if (c->sink[h] > 0.5) cJSON_AddItemToArray(fl, cJSON_CreateString("sink")), n_sink++;
+        cJSON_AddItemToArray(heads, it);
+    }
+    cJSON *sm = cJSON_AddObjectToObject(root, "summary");
+    cJSON_AddNumberToObject(sm, "heads", H);
+    cJSON_AddNumberToObject(sm, "collapsed", n_coll);
+    cJSON_AddNumberToObject(sm, "vanishing", n_van);
+    cJSON_AddNumberToObject(sm, "sink", n_sink);
+    *json = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!*json) return al__err(err, AL_E_NOMEM, "out of memory printing the diagnosis");
+    if (!o->out_dir) return 0;
+    int rc = al__mkdirs(o->out_dir, err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/diagnose.json", o->out_dir);
+    if (!rc) rc = al__write_file_atomic(path, *json, strlen(*json), err);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/diagnose.md", o->out_dir);
+    al__afile f;
+    if ((rc = al__afile_open(&f, path, err))) return rc;
+    al__afile_printf(
+        &f, err,
+        "# Attention health: %s\n\nWindow %d of %s, L = %d, normalizer %s. %d heads: %d collapsed, "
+        "%d "
+        "vanishing, %d sinks.\n\nFlags: collapsed = mean max weight > 0.9 or mean H/log n < 0.1; "
+        "vanishing = mean H/log n > 0.95 (near uniform); sink = mean weight on token 0 > 0.5.\n\n"
+        "| layer | head | max weight | H / log n | weight on token 0 |",
+        mi->name, o->window, o->corpus ? o->corpus : "war-and-peace", L,
+        o->normalizer ? o->normalizer : "softmax", H, n_coll, n_van, n_sink);
+    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, " N_s/N (N=%d) |", c->Ns[k]);
+    al__afile_printf(&f, err, " Jacobian norm at T=1 | flags |\n|---|---|---|---|---|");
+    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, "---|");
+    al__afile_printf(&f, err, "---|---|\n");
+    for (int h = 0; h < H; h++) {
+        al__afile_printf(&f, err, "| %d | %d | %.4f | %.4f | %.4f |", h / mi->n_head,
+                         h % mi->n_head, c->max_w[h], c->ent[h], c->sink[h]);
+        for (int k = 0; k < c->nN; k++)
+            al__afile_printf(&f, err, " %.4f |", c->ns[(size_t)h * c->nN + k]);
+        al__afile_printf(&f, err, " %.4f | %s%s%s |\n", c->spec[h],
+                         (c->max_w[h] > 0.9 || c->ent[h] < 0.1) ? "collapsed " : "",
+                         c->ent[h] > 0.95 ? "vanishing " : "", c->sink[h] > 0.5 ? "sink" : "");
+    }
+    return al__afile_commit(&f, err);
+}
+
+int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
+    return al_diagnose_dist(o, NULL, json, err);
+}
+
+/* One run of al_diagnose_dist: what its phases share. */
+typedef struct diag_run {
+    const al_diag_opts *o;
+    al_dist *dist;
+    int root, L;
+    al_model *m;
+    const al_model_info *mi;
+    al_tokenizer *tk;
+    char *text;
+    int32_t *tokens; /* [n_tokens] */
+    size_t n_tokens, text_len;
+    const int32_t *win; /* the window's L tokens */
+    const int32_t *own; /* the model's own tokens (an attention dump), [n_own] */
+    int n_own;
+    char own_label[160];
+    al_norm nm;
+    diag_ctx c;
+} diag_run;
+
+/* L (and its checks against the model and a dump), the normalizer, and, for a dump, whether it
+ * holds what diagnose reads. */
+static int diag_length(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    const al_model_info *mi = r->mi;
+    int n_own = r->n_own, L;
+    L = o->length > 0          ? o->length
+        : n_own && !mi->causal ? n_own /* a bidirectional dump: L = T only */
+        : mi->n_ctx < 1024     ? mi->n_ctx
+                               : 1024;
+    r->L = L;
+    if (n_own && (L > n_own || (!mi->causal && L != n_own)))
+        return al__err(err, AL_E_INVALID,
+                       "--length %d, but %s holds attention over T = %d tokens%s", L, mi->path,
+                       n_own, mi->causal ? " (L <= T)" : " and is bidirectional (L = T only)");
+    if (L < 2 || L > mi->n_ctx)
+        return al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
+                       mi->n_ctx);
+    int rc;
+    if (o->normalizer) {
+        if ((rc = al_norm_parse(o->normalizer, &r->nm, err))) return rc;
+        r->c.nm = &r->nm;
+    }
+    if (n_own) { /* before anything is computed: does the dump hold what diagnose reads? */
+        al_capture_request pre = {.what = AL_CAP_LOGITS | AL_CAP_V |
+                                          (r->c.nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                                  .fn = al__ex_no_observer};
+        if ((rc = al__model_check(r->m, L, &pre, err)))
+            return al__err_prefix(err, rc, "diagnose reads %s",
+                                  r->c.nm ? "logits and v (--normalizer)"
+                                          : "logits, weights and v");
+    }
+    return 0;
+}
+
+/* Rank 0: the window's tokens (a dump's own, or window K of the tokenized corpus). */
+static int diag_window(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    int rc, L = r->L;
+    if (r->n_own) { /* an attention dump: its tokens */
+        if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
+            return AL_E_NOMEM;
+        memcpy(r->tokens, r->own, sizeof(int32_t) * (size_t)r->n_own);
+        r->n_tokens = (size_t)r->n_own;
+    } else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
+               (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &r->text,
+                                    &r->text_len, err)) ||
+               (rc = al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err)))
+        return rc;
+    if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > r->n_tokens)
+        return al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
+                       o->corpus ? o->corpus : "war-and-peace", r->n_tokens, o->window, L,
+                       (size_t)(o->window + 1) * L);
+    r->win = r->tokens + (size_t)o->window * L;
+    return 0;
+}
+
+/* Every rank: the model (rank 0's where a rank names none; rank 0 opens it first: a known name
+ * is fetched on first use), its identity, L; rank 0 the window. Returns the agreed status. */
+static int diag_setup(diag_run *r, al_error *err) {
+    const al_diag_opts *o = r->o;
+    char model[4096] = "";
+    if (r->root) snprintf(model, sizeof model, "%s", o->model ? o->model : "gpt2");
+    int rc = al__dist_agree(r->dist, al__dist_bcast(r->dist, model, sizeof model, err), err);
+    if (!rc && !r->root && o->model) snprintf(model, sizeof model, "%s", o->model);
+    if (!rc && r->root) rc = al_model_open(model, &r->m, err);
+    if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
+    if (!r->root) rc = al_model_open(model, &r->m, err);
+    if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) {
+        r->mi = al_model_get_info(r->m);
+        char wopt[32] = "";
+        if (o->window) snprintf(wopt, sizeof wopt, "--window %d", o->window);
+        rc = al__ex_own_tokens_opts(r->m, o->corpus, wopt[0] ? wopt : NULL, NULL, NULL, &r->own,
+                                    &r->n_own, r->own_label, sizeof r->own_label, err);
+    }
+    if (!rc) rc = diag_length(r, err);
+    if (!rc && !r->root) {
+        if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->L, "tokens", err)))
+            rc = AL_E_NOMEM;
+        r->win = r->tokens;
+    } else if (!rc) {
+        rc = diag_window(r, err);
+    }
+    return al__dist_agree(r->dist, rc, err);
+}
+
+/* Collective: every rank checks it opened rank 0's model and receives rank 0's window. */
+static int diag_share(diag_run *r, al_error *err) {
+    char sha0[65];
+    memcpy(sha0, r->mi->sha256, sizeof sha0);
+    int rc = al__dist_bcast(r->dist, sha0, sizeof sha0, err);
+    if (!rc && strcmp(sha0, r->mi->sha256))
+        rc = al__err(err, AL_E_INVALID,
+                     "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                     "every rank must open the same model",
+                     r->mi->path, r->mi->sha256, sha0);
+    if (!(rc = al__dist_agree(r->dist, rc, err)))
+        rc = al__dist_agree(
+            r->dist, al__dist_bcast(r->dist, (void *)r->win, sizeof(int32_t) * r->L, err), err);
+    return rc;
+}
+
+/* The per-head results [H] (ns [H, DIAG_NS]) and every thread's scratch. */
+static int diag_alloc(diag_run *r, al_error *err) {
+    diag_ctx *c = &r->c;
+    const al_model_info *mi = r->mi;
+    int H = mi->n_layer * mi->n_head, L = r->L, rc = 0;
+    c->L = L;
+    c->n_head = mi->n_head;
+    c->dx = mi->d_head;
+    c->soft = al_norm_default(AL_NORM_SOFTMAX);
+    c->n_threads = r->o->threads > 0 ? r->o->threads : omp_get_max_threads();
+    c->dist = r->dist;
+    c->rank = al__dist_rank(r->dist);
+    for (int k = 0; k < DIAG_NS; k++)
+        if (diag_N[k] < L) c->Ns[c->nN++] = diag_N[k];
+    if (!(c->max_w = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->ent = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->sink = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->spec = al__ex_alloc_nan((size_t)H, err)) ||
+        !(c->ns = al__ex_alloc_nan((size_t)H * DIAG_NS, err)) ||
+        !(c->done = al__calloc((size_t)H, 1, "heads done", err)) ||
+        !(c->sc = al__calloc((size_t)c->n_threads, sizeof(scratch), "scratch", err)))
+        rc = AL_E_NOMEM;
+    size_t LL = (size_t)L * L, dq = (size_t)L * (mi->d_head > 1 ? mi->d_head : 1);
+    for (int t = 0; t < c->n_threads && !rc; t++) {
+        scratch *s = &c->sc[t];
+        if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
+            !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
+            !(s->x = al__malloc(dq * sizeof(double), "head vectors", err)) ||
+            !(s->q = al__malloc(dq * sizeof(double), "row max", err)) ||
+            !(s->k = al__malloc(dq * sizeof(double), "row entropy", err)) ||
+            !(s->st = al__malloc((DIAG_NS + 1) * sizeof(al_topn_stats), "stats", err)))
+            rc = AL_E_NOMEM;
+    }
+    return rc;
+}
+
+/* Collective: the forward with the observer on every rank, then every head's values onto
+ * rank 0, which reports. */
+static int diag_compute(diag_run *r, char **json, al_error *err) {
+    diag_ctx *c = &r->c;
+    const al_model_info *mi = r->mi;
+    int H = mi->n_layer * mi->n_head;
+    int rc = diag_alloc(r, err);
+    al_capture_request req = {.what = AL_CAP_LOGITS | AL_CAP_V |
+                                      (c->nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                              .fn = diag_observe,
+                              .user = c};
+    if (!rc) rc = al_model_forward(r->m, r->win, r->L, &req, NULL, NULL, err);
+    if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
+    double *arr[5] = {c->max_w, c->ent, c->sink, c->spec, c->ns};
+    const int64_t cols[5] = {1, 1, 1, 1, c->nN}; /* ns is [H, nN] */
+    if ((rc = al__dist_merge_heads(r->dist, H, mi->n_head, 5, arr, cols, c->done, err))) return rc;
+    al_diag_opts shown = *r->o; /* a dump's report names its tokens as the corpus */
+    if (r->n_own) shown.corpus = r->own_label;
+    if (r->root) rc = diag_report(&shown, r->m, c, r->L, json, err);
+    return al__dist_agree(r->dist, rc, err);
+}
+
+/* Over several processes as al_reproduce_dist: rank 0 reads the corpus and sends the window's
+ * tokens, every rank runs the forward and its heads, rank 0 merges and reports. */
+int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error *err) {
+    *json = NULL;
+    diag_run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.dist = dist;
+    r.root = al__dist_rank(dist) == 0;
+    int rc = diag_setup(&r, err);
+    if (!rc) rc = diag_share(&r, err);
+    if (!rc) rc = diag_compute(&r, json, err);
+    diag_ctx *c = &r.c;
+    al__ex_free_scratch(c->sc, c->n_threads);
+    free(c->max_w);
+    free(c->ent);
+    free(c->sink);
+    free(c->spec);
+    free(c->ns);
+    free(c->done);
+    free(r.tokens);
+    free(r.text);
+    if (r.tk) al_tokenizer_free(r.tk);
+    if (r.m) al_model_free(r.m);
+    if (rc && *json) {
+        free(*json);
+        *json = NULL;
+    }
+    return rc;
+}

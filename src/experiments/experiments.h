@@ -1,0 +1,171 @@
+/* experiments.h: private to src/experiments (the `attnlim reproduce` and `attnlim diagnose`
+ * layer). One file per concern:
+ *   plan.c          options and grids; the plan: (window, L) jobs and their grids
+ *   jobs.c          one job: the forward with its observer (every head of a layer), the merge
+ *   partial.c       OUT/partial: jobs saved atomically, loaded on --resume; lock, sweep, run.json
+ *   aggregate.c     window means per head, summaries over heads, KS / critical N
+ *   heatmaps.c      layer x head heatmaps of the headline statistics
+ *   verdicts.c      the paper's claims against the measurements
+ *   results_json.c  results.json (+ the layer's JSON helpers)
+ *   results_csv.c   the CSV and NPY outputs
+ *   own_tokens.c    models that bring their own tokens (attention dumps)
+ *   reproduce.c     al_reproduce / al_reproduce_dist: the driver
+ *   diagnose.c      al_diagnose / al_diagnose_dist
+ * Internal names carry the layer's prefix al__ex_. */
+#ifndef AL_EXPERIMENTS_H
+#define AL_EXPERIMENTS_H
+
+#include "dist.h"
+#include "internal.h"
+#include "model.h"
+#include "plot.h"
+#include "progress.h"
+#include "report.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#define ALG1_N 5
+
+/* ---- the plan: grids and jobs (plan.c) */
+
+typedef struct job {
+    int window, L;
+    int in_lengths; /* Algorithms 1 and 3 use this L */
+    int is_long;    /* vanishing, Algorithms 2, 4, 5 */
+    int nd, ns;
+    int *Nd; /* [nd] distance grid (Algorithms 1-3) */
+    int *Ns; /* [ns] separability grid (Algorithm 4) */
+    int want_van, want_sens;
+    /* results, H = n_layer * n_head */
+    double *dtilde, *dmax, *E, *E_mc, *E_mc_se; /* [H, nd] */
+    double *ns_ratio, *ns_lower, *ns_upper;     /* [H, ns] */
+    double *vmax, *vent, *vD;                   /* [H, L] */
+    double *fd;                                 /* [H, nT * nE] */
+    double *spec;                               /* [H, nT] */
+    double t_wall;                              /* wall seconds of the forward with its observer */
+    double t_forward, t_dist, t_sep, t_sens, t_van; /* CPU seconds (all threads) */
+    int loaded;                                     /* from --resume */
+} job;
+
+/* One process of the run, for the manifest (gathered on rank 0 after the jobs). */
+typedef struct rank_info {
+    char host[64];
+    double cpu_s; /* CPU seconds of the process (all threads) up to the end of the jobs */
+    int threads;
+} rank_info;
+
+typedef struct plan {
+    al_repro_opts o;
+    unsigned exp;
+    int H, n_layer, n_head, causal;
+    int long_L;
+    int nL, nN2, nN3, nN4, nT, nE;
+    int *Ls, *N2, *N3, *N4; /* [nL], [nN2], [nN3], [nN4] */
+    double *T, *eps;        /* [nT], [nE] */
+    int n_jobs;
+    job *jobs; /* [windows * distinct L] */
+    al_norm nm;
+    int have_nm;          /* re-normalise logits with nm */
+    char fingerprint[65]; /* of everything that changes a job's numbers (but window and L) */
+    /* what --resume did: jobs reused / computed, of which saved but not matching, and the temp
+     * files of interrupted runs removed at the start */
+    int n_reused, n_recomputed, n_stale, n_swept;
+    /* the processes (dist.h): every rank computes the heads it owns; rank 0 merges, writes */
+    al_dist *dist;
+    int rank, size;
+    rank_info *ranks; /* [size] on rank 0 */
+} plan;
+
+int al__ex_cmp_dbl(const void *a, const void *b);
+double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
+int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
+void al__ex_free_plan(plan *p);
+
+/* ---- one job (jobs.c) */
+
+/* Per thread: one head's arrays. */
+typedef struct scratch {
+    double *w, *z;        /* [L, L] */
+    double *x;            /* [L, dx] */
+    double *q, *k;        /* [L, d_head] */
+    al_topn_stats *st;    /* [max(nd, ns)] */
+    al_reading_stats *rd; /* [max(nd, ns)] */
+} scratch;
+
+void al__ex_to_double(const float *src, double *dst, size_t n);
+int al__ex_row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
+                     al_error *err);
+double al__ex_process_cpu(void);
+void al__ex_free_scratch(scratch *sc, int n);
+unsigned al__ex_job_what(const plan *p, const job *j);
+double al__ex_job_units(const job *j);
+int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
+                   al_error *err);
+
+/* ---- partial results (partial.c) */
+
+typedef struct named_arr {
+    const char *name;
+    double *data;
+    int ndim;
+    int64_t shape[2];
+} named_arr;
+
+int al__ex_job_arrays(const plan *p, job *j, named_arr *a);
+int al__ex_save_job(const plan *p, const job *j, al_error *err);
+int al__ex_load_job(const plan *p, job *j);
+int al__ex_lock_out_dir(const char *dir, int *fd, al_error *err);
+int al__ex_sweep_dir(const char *dir, int depth, int *removed, al_error *err);
+cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *corpus_sha);
+int al__ex_check_run_options(const plan *p, const cJSON *now, al_error *err);
+
+/* ---- aggregation (aggregate.c), heatmaps (heatmaps.c), verdicts (verdicts.c) */
+
+/* Everything aggregated, kept for the writers. */
+typedef struct agg {
+    double *a1[3];            /* [nL, H] dtilde, dmax, E at N = 5 */
+    double *a1_mc;            /* [nL, H] */
+    double *a2[4];            /* [nN2, H] dtilde, dmax, E, E_mc */
+    double *a3_dt, *a3_E;     /* [nL, nN3, H] NaN where N >= L */
+    double *a3_win_crit;      /* [windows, 2, nL] per-window critical N (-1 not reached) */
+    double *a4[3];            /* [nN4, H] ratio, lower, upper */
+    double *fd;               /* [H, nT, nE] */
+    double *spec;             /* [H, nT] */
+    double *vmax, *vent, *vD; /* [H, vL] window means */
+    double *win_a1;           /* [windows, nL] mean over heads of dtilde at N = 5 */
+    double *win_a2;           /* [windows, nN2] mean over heads of dtilde */
+    al__summary s;
+} agg;
+
+int al__ex_idx_of(const int *v, int n, int x);
+double al__ex_mean_finite(const double *x, int n);
+void al__ex_free_agg(agg *a);
+int al__ex_aggregate(plan *p, agg *a, al_error *err);
+int al__ex_nearest_d(const double *v, int n, double x);
+int al__ex_nearest_i(const int *v, int n, int x);
+int al__ex_build_heatmaps(const plan *p, agg *a, char titles[6][160], al_error *err);
+/* s->verdicts from the summary's grids and statistics (verdicts.c) */
+void al__ex_verdicts(al__summary *s);
+
+/* ---- writers (results_json.c, results_csv.c) */
+
+cJSON *al__ex_jnum(double v);
+cJSON *al__ex_jarr_d(const double *v, size_t n);
+cJSON *al__ex_jarr_i(const int *v, size_t n);
+void al__ex_now_iso(char *buf, size_t size);
+int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char *started,
+                      al_error *err);
+int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
+int al__ex_write_npys(const plan *p, agg *a, al_error *err);
+
+/* ---- models with their own tokens (own_tokens.c) */
+
+int al__ex_own_tokens_opts(al_model *m, const char *corpus_given, const char *bad_window,
+                           al_repro_opts *o, int *one_L, const int32_t **own, int *n_own,
+                           char *label, size_t label_size, al_error *err);
+int al__ex_no_observer(void *user, const al_capture *cap, al_error *err);
+int al__ex_own_tokens_preflight(const plan *p, al_model *m, al_error *err);
+
+#endif

@@ -1,0 +1,404 @@
+/* jobs.c: one job of `attnlim reproduce`: the forward with its observer, which computes every head
+ * of a layer in parallel, then the merge of the ranks' heads. */
+#include "experiments.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the observer: every head of one layer ----------------------------------------------------
+ */
+
+typedef struct obs_ctx {
+    const plan *p;
+    job *j;
+    int L, dx, d_head, n_threads;
+    scratch *sc;   /* [n_threads] */
+    float *embed;  /* [L, d_model] copy of the model input (given with layer 0) */
+    uint8_t *done; /* [H] times this rank computed head h (once for its own heads, else 0) */
+    al__progress *pg;
+    int layers_done;
+    double units_per_layer;
+    char status[96];
+} obs_ctx;
+
+void al__ex_to_double(const float *src, double *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+/* Prepares head i of the capture in scratch sc: z (logits, masked entries 0), w (weights),
+ * x (vectors). */
+static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int need_z,
+                        al_error *err) {
+    const plan *p = c->p;
+    int64_t L = cap->T;
+    size_t LL = (size_t)L * L;
+    if (need_z) {
+        const float *z = cap->logits + (size_t)i * LL;
+        for (int64_t t = 0; t < L; t++) {
+            int64_t n = cap->causal ? t + 1 : L;
+            double *zr = sc->z + (size_t)t * L;
+            for (int64_t u = 0; u < n; u++) zr[u] = z[(size_t)t * L + u];
+            for (int64_t u = n; u < L; u++) zr[u] = 0;
+        }
+    }
+    if (p->have_nm) {
+        for (int64_t t = 0; t < L; t++) {
+            int64_t n = cap->causal ? t + 1 : L;
+            double *wr = sc->w + (size_t)t * L;
+            int rc = al_norm_forward(&p->nm, sc->z + (size_t)t * L, n, wr, err);
+            if (rc)
+                return al__err_prefix(err, rc, "layer %d head %d row %lld", cap->layer,
+                                      cap->heads[i], (long long)t);
+            for (int64_t u = n; u < L; u++) wr[u] = 0;
+        }
+    } else {
+        al__ex_to_double(cap->weights + (size_t)i * LL, sc->w, LL);
+    }
+    switch (p->o.vectors) {
+    case AL_VEC_VALUE:
+        al__ex_to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
+        break;
+    case AL_VEC_KEY:
+        al__ex_to_double(cap->k + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
+        break;
+    case AL_VEC_HIDDEN:
+        al__ex_to_double(cap->hidden, sc->x, (size_t)L * cap->d_model);
+        break;
+    case AL_VEC_EMBED:
+        al__ex_to_double(cap->embed ? cap->embed : c->embed, sc->x, (size_t)L * cap->d_model);
+        break;
+    case AL_VEC_RESIDUAL:
+        al__ex_to_double(cap->residual, sc->x, (size_t)L * cap->d_model);
+        break;
+    }
+    return 0;
+}
+
+/* Max weight and entropy of every row of w[L, L] (row t over its n_t keys): rmax[L], rent[L]. */
+int al__ex_row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
+                     al_error *err) {
+    for (int64_t t = 0; t < L; t++) {
+        int rc =
+            al_row_vanishing(w + (size_t)t * L, causal ? t + 1 : L, &rmax[t], &rent[t], NULL, err);
+        if (rc) return al__err_prefix(err, rc, "row %lld", (long long)t);
+    }
+    return 0;
+}
+
+/* CPU seconds of the calling thread / of the process: meaningful on a busy machine, where wall
+ * time measures the other processes too. */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+double al__ex_process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Algorithms 1-3 for head i (index hidx) under the readings --distance and --expectation:
+ * dtilde[nd] the true distance, E[nd] its random-selection counterpart (the analytic main term,
+ * the Monte-Carlo mean or the exact mean), E_mc/E_mc_se the Monte-Carlo estimate (with --mc),
+ * dmax the bound of sum-of-norms (NaN under the other distances, which it does not bound). The
+ * default readings take al_head_metrics alone (as before); the others al_head_reading. */
+static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int hidx,
+                         al_error *err) {
+    const plan *p = c->p;
+    job *j = c->j;
+    int L = cap->T, rc;
+    uint64_t seed = al__hash64(p->o.seed ^ al__hash64((uint64_t)hidx * 7919u + (uint64_t)L));
+    int sum_norms = p->o.distance == AL_DIST_SUM_OF_NORMS;
+    if (sum_norms) {
+        al_metrics_opts mo = {.top_n = j->Nd,
+                              .n_top = j->nd,
+                              .distance = 1,
+                              .separability = 0,
+                              .mc_samples = p->o.mc_samples,
+                              .mc_seed = seed,
+                              .causal = cap->causal};
+        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
+        for (int k = 0; k < j->nd; k++) {
+            size_t o = (size_t)hidx * j->nd + k;
+            j->dtilde[o] = sc->st[k].dtilde;
+            j->dmax[o] = sc->st[k].dmax;
+            j->E[o] = sc->st[k].E;
+            j->E_mc[o] = sc->st[k].E_mc;
+            j->E_mc_se[o] = sc->st[k].E_mc_se;
+        }
+        if (p->o.expectation == AL_EXPECT_ANALYTIC) return 0;
+        if (p->o.expectation == AL_EXPECT_MC) {
+            for (int k = 0; k < j->nd; k++) {
+                size_t o = (size_t)hidx * j->nd + k;
+                j->E[o] = j->E_mc[o];
+            }
+            return 0;
+        }
+    }
+    /* the other readings, and the exact expectation of sum-of-norms */
+    al_reading_opts ro = {.distance = p->o.distance,
+                          .top_n = j->Nd,
+                          .n_top = j->nd,
+                          .mc_samples = sum_norms ? 0 : p->o.mc_samples,
+                          .mc_seed = seed,
+                          .exact = p->o.expectation == AL_EXPECT_EXACT,
+                          .exact_max = p->o.exact_max,
+                          .causal = cap->causal};
+    rc = al_head_reading(sc->w, sc->x, L, c->dx, &ro, sc->rd, err);
+    if (rc)
+        return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i], L);
+    for (int k = 0; k < j->nd; k++) {
+        size_t o = (size_t)hidx * j->nd + k;
+        const al_reading_stats *r = &sc->rd[k];
+        double cp = p->o.expectation == AL_EXPECT_EXACT ? r->exact
+                    : p->o.expectation == AL_EXPECT_MC  ? r->mc
+                                                        : r->analytic;
+        j->E[o] = cp;
+        if (sum_norms) continue; /* dtilde, dmax, E_mc from al_head_metrics */
+        j->dtilde[o] = r->dist;
+        j->dmax[o] = NAN;
+        j->E_mc[o] = r->mc;
+        j->E_mc_se[o] = r->mc_se;
+    }
+    return 0;
+}
+
+static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                     al_error *err) {
+    const plan *p = c->p;
+    job *j = c->j;
+    int L = cap->T, hidx = cap->layer * p->n_head + cap->heads[i];
+    int need_z = p->have_nm || j->want_sens;
+    int rc = prepare_head(c, cap, i, sc, need_z, err);
+    if (rc) return rc;
+    double t0 = thread_cpu();
+    if (j->nd > 0 && (rc = distance_head(c, cap, i, sc, hidx, err))) return rc;
+    double t1 = thread_cpu();
+    if (j->ns > 0) {
+        al_metrics_opts mo = {.top_n = j->Ns,
+                              .n_top = j->ns,
+                              .distance = 0,
+                              .separability = 1,
+                              .causal = cap->causal};
+        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
+        for (int k = 0; k < j->ns; k++) {
+            size_t o = (size_t)hidx * j->ns + k;
+            j->ns_ratio[o] = sc->st[k].ns_ratio;
+            j->ns_lower[o] = sc->st[k].ns_lower;
+            j->ns_upper[o] = sc->st[k].ns_upper;
+        }
+    }
+    double t2 = thread_cpu();
+    if (j->want_sens) {
+        /* the readings of METHOD 6: T on scaled or raw logits, shared or fresh directions */
+        al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
+                           .fresh = p->o.fresh_directions};
+        rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
+                                    p->o.seed, cap->layer, cap->heads[i], &so,
+                                    j->fd + (size_t)hidx * p->nT * p->nE,
+                                    j->spec + (size_t)hidx * p->nT, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
+    }
+    double t3 = thread_cpu();
+    if (j->want_van) {
+        rc = al__ex_row_stats(sc->w, L, cap->causal, j->vmax + (size_t)hidx * L,
+                              j->vent + (size_t)hidx * L, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
+        al__ex_to_double(cap->q + (size_t)i * L * cap->d_head, sc->q, (size_t)L * cap->d_head);
+        al__ex_to_double(cap->k + (size_t)i * L * cap->d_head, sc->k, (size_t)L * cap->d_head);
+        rc = al_head_vanishing_D(sc->q, sc->k, L, cap->d_head, cap->causal,
+                                 j->vD + (size_t)hidx * L, err);
+        if (rc)
+            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                                  L);
+    }
+    double t4 = thread_cpu();
+    tsec[0] += t1 - t0;
+    tsec[1] += t2 - t1;
+    tsec[2] += t3 - t2;
+    tsec[3] += t4 - t3;
+    return 0;
+}
+
+static int observe(void *user, const al_capture *cap, al_error *err) {
+    obs_ctx *c = user;
+    if (cap->T != c->L)
+        return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
+    if (cap->embed && !c->embed && c->p->o.vectors == AL_VEC_EMBED) {
+        size_t n = (size_t)cap->T * cap->d_model;
+        c->embed = al__malloc(n * sizeof(float), "embedding copy", err);
+        if (!c->embed) return AL_E_NOMEM;
+        memcpy(c->embed, cap->embed, n * sizeof(float));
+    }
+    if (c->p->o.vectors == AL_VEC_EMBED && !cap->embed && !c->embed)
+        return al__err(err, AL_E_UNSUPPORTED, "the model gave no embedding capture for layer %d",
+                       cap->layer);
+    if (c->p->o.vectors == AL_VEC_RESIDUAL && !cap->residual)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "--vectors residual: the model gave no residual-stream capture for layer %d",
+                       cap->layer);
+    int failed = 0;
+    al_error first = {0};
+    double tsec[4] = {0, 0, 0, 0};
+#pragma omp parallel num_threads(c->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        double mysec[4] = {0, 0, 0, 0};
+        al_error e = {0};
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < cap->n_sel; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            int h = cap->layer * c->p->n_head + cap->heads[i];
+            if (al__dist_owner(c->p->dist, h) != c->p->rank) continue; /* another rank's head */
+            if (head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
+#pragma omp critical(repro_err)
+                {
+                    if (!failed) first = e;
+                    failed = 1;
+                }
+            } else {
+                c->done[h]++; /* distinct i: distinct h, no two threads write one byte */
+            }
+        }
+#pragma omp critical(repro_time)
+        for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
+    }
+    c->j->t_dist += tsec[0];
+    c->j->t_sep += tsec[1];
+    c->j->t_sens += tsec[2];
+    c->j->t_van += tsec[3];
+    if (failed) {
+        if (err) *err = first;
+        return first.code ? (int)first.code : AL_E_INVALID;
+    }
+    c->layers_done++;
+    snprintf(c->status, sizeof c->status, "window %d, L = %d: layer %d/%d", c->j->window, c->L,
+             c->layers_done, c->p->n_layer);
+    al__progress_add(c->pg, c->units_per_layer, c->status);
+    return 0;
+}
+
+void al__ex_free_scratch(scratch *sc, int n) {
+    if (!sc) return;
+    for (int i = 0; i < n; i++) {
+        free(sc[i].w);
+        free(sc[i].z);
+        free(sc[i].x);
+        free(sc[i].q);
+        free(sc[i].k);
+        free(sc[i].st);
+        free(sc[i].rd);
+    }
+    free(sc);
+}
+
+/* The arrays a job's forward captures: weights (or logits to re-normalise), logits for
+ * Algorithm 5, the vectors option's array, and q, k for the vanishing band. */
+unsigned al__ex_job_what(const plan *p, const job *j) {
+    unsigned what = 0;
+    if (p->have_nm || j->want_sens) what |= AL_CAP_LOGITS;
+    if (!p->have_nm) what |= AL_CAP_WEIGHTS;
+    switch (p->o.vectors) {
+    case AL_VEC_VALUE:
+        what |= AL_CAP_V;
+        break;
+    case AL_VEC_KEY:
+        what |= AL_CAP_K;
+        break;
+    case AL_VEC_HIDDEN:
+        what |= AL_CAP_HIDDEN;
+        break;
+    case AL_VEC_EMBED:
+        what |= AL_CAP_EMBED;
+        break;
+    case AL_VEC_RESIDUAL:
+        what |= AL_CAP_RESIDUAL;
+        break;
+    }
+    if (j->want_van) what |= AL_CAP_Q | AL_CAP_K;
+    return what;
+}
+
+double al__ex_job_units(const job *j) {
+    return (double)j->L * j->L * (1.0 + (j->is_long ? 3.0 : 0.0));
+}
+
+/* Collective: the job's per-head arrays onto rank 0 (each head from the rank that owns it; every
+ * head computed exactly once), and its times: CPU seconds summed over the ranks, the wall time
+ * of the slowest. */
+static int merge_job(const plan *p, job *j, const uint8_t *done, al_error *err) {
+    named_arr a[16];
+    double *arr[16];
+    int64_t cols[16];
+    int n = al__ex_job_arrays(p, j, a);
+    for (int i = 0; i < n; i++) arr[i] = a[i].data, cols[i] = a[i].shape[1];
+    int rc = al__dist_merge_heads(p->dist, p->H, p->n_head, n, arr, cols, done, err);
+    double t[5] = {j->t_forward, j->t_dist, j->t_sep, j->t_sens, j->t_van};
+    if (!rc) rc = al__dist_reduce(p->dist, t, 5, 0, err);
+    if (!rc) rc = al__dist_reduce(p->dist, &j->t_wall, 1, 1, err);
+    if (rc) return al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
+    j->t_forward = t[0], j->t_dist = t[1], j->t_sep = t[2], j->t_sens = t[3], j->t_van = t[4];
+    return 0;
+}
+
+/* Collective (dist.h): every rank runs the job's forward and computes its own heads; then the
+ * heads of every rank are merged onto rank 0. Returns the same code on every rank. */
+int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
+                   al_error *err) {
+    const al_model_info *mi = al_model_get_info(m);
+    obs_ctx c = {.p = p, .j = j, .L = j->L, .d_head = mi->d_head, .pg = pg};
+    c.dx = (p->o.vectors == AL_VEC_VALUE || p->o.vectors == AL_VEC_KEY) ? mi->d_head : mi->d_model;
+    c.n_threads = p->o.threads > 0 ? p->o.threads : omp_get_max_threads();
+    c.units_per_layer = al__ex_job_units(j) / mi->n_layer;
+    int rc = 0;
+    size_t LL = (size_t)j->L * j->L, nst = (size_t)(j->nd > j->ns ? j->nd : j->ns) + 1;
+    c.done = al__calloc((size_t)p->H, 1, "heads done", err);
+    c.sc = c.done ? al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err) : NULL;
+    if (!c.sc) rc = AL_E_NOMEM;
+    for (int t = 0; t < c.n_threads && !rc; t++) {
+        scratch *s = &c.sc[t];
+        if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
+            !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
+            !(s->x = al__malloc((size_t)j->L * c.dx * sizeof(double), "head vectors", err)) ||
+            !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
+            !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
+            !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
+            !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)))
+            rc = AL_E_NOMEM;
+    }
+    al_capture_request req = {.what = al__ex_job_what(p, j), .fn = observe, .user = &c};
+    double t0 = al__now(), c0 = al__ex_process_cpu();
+    if (!rc)
+        rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
+    double t1 = al__now(), c1 = al__ex_process_cpu();
+    double metric_cpu = j->t_dist + j->t_sep + j->t_sens + j->t_van;
+    j->t_wall = t1 - t0;
+    j->t_forward = (c1 - c0) - metric_cpu > 0 ? (c1 - c0) - metric_cpu : 0;
+    if (!rc && c.layers_done != mi->n_layer)
+        rc = al__err(err, AL_E_INVALID, "the forward reported %d of %d layers", c.layers_done,
+                     mi->n_layer);
+    free(c.embed);
+    al__ex_free_scratch(c.sc, c.n_threads);
+    if (rc) al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
+    rc = al__dist_agree(p->dist, rc, err); /* an error on any rank stops every rank here */
+    if (!rc) rc = merge_job(p, j, c.done, err);
+    free(c.done);
+    return rc;
+}

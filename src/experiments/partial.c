@@ -1,0 +1,304 @@
+/* partial.c: partial results of `attnlim reproduce`: each job saved atomically to OUT/partial and
+ * loaded on --resume; the lock on OUT, the sweep of temp files, the run's options. */
+#include "experiments.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- partial results: save atomically, load on --resume
+ * ------------------------------------------ */
+
+int al__ex_job_arrays(const plan *p, job *j, named_arr *a) {
+    int n = 0;
+    int64_t H = p->H;
+    a[n++] = (named_arr){"dtilde", j->dtilde, 2, {H, j->nd}};
+    a[n++] = (named_arr){"dmax", j->dmax, 2, {H, j->nd}};
+    a[n++] = (named_arr){"E", j->E, 2, {H, j->nd}};
+    a[n++] = (named_arr){"E_mc", j->E_mc, 2, {H, j->nd}};
+    a[n++] = (named_arr){"E_mc_se", j->E_mc_se, 2, {H, j->nd}};
+    a[n++] = (named_arr){"ns_ratio", j->ns_ratio, 2, {H, j->ns}};
+    a[n++] = (named_arr){"ns_lower", j->ns_lower, 2, {H, j->ns}};
+    a[n++] = (named_arr){"ns_upper", j->ns_upper, 2, {H, j->ns}};
+    if (j->want_van) {
+        a[n++] = (named_arr){"van_max", j->vmax, 2, {H, j->L}};
+        a[n++] = (named_arr){"van_entropy", j->vent, 2, {H, j->L}};
+        a[n++] = (named_arr){"van_D", j->vD, 2, {H, j->L}};
+    }
+    if (j->want_sens) {
+        a[n++] = (named_arr){"alg5_fd", j->fd, 2, {H, (int64_t)p->nT * p->nE}};
+        a[n++] = (named_arr){"alg5_spec", j->spec, 2, {H, p->nT}};
+    }
+    return n;
+}
+
+static void job_dir(const plan *p, const job *j, char *out, size_t size) {
+    snprintf(out, size, "%s/partial/w%d_L%d", p->o.out_dir, j->window, j->L);
+}
+
+static void job_key(const plan *p, const job *j, char hex[65]) {
+    char buf[8192];
+    int k = snprintf(buf, sizeof buf, "%s|w%d|L%d|nd", p->fingerprint, j->window, j->L);
+    for (int i = 0; i < j->nd && k < (int)sizeof buf - 16; i++)
+        k += snprintf(buf + k, sizeof buf - k, ",%d", j->Nd[i]);
+    k += snprintf(buf + k, sizeof buf - k, "|ns");
+    for (int i = 0; i < j->ns && k < (int)sizeof buf - 16; i++)
+        k += snprintf(buf + k, sizeof buf - k, ",%d", j->Ns[i]);
+    k += snprintf(buf + k, sizeof buf - k, "|v%d|s%d", j->want_van, j->want_sens);
+    al_sha256_buf(buf, strlen(buf), hex);
+}
+
+int al__ex_save_job(const plan *p, const job *j, al_error *err) {
+    char dir[4096], path[4200], key[65];
+    job_dir(p, j, dir, sizeof dir);
+    int rc = al__mkdirs(dir, err);
+    if (rc) return rc;
+    /* an older marker goes first: arrays being replaced must never sit next to a done.json
+     * (whose key a later --resume could match) */
+    snprintf(path, sizeof path, "%s/done.json", dir);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return al__err(err, AL_E_IO, "%s: cannot remove the old marker: %s", path, strerror(errno));
+    named_arr a[16];
+    int n = al__ex_job_arrays(p, (job *)j, a);
+    for (int i = 0; i < n; i++) {
+        al_array arr = {.dtype = AL_F64, .ndim = a[i].ndim, .data = a[i].data};
+        arr.shape[0] = a[i].shape[0];
+        arr.shape[1] = a[i].shape[1];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, a[i].name);
+        if ((rc = al_npy_write(path, &arr, err))) return rc;
+    }
+    job_key(p, j, key);
+    /* the marker goes last: a job counts as done only when every array is on disk */
+    snprintf(path, sizeof path, "%s/done.json", dir);
+    char buf[1024];
+    int len = snprintf(buf, sizeof buf,
+                       "{\"key\": \"%s\", \"window\": %d, \"L\": %d, \"t_wall\": %.6f, "
+                       "\"t_forward\": %.6f, \"t_dist\": %.6f, "
+                       "\"t_sep\": %.6f, \"t_sens\": %.6f, \"t_van\": %.6f}\n",
+                       key, j->window, j->L, j->t_wall, j->t_forward, j->t_dist, j->t_sep,
+                       j->t_sens, j->t_van);
+    return al__write_file_atomic(path, buf, (size_t)len, err);
+}
+
+/* 1: loaded; 0: not there; -1: saved but stale (another key, or unreadable arrays): recompute.
+ * Errors in the files only make it stale. */
+int al__ex_load_job(const plan *p, job *j) {
+    char dir[4096], path[4200], key[65];
+    job_dir(p, j, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/done.json", dir);
+    char *txt = NULL;
+    size_t len;
+    al_error e = {0};
+    if (access(path, F_OK) != 0) return 0;
+    if (al__read_file(path, 1 << 16, &txt, &len, &e)) return -1;
+    cJSON *js = cJSON_Parse(txt);
+    free(txt);
+    if (!js) return -1;
+    job_key(p, j, key);
+    cJSON *k = cJSON_GetObjectItemCaseSensitive(js, "key");
+    int ok = cJSON_IsString(k) && !strcmp(k->valuestring, key);
+    if (ok) {
+        const char *names[6] = {"t_forward", "t_dist", "t_sep", "t_sens", "t_van", "t_wall"};
+        double *dst[6] = {&j->t_forward, &j->t_dist, &j->t_sep, &j->t_sens, &j->t_van, &j->t_wall};
+        for (int i = 0; i < 6; i++) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(js, names[i]);
+            *dst[i] = cJSON_IsNumber(v) ? v->valuedouble : 0;
+        }
+    }
+    cJSON_Delete(js);
+    if (!ok) return -1;
+    named_arr a[16];
+    int n = al__ex_job_arrays(p, j, a);
+    for (int i = 0; i < n && ok; i++) {
+        al_array arr = {0};
+        snprintf(path, sizeof path, "%s/%s.npy", dir, a[i].name);
+        if (al_npy_read(path, &arr, &e) || arr.dtype != AL_F64 || arr.ndim != 2 ||
+            arr.shape[0] != a[i].shape[0] || arr.shape[1] != a[i].shape[1])
+            ok = 0;
+        else
+            memcpy(a[i].data, arr.data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]));
+        al_array_free(&arr);
+    }
+    return ok ? 1 : -1;
+}
+
+/* One run per output directory: an exclusive flock on OUT/.attnlim-reproduce.lock, held until
+ * the run returns (the kernel drops it when the process ends, however it ends). The file holds
+ * the owner's pid, for the message. *fd receives the lock (close it to release). */
+int al__ex_lock_out_dir(const char *dir, int *fd, al_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.attnlim-reproduce.lock", dir);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (f < 0)
+        return al__err(err, AL_E_IO, "%s: cannot create the lock file: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[32] = {0};
+        ssize_t n = pread(f, who, sizeof who - 1, 0);
+        long pid = n > 0 ? strtol(who, NULL, 10) : 0;
+        close(f);
+        if (e == EWOULDBLOCK)
+            return al__err(err, AL_E_IO,
+                           "%s: another `attnlim reproduce` (pid %ld) is writing this directory "
+                           "(it holds %s); wait for it to finish or use another --out",
+                           dir, pid, path);
+        return al__err(err, AL_E_IO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, buf, (size_t)len, 0) != len) {
+        int e = errno;
+        close(f);
+        return al__err(err, AL_E_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    *fd = f;
+    return 0;
+}
+
+/* "NAME.tmp.PID": the temp name of al__afile_open. */
+static int is_temp_name(const char *s) {
+    const char *t = NULL;
+    for (const char *q = strstr(s, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
+    if (!t || t == s || !t[5]) return 0;
+    for (t += 5; *t; t++)
+        if (*t < '0' || *t > '9') return 0;
+    return 1;
+}
+
+/* Removes the temp files that killed runs left in dir (and, with depth 1, in its
+ * subdirectories). Only called with the lock held: no other run is writing them. */
+int al__ex_sweep_dir(const char *dir, int depth, int *removed, al_error *err) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0
+                               : al__err(err, AL_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    char path[4400];
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth > 0) rc = al__ex_sweep_dir(path, depth - 1, removed, err);
+        } else if (S_ISREG(st.st_mode) && is_temp_name(e->d_name)) {
+            if (unlink(path) != 0 && errno != ENOENT)
+                rc = al__err(err, AL_E_IO,
+                             "%s: cannot remove this temp file of an interrupted "
+                             "run: %s",
+                             path, strerror(errno));
+            else
+                (*removed)++;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* OUT/partial/run.json: the options that change every saved job's numbers (the grids are per
+ * job, in each job's key). --resume refuses a directory saved with others. */
+cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *corpus_sha) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "fingerprint", p->fingerprint);
+    cJSON_AddStringToObject(r, "attnlim", al_version());
+    cJSON *mo = cJSON_AddObjectToObject(r, "model");
+    cJSON_AddStringToObject(mo, "path", mi->path);
+    cJSON_AddStringToObject(mo, "sha256", mi->sha256);
+    cJSON *co = cJSON_AddObjectToObject(r, "corpus");
+    cJSON_AddStringToObject(co, "name", p->o.corpus);
+    cJSON_AddStringToObject(co, "sha256", corpus_sha);
+    cJSON_AddStringToObject(r, "vectors", al_vectors_name(p->o.vectors));
+    cJSON_AddStringToObject(r, "distance", al_distance_name(p->o.distance));
+    cJSON_AddStringToObject(r, "expectation", al_expect_name(p->o.expectation));
+    cJSON_AddStringToObject(r, "temperature_scale", p->o.temperature_raw ? "raw" : "scaled");
+    cJSON_AddStringToObject(r, "directions", p->o.fresh_directions ? "fresh" : "shared");
+    if (p->o.normalizer)
+        cJSON_AddStringToObject(r, "normalizer", p->o.normalizer);
+    else
+        cJSON_AddStringToObject(r, "normalizer", "none (the model's own softmax weights)");
+    cJSON_AddNumberToObject(r, "seed", (double)p->o.seed);
+    cJSON_AddNumberToObject(r, "mc_samples", p->o.mc_samples);
+    cJSON_AddItemToObject(r, "temperatures", cJSON_CreateDoubleArray(p->T, p->nT));
+    cJSON_AddItemToObject(r, "eps", cJSON_CreateDoubleArray(p->eps, p->nE));
+    return r;
+}
+
+/* One saved option for the message; sub: an object {path|name, sha256} shown by name and hash. */
+static void describe(const cJSON *v, const char *sub, char *out, size_t size) {
+    if (!v) {
+        snprintf(out, size, "(not saved)");
+    } else if (sub) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "path");
+        if (!nm) nm = cJSON_GetObjectItemCaseSensitive(v, "name");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, sub);
+        snprintf(out, size, "%.160s (%s %.12s...)", cJSON_IsString(nm) ? nm->valuestring : "?", sub,
+                 cJSON_IsString(h) ? h->valuestring : "?");
+    } else {
+        char *t = cJSON_PrintUnformatted(v);
+        snprintf(out, size, "%.160s", t ? t : "?");
+        free(t);
+    }
+}
+
+/* Appends "name old -> new" to msg when option name differs between saved and now; sub: the
+ * member compared in an object. */
+static void note_diff(char *msg, size_t size, const cJSON *saved, const cJSON *now,
+                      const char *name, const char *sub) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, name);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, name);
+    const cJSON *ka = sub ? cJSON_GetObjectItemCaseSensitive(a, sub) : a;
+    const cJSON *kb = sub ? cJSON_GetObjectItemCaseSensitive(b, sub) : b;
+    if (ka && kb && cJSON_Compare(ka, kb, 1)) return;
+    char da[200], db[200];
+    describe(a, sub, da, sizeof da);
+    describe(b, sub, db, sizeof db);
+    size_t k = strlen(msg);
+    if (k + 1 < size) snprintf(msg + k, size - k, "%s%s %s -> %s", k ? "; " : "", name, da, db);
+}
+
+/* --resume: 0 when OUT/partial/run.json is absent or was saved with the same options; else an
+ * error naming every option that differs. Without --resume (or after the check) run.json is
+ * written anew. */
+int al__ex_check_run_options(const plan *p, const cJSON *now, al_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/partial/run.json", p->o.out_dir);
+    if (access(path, F_OK) != 0) return 0;
+    char *txt = NULL;
+    size_t len;
+    al_error e = {0};
+    cJSON *saved = NULL;
+    if (!al__read_file(path, 1 << 20, &txt, &len, &e)) saved = cJSON_Parse(txt);
+    free(txt);
+    if (!saved)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: unreadable, so --resume cannot tell how the saved results were "
+                       "computed; run without --resume to recompute them",
+                       path);
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(saved, "fingerprint");
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(now, "fingerprint");
+    int same = fa && fb && cJSON_Compare(fa, fb, 1);
+    char diff[900] = "";
+    if (!same) {
+        note_diff(diff, sizeof diff, saved, now, "model", "sha256");
+        note_diff(diff, sizeof diff, saved, now, "corpus", "sha256");
+        static const char *const flat[] = {
+            "vectors",           "distance",   "expectation", "directions",
+            "temperature_scale", "normalizer", "seed",        "mc_samples",
+            "temperatures",      "eps",        "attnlim"};
+        for (size_t i = 0; i < sizeof flat / sizeof *flat; i++)
+            note_diff(diff, sizeof diff, saved, now, flat[i], NULL);
+        if (!diff[0]) snprintf(diff, sizeof diff, "the fingerprint of the options");
+    }
+    cJSON_Delete(saved);
+    if (same) return 0;
+    return al__err(err, AL_E_INVALID,
+                   "--resume: %s/partial holds results computed with other options: %s. Run "
+                   "without --resume to recompute them, or use another --out",
+                   p->o.out_dir, diff);
+}

@@ -1,0 +1,359 @@
+/* plan.c: options and grids of `attnlim reproduce`, and its plan: the (window, L) jobs and their
+ * grids (METHOD sections 2-6). */
+#include "experiments.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- options and grids ---------------------------------------------------------------------- */
+
+static const int def_lengths[] = {32, 64, 128, 256, 512, 1024};
+static const int def_top_n[] = {1, 5, 10, 20, 100};
+static const int def_sep_n[] = {1, 2, 4, 8, 16, 32, 64, 128};
+static const double def_eps[] = {1e-3, 1e-1, 10};
+static const int quick_lengths[] = {16, 32, 64};
+static const int quick_top_n[] = {1, 2, 5, 10};
+static const int quick_crit_n[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48};
+static const int quick_sep_n[] = {1, 2, 4, 8, 16};
+
+const char *al_vectors_name(al_vectors v) {
+    switch (v) {
+    case AL_VEC_VALUE:
+        return "value";
+    case AL_VEC_KEY:
+        return "key";
+    case AL_VEC_HIDDEN:
+        return "hidden";
+    case AL_VEC_EMBED:
+        return "embedding";
+    case AL_VEC_RESIDUAL:
+        return "residual";
+    }
+    return "?";
+}
+
+int al_vectors_parse(const char *s, al_vectors *out, al_error *err) {
+    if (!s) return al__err(err, AL_E_INVALID, "--vectors: missing value");
+    if (!strcmp(s, "value") || !strcmp(s, "v"))
+        *out = AL_VEC_VALUE;
+    else if (!strcmp(s, "key") || !strcmp(s, "k"))
+        *out = AL_VEC_KEY;
+    else if (!strcmp(s, "hidden"))
+        *out = AL_VEC_HIDDEN;
+    else if (!strcmp(s, "embedding") || !strcmp(s, "embed"))
+        *out = AL_VEC_EMBED;
+    else if (!strcmp(s, "residual"))
+        *out = AL_VEC_RESIDUAL;
+    else
+        return al__err(err, AL_E_INVALID,
+                       "--vectors: '%s' is not one of value, key, hidden, residual, embedding", s);
+    return 0;
+}
+
+void al_repro_defaults(al_repro_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->corpus = NULL; /* war-and-peace; a model with its own tokens (a dump) takes none */
+    o->out_dir = "attnlim-results";
+    o->windows = 1;
+    o->vectors = AL_VEC_VALUE;
+    o->seed = 1234;
+    o->synthetic = -1;
+}
+
+int al_repro_pick_model(char *name, size_t size, al_error *err) {
+    static const char *const names[] = {"gpt2", "smollm2"};
+    char why[2][1024];
+    for (int i = 0; i < 2; i++) {
+        al_model *m = NULL;
+        al_error e = {0};
+        if (al_model_open(names[i], &m, &e) == 0) {
+            al_model_free(m);
+            snprintf(name, size, "%s", names[i]);
+            return 0;
+        }
+        snprintf(why[i], sizeof why[i], "%s", e.msg);
+    }
+    return al__err(
+        err, AL_E_NOTFOUND,
+        "no model available. GPT-2 124M: %s. SmolLM2: %s. Provide one with --model PATH "
+        "(an HF GPT-2 directory with model.safetensors + config.json, an llm.c .bin, or a "
+        ".gguf), or run `attnlim fetch smollm2`",
+        why[0], why[1]);
+}
+
+/* The default critical-N grid (METHOD section 4): the union over the lengths Ls[nL] of each
+ * L's grid (al_critical_grid: up to L - 1, steps of L/32 beyond 256), or with quick the quick
+ * grid and every L - 1; each job uses the N < L of it. *out malloc'ed. */
+static int crit_grid(const int *Ls, int nL, int quick, int **out, int *n, al_error *err) {
+    size_t cap = quick ? sizeof quick_crit_n / sizeof *quick_crit_n + (size_t)nL : 0;
+    for (int i = 0; i < nL && !quick; i++) cap += (size_t)al_critical_grid(Ls[i], NULL, 0);
+    int *g = al__malloc(sizeof(int) * (cap ? cap : 1), "critical-N grid", err);
+    if (!g) return AL_E_NOMEM;
+    int k = 0;
+    if (quick) {
+        for (size_t i = 0; i < sizeof quick_crit_n / sizeof *quick_crit_n; i++)
+            g[k++] = quick_crit_n[i];
+        for (int i = 0; i < nL; i++) g[k++] = Ls[i] - 1;
+    } else {
+        for (int i = 0; i < nL; i++) k += al_critical_grid(Ls[i], g + k, (int)cap - k);
+    }
+    *out = g;
+    *n = k;
+    return 0;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+int al__ex_cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorted unique copy of v[n] keeping lo <= v <= hi. */
+static int *uniq_ints(const int *v, int n, int lo, int hi, int *nout, al_error *err) {
+    int *o = al__malloc(sizeof(int) * (size_t)(n > 0 ? n : 1), "grid", err);
+    if (!o) return NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] >= lo && v[i] <= hi) o[k++] = v[i];
+    qsort(o, (size_t)k, sizeof(int), cmp_int);
+    int u = 0;
+    for (int i = 0; i < k; i++)
+        if (u == 0 || o[u - 1] != o[i]) o[u++] = o[i];
+    *nout = u;
+    return o;
+}
+
+/* ---- the plan: grids and jobs ------------------------------------------------------------------
+ */
+
+static void free_job(job *j) {
+    free(j->Nd);
+    free(j->Ns);
+    free(j->dtilde);
+    free(j->dmax);
+    free(j->E);
+    free(j->E_mc);
+    free(j->E_mc_se);
+    free(j->ns_ratio);
+    free(j->ns_lower);
+    free(j->ns_upper);
+    free(j->vmax);
+    free(j->vent);
+    free(j->vD);
+    free(j->fd);
+    free(j->spec);
+}
+
+void al__ex_free_plan(plan *p) {
+    for (int i = 0; i < p->n_jobs; i++) free_job(&p->jobs[i]);
+    free(p->jobs);
+    free(p->Ls);
+    free(p->N2);
+    free(p->N3);
+    free(p->N4);
+    free(p->T);
+    free(p->eps);
+    free(p->ranks);
+}
+
+double *al__ex_alloc_nan(size_t n, al_error *err) {
+    double *v = al__malloc(sizeof(double) * (n ? n : 1), "results", err);
+    if (v)
+        for (size_t i = 0; i < n; i++) v[i] = NAN;
+    return v;
+}
+
+static int build_job_grids(plan *p, job *j, al_error *err) {
+    int tmp[256], k = 0;
+    if (j->in_lengths && (p->exp & AL_EXP_ALG1) && ALG1_N < j->L) tmp[k++] = ALG1_N;
+    if (j->in_lengths && (p->exp & AL_EXP_ALG3))
+        for (int i = 0; i < p->nN3 && k < 200; i++)
+            if (p->N3[i] < j->L) tmp[k++] = p->N3[i];
+    if (j->is_long && (p->exp & AL_EXP_ALG2))
+        for (int i = 0; i < p->nN2 && k < 250; i++)
+            if (p->N2[i] < j->L) tmp[k++] = p->N2[i];
+    j->Nd = uniq_ints(tmp, k, 1, j->L - 1, &j->nd, err);
+    if (!j->Nd) return AL_E_NOMEM;
+    k = 0;
+    if (j->is_long && (p->exp & AL_EXP_ALG4))
+        for (int i = 0; i < p->nN4 && k < 250; i++) tmp[k++] = p->N4[i];
+    j->Ns = uniq_ints(tmp, k, 1, j->L - 1, &j->ns, err);
+    if (!j->Ns) return AL_E_NOMEM;
+    j->want_van = j->is_long && (p->exp & AL_EXP_VANISHING);
+    j->want_sens = j->is_long && (p->exp & AL_EXP_ALG5);
+    size_t H = (size_t)p->H;
+    if (!(j->dtilde = al__ex_alloc_nan(H * j->nd, err)) ||
+        !(j->dmax = al__ex_alloc_nan(H * j->nd, err)) ||
+        !(j->E = al__ex_alloc_nan(H * j->nd, err)) ||
+        !(j->E_mc = al__ex_alloc_nan(H * j->nd, err)) ||
+        !(j->E_mc_se = al__ex_alloc_nan(H * j->nd, err)) ||
+        !(j->ns_ratio = al__ex_alloc_nan(H * j->ns, err)) ||
+        !(j->ns_lower = al__ex_alloc_nan(H * j->ns, err)) ||
+        !(j->ns_upper = al__ex_alloc_nan(H * j->ns, err)))
+        return AL_E_NOMEM;
+    size_t nv = j->want_van ? H * (size_t)j->L : 0;
+    size_t nf = j->want_sens ? H * (size_t)p->nT * p->nE : 0,
+           nsp = j->want_sens ? H * (size_t)p->nT : 0;
+    if (!(j->vmax = al__ex_alloc_nan(nv, err)) || !(j->vent = al__ex_alloc_nan(nv, err)) ||
+        !(j->vD = al__ex_alloc_nan(nv, err)) || !(j->fd = al__ex_alloc_nan(nf, err)) ||
+        !(j->spec = al__ex_alloc_nan(nsp, err)))
+        return AL_E_NOMEM;
+    return 0;
+}
+
+/* The readings of METHOD section 9 that the options alone decide: names in range,
+ * --expectation mc with samples (al_reproduce checks them before it creates anything). */
+int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err) {
+    if (o->distance < AL_DIST_SUM_OF_NORMS || o->distance > AL_DIST_SUM_VECTOR)
+        return al__err(err, AL_E_INVALID,
+                       "--distance: %d is not one of sum-of-norms, norm-of-sum, sum-vector",
+                       (int)o->distance);
+    if (o->expectation < AL_EXPECT_ANALYTIC || o->expectation > AL_EXPECT_EXACT)
+        return al__err(err, AL_E_INVALID, "--expectation: %d is not one of analytic, mc, exact",
+                       (int)o->expectation);
+    if ((unsigned)o->vectors > AL_VEC_RESIDUAL)
+        return al__err(err, AL_E_INVALID,
+                       "--vectors: %d is not one of value, key, hidden, residual, embedding",
+                       (int)o->vectors);
+    if (o->expectation == AL_EXPECT_MC && o->mc_samples < 1)
+        return al__err(err, AL_E_INVALID,
+                       "--expectation mc needs Monte-Carlo samples (--mc S with S >= 1)");
+    if (o->exact_max < 0 || o->exact_max > AL_EXACT_MAX_LIMIT)
+        return al__err(err, AL_E_INVALID, "--exact-max: %lld is outside 1..%d",
+                       (long long)o->exact_max, AL_EXACT_MAX_LIMIT);
+    return 0;
+}
+
+/* ... and, with the plan, --expectation exact only where every job's C(L, N) is within the cap
+ * (before any work). */
+static int check_readings(const plan *p, al_error *err) {
+    const al_repro_opts *o = &p->o;
+    int rc = al__ex_check_reading_opts(o, err);
+    if (rc || o->expectation != AL_EXPECT_EXACT) return rc;
+    for (int i = 0; i < p->n_jobs; i++) {
+        const job *j = &p->jobs[i];
+        rc = al_exact_check(j->L, j->Nd, j->nd, o->exact_max, err);
+        if (rc) return al__err_prefix(err, rc, "L = %d (the N of Algorithms 1-3 at that L)", j->L);
+    }
+    return 0;
+}
+
+int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err) {
+    memset(p, 0, sizeof *p);
+    p->o = *o;
+    p->exp = o->experiments ? (o->experiments & AL_EXP_ALL) : AL_EXP_ALL;
+    p->n_layer = mi->n_layer;
+    p->n_head = mi->n_head;
+    p->H = mi->n_layer * mi->n_head;
+    p->causal = mi->causal;
+    if (p->H <= 0) return al__err(err, AL_E_FORMAT, "%s: model has no attention heads", mi->path);
+    int ctx = mi->n_ctx;
+    int rc;
+    /* long L */
+    int want_long = o->long_length > 0 ? o->long_length : (o->quick ? 64 : 1024);
+    if (o->long_length > ctx)
+        return al__err(err, AL_E_INVALID,
+                       "--long-length %d is above the model's context of %d tokens", o->long_length,
+                       ctx);
+    p->long_L = want_long < ctx ? want_long : ctx;
+    if (p->long_L < 2)
+        return al__err(err, AL_E_INVALID, "the model's context (%d) is too short", ctx);
+    /* grids */
+    const int *g;
+    int n;
+    if (o->lengths)
+        g = o->lengths, n = o->n_lengths;
+    else if (o->quick)
+        g = quick_lengths, n = (int)(sizeof quick_lengths / sizeof *quick_lengths);
+    else
+        g = def_lengths, n = (int)(sizeof def_lengths / sizeof *def_lengths);
+    for (int i = 0; i < n; i++)
+        if (o->lengths && (g[i] < 2 || g[i] > ctx))
+            return al__err(err, AL_E_INVALID,
+                           "--lengths: %d is outside 2..%d (the model's context)", g[i], ctx);
+    if (!(p->Ls = uniq_ints(g, n, 2, ctx, &p->nL, err))) return AL_E_NOMEM;
+    if (o->top_n)
+        g = o->top_n, n = o->n_top_n;
+    else if (o->quick)
+        g = quick_top_n, n = (int)(sizeof quick_top_n / sizeof *quick_top_n);
+    else
+        g = def_top_n, n = (int)(sizeof def_top_n / sizeof *def_top_n);
+    if (!(p->N2 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN2, err))) return AL_E_NOMEM;
+    int *cg = NULL;
+    if (o->critical_n) {
+        g = o->critical_n, n = o->n_critical_n;
+    } else {
+        if ((rc = crit_grid(p->Ls, p->nL, o->quick, &cg, &n, err))) return rc;
+        g = cg;
+    }
+    p->N3 = uniq_ints(g, n, 1, 1 << 30, &p->nN3, err);
+    free(cg);
+    if (!p->N3) return AL_E_NOMEM;
+    if (o->separability_n)
+        g = o->separability_n, n = o->n_separability_n;
+    else if (o->quick)
+        g = quick_sep_n, n = (int)(sizeof quick_sep_n / sizeof *quick_sep_n);
+    else
+        g = def_sep_n, n = (int)(sizeof def_sep_n / sizeof *def_sep_n);
+    if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
+    /* temperatures: 25 (quick: 9) log-spaced over [1e-3, 1e1] */
+    p->nT = o->temperatures ? o->n_temperatures : (o->quick ? 9 : 25);
+    p->nE = o->eps ? o->n_eps : 3;
+    if (p->nT < 1 || p->nE < 1)
+        return al__err(err, AL_E_INVALID, "--temperatures and --eps need values");
+    if (!(p->T = al__malloc(sizeof(double) * p->nT, "temperatures", err))) return AL_E_NOMEM;
+    if (!(p->eps = al__malloc(sizeof(double) * p->nE, "eps", err))) return AL_E_NOMEM;
+    for (int i = 0; i < p->nT; i++)
+        p->T[i] = o->temperatures ? o->temperatures[i] : pow(10.0, -3.0 + 4.0 * i / (p->nT - 1));
+    for (int i = 0; i < p->nE; i++) p->eps[i] = o->eps ? o->eps[i] : def_eps[i];
+    for (int i = 0; i < p->nT; i++)
+        if (!(p->T[i] > 0) || !isfinite(p->T[i]))
+            return al__err(err, AL_E_INVALID, "--temperatures: %g is not a positive number",
+                           p->T[i]);
+    for (int i = 0; i < p->nE; i++)
+        if (!(p->eps[i] > 0) || !isfinite(p->eps[i]))
+            return al__err(err, AL_E_INVALID, "--eps: %g is not a positive number", p->eps[i]);
+    qsort(p->T, (size_t)p->nT, sizeof(double), al__ex_cmp_dbl);
+    /* normalizer */
+    if (o->normalizer) {
+        if ((rc = al_norm_parse(o->normalizer, &p->nm, err))) return rc;
+        p->have_nm = 1;
+    } else {
+        p->nm = al_norm_default(AL_NORM_SOFTMAX);
+    }
+    /* jobs: every window x every distinct L */
+    if (o->windows < 1) return al__err(err, AL_E_INVALID, "--windows must be >= 1");
+    int Lset[64], nLs = 0;
+    if (p->exp & (AL_EXP_ALG1 | AL_EXP_ALG3))
+        for (int i = 0; i < p->nL && nLs < 63; i++) Lset[nLs++] = p->Ls[i];
+    if (p->exp & (AL_EXP_VANISHING | AL_EXP_ALG2 | AL_EXP_ALG4 | AL_EXP_ALG5))
+        Lset[nLs++] = p->long_L;
+    int nu;
+    int *Lu = uniq_ints(Lset, nLs, 2, ctx, &nu, err);
+    if (!Lu) return AL_E_NOMEM;
+    p->n_jobs = nu * o->windows;
+    p->jobs = al__calloc((size_t)(p->n_jobs ? p->n_jobs : 1), sizeof(job), "jobs", err);
+    if (!p->jobs) {
+        free(Lu);
+        return AL_E_NOMEM;
+    }
+    rc = 0;
+    for (int w = 0, k = 0; w < o->windows && !rc; w++)
+        for (int i = 0; i < nu && !rc; i++, k++) {
+            job *j = &p->jobs[k];
+            j->window = w;
+            j->L = Lu[i];
+            j->is_long = Lu[i] == p->long_L &&
+                         (p->exp & (AL_EXP_VANISHING | AL_EXP_ALG2 | AL_EXP_ALG4 | AL_EXP_ALG5));
+            j->in_lengths = 0;
+            if (p->exp & (AL_EXP_ALG1 | AL_EXP_ALG3))
+                for (int t = 0; t < p->nL; t++) j->in_lengths |= p->Ls[t] == Lu[i];
+            rc = build_job_grids(p, j, err);
+        }
+    free(Lu);
+    return rc ? rc : check_readings(p, err);
+}

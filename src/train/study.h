@@ -1,0 +1,43 @@
+/* study.h: attnlim study (study.c, study_report.c): one model per normalizer trained at the
+ * same budget, then the paper's diagnostics on each model's own forward (the trainer's, which
+ * runs every normalizer as trained), and a report. */
+#ifndef AL_STUDY_H
+#define AL_STUDY_H
+
+#include "train_io.h"
+
+#define AL__STUDY_MAX_NORMS 16
+#define AL__STUDY_MAX_L     16
+
+typedef struct al__study_norm {
+    char name[32]; /* as given: "softmax", "entmax:1.3", "ssmax", "ssmax-fixed", ... */
+    al_norm nm;
+    int ssmax_learn;
+} al__study_norm;
+
+typedef struct al__study_opts {
+    al__tr_run_opts base; /* model, data, optimizer, batch, seed: the same for every run */
+    al__study_norm norms[AL__STUDY_MAX_NORMS];
+    int n_norms;
+    int windows;                 /* validation windows of T tokens diagnosed */
+    int crit_L[AL__STUDY_MAX_L]; /* window lengths of the critical-N test (<= T) */
+    int n_crit_L;
+    const char *out;
+    int progress;
+} al__study_opts;
+
+/* "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax" into o->norms (ssmax: s learnable per
+ * head; ssmax-fixed: fixed; ssmax:S / ssmax-fixed:S set the initial / fixed s). */
+int al__study_parse_norms(const char *list, al__study_opts *o, al_error *err);
+void al__study_defaults(al__study_opts *o);
+/* Trains (or resumes) every run into OUT/runs/NAME, diagnoses each into OUT/runs/NAME/diag.json,
+ * then writes OUT/study.json, OUT/study.csv, OUT/figures/ and OUT/report.html. */
+int al__study_run(const al__study_opts *o, al_error *err);
+
+/* One run's diagnostics as JSON (study.c); model at its final state, data its corpus. */
+int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const char *run_dir,
+                       cJSON **out, al_error *err);
+/* The report of the diagnosed runs (study_report.c): runs[n] are the diag.json objects. */
+int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_error *err);
+
+#endif

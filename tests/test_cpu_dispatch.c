@@ -1,0 +1,186 @@
+/* test_cpu_dispatch.c: the run-time choice of kernels (src/base/cpu.h). The level picked is the
+ * best the CPU has (checked against cpuid through the compiler's own __builtin_cpu_supports),
+ * ATTNLIM_CPU lowers it and never raises it, and every variant the CPU can run gives the results
+ * of the scalar path (within float tolerance: the vector paths fuse multiply-adds) and of a
+ * double-precision reference. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "ops.h"
+
+static void test_detect(void **state) {
+    (void)state;
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f");
+    al__cpu_isa want = avx512 ? AL__CPU_AVX512 : (avx2 ? AL__CPU_AVX2 : AL__CPU_SCALAR);
+    assert_int_equal(al__cpu_detect(), want);
+    unsetenv("ATTNLIM_CPU");
+    assert_int_equal(al__cpu_force((al__cpu_isa)-1), want); /* no variable: the best */
+    print_message("this CPU: %s\n", al__cpu_name(want));
+}
+
+static void test_env(void **state) {
+    (void)state;
+    al__cpu_isa have = al__cpu_detect();
+    al_error err = {0};
+    for (int i = 0; i < 3; i++) {
+        setenv("ATTNLIM_CPU", al__cpu_name((al__cpu_isa)i), 1);
+        al__cpu_isa got = al__cpu_force((al__cpu_isa)-1);
+        assert_int_equal(got, i <= (int)have ? i : (int)have); /* lowered, never raised */
+        assert_int_equal(al__cpu_check_env(&err) != 0, i > (int)have);
+    }
+    setenv("ATTNLIM_CPU", "sse9", 1);
+    assert_int_equal(al__cpu_force((al__cpu_isa)-1), have);
+    assert_int_not_equal(al__cpu_check_env(&err), 0);
+    assert_non_null(strstr(err.msg, "'sse9' is not one of scalar, avx2, avx512"));
+    unsetenv("ATTNLIM_CPU");
+    assert_int_equal(al__cpu_check_env(&err), 0);
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+static float *randv(al__rng *r, size_t n, double scale) {
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * al__rng_normal(r));
+    return x;
+}
+
+/* |a - b| <= atol + rtol |b| for every element */
+static void assert_near(const float *a, const float *b, size_t n, double atol, double rtol,
+                        const char *what, const char *isa) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= atol + rtol * fabs((double)b[i])))
+            fail_msg("%s (%s vs scalar): element %zu: %.9g vs %.9g", what, isa, i, a[i], b[i]);
+    }
+}
+
+enum { N_PT = 1000 + 13 }; /* not a multiple of 8 or 16: the tails too */
+
+/* the element-wise kernels and softmax at level isa, into out[5][N_PT] */
+static void run_pointwise(al__cpu_isa isa, const float *x, const float *up, float *out) {
+    assert_int_equal(al__cpu_force(isa), isa);
+    float *o = out;
+    memcpy(o, x, N_PT * sizeof *o), al__exp_inplace(o, N_PT), o += N_PT;
+    memcpy(o, x, N_PT * sizeof *o), al__gelu_tanh(o, N_PT), o += N_PT;
+    memcpy(o, x, N_PT * sizeof *o), al__silu_mul(o, up, N_PT), o += N_PT;
+    al__softmax_row(o, x, N_PT), o += N_PT;
+    al__softmax_row(o, x, 7); /* shorter than one vector */
+}
+
+static void test_pointwise_variants(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 12);
+    float *x = randv(&r, N_PT, 6.0), *up = randv(&r, N_PT, 1.0);
+    float *ref = malloc(5 * N_PT * sizeof *ref), *got = malloc(5 * N_PT * sizeof *got);
+    run_pointwise(AL__CPU_SCALAR, x, up, ref);
+    /* the scalar path against double precision */
+    double s = 0.0, mx = -INFINITY;
+    for (int i = 0; i < N_PT; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < N_PT; i++) s += exp(x[i] - mx);
+    for (int i = 0; i < N_PT; i++) {
+        double e = exp(x[i]), v = x[i];
+        double gelu = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        assert_true(fabs(ref[i] - e) <= 1e-6 * e);
+        assert_true(fabs(ref[N_PT + i] - gelu) <= 1e-5 * (1 + fabs(gelu)));
+        assert_true(fabs(ref[2 * N_PT + i] - v / (1 + exp(-v)) * up[i]) <= 1e-5 * (1 + fabs(v)));
+        assert_true(fabs(ref[3 * N_PT + i] - exp(x[i] - mx) / s) <=
+                    1e-6 * exp(x[i] - mx) / s + 1e-12);
+    }
+    for (int isa = AL__CPU_AVX2; isa <= (int)al__cpu_detect(); isa++) {
+        run_pointwise((al__cpu_isa)isa, x, up, got);
+        const char *name = al__cpu_name((al__cpu_isa)isa);
+        assert_near(got, ref, N_PT, 0, 1e-6, "exp", name);
+        assert_near(got + N_PT, ref + N_PT, N_PT, 1e-7, 1e-6, "gelu_tanh", name);
+        assert_near(got + 2 * N_PT, ref + 2 * N_PT, N_PT, 1e-7, 1e-6, "silu_mul", name);
+        assert_near(got + 3 * N_PT, ref + 3 * N_PT, N_PT, 1e-12, 1e-6, "softmax", name);
+        assert_near(got + 4 * N_PT, ref + 4 * N_PT, 7, 1e-12, 1e-6, "softmax (7)", name);
+        print_message("%s: element-wise kernels and softmax agree with scalar\n", name);
+    }
+    if (al__cpu_detect() == AL__CPU_SCALAR) print_message("no vector level on this CPU\n");
+    al__cpu_force((al__cpu_isa)-1);
+    free(x), free(up), free(ref), free(got);
+}
+
+/* attention at level isa: out [T, H*D] and the captured weights of every head [H, T, T] */
+typedef struct cap_copy {
+    float *w;
+    size_t n;
+} cap_copy;
+static int grab(void *user, const al_capture *c, al_error *err) {
+    (void)err;
+    cap_copy *cc = user;
+    memcpy(cc->w, c->weights, cc->n * sizeof(float));
+    return 0;
+}
+static void run_attention(al__cpu_isa isa, int T, int H, int G, int D, int causal, const float *q,
+                          const float *k, const float *v, float *out, float *w) {
+    assert_int_equal(al__cpu_force(isa), isa);
+    cap_copy cc = {w, (size_t)H * T * T};
+    al_capture_request req = {.what = AL_CAP_WEIGHTS, .fn = grab, .user = &cc};
+    al__attn a = {.layer = 0,
+                  .T = T,
+                  .n_head = H,
+                  .n_kv_head = G,
+                  .d_head = D,
+                  .d_model = H * D,
+                  .causal = causal,
+                  .q = q,
+                  .q_stride = (size_t)H * D,
+                  .k = k,
+                  .k_stride = (size_t)G * D,
+                  .v = v,
+                  .v_stride = (size_t)G * D,
+                  .out = out,
+                  .req = &req};
+    al_error err = {0};
+    assert_int_equal(al__attention(&a, &err), 0);
+}
+
+static void test_attention_variants(void **state) {
+    (void)state;
+    const int shapes[][5] = {{77, 4, 2, 24, 1}, {130, 2, 2, 64, 0}, {5, 3, 1, 7, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int T = shapes[s][0], H = shapes[s][1], G = shapes[s][2], D = shapes[s][3];
+        int causal = shapes[s][4];
+        al__rng r;
+        al__rng_seed(&r, 100 + s);
+        float *q = randv(&r, (size_t)T * H * D, 1.0), *k = randv(&r, (size_t)T * G * D, 1.0);
+        float *v = randv(&r, (size_t)T * G * D, 1.0);
+        size_t no = (size_t)T * H * D, nw = (size_t)H * T * T;
+        float *o0 = malloc(no * 4), *w0 = malloc(nw * 4), *o1 = malloc(no * 4),
+              *w1 = malloc(nw * 4);
+        run_attention(AL__CPU_SCALAR, T, H, G, D, causal, q, k, v, o0, w0);
+        for (int isa = AL__CPU_AVX2; isa <= (int)al__cpu_detect(); isa++) {
+            run_attention((al__cpu_isa)isa, T, H, G, D, causal, q, k, v, o1, w1);
+            const char *name = al__cpu_name((al__cpu_isa)isa);
+            assert_near(o1, o0, no, 1e-5, 1e-4, "attention output", name);
+            assert_near(w1, w0, nw, 1e-7, 1e-4, "attention weights", name);
+            print_message("%s: attention T %d H %d G %d D %d causal %d agrees with scalar\n", name,
+                          T, H, G, D, causal);
+        }
+        free(q), free(k), free(v), free(o0), free(w0), free(o1), free(w1);
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_env),
+        cmocka_unit_test(test_pointwise_variants),
+        cmocka_unit_test(test_attention_variants),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
