@@ -74,6 +74,7 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
 
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     diag_ctx *c = user;
+    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     int failed = 0;
     al_error first = {0};
 #pragma omp parallel num_threads(c->n_threads)

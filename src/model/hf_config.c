@@ -129,3 +129,18 @@ int al__hf_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
     if (!rc && al__is_file(p)) rc = al__model_files_add(fs, p, "tokenizer", err);
     return rc;
 }
+
+cJSON *al__arch_json(const char *arch, int n_head, int n_kv_head, const al__rope *r, int d_head) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "architecture", arch);
+    cJSON *kv = cJSON_AddArrayToObject(o, "kv_head_of_query_head");
+    for (int h = 0; h < n_head; h++)
+        cJSON_AddItemToArray(kv, cJSON_CreateNumber(h / (n_head / n_kv_head)));
+    cJSON *ro = cJSON_AddObjectToObject(o, "rope");
+    cJSON_AddStringToObject(ro, "type", al__rope_type_name(r->type));
+    cJSON_AddNumberToObject(ro, "theta", r->base);
+    cJSON_AddNumberToObject(ro, "rotary_dims", r->dim);
+    cJSON_AddNumberToObject(ro, "rotary_fraction", (double)r->dim / d_head);
+    if (r->type != AL__ROPE_DEFAULT) cJSON_AddNumberToObject(ro, "factor", r->factor);
+    return o;
+}

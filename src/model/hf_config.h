@@ -25,6 +25,10 @@ int al__cfg_rope(const cJSON *j, const char *theta_key, int dim, int *n_ctx, al_
 
 /* The files an HF directory's tokenizer reads: tokenizer.json, and tokenizer_config.json when
  * present (vtable tokenizer_files of the HF decoder families). */
+/* The common part of the manifest's "architecture" object: architecture, kv_head_of_query_head
+ * [n_head] (h / (n_head / n_kv_head)), rope {type, theta, rotary_dims, rotary_fraction,
+ * factor}. */
+cJSON *al__arch_json(const char *arch, int n_head, int n_kv_head, const al__rope *r, int d_head);
 struct al_model;
 struct al__model_files;
 int al__hf_tokenizer_files(struct al_model *m, struct al__model_files *fs, al_error *err);

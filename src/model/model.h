@@ -54,6 +54,10 @@ typedef struct al_model_vtable {
     int (*tokenizer_files)(al_model *m, al__model_files *fs, al_error *err);
     /* Optional: the "dump" object of the manifest's model (al__model_json), or NULL. */
     struct cJSON *(*describe)(const al_model *m);
+    /* Optional: the "architecture" object of the manifest's model: the facts of the family
+     * that shape attention (window per layer, soft-caps, logit scale, rotary dimensions and
+     * fraction, the kv head of each query head, norms, activation), or NULL. */
+    struct cJSON *(*architecture)(const al_model *m);
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */

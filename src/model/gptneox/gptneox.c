@@ -356,7 +356,20 @@ static int neox_files(al_model *m, al__model_files *fs, al_error *err) {
     return al__model_files_safetensors(m, fs, err);
 }
 
+static cJSON *neox_architecture(const al_model *m) {
+    const al__neox_config *c = &((const neox *)m->impl)->cfg;
+    cJSON *o = al__arch_json("gpt_neox", c->n_head, c->n_head, &c->rope, c->d_head);
+    cJSON_AddNumberToObject(o, "rotary_pct", c->rotary_pct);
+    cJSON_AddBoolToObject(o, "parallel_residual", c->parallel);
+    cJSON_AddNumberToObject(o, "logit_scale", 1.0 / sqrt((double)c->d_head));
+    cJSON_AddStringToObject(o, "norm", "layernorm");
+    cJSON_AddStringToObject(o, "mlp", c->gelu_tanh ? "gelu (tanh)" : "gelu (erf)");
+    cJSON_AddBoolToObject(o, "tied_embeddings", c->tied);
+    return o;
+}
+
 static const al_model_vtable neox_vtable = {.forward = neox_forward,
+                                            .architecture = neox_architecture,
                                             .destroy = neox_destroy,
                                             .tokenizer = neox_tokenizer,
                                             .files = neox_files,

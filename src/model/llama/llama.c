@@ -23,6 +23,7 @@
 #include "hf_config.h"
 #include "tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,7 +510,30 @@ static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err
     return al__hf_tokenizer_files(m, fs, err);
 }
 
+static cJSON *llama_architecture(const al_model *m) {
+    const llama *L = m->impl;
+    const al__llama_config *c = &L->cfg;
+    cJSON *o = al__arch_json(c->arch, c->n_head, c->n_kv_head, &c->rope, c->d_head);
+    cJSON *w = cJSON_AddArrayToObject(o, "window_of_layer"); /* 0 = global */
+    for (int l = 0; l < c->n_layer; l++)
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(L->layers[l].window));
+    cJSON_AddStringToObject(o, "window_means",
+                            "row t sees keys max(0, t - window + 1)..t: METHOD's n = "
+                            "min(t + 1, window); 0 = the whole causal prefix");
+    cJSON_AddNumberToObject(o, "logit_scale",
+                            c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->d_head));
+    if (c->attn_softcap > 0) cJSON_AddNumberToObject(o, "attn_logit_softcap", c->attn_softcap);
+    if (c->final_softcap > 0) cJSON_AddNumberToObject(o, "final_logit_softcap", c->final_softcap);
+    cJSON_AddStringToObject(o, "norm", c->gemma ? "rmsnorm (1 + w), pre and post" : "rmsnorm");
+    cJSON_AddStringToObject(o, "mlp", c->gelu ? "geglu" : "swiglu");
+    if (c->embed_scale > 0) cJSON_AddNumberToObject(o, "embed_scale", c->embed_scale);
+    cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
+    cJSON_AddBoolToObject(o, "tied_embeddings", c->tied);
+    return o;
+}
+
 static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
+                                             .architecture = llama_architecture,
                                              .destroy = llama_destroy,
                                              .tokenizer = llama_tokenizer_any,
                                              .files = llama_files,
