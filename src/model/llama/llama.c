@@ -92,74 +92,113 @@ static int warn_nonfinite(al_model *m, const al__gguf *g, const char *name, cons
 }
 
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. */
+/* "<arch>.<key>" into buf. */
+static const char *K(char *buf, const char *arch, const char *key) {
+    snprintf(buf, 128, "%s.%s", arch, key);
+    return buf;
+}
+
+/* Gemma 2's metadata: sliding window, soft-caps (absent or 0: none); its converter stores the
+ * norms as 1 + w already, and the logit scale is 1/sqrt(key_length) as llama.cpp takes it
+ * (GGUF has no query_pre_attn_scalar). */
+static int read_gemma2(const al__gguf *g, llama *L, al_error *err) {
+    al__llama_config *c = &L->cfg;
+    char k[128];
+    int64_t v;
+    double f;
+    int rc = 0;
+    c->gemma = 1, c->gelu = 1, c->alt_window = 1, c->tied = 1;
+    c->embed_scale = sqrt((double)c->d_model);
+    c->attn_scale = 1.0 / sqrt((double)c->d_head);
+    if (al__gguf_find(g, K(k, "gemma2", "attention.sliding_window"))) {
+        if ((rc = al__gguf_get_int(g, k, 1, c->n_ctx, &v, err))) return rc;
+        c->window = (int)v;
+    }
+    const char *caps[2] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    double *dst[2] = {&c->attn_softcap, &c->final_softcap};
+    for (int i = 0; i < 2; i++)
+        if (al__gguf_find(g, K(k, "gemma2", caps[i]))) {
+            if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
+            if (!(f >= 0 && f < 1e6))
+                return al__err(err, AL_E_FORMAT, "%s: %s %g is out of range", g->name, k, f);
+            *dst[i] = f;
+        }
+    return 0;
+}
+
+/* Reads the hyperparameters from the metadata, checking them against sane bounds. GGUF
+ * architectures llama, qwen2 (q/k/v biases) and gemma2 share the Llama-family forward. */
 static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
-    char arch[64];
+    char arch[64], k[128];
     int rc = al__gguf_get_str(g, "general.architecture", arch, sizeof arch, err);
     if (rc) return rc;
-    if (strcmp(arch, "llama") != 0)
-        return al__err(
-            err, AL_E_UNSUPPORTED,
-            "%s: model architecture '%s' is not supported (GGUF files of architecture 'llama' are)",
-            g->name, arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "gemma2"))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: model architecture '%s' is not supported (GGUF files of architecture "
+                       "llama, qwen2, gemma2 are)",
+                       g->name, arch);
     int64_t v;
-    if ((rc = al__gguf_get_int(g, "llama.block_count", 1, 1024, &v, err))) return rc;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "block_count"), 1, 1024, &v, err))) return rc;
     L->cfg.n_layer = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.embedding_length", 2, 65536, &v, err))) return rc;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "embedding_length"), 2, 65536, &v, err))) return rc;
     L->cfg.d_model = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.attention.head_count", 1, 4096, &v, err))) return rc;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "attention.head_count"), 1, 4096, &v, err))) return rc;
     L->cfg.n_head = (int)v;
     L->cfg.n_kv_head = L->cfg.n_head;
-    if (al__gguf_find(g, "llama.attention.head_count_kv")) {
-        if ((rc = al__gguf_get_int(g, "llama.attention.head_count_kv", 1, 4096, &v, err)))
-            return rc;
+    if (al__gguf_find(g, K(k, arch, "attention.head_count_kv"))) {
+        if ((rc = al__gguf_get_int(g, k, 1, 4096, &v, err))) return rc;
         L->cfg.n_kv_head = (int)v;
     }
-    if ((rc = al__gguf_get_int(g, "llama.feed_forward_length", 1, 1 << 20, &v, err))) return rc;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "feed_forward_length"), 1, 1 << 20, &v, err)))
+        return rc;
     L->cfg.d_ff = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.context_length", 1, 1 << 20, &v, err))) return rc;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "context_length"), 1, 1 << 20, &v, err))) return rc;
     L->cfg.n_ctx = (int)v;
-    if (L->cfg.d_model % L->cfg.n_head != 0 || (L->cfg.d_model / L->cfg.n_head) % 2 != 0)
+    L->cfg.d_head = L->cfg.d_model / L->cfg.n_head;
+    if (al__gguf_find(g, K(k, arch, "attention.key_length"))) { /* Gemma 2: head_dim */
+        if ((rc = al__gguf_get_int(g, k, 2, 1024, &v, err))) return rc;
+        L->cfg.d_head = (int)v;
+    } else if (L->cfg.d_model % L->cfg.n_head != 0 || (L->cfg.d_model / L->cfg.n_head) % 2 != 0)
         return al__err(err, AL_E_FORMAT,
                        "%s: embedding_length %d is not an even multiple of head_count %d", g->name,
                        L->cfg.d_model, L->cfg.n_head);
     if (L->cfg.n_head % L->cfg.n_kv_head != 0)
         return al__err(err, AL_E_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                        g->name, L->cfg.n_head, L->cfg.n_kv_head);
-    L->cfg.d_head = L->cfg.d_model / L->cfg.n_head;
-    const char *same[] = {"llama.attention.key_length", "llama.attention.value_length",
-                          "llama.rope.dimension_count"};
-    for (int i = 0; i < 3; i++)
-        if (al__gguf_find(g, same[i])) {
-            if ((rc = al__gguf_get_int(g, same[i], 0, 1 << 20, &v, err))) return rc;
+    const char *same[] = {"attention.value_length", "rope.dimension_count"};
+    for (int i = 0; i < 2; i++)
+        if (al__gguf_find(g, K(k, arch, same[i]))) {
+            if ((rc = al__gguf_get_int(g, k, 0, 1 << 20, &v, err))) return rc;
             if (v != L->cfg.d_head)
                 return al__err(err, AL_E_UNSUPPORTED,
                                "%s: %s = %lld differs from the head size %d (not supported)",
-                               g->name, same[i], (long long)v, L->cfg.d_head);
+                               g->name, k, (long long)v, L->cfg.d_head);
         }
+    snprintf(L->cfg.arch, sizeof L->cfg.arch, "%s", arch);
+    L->cfg.qkv_bias = strcmp(arch, "qwen2") == 0;
     double f;
     L->cfg.eps = 1e-5f;
-    if (al__gguf_find(g, "llama.attention.layer_norm_rms_epsilon")) {
-        if ((rc = al__gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &f, err)))
-            return rc;
+    if (al__gguf_find(g, K(k, arch, "attention.layer_norm_rms_epsilon"))) {
+        if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
         if (!(f > 0 && f < 1))
             return al__err(err, AL_E_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range",
                            g->name, f);
         L->cfg.eps = (float)f;
     }
     L->cfg.rope.base = 10000.0;
-    if (al__gguf_find(g, "llama.rope.freq_base")) {
-        if ((rc = al__gguf_get_float(g, "llama.rope.freq_base", &f, err))) return rc;
+    if (al__gguf_find(g, K(k, arch, "rope.freq_base"))) {
+        if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
         if (!(f > 1 && f < 1e12))
             return al__err(err, AL_E_FORMAT, "%s: rope.freq_base %g is out of range", g->name, f);
         L->cfg.rope.base = f;
     }
     L->cfg.rope.factor = 1.0;
     char stype[32] = "none";
-    if (al__gguf_find(g, "llama.rope.scaling.type") &&
-        (rc = al__gguf_get_str(g, "llama.rope.scaling.type", stype, sizeof stype, err)))
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
+        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
         return rc;
     if (strcmp(stype, "linear") == 0) {
-        if ((rc = al__gguf_get_float(g, "llama.rope.scaling.factor", &f, err))) return rc;
+        if ((rc = al__gguf_get_float(g, K(k, arch, "rope.scaling.factor"), &f, err))) return rc;
         if (!(f >= 1 && f < 1e6))
             return al__err(err, AL_E_FORMAT, "%s: rope.scaling.factor %g is out of range", g->name,
                            f);
@@ -182,56 +221,64 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
                        "%s: token_embd.weight has dims [%lld, %lld], expected [%d, vocab]", g->name,
                        (long long)emb->ne[0], (long long)emb->ne[1], L->cfg.d_model);
     L->cfg.vocab = (int)emb->ne[1];
-    snprintf(L->cfg.arch, sizeof L->cfg.arch, "llama");
     L->cfg.rope.dim = L->cfg.d_head;
     L->cfg.rope.max_pos = L->cfg.n_ctx;
     L->cfg.tied = al__gguf_tensor_find(g, "output.weight") == NULL;
     L->cfg.bos_id = L->cfg.eos_id = -1;
-    return 0;
+    return strcmp(arch, "gemma2") == 0 ? read_gemma2(g, L, err) : 0;
 }
 
 static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
     int C = L->cfg.d_model, H = L->cfg.n_head, G = L->cfg.n_kv_head, d = L->cfg.d_head,
         F = L->cfg.d_ff, V = L->cfg.vocab;
     L->layers = al__calloc((size_t)L->cfg.n_layer, sizeof *L->layers, "llama layers", err);
-    int n_spec = 3 + 9 * L->cfg.n_layer;
+    int n_spec = 3 + 16 * L->cfg.n_layer;
     wspec *ws = al__calloc((size_t)n_spec, sizeof *ws, "llama weight list", err);
     if (!L->layers || !ws) {
         free(ws);
         return AL_E_NOMEM;
     }
+    const al__llama_config *c = &L->cfg;
     int n = 0, tied = al__gguf_tensor_find(g, "output.weight") == NULL;
+    int perm = strcmp(c->arch, "llama") == 0; /* only llama's converter permutes q/k rows */
     ws[n++] = (wspec){"token_embd.weight", 2, {C, V}, &L->tok_embd, 0};
     ws[n++] = (wspec){"output_norm.weight", 1, {C, 1}, &L->out_norm, 0};
     if (!tied) ws[n++] = (wspec){"output.weight", 2, {C, V}, &L->output, 0};
     for (int l = 0; l < L->cfg.n_layer; l++) {
         llama_layer *ly = &L->layers[l];
         struct {
-            const char *suffix;
-            int nd;
+            const char *name;
+            int on, nd;
             int64_t ne0, ne1;
             float **dst;
             int perm;
-        } t[9] = {
-            {"attn_norm", 1, C, 1, &ly->attn_norm, 0},
-            {"attn_q", 2, C, (int64_t)H * d, &ly->wq, H},
-            {"attn_k", 2, C, (int64_t)G * d, &ly->wk, G},
-            {"attn_v", 2, C, (int64_t)G * d, &ly->wv, 0},
-            {"attn_output", 2, (int64_t)H * d, C, &ly->wo, 0},
-            {"ffn_norm", 1, C, 1, &ly->ffn_norm, 0},
-            {"ffn_gate", 2, C, F, &ly->w_gate, 0},
-            {"ffn_up", 2, C, F, &ly->w_up, 0},
-            {"ffn_down", 2, F, C, &ly->w_down, 0},
+        } t[16] = {
+            {"attn_norm.weight", 1, 1, C, 1, &ly->attn_norm, 0},
+            {"attn_q.weight", 1, 2, C, (int64_t)H * d, &ly->wq, perm ? H : 0},
+            {"attn_q.bias", c->qkv_bias, 1, (int64_t)H * d, 1, &ly->bq, 0},
+            {"attn_k.weight", 1, 2, C, (int64_t)G * d, &ly->wk, perm ? G : 0},
+            {"attn_k.bias", c->qkv_bias, 1, (int64_t)G * d, 1, &ly->bk, 0},
+            {"attn_v.weight", 1, 2, C, (int64_t)G * d, &ly->wv, 0},
+            {"attn_v.bias", c->qkv_bias, 1, (int64_t)G * d, 1, &ly->bv, 0},
+            {"attn_output.weight", 1, 2, (int64_t)H * d, C, &ly->wo, 0},
+            {"post_attention_norm.weight", c->gemma, 1, C, 1, &ly->post_attn_norm, 0},
+            {"ffn_norm.weight", 1, 1, C, 1, &ly->ffn_norm, 0},
+            {"post_ffw_norm.weight", c->gemma, 1, C, 1, &ly->post_ffn_norm, 0},
+            {"ffn_gate.weight", 1, 2, C, F, &ly->w_gate, 0},
+            {"ffn_up.weight", 1, 2, C, F, &ly->w_up, 0},
+            {"ffn_down.weight", 1, 2, F, C, &ly->w_down, 0},
         };
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < 16; i++) {
+            if (!t[i].on) continue;
             wspec *w = &ws[n++];
-            snprintf(w->name, sizeof w->name, "blk.%d.%s.weight", l, t[i].suffix);
+            snprintf(w->name, sizeof w->name, "blk.%d.%s", l, t[i].name);
             w->n_dims = t[i].nd;
             w->ne[0] = t[i].ne0;
             w->ne[1] = t[i].ne1;
             w->dst = t[i].dst;
             w->permute_heads = t[i].perm;
         }
+        ly->window = c->alt_window && l % 2 ? 0 : c->window;
     }
     /* check everything (cheap) before allocating the float32 arena */
     int rc = 0;
