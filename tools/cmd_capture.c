@@ -65,33 +65,36 @@ static const char MASK_CONVENTION[] =
     "diagonal of each [L, L] array); encoders mask nothing";
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
-            "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
-            "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
-            "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
-            "\n"
-            "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
-            "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
-            "  q, k, v   [n_heads, L, d_head]  selected heads (k, v: the key/value head each\n"
-            "                                  query head reads)\n"
-            "  logits    [n_heads, L, L]       q.k / sqrt(d_head); masked entries -inf\n"
-            "  weights   [n_heads, L, L]       softmax rows; masked entries 0\n"
-            "  hidden    [L, d_model]          the layer input after its first norm\n"
-            "  embed     [L, d_model]          the model input (token + position embedding)\n"
-            "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
-            "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
-            "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
-            "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
-            "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
-            "  --tokens FILE      token ids separated by whitespace\n"
-            "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-            "                     the model's tokenizer\n"
-            "  --what LIST        default: weights\n"
-            "  --force            replace an earlier capture in DIR (atomically)\n"
-            "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
-            "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --json             print the manifest on stdout\n");
+    fprintf(
+        f,
+        "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
+        "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
+        "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
+        "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
+        "\n"
+        "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
+        "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
+        "  q, k, v   [n_heads, L, d_head]  selected heads (k, v: the key/value head each\n"
+        "                                  query head reads)\n"
+        "  logits    [n_heads, L, L]       q.k / sqrt(d_head); masked entries -inf\n"
+        "  weights   [n_heads, L, L]       softmax rows; masked entries 0\n"
+        "  hidden    [L, d_model]          the layer input after its first norm\n"
+        "  embed     [L, d_model]          the model input (token + position embedding)\n"
+        "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
+        "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
+        "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
+        "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
+        "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
+        "  --tokens FILE      token ids separated by whitespace\n"
+        "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+        "                     the model's tokenizer\n"
+        "  --what LIST        default: weights\n"
+        "  --force            replace an earlier capture in DIR (atomically)\n"
+        "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
+        "                     as tokenizer_config.json / the post-processor say); --eos likewise\n"
+        "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
+        "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
+        "  --json             print the manifest on stdout\n");
 }
 
 /* ---- SIGINT / SIGTERM ------------------------------------------------------------------------ */

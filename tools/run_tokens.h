@@ -33,11 +33,14 @@ int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, lo
                       const int32_t **out, al_error *err);
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
- * --length, --threads, --json, --allow-nonfinite. */
+ * --length, --threads, --json, --allow-nonfinite, --bos on|off, --eos on|off (whether the
+ * model's tokenizer adds BOS / EOS to a --corpus: tokenizer.json models; default: as
+ * tokenizer_config.json / the post-processor say). */
 typedef struct run_opts {
     const char *model, *tokens, *corpus;
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
+    int bos, eos; /* 0: as the files say, 1 on, 2 off */
 } run_opts;
 
 /* Reads argv[*i] (and its value, advancing *i) when it is one of the run options: returns 1

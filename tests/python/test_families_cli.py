@@ -99,3 +99,21 @@ def test_family_everywhere(tmp_path, book, name):
         assert r.returncode == 0, r.stderr
     r = test_llama.run_cli("diagnose", "--model", str(d), "--length", "16", "--out", str(tmp_path / "diag16"))
     assert r.returncode == 0, r.stderr
+
+
+def test_bos_switch(tmp_path, book):
+    """--bos on|off overrides what the files say (the template adds <s> here): one token more."""
+    d = tmp_path / "model"
+    cls, cfg, tk = make("mistral", book, d)
+    n = {}
+    for b in ("on", "off"):
+        r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+                               "--bos", b, "--json", check=True)
+        n[b] = json.loads(r.stdout)["n_tokens"]
+    r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16", "--json",
+                           check=True)
+    assert n["on"] == n["off"] + 1 == json.loads(r.stdout)["n_tokens"]
+    assert n["off"] == len(tk.encode(test_llama.corpus().decode("utf-8"), add_special_tokens=False).ids)
+    r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+                           "--bos", "maybe")
+    assert r.returncode == 2 and "expected on or off" in r.stderr
