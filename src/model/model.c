@@ -3,6 +3,7 @@
  * lives in model_core.c (which knows no family) and in each family's vtable. */
 #include "model.h"
 
+#include "gguf.h"
 #include "gptneox.h"
 
 #include <cjson/cJSON.h>
@@ -75,6 +76,18 @@ static void fix_name(al_model *m) {
     snprintf(m->info.name, sizeof m->info.name, "%s", *b ? b : "/");
 }
 
+/* Is the GGUF file at path of architecture gptneox? (Anything else, including an unreadable
+ * header, goes to the Llama-family reader, which reports it.) */
+static int gguf_is_neox(const char *path) {
+    al__gguf *g = NULL;
+    char arch[64] = "";
+    if (al__gguf_open(path, &g, NULL)) return 0;
+    int neox = !al__gguf_get_str(g, "general.architecture", arch, sizeof arch, NULL) &&
+               strcmp(arch, "gptneox") == 0;
+    al__gguf_close(g);
+    return neox;
+}
+
 int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     *out = NULL;
     if (!path_or_name || !*path_or_name)
@@ -105,7 +118,8 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     }
     if (S_ISREG(st.st_mode) && memcmp(magic, "GGUF", 4) == 0) {
         m->format = AL__FMT_GGUF;
-        rc = al__llama_open_gguf(m, path, err);
+        rc = gguf_is_neox(path) ? al__neox_open_gguf(m, path, err)
+                                : al__llama_open_gguf(m, path, err);
     } else if (S_ISREG(st.st_mode) && (al__le32(magic) == 20240326u || ends_with(path, ".bin"))) {
         m->format = AL__FMT_LLMC;
         rc = al__gpt2_open_llmc(m, path, err);

@@ -82,3 +82,62 @@ def test_gguf_family(tmp_path, arch):
     check(d)
     if arch == "gemma2":
         assert got["window"] == {0: 8, 1: 0, 2: 8}
+
+
+def convert_neox(hf_dir, cfg, out):
+    """As llama.cpp's GPTNeoXModel converter: query_key_value rows [H, 3, d] regrouped as
+    [q; k; v] blocks."""
+    w = gguf.GGUFWriter(str(out), "gptneox")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_rope_dimension_count(int(cfg.rotary_pct * cfg.hidden_size // cfg.num_attention_heads))
+    w.add_parallel_residual(cfg.use_parallel_residual)
+    w.add_layer_norm_eps(cfg.layer_norm_eps)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPTNEOX, cfg.num_hidden_layers)
+    H, C = cfg.num_attention_heads, cfg.hidden_size
+    for name, t in load_file(str(hf_dir / "model.safetensors")).items():
+        if name.endswith(("attention.bias", "attention.masked_bias", "inv_freq")):
+            continue
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert new, name
+        t = t.astype(np.float32)
+        if "query_key_value" in name:
+            t = t.reshape((H, 3, C // H) + t.shape[1:])
+            t = np.concatenate([t[:, i].reshape((C,) + t.shape[3:]) for i in range(3)])
+        w.add_tensor(new, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_gguf_gptneox(tmp_path, parallel):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    import test_llama
+    cfg = GPTNeoXConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5,
+                        use_parallel_residual=parallel)
+    d = tmp_path / "hf"
+    hf_ref.build(GPTNeoXForCausalLM, cfg, d)
+    g = tmp_path / "tiny-gptneox.gguf"
+    convert_neox(d, cfg, g)
+    ids = tokens(40, cfg.vocab_size)
+    ref, out = hf_ref.reference(d, GPTNeoXForCausalLM, ids)
+    m = test_llama.CModel(g)
+    try:
+        got = m.forward(ids, what=("hidden", "weights"), logits=True, final=True)
+        assert m.info.family == b"gpt_neox"
+    finally:
+        m.close()
+    L = cfg.num_hidden_layers
+    res = {"hidden": max(float(np.abs(got["hidden"][l] - hf_ref.first_norm(ref, l)(out.hidden_states[l])[0].numpy()).max())
+                         for l in range(L)),
+           "weights": max(float(np.abs(got["weights"][l] - out.attentions[l][0].numpy()).max()) for l in range(L)),
+           "final": float(np.abs(got["final"] - out.hidden_states[-1][0].numpy()).max())}
+    lg = out.logits[0].numpy()
+    res["logits"] = float(np.abs(got["logits"] - lg).max() / np.abs(lg).max())
+    check(res)

@@ -17,6 +17,7 @@
  * Old checkpoints' attention.bias / masked_bias / rotary_emb.inv_freq buffers are ignored. */
 #include "gptneox.h"
 
+#include "gguf.h"
 #include "hf_config.h"
 #include "ops.h"
 #include "safetensors.h"
@@ -434,6 +435,168 @@ int al__neox_open_hf(al_model *m, const char *path, al_error *err) {
     }
     free(s);
     al__st_close(st);
+    if (rc) neox_free(N);
+    return rc;
+}
+
+/* ---- GGUF (architecture gptneox)
+ * ------------------------------------------------------------------ Keys gptneox.{block_count,
+ * context_length, embedding_length, feed_forward_length, attention.head_count,
+ * attention.layer_norm_epsilon, rope.dimension_count (the rotary dims), rope.freq_base,
+ * use_parallel_residual}; tensors token_embd, blk.N.{attn_norm, attn_qkv, attn_output, ffn_norm,
+ * ffn_up, ffn_down}.{weight, bias}, output_norm, output. llama.cpp's converter stores attn_qkv as
+ * [q; k; v] blocks already (no per-head split at load); exact GELU. */
+static int neox_gguf_hparams(const al__gguf *g, al__neox_config *c, al_error *err) {
+    struct {
+        const char *key;
+        int64_t lo, hi;
+        int *dst;
+    } ints[] = {{"gptneox.block_count", 1, 1024, &c->n_layer},
+                {"gptneox.context_length", 1, 1 << 20, &c->n_ctx},
+                {"gptneox.embedding_length", 2, 65536, &c->d_model},
+                {"gptneox.feed_forward_length", 1, 1 << 20, &c->d_ff},
+                {"gptneox.attention.head_count", 1, 4096, &c->n_head},
+                {"gptneox.rope.dimension_count", 2, 1024, &c->rope.dim}};
+    int64_t v;
+    int rc;
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        if ((rc = al__gguf_get_int(g, ints[i].key, ints[i].lo, ints[i].hi, &v, err))) return rc;
+        *ints[i].dst = (int)v;
+    }
+    c->parallel = 1, c->bias = 1, c->eps = 1e-5, c->rope.base = 10000, c->rope.factor = 1;
+    if (al__gguf_find(g, "gptneox.use_parallel_residual")) {
+        if ((rc = al__gguf_get_int(g, "gptneox.use_parallel_residual", 0, 1, &v, err))) return rc;
+        c->parallel = (int)v;
+    }
+    double f;
+    if (al__gguf_find(g, "gptneox.attention.layer_norm_epsilon")) {
+        if ((rc = al__gguf_get_float(g, "gptneox.attention.layer_norm_epsilon", &f, err)))
+            return rc;
+        if (!(f > 0 && f < 1)) return al__err(err, AL_E_FORMAT, "%s: epsilon %g", g->name, f);
+        c->eps = f;
+    }
+    if (al__gguf_find(g, "gptneox.rope.freq_base")) {
+        if ((rc = al__gguf_get_float(g, "gptneox.rope.freq_base", &f, err))) return rc;
+        if (!(f > 1 && f < 1e12)) return al__err(err, AL_E_FORMAT, "%s: freq_base %g", g->name, f);
+        c->rope.base = f;
+    }
+    if (c->d_model % c->n_head)
+        return al__err(err, AL_E_FORMAT, "%s: embedding_length %d is not a multiple of %d heads",
+                       g->name, c->d_model, c->n_head);
+    c->d_head = c->d_model / c->n_head;
+    if (c->rope.dim % 2 || c->rope.dim > c->d_head)
+        return al__err(err, AL_E_FORMAT, "%s: rope.dimension_count %d for heads of %d", g->name,
+                       c->rope.dim, c->d_head);
+    c->rotary_pct = (double)c->rope.dim / c->d_head, c->rope.max_pos = c->n_ctx;
+    const al__gguf_tensor *e = al__gguf_tensor_find(g, "token_embd.weight");
+    if (!e || e->n_dims != 2 || e->ne[0] != c->d_model || e->ne[1] < 1 || e->ne[1] > (1 << 24))
+        return al__err(err, AL_E_FORMAT, "%s: token_embd.weight missing or not [%d, vocab]",
+                       g->name, c->d_model);
+    c->vocab = (int)e->ne[1];
+    c->tied = al__gguf_tensor_find(g, "output.weight") == NULL;
+    return 0;
+}
+
+static int neox_gguf_weights(al_model *m, const al__gguf *g, neox *N, al_error *err) {
+    const al__neox_config *c = &N->cfg;
+    int64_t C = c->d_model, F = c->d_ff, V = c->vocab;
+    int cap = 4 + 12 * c->n_layer, n = 0;
+    nspec *s = al__calloc((size_t)cap, sizeof *s, "weight list", err);
+    if (!s) return AL_E_NOMEM;
+    s[n++] = (nspec){"token_embd.weight", 2, {C, V}, &N->embed};
+    s[n++] = (nspec){"output_norm.weight", 1, {C, 1}, &N->lnf_w};
+    s[n++] = (nspec){"output_norm.bias", 1, {C, 1}, &N->lnf_b};
+    if (!c->tied) s[n++] = (nspec){"output.weight", 2, {C, V}, &N->out};
+    for (int l = 0; l < c->n_layer; l++) {
+        neox_layer *y = &N->layers[l];
+        struct {
+            const char *suffix;
+            int nd;
+            int64_t ne0, ne1;
+            float **dst;
+        } t[12] = {
+            {"attn_norm.weight", 1, C, 1, &y->ln1_w},   {"attn_norm.bias", 1, C, 1, &y->ln1_b},
+            {"ffn_norm.weight", 1, C, 1, &y->ln2_w},    {"ffn_norm.bias", 1, C, 1, &y->ln2_b},
+            {"attn_qkv.weight", 2, C, 3 * C, &y->wqkv}, {"attn_qkv.bias", 1, 3 * C, 1, &y->bqkv},
+            {"attn_output.weight", 2, C, C, &y->wo},    {"attn_output.bias", 1, C, 1, &y->bo},
+            {"ffn_up.weight", 2, C, F, &y->w1},         {"ffn_up.bias", 1, F, 1, &y->b1},
+            {"ffn_down.weight", 2, F, C, &y->w2},       {"ffn_down.bias", 1, C, 1, &y->b2},
+        };
+        for (int i = 0; i < 12; i++) {
+            nspec *w = &s[n++];
+            snprintf(w->name, sizeof w->name, "blk.%d.%s", l, t[i].suffix);
+            w->ndim = t[i].nd, w->shape[0] = t[i].ne0, w->shape[1] = t[i].ne1, w->dst = t[i].dst;
+        }
+    }
+    size_t total = 0, each;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (!al__mul_ok((size_t)s[i].shape[0], (size_t)s[i].shape[1], &each) ||
+            !al__add_ok(total, each, &total) || !al__mul_ok(total, sizeof(float), &each))
+            rc = al__err(err, AL_E_NOMEM, "%s: the weights' size overflows", g->name);
+    if (!rc && !(N->arena = al__malloc_aligned(total * sizeof(float), "weights", err)))
+        rc = AL_E_NOMEM;
+    float *p = N->arena;
+    for (int i = 0; i < n && !rc; i++) {
+        size_t k = (size_t)(s[i].shape[0] * s[i].shape[1]), bad = 0, first = 0;
+        rc = al__gguf_load_f32(g, s[i].name, s[i].ndim, s[i].shape, p, err);
+        for (size_t e = 0; !rc && e < k; e++)
+            if (!isfinite(p[e]) && !bad++) first = e;
+        if (bad) al__model_warn_nonfinite(m, g->name, s[i].name, bad, first);
+        *s[i].dst = p;
+        p += k;
+    }
+    if (!rc && c->tied) N->out = N->embed;
+    free(s);
+    return rc;
+}
+
+static int neox_gguf_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "weights", err);
+}
+
+static int neox_gguf_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    return al__err(err, AL_E_UNSUPPORTED,
+                   "%s: the tokenizer of a gptneox GGUF is not read (use the HF directory)",
+                   m->info.path);
+}
+
+static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
+                                                 .architecture = neox_architecture,
+                                                 .destroy = neox_destroy,
+                                                 .tokenizer = neox_gguf_tokenizer,
+                                                 .files = neox_gguf_files};
+
+int al__neox_open_gguf(al_model *m, const char *path, al_error *err) {
+    m->impl = NULL;
+    neox *N = al__calloc(1, sizeof *N, "gpt_neox model", err);
+    if (!N) return AL_E_NOMEM;
+    al__gguf *g = NULL;
+    int rc = al__gguf_open(path, &g, err);
+    if (!rc) rc = neox_gguf_hparams(g, &N->cfg, err);
+    if (!rc && !(N->layers = al__calloc((size_t)N->cfg.n_layer, sizeof *N->layers, "layers", err)))
+        rc = AL_E_NOMEM;
+    if (!rc) rc = neox_gguf_weights(m, g, N, err);
+    if (!rc) {
+        al_model_info *in = &m->info;
+        const al__neox_config *c = &N->cfg;
+        snprintf(in->family, sizeof in->family, "gpt_neox");
+        snprintf(in->name, sizeof in->name, "gptneox");
+        if (al__gguf_find(g, "general.name"))
+            al__gguf_get_str(g, "general.name", in->name, sizeof in->name, NULL);
+        snprintf(in->path, sizeof in->path, "%s", path);
+        const al__gguf_tensor *q = al__gguf_tensor_find(g, "blk.0.attn_qkv.weight");
+        snprintf(in->dtype, sizeof in->dtype, "%s", q ? al__ggml_type_name(q->type) : "f32");
+        for (char *p = in->dtype; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        in->n_layer = c->n_layer, in->n_head = c->n_head, in->n_kv_head = c->n_head;
+        in->d_model = c->d_model, in->d_head = c->d_head, in->d_ff = c->d_ff;
+        in->n_ctx = c->n_ctx, in->vocab_size = c->vocab, in->causal = 1, in->n_params = 0;
+        for (int64_t i = 0; i < g->n_tensors; i++) in->n_params += g->tensors[i].n_elem;
+        m->vt = &neox_gguf_vtable;
+        m->impl = N;
+    }
+    al__gguf_close(g);
     if (rc) neox_free(N);
     return rc;
 }

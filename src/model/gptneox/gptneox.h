@@ -20,5 +20,6 @@ typedef struct al__neox_config {
 int al__neox_config_parse(const char *text, size_t len, const char *name, al__neox_config *c,
                           al_error *err);
 int al__neox_open_hf(al_model *m, const char *path, al_error *err);
+int al__neox_open_gguf(al_model *m, const char *path, al_error *err); /* arch gptneox */
 
 #endif
