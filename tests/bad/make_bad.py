@@ -427,6 +427,9 @@ llama_dir("unknown_rope", dict(LC, rope_scaling={"rope_type": "longrope", "facto
 llama_dir("bad_heads", dict(LC, num_key_value_heads=3, num_attention_heads=2))
 llama_dir("window_too_large", dict(LC, model_type="mistral", sliding_window=64))
 llama_dir("bad_act", dict(LC, hidden_act="gelu"))
+llama_dir("neox_odd_rotary", {"model_type": "gpt_neox", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12,
+                              "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 16,
+                              "rotary_pct": 0.75})
 llama_dir("zero_softcap", dict(LC, model_type="gemma2", head_dim=4, sliding_window=8, query_pre_attn_scalar=4,
                                attn_logit_softcapping=0.0, hidden_activation="gelu_pytorch_tanh"))
 TOK = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": None, "post_processor": None,
