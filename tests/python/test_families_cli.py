@@ -78,7 +78,7 @@ def test_family_everywhere(tmp_path, book, name):
     assert arch["architecture"] == name and len(arch["kv_head_of_query_head"]) == 4
     ref = cls.from_pretrained(str(d), torch_dtype=torch.float64, attn_implementation="eager")
     L = 32
-    toks = tk.encode(book, add_special_tokens=False).ids[:L]
+    toks = tk.encode(book[:5000], add_special_tokens=False).ids[:L]
     with torch.no_grad():
         loss = ref(torch.tensor([toks]), labels=torch.tensor([toks]), use_cache=False).loss.item()
     tokfile = tmp_path / "toks.txt"
@@ -91,6 +91,18 @@ def test_family_everywhere(tmp_path, book, name):
                            "--out", str(tmp_path / "cap"), check=True)
     man = json.loads((tmp_path / "cap" / "manifest.json").read_text())
     assert man["model"]["architecture"]["architecture"] == name
+    what = "logits,weights" + (",logits_precap" if name == "gemma2" else "")
+    r = test_llama.run_cli("capture", "--model", str(d), "--corpus", "war-and-peace", "--length", "24",
+                           "--what", what, "--out", str(tmp_path / "capw"), check=True)
+    for l in range(2):  # the windowed rows' masks as the capture writes them
+        win = 0 if (name == "gemma2" and l % 2) else W
+        z = np.load(tmp_path / "capw" / ("layer%d.logits.npy" % l))
+        vis = np.array([[j <= t and (not win or j > t - win) for j in range(24)] for t in range(24)])
+        assert np.all(np.isneginf(z[:, ~vis])) and np.all(np.isfinite(z[:, vis]))
+        if name == "gemma2":
+            pre = np.load(tmp_path / "capw" / ("layer%d.logits_precap.npy" % l))
+            cap = cfg.attn_logit_softcapping
+            assert np.allclose(z[:, vis], cap * np.tanh(pre[:, vis] / cap), atol=1e-5)
     # reproduce / diagnose: a window shorter than L is refused, named; a long enough one runs
     r = test_llama.run_cli("diagnose", "--model", str(d), "--length", "32", "--out", str(tmp_path / "diag"))
     if W and W < 32:
