@@ -61,7 +61,7 @@ CAPTURES = {name: 1 << i for i, name in enumerate(_CAP_ARRAYS)}  # AL_CAP_* flag
 CAPTURES["logits_precap"] = 1 << 12  # Gemma 2: the logits before attention-logit soft-capping
 
 
-class _Capture(_c.Structure):  # al_capture, 112 bytes
+class _Capture(_c.Structure):  # al_capture, 136 bytes
     _fields_ = [(f, _c.c_int) for f in ("layer", "T", "n_head", "n_kv_head", "d_head", "d_model",
                                         "causal", "n_sel")] + \
                [("heads", _c.POINTER(_c.c_int)), ("kv_head", _c.POINTER(_c.c_int))] + \
