@@ -13,6 +13,7 @@
 #ifndef ATTNLIM_H
 #define ATTNLIM_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,14 @@ typedef struct al_error {
 } al_error;
 
 const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
+/* The one error formatter: sets err (if not NULL) to code and the printf-formatted message,
+ * truncated to fit; returns code. al_error_vset takes a va_list. */
+int al_error_set(al_error *err, al_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap);
 
 /* ==== Arrays and NumPy .npy files ========================================================= */
 
@@ -536,6 +545,63 @@ typedef struct al_capture_request {
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                      float *logits, float *final_hidden, al_error *err);
 
+/* ---- Part: attention variants inside the forward (src/model/attn_variant.c) ---- */
+
+/* Which keys each query row keeps before it is normalised. A row of n visible keys (causal:
+ * n = t + 1) in a window of L tokens keeps min(n, K) keys, K =
+ *   topk:K        K (an integer >= 1)
+ *   topk-frac:F   ceil(F L), F in (0, 1]
+ *   topk-sqrt:C   ceil(C sqrt(n)), C > 0
+ *   topk-log:C    ceil(C ln n), C > 0 (and at least 1)
+ * (each ceil taken of x - 1e-9, so that a product landing on an integer stays there); the kept
+ * keys are those of the K largest logits, ties at the K-th logit broken toward the lower index
+ * (METHOD section 3's rule). The others get weight 0. */
+typedef enum al_attn_rule {
+    AL_ATTN_DENSE = 0,
+    AL_ATTN_TOPK,
+    AL_ATTN_TOPK_FRAC,
+    AL_ATTN_TOPK_SQRT,
+    AL_ATTN_TOPK_LOG,
+} al_attn_rule;
+
+typedef struct al_attn_variant {
+    al_attn_rule rule;
+    double param; /* K, F or C (unused for dense) */
+    al_norm norm; /* over the kept logits (n = the kept count: ssmax's scale is s ln(kept)) */
+    const uint8_t *layers; /* [n_layer] non-zero = modified; NULL = every layer */
+    const uint8_t *heads;  /* [n_head] non-zero = modified (query heads); NULL = every head */
+} al_attn_variant;
+
+/* "dense", "topk:K", "topk-frac:F", "topk-sqrt:C", "topk-log:C" into rule and param (other fields
+ * untouched). */
+int al_attn_rule_parse(const char *spec, al_attn_variant *v, al_error *err);
+/* "softmax", "sparsemax", "entmax15", "entmax[:A]" (A > 1, default 1.5), "ssmax[:S]" (S > 0,
+ * default 0.43) into *out (temperature 1). */
+int al_attn_norm_parse(const char *spec, al_norm *out, al_error *err);
+/* The spellings parse reads back: "topk:16", "topk-frac:0.0625", "entmax:1.3", "ssmax:0.43". */
+void al_attn_rule_name(const al_attn_variant *v, char *buf, size_t cap);
+void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap);
+/* Keys kept of a row of n >= 1 visible keys in a window of L tokens (1..n). */
+int al_attn_kept(const al_attn_variant *v, int n, int L);
+/* Every later forward of m uses v (copied, masks included; NULL, or dense with softmax: the
+ * model's own attention). Families with a causal LM head (gpt2, llama) support it; others are
+ * AL_E_UNSUPPORTED. A mask shorter than the model is the caller's bug: give n_layer / n_head. */
+int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err);
+/* The variant in force (NULL when the model's own attention runs). */
+const al_attn_variant *al_model_get_attention(const al_model *m);
+
+/* A variant as the command lines give it (every field optional: all zero = the model's own). */
+typedef struct al_attn_spec {
+    const char *rule;       /* al_attn_rule_parse spelling; NULL = dense */
+    const char *normalizer; /* al_attn_norm_parse spelling; NULL = softmax */
+    const int *layers;      /* [n_layers] layer indices modified; NULL = every layer */
+    int n_layers;
+    const int *heads; /* [n_heads] query head indices modified; NULL = every head */
+    int n_heads;
+} al_attn_spec;
+/* Parses s, checks the indices against m (an error names the one outside) and sets it. */
+int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err);
+
 /* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
  * src/makemodel.c) ---- */
 
@@ -664,6 +730,7 @@ typedef struct al_repro_opts {
                                  * (T on q.k, the paper's axis) */
     int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
                                  * (T, eps, head, row), the paper's Algorithm 5) */
+    al_attn_spec attention;     /* the attention inside the forward (zero: the model's own) */
 } al_repro_opts;
 
 void al_repro_defaults(al_repro_opts *o);
@@ -684,6 +751,7 @@ typedef struct al_diag_opts {
     int window;
     int threads;
     const char *normalizer; /* NULL = softmax */
+    al_attn_spec attention; /* the attention inside the forward (zero: the model's own) */
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64
@@ -692,6 +760,37 @@ typedef struct al_diag_opts {
  * token 0 > 0.5). *json (malloc'ed) receives the report as JSON text; with out_dir,
  * diagnose.json and diagnose.md are written there too. */
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
+
+/* `attnlim guidelines`: the paper's guidelines tested in the model's loss (docs/guidelines.md).
+ * For each L: the mean next-token NLL over windows 0..K-1 of the unmodified model, of top-k
+ * attention at each fixed k < L and at each rule, and of each normalizer (in every layer);
+ * the smallest fixed k within 1% and 5% of the dense NLL, as k / L, with fitted rules; the KS
+ * critical N of `attnlim reproduce` beside it; entropy and N_s/N per layer of the modified
+ * models. Every NULL grid is the default. */
+typedef struct al_guide_opts {
+    const char *model;     /* path or known name (required) */
+    const char *corpus;    /* NULL: war-and-peace */
+    const char *data_path; /* explicit data location, or NULL */
+    const char *out_dir;   /* guidelines.json, guidelines.csv, monitoring.csv, figures, .md */
+    int windows;           /* K >= 1 (0: 4) */
+    const int *lengths;    /* [n_lengths]; NULL: 128, 256, 512, 1024 and 2048 when the context
+                            * allows */
+    int n_lengths;
+    const int *k; /* [n_k] fixed k (only k < L is run); NULL: 1, 2, 4, ..., 512 */
+    int n_k;
+    const char *const *rules; /* [n_rules] al_attn_rule_parse spellings; NULL: topk-frac:0.06,
+                               * topk-sqrt:1, topk-sqrt:2, topk-log:2, topk-log:4 */
+    int n_rules;
+    const char *const *normalizers; /* [n_normalizers] al_attn_norm_parse spellings; NULL:
+                                     * sparsemax, entmax15, entmax:1.25, ssmax */
+    int n_normalizers;
+    const char *reproduce_dir; /* a reproduce OUT (results.json) of the same model: critical N */
+    int monitor_length;        /* L of the per-layer monitoring (0: the largest L <= 1024;
+                                * -1: off) */
+    int monitor_n;             /* N of N_s/N (0: 16) */
+    int resume, progress, quiet, threads;
+} al_guide_opts;
+int al_guidelines(const al_guide_opts *o, al_error *err);
 
 /* ---- Part: several processes (MPI) (owner: src/dist.c) ---- */
 

@@ -264,9 +264,13 @@ static void test_verdict_critical_n(void **state) {
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "holds");
     assert_non_null(strstr(find(&s, "critical_n")->measured, "L=512: 32"));
-    s.a3_slope[0] = 0.2; /* outside 0.03-0.12 */
+    c01[2] = 128; /* N_crit / L = 128 / 512 = 0.25 > 0.12 at one length: judged per L */
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "does not hold");
+    c01[2] = 32;
+    s.a3_slope[0] = 0.2; /* the fitted slope is reported beside, never judged */
+    al__ex_verdicts(&s);
+    expect(&s, "critical_n", "holds");
     c01[1] = c01[2] = -1; /* reached at one length only */
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "not testable on this model");

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "stats.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -258,6 +258,91 @@ static void test_model_gradients(void **state) {
     }
 }
 
+/* ---- attention past one block of rows (T > 64) --------------------------------------------- */
+
+/* sum_{b,t,c} R[b,t,c] out[b,t,c] of a float64 attention on qkv [B T, 3C] (library forward) */
+static double attn_obj(const al_norm *nm0, const double *qkv, const double *R, const double *s,
+                       int B, int T, int H, int C) {
+    const int d = C / H;
+    double total = 0, *z = malloc((size_t)T * 8), *p = malloc((size_t)T * 8);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * d;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * d;
+                    z[j] = 0;
+                    for (int e = 0; e < d; e++) z[j] += q[e] * k[e] / sqrt((double)d);
+                }
+                al_norm nm = *nm0;
+                if (s) nm.ssmax_s = s[h];
+                al_error e = {0};
+                assert_int_equal(al_norm_forward(&nm, z, t + 1, p, &e), 0);
+                for (int c = 0; c < d; c++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++)
+                        o += p[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * d + c];
+                    total += R[((size_t)b * T + t) * C + h * d + c] * o;
+                }
+            }
+    free(z), free(p);
+    return total;
+}
+
+static void test_attention_blocks(void **state) {
+    (void)state;
+    const int B = 1, T = 150, H = 2, C = 16; /* three blocks of rows, the last partial */
+    int which[4] = {0, 2, 4, 6};             /* softmax, sparsemax, entmax 1.3, ssmax learnable */
+    for (int w = 0; w < 4; w++) {
+        const normcase *nc = &cases[which[w]];
+        al__tr_cfg c = {1, H, C, T, 13, nc->nm, nc->learn};
+        al__tr_model *m = NULL;
+        al_error e = {0};
+        assert_int_equal(al__tr_model_new(&c, B, T, &m, &e), 0);
+        al__rng r;
+        al__rng_seed(&r, 31 + (uint64_t)w);
+        size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+        float *qkv = malloc(nq * 4), *out = malloc(no * 4), *dout = malloc(no * 4);
+        float *dqkv = malloc(nq * 4), s[2] = {0.7f, 1.1f};
+        double *qd = malloc(nq * 8), *R = malloc(no * 8), sd[2] = {0.7, 1.1};
+        for (size_t i = 0; i < nq; i++) qkv[i] = (float)(1.5 * al__rng_normal(&r)), qd[i] = qkv[i];
+        for (size_t i = 0; i < no; i++) dout[i] = (float)al__rng_normal(&r), R[i] = dout[i];
+        const float *sp = nc->nm.kind == AL_NORM_SSMAX ? s : NULL;
+        const double *sdp = sp ? sd : NULL;
+        assert_int_equal(al__tr_attn_forward(m, qkv, m->acts.z, m->acts.p, out, sp, &e), 0);
+        double got = 0;
+        for (size_t i = 0; i < no; i++) got += R[i] * out[i];
+        double want = attn_obj(&nc->nm, qd, R, sdp, B, T, H, C);
+        if (fabs(got - want) > 1e-4 * (1 + fabs(want)))
+            fail_msg("%s: attention output objective %.9g, float64 %.9g", nc->name, got, want);
+        assert_int_equal(al__tr_attn_backward(m, qkv, m->acts.z, m->acts.p, dout, dqkv, sp, &e), 0);
+        for (int k = 0; k < 8; k++) { /* sampled entries of q, k and v */
+            size_t i = (size_t)(al__rng_next(&r) % nq);
+            double keep = qd[i], h = 1e-5;
+            qd[i] = keep + h;
+            double fp = attn_obj(&nc->nm, qd, R, sdp, B, T, H, C);
+            qd[i] = keep - h;
+            double fm = attn_obj(&nc->nm, qd, R, sdp, B, T, H, C);
+            qd[i] = keep;
+            double fd = (fp - fm) / (2 * h);
+            if (fabs(dqkv[i] - fd) > 2e-3 * (1 + fabs(fd)))
+                fail_msg("%s: d qkv[%zu] = %.9g, finite difference %.9g", nc->name, i, dqkv[i], fd);
+        }
+        if (sp) { /* dL/ds of head 1 from the sequences' sums */
+            double ds = m->acts.ds_bh[1], h = 1e-5;
+            sd[1] = 1.1 + h;
+            double fp = attn_obj(&nc->nm, qd, R, sd, B, T, H, C);
+            sd[1] = 1.1 - h;
+            double fm = attn_obj(&nc->nm, qd, R, sd, B, T, H, C);
+            sd[1] = 1.1;
+            if (fabs(ds - (fp - fm) / (2 * h)) > 2e-3 * (1 + fabs(ds)))
+                fail_msg("ssmax: ds %.9g, finite difference %.9g", ds, (fp - fm) / (2 * h));
+        }
+        free(qkv), free(out), free(dout), free(dqkv), free(qd), free(R);
+        al__tr_model_free(m);
+    }
+}
+
 /* ---- optimizer ---------------------------------------------------------------------------- */
 
 static void test_adamw(void **state) {
@@ -379,9 +464,10 @@ static void test_bad_config(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_backward),  cmocka_unit_test(test_model_gradients),
-        cmocka_unit_test(test_adamw),         cmocka_unit_test(test_overfit),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_row_backward), cmocka_unit_test(test_model_gradients),
+        cmocka_unit_test(test_adamw),        cmocka_unit_test(test_attention_blocks),
+        cmocka_unit_test(test_overfit),      cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

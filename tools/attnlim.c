@@ -17,6 +17,8 @@ static const command *commands(size_t *n) {
          "run the paper's Algorithms 1-5 and write figures and a report"},
         {"diagnose", cmd_diagnose,
          "per-head health report of a model (entropy, N_s/N, Jacobian norm)"},
+        {"guidelines", cmd_guidelines,
+         "top-k attention and normalizers inside the forward, scored by NLL (the paper's advice)"},
         {"demo", cmd_demo,
          "normalizers side by side and Jacobian norms against T on synthetic logits"},
         {"normalize", cmd_normalize, "map logits to weights with a normalizer"},

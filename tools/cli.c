@@ -24,46 +24,33 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-static int set_err(al_error *err, al_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int set_err(al_error *err, al_code code, const char *fmt, ...) {
-    if (err) {
-        err->code = code;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return (int)code;
-}
-
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err) {
-    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty value", what);
+    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty value", what);
     double v = 0;
     int under = 0, why = al__number_token(s, &v, &under);
     if (why == AL__NUM_HEX)
-        return set_err(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)", what,
-                       s);
+        return al_error_set(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)",
+                            what, s);
     if (why == AL__NUM_NONFINITE)
-        return set_err(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)", what,
-                       s);
+        return al_error_set(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)",
+                            what, s);
     if (why == AL__NUM_OVERFLOW || under)
-        return set_err(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)",
-                       what, s);
-    if (why) return set_err(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
+        return al_error_set(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)",
+                            what, s);
+    if (why) return al_error_set(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
     *out = v;
     return 0;
 }
 
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err) {
-    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty value", what);
+    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty value", what);
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (*end != 0 || end == s)
-        return set_err(err, AL_E_INVALID, "%s: '%s' is not an integer", what, s);
+        return al_error_set(err, AL_E_INVALID, "%s: '%s' is not an integer", what, s);
     if (errno == ERANGE || v < lo || v > hi)
-        return set_err(err, AL_E_RANGE, "%s: %s is outside %ld..%ld", what, s, lo, hi);
+        return al_error_set(err, AL_E_RANGE, "%s: %s is outside %ld..%ld", what, s, lo, hi);
     *out = v;
     return 0;
 }
@@ -74,10 +61,10 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
                     al_error *err) {
     char *e;
     if (*p == ',' || *p == 0)
-        return set_err(err, AL_E_INVALID, "%s: item %d is empty (%s)", what, item,
-                       *p == 0     ? "a comma at the end"
-                       : item == 1 ? "a comma at the start"
-                                   : "two commas in a row");
+        return al_error_set(err, AL_E_INVALID, "%s: item %d is empty (%s)", what, item,
+                            *p == 0     ? "a comma at the end"
+                            : item == 1 ? "a comma at the start"
+                                        : "two commas in a row");
     errno = 0;
     *a = strtol(p, &e, 10);
     if (e == p) goto bad;
@@ -90,8 +77,8 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
         if (e == q) goto bad;
         if (errno == ERANGE) goto big;
         if (*b < *a)
-            return set_err(err, AL_E_INVALID, "%s: item %d: the range %ld-%ld runs backwards", what,
-                           item, *a, *b);
+            return al_error_set(err, AL_E_INVALID, "%s: item %d: the range %ld-%ld runs backwards",
+                                what, item, *a, *b);
     }
     if (*e != ',' && *e != 0) goto bad;
     if (*a < -2147483647L || *b > 2147483647L) goto big;
@@ -100,18 +87,18 @@ static int int_item(const char *p, const char *what, int item, long *a, long *b,
 bad:;
     const char *stop = p;
     while (*stop && *stop != ',') stop++;
-    return set_err(
+    return al_error_set(
         err, AL_E_INVALID,
         "%s: item %d, '%.*s', is not an integer N or a range N-M (e.g. 1,5,10 or 1-16,18)", what,
         item, (int)(stop - p > 64 ? 64 : stop - p), p);
 big:
-    return set_err(err, AL_E_RANGE, "%s: item %d is outside the int range", what, item);
+    return al_error_set(err, AL_E_RANGE, "%s: item %d is outside the int range", what, item);
 }
 
 int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err) {
     *out = NULL;
     *n = 0;
-    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty list", what);
+    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty list", what);
     /* first pass: check every item and the expanded length (before any allocation) */
     long long total = 0;
     int item = 1;
@@ -122,14 +109,14 @@ int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_er
         if (rc) return rc;
         total += (long long)b - a + 1;
         if (total > CLI_MAX_LIST)
-            return set_err(err, AL_E_RANGE,
-                           "%s: the list expands to more than %d entries (item %d%s%ld-%ld)", what,
-                           CLI_MAX_LIST, item, a == b ? "" : ", the range ", a, b);
+            return al_error_set(err, AL_E_RANGE,
+                                "%s: the list expands to more than %d entries (item %d%s%ld-%ld)",
+                                what, CLI_MAX_LIST, item, a == b ? "" : ", the range ", a, b);
         if (*end == 0) break;
         p = end + 1;
     }
     int *v = malloc((size_t)total * sizeof *v);
-    if (!v) return set_err(err, AL_E_NOMEM, "%s: out of memory", what);
+    if (!v) return al_error_set(err, AL_E_NOMEM, "%s: out of memory", what);
     size_t cnt = 0;
     for (const char *p = s;;) {
         long a = 0, b = -1;
@@ -147,13 +134,13 @@ int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_er
 int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err) {
     *out = NULL;
     *n = 0;
-    if (!s || !*s) return set_err(err, AL_E_INVALID, "%s: empty list", what);
+    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty list", what);
     al_array a;
     int rc = cli_parse_numbers(s, strlen(s), what, &a, err);
     if (rc) return rc;
     if (a.ndim != 1) {
         al_array_free(&a);
-        return set_err(err, AL_E_INVALID, "%s: expected one list of numbers", what);
+        return al_error_set(err, AL_E_INVALID, "%s: expected one list of numbers", what);
     }
     *out = a.data; /* f64, malloc'ed (posix_memalign: free() is fine) */
     *n = (int)a.shape[0];
@@ -173,7 +160,7 @@ int cli_parse_numbers(const char *text, size_t len, const char *name, al_array *
 static int parse_flat(const char *text, size_t len, const char *name, al_array *out,
                       al_error *err) {
     char *t = malloc(len + 1);
-    if (!t) return set_err(err, AL_E_NOMEM, "%s: out of memory", name);
+    if (!t) return al_error_set(err, AL_E_NOMEM, "%s: out of memory", name);
     for (size_t i = 0; i < len; i++) t[i] = text[i] == '\n' ? ' ' : text[i];
     t[len] = 0;
     int rc = cli_parse_numbers(t, len, name, out, err);
@@ -223,17 +210,17 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
     }
     int ferr = ferror(f);
     if (f != stdin) fclose(f);
-    if (!buf) return set_err(err, AL_E_NOMEM, "%s: out of memory reading", name);
+    if (!buf) return al_error_set(err, AL_E_NOMEM, "%s: out of memory reading", name);
     if (ferr) {
         free(buf);
-        return set_err(err, AL_E_IO, "%s: read error", name);
+        return al_error_set(err, AL_E_IO, "%s: read error", name);
     }
     buf[n] = 0;
     int rc;
     if (n == 0) {
         free(buf);
-        return set_err(err, AL_E_INVALID, "%s: empty %s", name,
-                       strcmp(name, "<stdin>") ? "file" : "input");
+        return al_error_set(err, AL_E_INVALID, "%s: empty %s", name,
+                            strcmp(name, "<stdin>") ? "file" : "input");
     }
     /* .npy: by the name, by the first byte (a text file cannot start with 0x93), or by bytes no
      * text of numbers holds (NUL and other control characters): a bad magic is named as such */
@@ -256,8 +243,8 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
             int64_t cnt = al_array_numel(out);
             for (int64_t i = 0; i < cnt; i++)
                 if (!isfinite(v[i])) {
-                    rc = set_err(err, AL_E_RANGE, "%s: element %lld (flat, 0-based) is %s", name,
-                                 (long long)i, isnan(v[i]) ? "NaN" : "infinite");
+                    rc = al_error_set(err, AL_E_RANGE, "%s: element %lld (flat, 0-based) is %s",
+                                      name, (long long)i, isnan(v[i]) ? "NaN" : "infinite");
                     al_array_free(out);
                     break;
                 }
@@ -275,8 +262,8 @@ static int read_input(const char *path, int flat, al_array *out, al_error *err) 
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? ", " : "",
                                   (long long)out->shape[i]);
         shape[k] = 0;
-        rc = set_err(err, AL_E_INVALID, "%s: empty array (shape (%s%s)): no numbers", name, shape,
-                     out->ndim == 1 ? "," : "");
+        rc = al_error_set(err, AL_E_INVALID, "%s: empty array (shape (%s%s)): no numbers", name,
+                          shape, out->ndim == 1 ? "," : "");
         al_array_free(out);
     }
     return rc;
@@ -319,9 +306,9 @@ int cli_read_rows(const char *input, al_array *out, al_error *err) {
     if (out->ndim != 1 && out->ndim != 2) {
         int nd = out->ndim;
         al_array_free(out);
-        return set_err(err, AL_E_INVALID,
-                       "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
-                       cli_input_name(input), nd);
+        return al_error_set(err, AL_E_INVALID,
+                            "%s: expected a 1-D row or 2-D rows of logits, got %d dimensions",
+                            cli_input_name(input), nd);
     }
     return 0;
 }
@@ -333,4 +320,61 @@ void cli_row_error(const char *input, const al_array *a, int64_t row, al_error *
     else
         snprintf(m, sizeof m, "%s: %s", cli_input_name(input), err->msg);
     memcpy(err->msg, m, sizeof m);
+}
+
+int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err) {
+    if (!s || strcmp(s, "all") == 0) {
+        memset(mask, 1, (size_t)n);
+        return 0;
+    }
+    int *v, nv;
+    int rc = cli_parse_int_list(s, what, &v, &nv, err);
+    if (rc) return rc;
+    memset(mask, 0, (size_t)n);
+    for (int i = 0; i < nv; i++) {
+        if (v[i] < 0 || v[i] >= n) {
+            int bad = v[i];
+            free(v);
+            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
+        }
+        mask[v[i]] = 1;
+    }
+    free(v);
+    return 0;
+}
+
+const char CLI_ATTN_USAGE[] =
+    "  --attention R       the attention inside the forward, in every layer (later layers see\n"
+    "                      the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
+    "                      topk-sqrt:C (ceil(C sqrt n)), topk-log:C (ceil(C ln n)): each query\n"
+    "                      row of n keys keeps its min(n, K) largest logits (ties: lower index)\n"
+    "  --attention-normalizer M  over the kept logits: softmax (default), sparsemax, entmax15,\n"
+    "                      entmax:A, ssmax[:S]\n"
+    "  --attention-layers LIST, --attention-heads LIST  the layers / query heads modified\n"
+    "                      (default all)\n";
+
+int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err) {
+    al_attn_variant probe = {0};
+    al_norm nm;
+    if (!strcmp(a, "--attention")) {
+        s->rule = v;
+        return al_attn_rule_parse(v, &probe, err) ? -1 : 1;
+    }
+    if (!strcmp(a, "--attention-normalizer")) {
+        s->normalizer = v;
+        return al_attn_norm_parse(v, &nm, err) ? -1 : 1;
+    }
+    int which = !strcmp(a, "--attention-layers") ? 0 : !strcmp(a, "--attention-heads") ? 1 : -1;
+    if (which < 0) return 0;
+    free(lists[which]);
+    lists[which] = NULL;
+    int n = 0;
+    if (!v || strcmp(v, "all") != 0) {
+        if (cli_parse_int_list(v, a, &lists[which], &n, err)) return -1;
+    }
+    if (which == 0)
+        s->layers = lists[0], s->n_layers = n;
+    else
+        s->heads = lists[1], s->n_heads = n;
+    return 1;
 }

@@ -26,6 +26,7 @@ AL_CMD(cmd_embed);
 AL_CMD(cmd_fetch);
 AL_CMD(cmd_reproduce);
 AL_CMD(cmd_diagnose);
+AL_CMD(cmd_guidelines);
 AL_CMD(cmd_train);
 AL_CMD(cmd_study);
 #undef AL_CMD
@@ -44,6 +45,16 @@ int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, 
 #define CLI_MAX_LIST 1000000
 int cli_parse_int_list(const char *s, const char *what, int **out, int *n, al_error *err);
 int cli_parse_double_list(const char *s, const char *what, double **out, int *n, al_error *err);
+/* The attention variant options of reproduce, diagnose and guidelines: --attention R,
+ * --attention-normalizer M, --attention-layers LIST, --attention-heads LIST (a value v after
+ * option a). Returns 1 when a is one of them (s filled; lists[2] own the index lists, freed by
+ * the caller), 0 when not, -1 on a bad value (err set). */
+int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err);
+/* Their --help lines. */
+extern const char CLI_ATTN_USAGE[];
+/* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an
+ * error naming what). */
+int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err);
 
 /* Numbers from a text buffer: whitespace- or comma-separated; one row per non-empty line.
  * One line -> a 1-D array; several lines of equal length -> 2-D. NaN/Inf are rejected with

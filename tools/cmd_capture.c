@@ -73,6 +73,8 @@ static void usage(FILE *f) {
         "                       [--what q,k,v,logits,weights,hidden,embed,logits_precap]\n"
         "                       --out DIR\n"
         "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
+        "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
+        "                       [--attention-heads SET]\n"
         "\n"
         "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"
         "selected layer l, DIR/layer{l}.{what}.npy (float32):\n"
@@ -93,10 +95,13 @@ static void usage(FILE *f) {
         "  --what LIST        default: weights\n"
         "  --force            replace an earlier capture in DIR (atomically)\n"
         "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
-        "                     as tokenizer_config.json / the post-processor say); --eos likewise\n"
+        "                 as tokenizer_config.json / the post-processor say); --eos likewise\n"
         "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
         "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-        "  --json             print the manifest on stdout\n");
+        "  --json             print the manifest on stdout\n"
+        "The attention variant (recorded as the manifest's model.attention; the weights captured\n"
+        "are the variant's, the logits the model's full rows):\n");
+    fputs(RUN_ATTN_USAGE, f);
 }
 
 /* ---- SIGINT / SIGTERM ------------------------------------------------------------------------ */
@@ -250,28 +255,6 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
     return 0;
 }
 
-/* "all" or a list of indices in [0, n): mask[n] */
-static int parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err) {
-    if (!s || strcmp(s, "all") == 0) {
-        memset(mask, 1, (size_t)n);
-        return 0;
-    }
-    int *v, nv;
-    int rc = cli_parse_int_list(s, what, &v, &nv, err);
-    if (rc) return rc;
-    memset(mask, 0, (size_t)n);
-    for (int i = 0; i < nv; i++) {
-        if (v[i] < 0 || v[i] >= n) {
-            int bad = v[i];
-            free(v);
-            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
-        }
-        mask[v[i]] = 1;
-    }
-    free(v);
-    return 0;
-}
-
 /* Comma-separated names of WHAT; an empty item (",,", a trailing comma) is an error. */
 static int parse_what(const char *s, unsigned *out, al_error *err) {
     *out = 0;
@@ -383,6 +366,7 @@ int cmd_capture(int argc, char **argv) {
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
     double t_loaded = al__now();
+    if ((rc = run_attn_apply(m, &ro, &err))) goto done;
     const int32_t *win = NULL;
     if (length > info->n_ctx) {
         rc = al__err(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
@@ -395,8 +379,8 @@ int cmd_capture(int argc, char **argv) {
         rc = AL_E_NOMEM;
         goto done;
     }
-    if ((rc = parse_sel(layers_s, "--layers", info->n_layer, layers, &err))) goto done;
-    if ((rc = parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
+    if ((rc = cli_parse_sel(layers_s, "--layers", info->n_layer, layers, &err))) goto done;
+    if ((rc = cli_parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
     if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;

@@ -9,6 +9,8 @@ static void usage(FILE *f) {
         f,
         "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE] [--length L]\n"
         "                        [--window K] [--normalizer M] [--out DIR] [--threads T] [--json]\n"
+        "                        [--attention R] [--attention-normalizer M]\n"
+        "                        [--attention-layers LIST] [--attention-heads LIST]\n"
         "\n"
         "Per-head health of the attention on one window (default: window 0, L = min(1024, "
         "context)):\n"
@@ -22,11 +24,14 @@ static void usage(FILE *f) {
         "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md\n"
         "  --json      print the JSON report on stdout (default: a summary line per flag)\n"
         "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
-        "reports.\n");
+        "reports.\n"
+        "--normalizer re-normalises the captured logits; the options below change the model's\n"
+        "attention itself (recorded in the report's model.attention):\n");
+    fputs(CLI_ATTN_USAGE, f);
 }
 
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
-static int diagnose_main(int argc, char **argv, al_dist *d) {
+static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
     int root = al_dist_rank(d) == 0;
 #define USAGE_ERROR(...) (root ? cli_usage_error("diagnose", __VA_ARGS__) : 2)
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
@@ -44,6 +49,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d) {
         }
         if (!v) return USAGE_ERROR("%s needs a value (or is unknown)", a);
         i++;
+        int ar = cli_attn_arg(a, v, &o.attention, att_lists, &err);
+        if (ar < 0) return USAGE_ERROR("%s", err.msg);
+        if (ar > 0) continue;
         if (!strcmp(a, "--model"))
             o.model = v;
         else if (!strcmp(a, "--corpus"))
@@ -112,7 +120,10 @@ int cmd_diagnose(int argc, char **argv) {
     al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
     al_error err = {0};
     if (al_dist_open(&d, &err)) return cli_fail("diagnose", &err);
-    int rc = diagnose_main(argc, argv, d);
+    int *att_lists[2] = {NULL, NULL}; /* --attention-layers, --attention-heads */
+    int rc = diagnose_main(argc, argv, d, att_lists);
+    free(att_lists[0]);
+    free(att_lists[1]);
     al_dist_close(d);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "internal.h"
 #include "ops.h"
+#include "run_tokens.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -200,6 +201,13 @@ int cmd_embed(int argc, char **argv) {
         } else {
             ntok[i] = (int)n;
             rc = al_model_forward(m, ids, (int)n, NULL, NULL, hidden, &err);
+            for (size_t q = 0; rc == 0 && q < n * (size_t)C; q++)
+                if (!isfinite(hidden[q])) { /* NaN/Inf weights reached the hidden states */
+                    char cause[2048];
+                    run_nonfinite_cause(m, cause, sizeof cause);
+                    rc = al__err(&err, AL_E_RANGE,
+                                 "sentence %d: the hidden states hold NaN/Inf; %s", i + 1, cause);
+                }
             if (rc == 0) mean_pool(hidden, (int)n, C, emb + (size_t)i * C);
         }
         free(ids);

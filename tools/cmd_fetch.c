@@ -1,6 +1,6 @@
 /* cmd_fetch.c: attnlim fetch NAME: puts a known model into the cache (once) and prints its path. */
 #include "cli.h"
-#include "model.h"
+#include "fetch.h"
 
 #include <string.h>
 

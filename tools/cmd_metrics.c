@@ -135,10 +135,9 @@ static void print_table(const al_topn_stats *st, int n_top, int mc) {
 static int fail(al_error *err, al_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(al_error *err, al_code code, const char *fmt, ...) {
-    err->code = code;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    al_error_vset(err, code, fmt, ap);
     va_end(ap);
     return cli_fail("metrics", err);
 }

@@ -2,6 +2,7 @@
  * over windows 0..K-1 of length L (each window a separate forward from position 0). */
 #include "cli.h"
 #include "internal.h"
+#include "model.h"
 #include "ops.h"
 #include "progress.h"
 #include "run_tokens.h"
@@ -16,6 +17,8 @@ static void usage(FILE *f) {
         f,
         "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
         "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
+        "                          [--attention R] [--normalizer M] [--attention-layers SET]\n"
+        "                          [--attention-heads SET]\n"
         "\n"
         "Runs windows 0..K-1 (window k = tokens [k L, (k+1) L), default K = 1) through the\n"
         "model and prints 'perplexity: X', X = exp(mean NLL), the mean taken over the L - 1\n"
@@ -34,7 +37,10 @@ static void usage(FILE *f) {
         "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
         "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
         "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
-        "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\", ...}\n");
+        "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\",\n"
+        "                  \"attention\": {\"rule\", \"normalizer\", \"layers\", \"heads\", "
+        "...}, ...}\n");
+    fputs(RUN_ATTN_USAGE, f);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -110,6 +116,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (rc) return cli_fail("perplexity", &err);
     const al_model_info *info = al_model_get_info(m);
     const int V = info->vocab_size;
+    if ((rc = run_attn_apply(m, &ro, &err))) goto done;
     if (!strcmp(info->family, "dump")) {
         rc = al__err(&err, AL_E_UNSUPPORTED,
                      "%s: an attention dump holds attention, not a model: no logits to score",
@@ -188,6 +195,7 @@ int cmd_perplexity(int argc, char **argv) {
         nll_spread = ppl_spread = NULL;
         cJSON_AddStringToObject(o, "model", info->path);
         cJSON_AddStringToObject(o, "family", info->family);
+        cJSON_AddItemToObject(o, "attention", al__attn_json(m));
         cJSON_AddStringToObject(o, tk.from_corpus ? "corpus" : "tokens", tk.source);
         cJSON_AddNumberToObject(o, "n_tokens", (double)tk.n);
         cJSON_AddNumberToObject(o, "threads", al__get_threads());
@@ -196,6 +204,14 @@ int cmd_perplexity(int argc, char **argv) {
         cli_print_json(o, 0);
     } else {
         printf("perplexity: %.6g\n", ppl);
+        if (al_model_get_attention(m)) {
+            const al_attn_variant *v = al_model_get_attention(m);
+            char rule[96], nm[96];
+            al_attn_rule_name(v, rule, sizeof rule);
+            al_attn_norm_name(&v->norm, nm, sizeof nm);
+            printf("attention: %s, normalizer %s, layers %s, heads %s\n", rule, nm,
+                   v->layers ? ro.attn_layers : "all", v->heads ? ro.attn_heads : "all");
+        }
         printf("mean NLL: %.6f nats over %ld windows of %ld tokens (%ld predictions), %.2f s\n",
                mean, windows, length, windows * (length - 1), fwd_s);
         printf("per-window NLL: min %.6f, median %.6f, max %.6f, 95%% interval [%.6f, %.6f]\n",

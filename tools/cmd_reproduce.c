@@ -40,6 +40,13 @@ static void usage(FILE *f) {
         "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
         "                      own softmax weights)\n"
         "  --quick             small grids for tiny test models (L 16,32,64; 9 temperatures)\n"
+        "The model's attention itself can be changed (the analyses then read the modified\n"
+        "model's weights; recorded in results.json's model.attention; --resume refuses a "
+        "change):\n");
+    fputs(CLI_ATTN_USAGE, f);
+    fprintf(
+        f,
+
         "  --out DIR           output directory\n"
         "  --resume            reuse finished (window, L) results in DIR/partial whose options "
         "match\n"
@@ -96,7 +103,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al_repro_defaults(&o);
     al_error err = {0};
     int json = 0, rc = 0;
-    int *lists[4] = {NULL, NULL, NULL, NULL};
+    int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL}, ar;
     double *dl[2] = {NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -230,6 +237,10 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--experiments")) {
             NEED_VALUE();
             if (parse_experiments(v, &o.experiments, &err)) goto usage_err;
+        } else if (!strncmp(a, "--attention", 11) &&
+                   (ar = cli_attn_arg(a, v, &o.attention, att_lists, &err)) != 0) {
+            NEED_VALUE();
+            if (ar < 0) goto usage_err;
         } else if (!strcmp(a, "--random-weights")) {
             NEED_VALUE();
             if (!strcmp(v, "yes"))
@@ -289,6 +300,8 @@ usage_err:
     rc = USAGE_ERROR("%s", err.msg);
 out:
     for (int i = 0; i < 4; i++) free(lists[i]);
+    free(att_lists[0]);
+    free(att_lists[1]);
     free(dl[0]);
     free(dl[1]);
     return rc;

@@ -190,6 +190,8 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
         o->allow_nonfinite = 1;
         return 1;
     }
+    int r = run_attn_arg(cmd, argc, argv, i, o, 1);
+    if (r) return r;
     const char **str = !strcmp(a, "--model")    ? &o->model
                        : !strcmp(a, "--tokens") ? &o->tokens
                        : !strcmp(a, "--corpus") ? &o->corpus
@@ -219,4 +221,59 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
     run_bos = o->bos ? o->bos == 1 : -1;
     run_eos = o->eos ? o->eos == 1 : -1;
     return 0;
+}
+
+/* ---- the attention variant --------------------------------------------------------------- */
+
+const char RUN_ATTN_USAGE[] =
+    "  --attention R     the attention inside the forward, in every layer (so later layers\n"
+    "                    see the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
+    "                    topk-sqrt:C (K = ceil(C sqrt n)), topk-log:C (K = ceil(C ln n)); each\n"
+    "                    query row of n visible keys keeps its min(n, K) largest logits (ties\n"
+    "                    toward the lower index), the others get weight 0\n"
+    "  --normalizer M    (also --attention-normalizer) over the kept logits: softmax (default),\n"
+    "                    sparsemax, entmax15, entmax:A, ssmax[:S] (scale s ln(kept))\n"
+    "  --attention-layers SET, --attention-heads SET\n"
+    "                    the layers / query heads modified (0,3,5-7 or all, the default)\n";
+
+int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o,
+                 int allow_normalizer) {
+    const char *a = argv[*i];
+    const char **str = !strcmp(a, "--attention")                        ? &o->attention
+                       : !strcmp(a, "--attention-normalizer")           ? &o->normalizer
+                       : allow_normalizer && !strcmp(a, "--normalizer") ? &o->normalizer
+                       : !strcmp(a, "--attention-layers")               ? &o->attn_layers
+                       : !strcmp(a, "--attention-heads")                ? &o->attn_heads
+                                                                        : NULL;
+    if (!str) return 0;
+    if (*i + 1 >= argc) return cli_usage_error(cmd, "missing value after '%s'", a);
+    *str = argv[++*i];
+    al_error err = {0};
+    al_attn_variant v = {0};
+    al_norm nm;
+    if (str == &o->attention && al_attn_rule_parse(*str, &v, &err))
+        return cli_usage_error(cmd, "%s", err.msg);
+    if (str == &o->normalizer && al_attn_norm_parse(*str, &nm, &err))
+        return cli_usage_error(cmd, "%s", err.msg);
+    return 1;
+}
+
+int run_attn_apply(al_model *m, const run_opts *o, al_error *err) {
+    if (!o->attention && !o->normalizer && !o->attn_layers && !o->attn_heads) return 0;
+    const al_model_info *info = al_model_get_info(m);
+    al_attn_variant v = {.rule = AL_ATTN_DENSE, .norm = al_norm_default(AL_NORM_SOFTMAX)};
+    int rc = o->attention ? al_attn_rule_parse(o->attention, &v, err) : 0;
+    if (!rc && o->normalizer) rc = al_attn_norm_parse(o->normalizer, &v.norm, err);
+    if (rc) return rc;
+    uint8_t *layers = al__malloc((size_t)info->n_layer, "layer mask", err);
+    uint8_t *heads = al__malloc((size_t)info->n_head, "head mask", err);
+    if (!layers || !heads) rc = AL_E_NOMEM;
+    if (!rc) rc = cli_parse_sel(o->attn_layers, "--attention-layers", info->n_layer, layers, err);
+    if (!rc) rc = cli_parse_sel(o->attn_heads, "--attention-heads", info->n_head, heads, err);
+    v.layers = o->attn_layers ? layers : NULL;
+    v.heads = o->attn_heads ? heads : NULL;
+    if (!rc) rc = al_model_set_attention(m, &v, err);
+    free(layers);
+    free(heads);
+    return rc;
 }

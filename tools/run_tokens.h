@@ -41,6 +41,9 @@ typedef struct run_opts {
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
     int bos, eos; /* 0: as the files say, 1 on, 2 off */
+    /* the attention variant inside the forward: --attention, --normalizer (or
+     * --attention-normalizer), --attention-layers, --attention-heads (NULL: the defaults) */
+    const char *attention, *normalizer, *attn_layers, *attn_heads;
 } run_opts;
 
 /* Reads argv[*i] (and its value, advancing *i) when it is one of the run options: returns 1
@@ -50,6 +53,16 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
 /* After the loop: --model, --length >= min_length and exactly one of --tokens and --corpus
  * are required (2 after a usage error); applies --threads. */
 int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what);
+
+/* The variant options alone (--attention, --normalizer, --attention-normalizer,
+ * --attention-layers, --attention-heads): as run_opts_arg; allow_normalizer = 0 refuses the
+ * plain --normalizer (commands where it means re-normalising captured logits). */
+int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o, int allow_normalizer);
+/* Parses the variant options against m's layers and heads and sets it on m
+ * (al_model_set_attention); nothing given: the model's own attention. */
+int run_attn_apply(al_model *m, const run_opts *o, al_error *err);
+/* The usage lines of those options (for --help). */
+extern const char RUN_ATTN_USAGE[];
 
 /* For the error when a run's output is not finite (capture, perplexity): "MODEL FILE: tensor
  * NAME has N NaN/Inf values (first at flat index I)" from the model's first load warning, or,

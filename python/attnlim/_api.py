@@ -613,7 +613,13 @@ class Model:
 
 # ---- experiments (`attnlim reproduce`, `attnlim diagnose`) -----------------------------------------
 
-class _ReproOpts(_c.Structure):  # al_repro_opts, 208 bytes
+class _AttnSpec(_c.Structure):  # al_attn_spec, 48 bytes (zero: the model's own attention)
+    _fields_ = [("rule", _c.c_char_p), ("normalizer", _c.c_char_p),
+                ("layers", _c.POINTER(_c.c_int)), ("n_layers", _c.c_int),
+                ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
+
+
+class _ReproOpts(_c.Structure):  # al_repro_opts, 256 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
                 ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
@@ -626,13 +632,13 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 208 bytes
                 ("temperatures", _dp), ("n_temperatures", _c.c_int), ("eps", _dp), ("n_eps", _c.c_int),
                 ("synthetic", _c.c_int), ("distance", _c.c_int), ("expectation", _c.c_int),
                 ("exact_max", _c.c_int64), ("temperature_raw", _c.c_int),
-                ("fresh_directions", _c.c_int)]
+                ("fresh_directions", _c.c_int), ("attention", _AttnSpec)]
 
 
-class _DiagOpts(_c.Structure):  # al_diag_opts, 56 bytes
+class _DiagOpts(_c.Structure):  # al_diag_opts, 104 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("length", _c.c_int), ("window", _c.c_int),
-                ("threads", _c.c_int), ("normalizer", _c.c_char_p)]
+                ("threads", _c.c_int), ("normalizer", _c.c_char_p), ("attention", _AttnSpec)]
 
 
 _proto("al_repro_defaults", None, _c.POINTER(_ReproOpts))

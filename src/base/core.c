@@ -34,15 +34,28 @@ const char *al_code_name(al_code code) {
     return "unknown error";
 }
 
-int al__err(al_error *err, al_code code, const char *fmt, ...) {
+int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap) {
     if (err) {
         err->code = code;
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
     }
     return (int)code;
+}
+
+int al_error_set(al_error *err, al_code code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = al_error_vset(err, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int al__err(al_error *err, al_code code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = al_error_vset(err, code, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 int al__err_prefix(al_error *err, al_code code, const char *fmt, ...) {

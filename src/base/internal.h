@@ -1,4 +1,7 @@
-/* internal.h: helpers shared by the modules of src/ (not part of the public API). */
+/* internal.h: the base layer's helpers shared by every module of src/ (not part of the public
+ * API): errors, allocation, files, atomic writes, little-endian reads, time, random numbers,
+ * number tokens. Each upper layer declares its own internals in its own headers (model.h,
+ * tokenizer.h, stats.h, ...). */
 #ifndef AL_INTERNAL_H
 #define AL_INTERNAL_H
 
@@ -125,15 +128,5 @@ uint64_t al__hash64(uint64_t x);    /* SplitMix64 finaliser: mixes seeds with in
  * rounds to 0 or a subnormal), or why it is refused. */
 enum { AL__NUM_SYNTAX = 1, AL__NUM_HEX, AL__NUM_NONFINITE, AL__NUM_OVERFLOW };
 int al__number_token(const char *tok, double *out, int *underflow);
-
-/* stats.c: scipy.stats.kstwo.sf(x, n) (the one-sample two-sided KS distribution, scipy 1.10's
- * choice of method) and scipy.special.smirnov(n, x) (one-sided, exact); NaN when out of memory
- * or n < 1. Exported for the tests. */
-double al__kstwo_sf(double x, int64_t n);
-double al__smirnov_sf(int64_t n, double x);
-
-/* metrics.c: sel[K] = the indices of the K largest a[n] (1 <= K <= n), larger weight first,
- * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
-void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp);
 
 #endif

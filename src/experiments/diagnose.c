@@ -72,39 +72,24 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
                                cap->layer, cap->heads[i], NULL, &c->spec[h], err);
 }
 
+static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                    al_error *err) {
+    (void)tsec;
+    return diag_head(ctx, cap, i, sc, err);
+}
+
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     diag_ctx *c = user;
     if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
-    int failed = 0;
-    al_error first = {0};
-#pragma omp parallel num_threads(c->n_threads)
-    {
-        int tid = omp_get_thread_num();
-        al_error e = {0};
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < cap->n_sel; i++) {
-            int stop;
-#pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            int h = cap->layer * c->n_head + cap->heads[i];
-            if (al__dist_owner(c->dist, h) != c->rank) continue; /* another rank's head */
-            if (diag_head(c, cap, i, &c->sc[tid], &e)) {
-#pragma omp critical(diag_err)
-                {
-                    if (!failed) first = e;
-                    failed = 1;
-                }
-            } else {
-                c->done[h]++;
-            }
-        }
-    }
-    if (failed) {
-        if (err) *err = first;
-        return first.code ? (int)first.code : AL_E_INVALID;
-    }
-    return 0;
+    al__ex_heads hs = {.cap = cap,
+                       .n_head = c->n_head,
+                       .dist = c->dist,
+                       .rank = c->rank,
+                       .n_threads = c->n_threads,
+                       .sc = c->sc,
+                       .done = c->done};
+    double tsec[4] = {0, 0, 0, 0};
+    return al__ex_each_head(&hs, diag_one, c, tsec, err);
 }
 
 static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, char **json,
@@ -283,6 +268,7 @@ static int diag_setup(diag_run *r, al_error *err) {
     if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
     if (!r->root) rc = al_model_open(model, &r->m, err);
     if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o->attention, err);
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         char wopt[32] = "";
@@ -303,14 +289,7 @@ static int diag_setup(diag_run *r, al_error *err) {
 
 /* Collective: every rank checks it opened rank 0's model and receives rank 0's window. */
 static int diag_share(diag_run *r, al_error *err) {
-    char sha0[65];
-    memcpy(sha0, r->mi->sha256, sizeof sha0);
-    int rc = al__dist_bcast(r->dist, sha0, sizeof sha0, err);
-    if (!rc && strcmp(sha0, r->mi->sha256))
-        rc = al__err(err, AL_E_INVALID,
-                     "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
-                     "every rank must open the same model",
-                     r->mi->path, r->mi->sha256, sha0);
+    int rc = al__ex_same_model(r->dist, r->mi, err);
     if (!(rc = al__dist_agree(r->dist, rc, err)))
         rc = al__dist_agree(
             r->dist, al__dist_bcast(r->dist, (void *)r->win, sizeof(int32_t) * r->L, err), err);

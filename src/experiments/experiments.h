@@ -106,6 +106,24 @@ double al__ex_job_units(const job *j);
 int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
                    al_error *err);
 
+/* The heads of one capture a rank computes (those it owns, dist.h), over n_threads threads
+ * with one scratch each; done[h] counts each head computed. */
+typedef struct al__ex_heads {
+    const al_capture *cap;
+    int n_head;
+    al_dist *dist;
+    int rank, n_threads;
+    scratch *sc;   /* [n_threads] */
+    uint8_t *done; /* [H] */
+} al__ex_heads;
+/* Head i of cap with a thread's scratch; adds the CPU seconds it spends to tsec[4]. */
+typedef int (*al__ex_head_fn)(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                              al_error *err);
+/* fn over every head of hs in parallel; tsec[4] receives the sum of the threads' seconds. The
+ * first error stops the other heads and is returned. */
+int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
+                     al_error *err);
+
 /* ---- partial results (partial.c) */
 
 typedef struct named_arr {
@@ -161,6 +179,10 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
                       al_error *err);
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
 int al__ex_write_npys(const plan *p, agg *a, al_error *err);
+
+/* ---- the driver (reproduce.c) */
+
+int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err);
 
 /* ---- models with their own tokens (own_tokens.c) */
 

@@ -246,6 +246,49 @@ int al__ex_check_window(const al_capture *cap, al_error *err) {
     return 0;
 }
 
+int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
+                     al_error *err) {
+    const al_capture *cap = hs->cap;
+    int failed = 0;
+    al_error first = {0};
+#pragma omp parallel num_threads(hs->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        double mysec[4] = {0, 0, 0, 0};
+        al_error e = {0};
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < cap->n_sel; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            int h = cap->layer * hs->n_head + cap->heads[i];
+            if (al__dist_owner(hs->dist, h) != hs->rank) continue; /* another rank's head */
+            if (fn(ctx, cap, i, &hs->sc[tid], mysec, &e)) {
+#pragma omp critical(al_ex_head_err)
+                {
+                    if (!failed) first = e;
+                    failed = 1;
+                }
+            } else {
+                hs->done[h]++; /* distinct i: distinct h, no two threads write one byte */
+            }
+        }
+#pragma omp critical(al_ex_head_time)
+        for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
+    }
+    if (failed) {
+        if (err) *err = first;
+        return first.code ? (int)first.code : AL_E_INVALID;
+    }
+    return 0;
+}
+
+static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
+                        al_error *err) {
+    return head_work(ctx, cap, i, sc, tsec, err);
+}
+
 static int observe(void *user, const al_capture *cap, al_error *err) {
     obs_ctx *c = user;
     if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
@@ -264,43 +307,20 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
         return al__err(err, AL_E_UNSUPPORTED,
                        "--vectors residual: the model gave no residual-stream capture for layer %d",
                        cap->layer);
-    int failed = 0;
-    al_error first = {0};
     double tsec[4] = {0, 0, 0, 0};
-#pragma omp parallel num_threads(c->n_threads)
-    {
-        int tid = omp_get_thread_num();
-        double mysec[4] = {0, 0, 0, 0};
-        al_error e = {0};
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < cap->n_sel; i++) {
-            int stop;
-#pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            int h = cap->layer * c->p->n_head + cap->heads[i];
-            if (al__dist_owner(c->p->dist, h) != c->p->rank) continue; /* another rank's head */
-            if (head_work(c, cap, i, &c->sc[tid], mysec, &e)) {
-#pragma omp critical(repro_err)
-                {
-                    if (!failed) first = e;
-                    failed = 1;
-                }
-            } else {
-                c->done[h]++; /* distinct i: distinct h, no two threads write one byte */
-            }
-        }
-#pragma omp critical(repro_time)
-        for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
-    }
+    al__ex_heads hs = {.cap = cap,
+                       .n_head = c->p->n_head,
+                       .dist = c->p->dist,
+                       .rank = c->p->rank,
+                       .n_threads = c->n_threads,
+                       .sc = c->sc,
+                       .done = c->done};
+    int rc = al__ex_each_head(&hs, observe_head, c, tsec, err);
     c->j->t_dist += tsec[0];
     c->j->t_sep += tsec[1];
     c->j->t_sens += tsec[2];
     c->j->t_van += tsec[3];
-    if (failed) {
-        if (err) *err = first;
-        return first.code ? (int)first.code : AL_E_INVALID;
-    }
+    if (rc) return rc;
     c->layers_done++;
     snprintf(c->status, sizeof c->status, "window %d, L = %d: layer %d/%d", c->j->window, c->L,
              c->layers_done, c->p->n_layer);

@@ -224,6 +224,10 @@ cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *co
         cJSON_AddStringToObject(r, "normalizer", "none (the model's own softmax weights)");
     cJSON_AddNumberToObject(r, "seed", (double)p->o.seed);
     cJSON_AddNumberToObject(r, "mc_samples", p->o.mc_samples);
+    cJSON *att = cJSON_AddObjectToObject(r, "attention"); /* the variant inside the forward */
+    cJSON_AddStringToObject(att, "rule", p->o.attention.rule ? p->o.attention.rule : "dense");
+    cJSON_AddStringToObject(att, "normalizer",
+                            p->o.attention.normalizer ? p->o.attention.normalizer : "softmax");
     cJSON_AddItemToObject(r, "temperatures", cJSON_CreateDoubleArray(p->T, p->nT));
     cJSON_AddItemToObject(r, "eps", cJSON_CreateDoubleArray(p->eps, p->nE));
     return r;

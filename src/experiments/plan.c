@@ -205,6 +205,45 @@ static int build_job_grids(plan *p, job *j, al_error *err) {
     return 0;
 }
 
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* A grid: the option's values when given, else the --quick one, else the default; *n its size. */
+static const int *pick(const int *given, int n_given, int quick, const int *q, int nq,
+                       const int *def, int ndef, int *n) {
+    if (given) return *n = n_given, given;
+    if (quick) return *n = nq, q;
+    return *n = ndef, def;
+}
+
+/* The grids of Algorithms 1-4, sorted, unique, clipped to what L allows. */
+static int plan_grids(plan *p, const al_repro_opts *o, int ctx, al_error *err) {
+    int n, rc;
+    const int *g = pick(o->lengths, o->n_lengths, o->quick, quick_lengths, COUNT(quick_lengths),
+                        def_lengths, COUNT(def_lengths), &n);
+    for (int i = 0; i < n; i++)
+        if (o->lengths && (g[i] < 2 || g[i] > ctx))
+            return al__err(err, AL_E_INVALID,
+                           "--lengths: %d is outside 2..%d (the model's context)", g[i], ctx);
+    if (!(p->Ls = uniq_ints(g, n, 2, ctx, &p->nL, err))) return AL_E_NOMEM;
+    g = pick(o->top_n, o->n_top_n, o->quick, quick_top_n, COUNT(quick_top_n), def_top_n,
+             COUNT(def_top_n), &n);
+    if (!(p->N2 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN2, err))) return AL_E_NOMEM;
+    int *cg = NULL; /* the default critical-N grid depends on the lengths (to L - 1) */
+    if (o->critical_n) {
+        g = o->critical_n, n = o->n_critical_n;
+    } else {
+        if ((rc = crit_grid(p->Ls, p->nL, o->quick, &cg, &n, err))) return rc;
+        g = cg;
+    }
+    p->N3 = uniq_ints(g, n, 1, 1 << 30, &p->nN3, err);
+    free(cg);
+    if (!p->N3) return AL_E_NOMEM;
+    g = pick(o->separability_n, o->n_separability_n, o->quick, quick_sep_n, COUNT(quick_sep_n),
+             def_sep_n, COUNT(def_sep_n), &n);
+    if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
+    return 0;
+}
+
 /* The readings of METHOD section 9 that the options alone decide: names in range,
  * --expectation mc with samples (al_reproduce checks them before it creates anything). */
 int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err) {
@@ -262,44 +301,7 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
     p->long_L = want_long < ctx ? want_long : ctx;
     if (p->long_L < 2)
         return al__err(err, AL_E_INVALID, "the model's context (%d) is too short", ctx);
-    /* grids */
-    const int *g;
-    int n;
-    if (o->lengths)
-        g = o->lengths, n = o->n_lengths;
-    else if (o->quick)
-        g = quick_lengths, n = (int)(sizeof quick_lengths / sizeof *quick_lengths);
-    else
-        g = def_lengths, n = (int)(sizeof def_lengths / sizeof *def_lengths);
-    for (int i = 0; i < n; i++)
-        if (o->lengths && (g[i] < 2 || g[i] > ctx))
-            return al__err(err, AL_E_INVALID,
-                           "--lengths: %d is outside 2..%d (the model's context)", g[i], ctx);
-    if (!(p->Ls = uniq_ints(g, n, 2, ctx, &p->nL, err))) return AL_E_NOMEM;
-    if (o->top_n)
-        g = o->top_n, n = o->n_top_n;
-    else if (o->quick)
-        g = quick_top_n, n = (int)(sizeof quick_top_n / sizeof *quick_top_n);
-    else
-        g = def_top_n, n = (int)(sizeof def_top_n / sizeof *def_top_n);
-    if (!(p->N2 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN2, err))) return AL_E_NOMEM;
-    int *cg = NULL;
-    if (o->critical_n) {
-        g = o->critical_n, n = o->n_critical_n;
-    } else {
-        if ((rc = crit_grid(p->Ls, p->nL, o->quick, &cg, &n, err))) return rc;
-        g = cg;
-    }
-    p->N3 = uniq_ints(g, n, 1, 1 << 30, &p->nN3, err);
-    free(cg);
-    if (!p->N3) return AL_E_NOMEM;
-    if (o->separability_n)
-        g = o->separability_n, n = o->n_separability_n;
-    else if (o->quick)
-        g = quick_sep_n, n = (int)(sizeof quick_sep_n / sizeof *quick_sep_n);
-    else
-        g = def_sep_n, n = (int)(sizeof def_sep_n / sizeof *def_sep_n);
-    if (!(p->N4 = uniq_ints(g, n, 1, p->long_L - 1, &p->nN4, err))) return AL_E_NOMEM;
+    if ((rc = plan_grids(p, o, ctx, err))) return rc;
     /* temperatures: 25 (quick: 9) log-spaced over [1e-3, 1e1] */
     p->nT = o->temperatures ? o->n_temperatures : (o->quick ? 9 : 25);
     p->nE = o->eps ? o->n_eps : 3;

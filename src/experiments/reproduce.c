@@ -135,6 +135,11 @@ static void run_fingerprint(run *r) {
         k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p->T[i]);
     for (int i = 0; i < p->nE && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, "|%.17g", p->eps[i]);
+    cJSON *att = al__attn_json(r->m); /* the attention inside the forward */
+    char *att_s = att ? cJSON_PrintUnformatted(att) : NULL;
+    if (att_s && k < sizeof buf) snprintf(buf + k, sizeof buf - k, "|%s", att_s);
+    free(att_s);
+    cJSON_Delete(att);
     al_sha256_buf(buf, strlen(buf), p->fingerprint);
 }
 
@@ -213,6 +218,7 @@ static int run_setup(run *r, al_error *err) {
     if (!rc && !r->o.quiet && r->o.progress)
         fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(r->m)->path);
     if (!rc) rc = al_model_hash(r->m, err);
+    if (!rc) rc = al_model_set_attention_spec(r->m, &r->o.attention, err);
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         if (r->o.windows > 1) snprintf(r->wopt, sizeof r->wopt, "--windows %d", r->o.windows);
@@ -231,17 +237,24 @@ static int run_setup(run *r, al_error *err) {
     return al__dist_agree(r->dist, rc, err);
 }
 
-/* Collective: every rank checks it opened rank 0's model and receives rank 0's tokens. */
-static int run_share_tokens(run *r, al_error *err) {
+/* Collective: every rank checks it opened rank 0's model (the SHA-256 identity). Not agreed:
+ * the caller agrees on the status. */
+int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err) {
     char sha0[65];
-    uint64_t nt = r->n_tokens;
-    memcpy(sha0, r->mi->sha256, sizeof sha0);
-    int rc = al__dist_bcast(r->dist, sha0, sizeof sha0, err);
-    if (!rc && strcmp(sha0, r->mi->sha256))
+    memcpy(sha0, mi->sha256, sizeof sha0);
+    int rc = al__dist_bcast(dist, sha0, sizeof sha0, err);
+    if (!rc && strcmp(sha0, mi->sha256))
         rc = al__err(err, AL_E_INVALID,
                      "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
                      "every rank must open the same model",
-                     r->mi->path, r->mi->sha256, sha0);
+                     mi->path, mi->sha256, sha0);
+    return rc;
+}
+
+/* Collective: every rank checks it opened rank 0's model and receives rank 0's tokens. */
+static int run_share_tokens(run *r, al_error *err) {
+    uint64_t nt = r->n_tokens;
+    int rc = al__ex_same_model(r->dist, r->mi, err);
     if (!rc) rc = al__dist_bcast(r->dist, &nt, sizeof nt, err);
     if (!rc && !r->root &&
         !(r->tokens = al__malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1), "tokens", err)))

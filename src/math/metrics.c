@@ -38,7 +38,7 @@
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
-#include "internal.h"
+#include "metrics.h"
 #include "mathx.h"
 
 #include <cblas.h>
@@ -774,7 +774,10 @@ AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N,
     return sq + kf * (lin * lin - sq);
 }
 
-/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[]. */
+/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[].
+ * Long on purpose (over 150 lines): the hot loop of the metrics, one pass in which every
+ * statistic's running sums (distance, bounds, separability, their error scales) advance together
+ * per N; split, they would pass a dozen accumulators through each helper on every step. */
 static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
                      const grid *g, rowws *w, accum *acc) {
     if (n < 2 || g->n_top == 0) return;

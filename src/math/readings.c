@@ -19,7 +19,7 @@
  * prefix sums of s (O(d) per subset amortised for the vector readings, O(n d) for
  * sum-of-norms).
  */
-#include "internal.h"
+#include "metrics.h"
 #include "mathx.h"
 
 #include <math.h>

@@ -19,7 +19,7 @@
  *    matrix, Pomeranz's recursion, the Pelz-Good series, Smirnov's exact one-sided sum and
  *    the Ruben-Gambino ends), to 1e-10 of scipy's value and in under a millisecond.
  */
-#include "internal.h"
+#include "stats.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -24,6 +24,7 @@ void al__attn_ws_free(al__attn_ws *ws) {
     free(ws->scratch);
     free(ws->idx);
     free(ws->pack);
+    free(ws->vscr);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -213,6 +214,13 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                    "attention scratch", err)))
         return rc;
 
+    /* attention variants (attn_variant.c): their per-thread rows, only when this layer has one */
+    const al_attn_variant *mod = al__attn_mod_layer(a->mod, a->layer) ? a->mod : NULL;
+    const size_t per_thread_v = (size_t)AL__VSCR_PER_KEY * T;
+    if (mod && (rc = grow((void **)&ws->vscr, &ws->vscr_n, per_thread_v * nt, sizeof(float),
+                          "attention variant scratch", err)))
+        return rc;
+
     int tiles = 0; /* the AVX2 tile kernels (1) or sgemm (0) */
     float *Kt = NULL, *Vp = NULL;
     size_t Tp = 0, Dp = 0;
@@ -236,6 +244,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *scr = ws->scratch + per_thread * (size_t)omp_get_thread_num();
+        float *vscr = mod ? ws->vscr + per_thread_v * (size_t)omp_get_thread_num() : NULL;
         /* capture copies of q, k, v: [n_sel, T, D] from the strided inputs */
 #pragma omp for schedule(static) nowait
         for (int s = 0; s < n_sel; s++) {
@@ -287,6 +296,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                             a->q + r0 * a->q_stride + (size_t)h * D, (int)a->q_stride,
                             a->k + (size_t)g * D, (int)a->k_stride, 0.0f, L, (int)lL);
             const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
+            const int vrow = mod && al__attn_mod_head(mod, h); /* this head's rows: the variant */
             for (int i = 0; i < m; i++) {
                 int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
                 int lo = a->causal && a->window > 0 && n > a->window ? n - a->window : 0;
@@ -298,7 +308,11 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     }
                     for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
                 }
-                al__softmax_row(Wi + lo, Li + lo, n - lo);
+                /* the row's visible keys [lo, n): a sliding window starts them at lo */
+                if (vrow)
+                    al__attn_variant_row(mod, Wi + lo, Li + lo, n - lo, T, vscr);
+                else
+                    al__softmax_row(Wi + lo, Li + lo, n - lo);
                 for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = 0; j < lo; j++) Li[j] = -INFINITY;

@@ -5,6 +5,7 @@
 
 #include "gguf.h"
 #include "gptneox.h"
+#include "fetch.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>

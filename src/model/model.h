@@ -58,6 +58,8 @@ typedef struct al_model_vtable {
      * that shape attention (window per layer, soft-caps, logit scale, rotary dimensions and
      * fraction, the kv head of each query head, norms, activation), or NULL. */
     struct cJSON *(*architecture)(const al_model *m);
+    /* 1: forward passes al__model_attn(m) to every al__attn (.mod): attention variants work */
+    int variants;
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
@@ -83,13 +85,34 @@ struct al_model {
     int n_warnings, n_warnings_total;
     /* the files that define the model, with their SHA-256, once hashed (al__model_files_list) */
     struct al__model_files *hashed;
+    /* the attention variant of every forward (al_model_set_attention, attn_variant.c): attn with
+     * its masks owned (attn_layers [n_layer], attn_heads [n_head] or NULL); attn_on = 0: dense */
+    al_attn_variant attn;
+    uint8_t *attn_layers, *attn_heads;
+    int attn_on;
 };
+
+/* The variant a family's forward hands to al__attention (NULL: the model's own attention). */
+static inline const al_attn_variant *al__model_attn(const al_model *m) {
+    return m->attn_on ? &m->attn : NULL;
+}
+/* The "attention" object of every manifest: {rule, k (the rule as text), normalizer, layers,
+ * heads ("all" or [indices]), tie_rule, modified: bool}. */
+struct cJSON *al__attn_json(const al_model *m);
+/* Frees the masks (al_model_free). */
+void al__attn_clear(al_model *m);
 
 /* Family openers call this for a tensor holding NaN/Inf values: prints
  * "attnlim: warning: FILE: tensor NAME has N NaN/Inf values (first at flat index I)" on stderr
  * and keeps the warning in m (al__model_warnings). */
 void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
                               size_t first);
+/* The one NaN/Inf policy for weights: scans the float32 values x[n] (x may be unaligned) of
+ * tensor in file and, when some are NaN/Inf, warns as al__model_warn_nonfinite (m may be NULL:
+ * printed only). Loading goes on: a NaN that reaches an output is caught where it is written
+ * (capture, perplexity, embed fail naming this warning). Returns the count. */
+size_t al__model_scan_nonfinite(al_model *m, const char *file, const char *tensor, const void *x,
+                                size_t n);
 /* The warnings kept (*n of them; *total counts those past the cap too). */
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total);
 
@@ -139,9 +162,5 @@ struct cJSON *al__dump_json(const al_model *m);
 int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err);
 /* vtable check, or 0 for models without one. */
 int al__model_check(al_model *m, int T, const al_capture_request *req, al_error *err);
-
-/* Resolves a known model name ("smollm2", "minilm", "gpt2") to a path in the cache,
- * fetching it on first use where it can be fetched. Returns AL_E_NOTFOUND for other names. */
-int al__model_resolve_name(const char *name, char *out, size_t out_size, al_error *err);
 
 #endif

@@ -38,6 +38,7 @@ static const char *base_of(const char *path) {
 void al_model_free(al_model *m) {
     if (!m) return;
     if (m->vt && m->vt->destroy) m->vt->destroy(m);
+    al__attn_clear(m);
     al__model_files_free(m->hashed);
     free(m->hashed);
     free(m);
@@ -107,6 +108,27 @@ void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor,
         w->n_bad = n_bad, w->first = first;
     }
     m->n_warnings_total++;
+}
+
+size_t al__model_scan_nonfinite(al_model *m, const char *file, const char *tensor, const void *x,
+                                size_t n) {
+    const unsigned char *b = x;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, 4);               /* x may be unaligned (a mapped file) */
+        if ((u & 0x7f800000u) == 0x7f800000u) { /* exponent all ones: Inf or NaN */
+            if (!bad) first = i;
+            bad++;
+        }
+    }
+#ifdef AL_FUZZING
+    if (bad && first == (size_t)-1) /* the scan kept, the fuzzer's stderr left quiet */
+#else
+    if (bad)
+#endif
+        al__model_warn_nonfinite(m, file, tensor, bad, first);
+    return bad;
 }
 
 const al__load_warning *al__model_warnings(const al_model *m, int *n, int *total) {
@@ -320,6 +342,8 @@ cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     if (dump) cJSON_AddItemToObject(o, "dump", dump);
     cJSON *arch = m->vt->architecture ? m->vt->architecture(m) : NULL;
     if (arch) cJSON_AddItemToObject(o, "architecture", arch);
+    /* the attention its forward runs (attn_variant.c); a dump replays what it holds */
+    if (m->format != AL__FMT_DUMP) cJSON_AddItemToObject(o, "attention", al__attn_json(m));
     al__model_files_free(&files);
     return o;
 }

@@ -38,6 +38,7 @@ typedef struct al__attn {
     const float *embed;            /* [T, d_model] model input (capture) */
     const float *residual;         /* [T, d_model] layer input before its first norm (capture) */
     const al_capture_request *req; /* may be NULL */
+    const al_attn_variant *mod;    /* NULL: dense softmax; else the variant (attn_variant.c) */
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);
 
@@ -81,10 +82,30 @@ typedef struct al__attn_ws {
     size_t idx_n; /* heads [n_sel] + kv_head [n_head] */
     float *pack;
     size_t pack_n; /* keys and values packed in panels of 16 */
+    float *vscr;
+    size_t vscr_n; /* attention variants: [threads, AL__VSCR_PER_KEY * T] per-thread rows */
 } al__attn_ws;
 #define AL__ATTN_BLOCK 64 /* query rows per task */
 int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);
 void al__attn_ws_free(al__attn_ws *ws);
+
+/* ---- attention variants (src/model/attn_variant.c) ---- */
+/* floats of per-thread scratch per key: the kept logits [n] and indices [n], then the
+ * selection's candidates (values, indices, and the ambiguous ones: 6n), the kept logits and their
+ * weights as double [2n] reusing the candidates' room */
+#define AL__VSCR_PER_KEY 8
+/* Does v modify layer l / query head h? */
+static inline int al__attn_mod_layer(const al_attn_variant *v, int l) {
+    return v && (!v->layers || v->layers[l]);
+}
+static inline int al__attn_mod_head(const al_attn_variant *v, int h) {
+    return !v->heads || v->heads[h];
+}
+/* w[n] = the variant's weights of the logits z[n] of one row (n visible keys, window of L):
+ * the kept keys normalised, the others 0; a row holding NaN/Inf gives NaN weights. w may equal
+ * z. scr: AL__VSCR_PER_KEY * n floats (8-byte aligned). */
+void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, int n, int L,
+                          float *scr);
 
 /* Threads of every kernel (OpenMP's; OpenBLAS is kept single-threaded inside them so that
  * the two pools never compete). n <= 0: all cores. */

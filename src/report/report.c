@@ -640,6 +640,8 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
 }
 
+/* report.md and report.html written top to bottom. Long on purpose (over 150 lines): it is the
+ * document's text in order, each section a few calls; the sections' logic is in the helpers. */
 int al__report_write(const al__summary *s, al_error *err) {
     doc d = {.err = err, .dir = s->out_dir};
     char path[4200];

@@ -7,8 +7,9 @@
  * backward, from dO:
  *   dP = dO V^T,  dV = P^T dO,  dZ_t = J_f(Z_t)^T dP_t (row by row, 0 above the diagonal),
  *   dQ = dZ K / sqrt(d),  dK = dZ^T Q / sqrt(d).
- * Tasks are the B H (b, h) pairs (OpenMP, BLAS single-threaded inside); each writes only its
- * own blocks, so the result does not depend on the thread count. */
+ * The products run in blocks of CB rows, each over the keys its rows can see (about half the
+ * work of the full T x T products). Tasks are the B H (b, h) pairs (OpenMP, BLAS single-threaded
+ * inside); each writes only its own blocks, so the result does not depend on the thread count. */
 #include "ops.h"
 #include "train.h"
 
@@ -22,11 +23,10 @@ int al__tr_row_forward(const al_norm *nm, float s, const float *z, int n, float 
     if (nm->kind == AL_NORM_SOFTMAX) { /* softmax(z / T): float exp, double sum */
         float mx = z[0], invT = (float)(1.0 / nm->temperature);
         for (int j = 1; j < n; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < n; j++) p[j] = (z[j] - mx) * invT;
+        al__exp_inplace(p, (size_t)n); /* vectorised float exp (ops.c) */
         double sum = 0;
-        for (int j = 0; j < n; j++) {
-            p[j] = expf((z[j] - mx) * invT);
-            sum += p[j];
-        }
+        for (int j = 0; j < n; j++) sum += p[j];
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < n; j++) p[j] *= inv;
         return 0;
@@ -65,6 +65,8 @@ int al__tr_row_backward(const al_norm *nm, float s, const float *z, const float 
     return 0;
 }
 
+#define CB 64 /* rows per block of the causal products: keys past the block's last row skipped */
+
 /* Keeps the first failing task's error (lowest index: the same message at any thread count). */
 static void keep_error(int task, const al_error *e, int *bad, al_error *err) {
 #pragma omp critical(al_tr_attn_err)
@@ -94,8 +96,11 @@ int al__tr_attn_forward(al__tr_model *m, const float *qkv, float *z, float *p, f
         int b = bh / H, h = bh % H;
         const float *Q = qkv + (size_t)b * T * ld + (size_t)h * d, *K = Q + C, *V = Q + 2 * C;
         float *pb = p + (size_t)bh * TT, *zb = z ? z + (size_t)bh * TT : pb; /* [T, T] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, scale, Q, (int)ld, K, (int)ld,
-                    0.0f, zb, T);
+        for (int r0 = 0; r0 < T; r0 += CB) { /* rows r0..r1-1 see keys 0..r1-1 */
+            int r1 = r0 + CB < T ? r0 + CB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d, scale, Q + r0 * ld,
+                        (int)ld, K, (int)ld, 0.0f, zb + (size_t)r0 * T, T);
+        }
         double *buf = a->row_buf + (size_t)omp_get_thread_num() * 4 * T;
         al_error e = {0};
         for (int t = 0; t < T; t++) {
@@ -107,8 +112,12 @@ int al__tr_attn_forward(al__tr_model *m, const float *qkv, float *z, float *p, f
             }
             memset(pr + t + 1, 0, (size_t)(T - t - 1) * sizeof *pr);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, T, 1.0f, pb, T, V, (int)ld,
-                    0.0f, out + (size_t)b * T * C + (size_t)h * d, C);
+        float *ob = out + (size_t)b * T * C + (size_t)h * d;
+        for (int r0 = 0; r0 < T; r0 += CB) {
+            int r1 = r0 + CB < T ? r0 + CB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d, r1, 1.0f,
+                        pb + (size_t)r0 * T, T, V, (int)ld, 0.0f, ob + (size_t)r0 * C, C);
+        }
     }
     return bad < B * H ? (err ? err->code : AL_E_RANGE) : 0;
 }
@@ -132,10 +141,15 @@ int al__tr_attn_backward(al__tr_model *m, const float *qkv, const float *z, cons
         const float *dO = d_out + (size_t)b * T * C + (size_t)h * d; /* [T, d], ld C */
         const float *pb = p + (size_t)bh * TT, *zb = z ? z + (size_t)bh * TT : NULL;
         float *g = a->d_pz + (size_t)bh * TT; /* [T, T] dP, then dZ */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, 1.0f, dO, C, V, (int)ld, 0.0f,
-                    g, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, d, T, 1.0f, pb, T, dO, C, 0.0f, dV,
-                    (int)ld);
+        for (int r0 = 0; r0 < T; r0 += CB) {
+            int r1 = r0 + CB < T ? r0 + CB : T;
+            /* dP[r0..r1) = dO[r0..r1) V[0..r1)^T;  dV[r0..r1) = P[r0.., r0..r1)^T dO[r0..] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, d, 1.0f,
+                        dO + (size_t)r0 * C, C, V, (int)ld, 0.0f, g + (size_t)r0 * T, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, d, T - r0, 1.0f,
+                        pb + (size_t)r0 * T + r0, T, dO + (size_t)r0 * C, C, 0.0f, dV + r0 * ld,
+                        (int)ld);
+        }
         double *buf = a->row_buf + (size_t)omp_get_thread_num() * 4 * T, ds = 0;
         al_error e = {0};
         for (int t = 0; t < T; t++) {
@@ -150,10 +164,15 @@ int al__tr_attn_backward(al__tr_model *m, const float *qkv, const float *z, cons
             memset(gr + t + 1, 0, (size_t)(T - t - 1) * sizeof *gr);
         }
         if (a->ds_bh) a->ds_bh[bh] = ds;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, T, scale, g, T, K, (int)ld,
-                    0.0f, dQ, (int)ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, d, T, scale, g, T, Q, (int)ld, 0.0f,
-                    dK, (int)ld);
+        for (int r0 = 0; r0 < T; r0 += CB) {
+            int r1 = r0 + CB < T ? r0 + CB : T;
+            /* dQ[r0..r1) = dZ[r0..r1), 0..r1) K[0..r1);  dK[r0..r1) = dZ[r0.., r0..r1)^T Q[r0..] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, d, r1, scale,
+                        g + (size_t)r0 * T, T, K, (int)ld, 0.0f, dQ + r0 * ld, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, d, T - r0, scale,
+                        g + (size_t)r0 * T + r0, T, Q + r0 * ld, (int)ld, 0.0f, dK + r0 * ld,
+                        (int)ld);
+        }
     }
     return bad < B * H ? (err ? err->code : AL_E_RANGE) : 0;
 }

@@ -63,7 +63,7 @@ void al__tr_batch(const al__tr_data *d, uint64_t seed, int step, int fixed, int 
 
 void al__tr_val_window(const al__tr_data *d, int k, int n_windows, int T, int32_t *tokens,
                        int32_t *targets) {
-    size_t span = d->n - d->n_train - (size_t)T; /* the tail holds T + 1 + span tokens */
+    size_t span = d->n - d->n_train - (size_t)T - 1; /* the tail holds T + 1 + span tokens */
     size_t o = d->n_train + (n_windows > 1 ? span * (size_t)k / (size_t)(n_windows - 1) : 0);
     memcpy(tokens, d->ids + o, (size_t)T * sizeof *tokens);
     memcpy(targets, d->ids + o + 1, (size_t)T * sizeof *targets);

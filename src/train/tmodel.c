@@ -272,16 +272,23 @@ static void gemm_tn_acc(float *dW, const float *X, const float *dY, int M, int K
     }
 }
 
-/* GELU (tanh form) y = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) */
-static inline float gelu1(float x) {
-    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-static inline float gelu_grad1(float x) {
-    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    float s = 1.0f / (1.0f + expf(-2.0f * u));
+/* GELU (tanh form) y = x s, s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (ops.c's
+ * forward); its derivative s + 2 x s (1 - s) u' from e = exp(-2u). */
+static inline float gelu_grad1(float x, float e) {
+    float s = 1.0f / (1.0f + e);
     float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
     return s + x * s * (1.0f - s) * 2.0f * du;
+}
+
+/* x = exp(x) over n values in chunks over the threads. */
+static void exp_par(float *x, size_t n) {
+    const size_t chunk = 16384;
+    long nc = (long)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nc; c++) {
+        size_t i0 = (size_t)c * chunk;
+        al__exp_inplace(x + i0, n - i0 < chunk ? n - i0 : chunk);
+    }
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -322,8 +329,8 @@ static int layer_forward(al__tr_model *m, int l, al_error *err) {
     ln_forward(ln2, a->ln2_stat + 2 * (size_t)l * BT, mid, W(AL_GK_LN2W, l), W(AL_GK_LN2B, l), BT,
                C);
     al__matmul(fc, ln2, W(AL_GK_FCW, l), W(AL_GK_FCB, l), BT, C, 4 * C);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < 4 * nc; i++) fcg[i] = gelu1(fc[i]);
+    memcpy(fcg, fc, 4 * nc * sizeof *fcg);
+    al__gelu_tanh(fcg, 4 * nc); /* x / (1 + exp(-2u)), vectorised (ops.c) */
     al__matmul(y, fcg, W(AL_GK_FCPROJW, l), W(AL_GK_FCPROJB, l), BT, 4 * C, C);
     al__add(y, mid, nc);
     return 0;
@@ -405,8 +412,13 @@ static int layer_backward(al__tr_model *m, int l, al_error *err) {
     al__matmul_nt(a->d_fc, dr, W(AL_GK_FCPROJW, l), NULL, BT, C, 4 * C);
     gemm_tn_acc(G(AL_GK_FCPROJW, l), fcg, dr, BT, 4 * C, C);
     colsum_acc(G(AL_GK_FCPROJB, l), dr, BT, C);
+/* GELU': fcg (no longer needed: W_fcproj's gradient is done) receives exp(-2u) */
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < 4 * nc; i++) a->d_fc[i] *= gelu_grad1(fc[i]);
+    for (size_t i = 0; i < 4 * nc; i++)
+        fcg[i] = -2.0f * 0.7978845608028654f * (fc[i] + 0.044715f * fc[i] * fc[i] * fc[i]);
+    exp_par(fcg, 4 * nc);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < 4 * nc; i++) a->d_fc[i] *= gelu_grad1(fc[i], fcg[i]);
     gemm_tn_acc(G(AL_GK_FCW, l), ln2, a->d_fc, BT, C, 4 * C);
     colsum_acc(G(AL_GK_FCB, l), a->d_fc, BT, 4 * C);
     al__matmul_nt(a->d_a, a->d_fc, W(AL_GK_FCW, l), NULL, BT, 4 * C, C);

@@ -180,13 +180,15 @@ def gelu_tanh(x):
     return y
 
 
-def forward_layers(params, cfg, tokens, logit_rows=None):
+def forward_layers(params, cfg, tokens, logit_rows=None, attn=None):
     """The float64 forward, one layer at a time (the parameters are converted to float64 as
     they are used, and nothing of a layer is kept after it is yielded). Yields, per layer l,
     dict(layer=l, q, k, v [H, T, D], z [H, T, T] (-inf masked), w [H, T, T] (0 masked),
     hidden [T, C] (ln_1 output), embed [T, C], residual [T, C] (the layer input, before ln_1)),
     then dict(final [T, C], logits [T, V]);
-    logit_rows: only those rows of the logits (final[logit_rows] @ wte.T)."""
+    logit_rows: only those rows of the logits (final[logit_rows] @ wte.T). attn: a function
+    (layer, z [H, T, T] with -inf masked) -> weights [H, T, T] replacing softmax (the attention
+    variants, attn_variant_ref.py)."""
     f64 = lambda name: np.asarray(params[name], dtype=np.float64)
     tokens = np.asarray(tokens)
     T, C, H = len(tokens), cfg["n_embd"], cfg["n_head"]
@@ -205,9 +207,12 @@ def forward_layers(params, cfg, tokens, logit_rows=None):
         z = q @ k.transpose(0, 2, 1)
         z *= 1.0 / np.sqrt(D)
         z += mask
-        w = z - z.max(-1, keepdims=True)
-        np.exp(w, out=w)
-        w /= w.sum(-1, keepdims=True)
+        if attn is not None:
+            w = attn(l, z)
+        else:
+            w = z - z.max(-1, keepdims=True)
+            np.exp(w, out=w)
+            w /= w.sum(-1, keepdims=True)
         o = (w @ v).transpose(1, 0, 2).reshape(T, C)
         x = x + o @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
         h2 = layernorm(x, p("ln_2.weight"), p("ln_2.bias"))
@@ -224,12 +229,12 @@ def forward_layers(params, cfg, tokens, logit_rows=None):
     yield {"final": final, "logits": logits}
 
 
-def forward(params, cfg, tokens, capture=True):
+def forward(params, cfg, tokens, capture=True, attn=None):
     """Returns dict(final [T, C], logits [T, V], embed [T, C], and per layer lists of
     q, k, v [H, T, D], logits z [H, T, T] (-inf masked), weights [H, T, T] (0 masked),
     hidden [T, C] (ln_1 output))."""
     out = {"q": [], "k": [], "v": [], "z": [], "w": [], "hidden": []}
-    for r in forward_layers(params, cfg, tokens):
+    for r in forward_layers(params, cfg, tokens, attn=attn):
         if "final" in r:
             out.update(r)
         else:

@@ -85,9 +85,11 @@ def rope(x, base, scale=1.0):
     return x * cos + rot * sin
 
 
-def forward(m, tokens, layers_wanted=None, stop_after=None):
+def forward(m, tokens, layers_wanted=None, stop_after=None, attn=None):
     """Returns dict: hidden (list of [T, C] residual after each layer), q/k/v per layer
-    [H, T, d] (k/v repeated to query heads), weights [H, T, T], final [T, C], logits [T, V]."""
+    [H, T, d] (k/v repeated to query heads), weights [H, T, T], final [T, C], logits [T, V].
+    attn: a function (layer, z [H, T, T] with -inf masked) -> weights [H, T, T] replacing
+    softmax (the attention variants, attn_variant_ref.py)."""
     T = len(tokens)
     x = m.embd[np.asarray(tokens)]  # [T, C]
     out = dict(hidden=[], q={}, k={}, v={}, weights={}, normed={}, residual={})
@@ -104,9 +106,12 @@ def forward(m, tokens, layers_wanted=None, stop_after=None):
         k, v = np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0)  # [H, T, d]
         z = q @ k.transpose(0, 2, 1) / np.sqrt(m.d)
         z[:, mask] = -np.inf
-        z -= z.max(axis=-1, keepdims=True)
-        w = np.exp(z)
-        w /= w.sum(axis=-1, keepdims=True)
+        if attn is not None:
+            w = attn(l, z)
+        else:
+            z -= z.max(axis=-1, keepdims=True)
+            w = np.exp(z)
+            w /= w.sum(axis=-1, keepdims=True)
         o = (w @ v).transpose(1, 0, 2).reshape(T, m.C)
         if layers_wanted is None or l in layers_wanted:
             out["q"][l], out["k"][l], out["v"][l], out["weights"][l] = q, k, v, w

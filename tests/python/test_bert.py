@@ -13,6 +13,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import unicodedata
 
 import numpy as np
@@ -24,6 +25,8 @@ import bert_ref
 BIN = os.environ.get("ATTNLIM_BIN")
 LIB = os.environ.get("ATTNLIM_LIB")
 SRC = os.environ.get("ATTNLIM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "scripts"))
+import gen_wordpiece_tables  # noqa: E402  (scripts/: the generator of wordpiece_tables.h)
 
 if not BIN or not LIB:
     pytest.fail("ATTNLIM_BIN and ATTNLIM_LIB must be set (run through ctest)", pytrace=False)
@@ -282,12 +285,12 @@ def test_wordpiece_code_points(minilm, hf):
 
 
 def test_unicode_tables_match_unicodedata():
-    src = open(os.path.join(SRC, "src", "text", "wordpiece.c"), encoding="utf-8").read()
+    src = open(os.path.join(SRC, "src", "text", "wordpiece_tables.h"), encoding="utf-8").read()
     m = re.search(r"/\* ---- BEGIN TABLES[^\n]*\n(.*?)/\* ---- END TABLES", src, re.S)
-    assert m, "no table markers in src/text/wordpiece.c"
+    assert m, "no table markers in src/text/wordpiece_tables.h"
     if f'"{unicodedata.unidata_version}"' not in m.group(1):
         pytest.fail(f"tables not of this Python's Unicode {unicodedata.unidata_version}", pytrace=False)
-    assert m.group(1).replace(" ", "").replace("\n", "") == bert_ref.unicode_tables_c().replace(
+    assert m.group(1).replace(" ", "").replace("\n", "") == gen_wordpiece_tables.unicode_tables_c().replace(
         " ", "").replace("\n", "")
 
 

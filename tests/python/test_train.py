@@ -284,3 +284,19 @@ def test_errors(corpus, tmp_path):
     (tmp_path / "r" / "state.bin").write_bytes(b"ALTRST01" + b"\0" * 20)
     p = run(*a, "--steps", "2", "--resume", check=False)
     assert p.returncode == 1 and "state.bin" in p.stderr
+
+
+def test_checkpoints_run_in_other_commands(corpus, tmp_path):
+    """A GPT-2 BPE run's checkpoint runs perplexity on the corpus (the model's own tokenizer),
+    a byte-level one on token ids; both perplexities finite and below the uniform vocabulary's."""
+    _, cpath, _ = corpus
+    run(*base_args(cpath, tmp_path / "bpe"), "--steps", "2", "--tokenizer", "gpt2", "--lr", "1e-2")
+    p = run("perplexity", "--model", str(tmp_path / "bpe"), "--corpus", cpath, "--length", "12",
+            "--json")
+    assert 1 < json.loads(p.stdout)["perplexity"] < 50257
+    run(*base_args(cpath, tmp_path / "bytes"), "--steps", "2")
+    ids = np.frombuffer(open(cpath, "rb").read()[:200], dtype=np.uint8)
+    (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)))
+    p = run("perplexity", "--model", str(tmp_path / "bytes"), "--tokens", str(tmp_path / "ids.txt"),
+            "--length", "12", "--json")
+    assert 1 < json.loads(p.stdout)["perplexity"] < 256

@@ -182,8 +182,8 @@ typedef struct wspec {
     float *dst;
 } wspec;
 
-static int load_one(const al__safetensors *st, const char *prefix, const wspec *s, size_t *n_params,
-                    al_error *err) {
+static int load_one(al_model *m, const al__safetensors *st, const char *prefix, const wspec *s,
+                    size_t *n_params, al_error *err) {
     char name[256], full[300];
     if (s->layer >= 0)
         snprintf(name, sizeof name, s->name, s->layer);
@@ -204,15 +204,13 @@ static int load_one(const al__safetensors *st, const char *prefix, const wspec *
     int rc = al__st_load_f32(st, full, s->ndim, s->shape, s->dst, err);
     if (rc) return rc;
     size_t n = (size_t)s->shape[0] * (s->ndim == 2 ? (size_t)s->shape[1] : 1);
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(s->dst[i]))
-            return al__err(err, AL_E_RANGE, "%s: tensor %s holds NaN/Inf (first at flat index %zu)",
-                           t->file, full, i);
+    al__model_scan_nonfinite(m, t->file, full, s->dst, n);
     *n_params += n;
     return 0;
 }
 
-static int load_weights(bert *b, const al__safetensors *st, al_model_info *info, al_error *err) {
+static int load_weights(al_model *m, bert *b, const al__safetensors *st, al_model_info *info,
+                        al_error *err) {
     const int64_t C = b->d_model, F = b->d_ff, L = b->n_layer;
     /* floats: embeddings, then per layer 3C*C + 3C + C*C + C + 2C + F*C + F + C*F + C + 2C */
     size_t per_layer = (size_t)(4 * C * C + 2 * C * F + 9 * C + F);
@@ -241,13 +239,13 @@ static int load_weights(bert *b, const al__safetensors *st, al_model_info *info,
         {"embeddings.LayerNorm.bias", -1, 1, {C, 0}, b->emb_b},
     };
     for (int i = 0; i < 4; i++)
-        if ((rc = load_one(st, prefix, &emb_specs[i], &n_params, err))) return rc;
+        if ((rc = load_one(m, st, prefix, &emb_specs[i], &n_params, err))) return rc;
     { /* token types [n_types, C]: only row 0 is used (every token is of type 0) */
         float *types =
             al__malloc((size_t)b->n_types * C * sizeof(float), "token-type embedding", err);
         if (!types) return AL_E_NOMEM;
         wspec s = {"embeddings.token_type_embeddings.weight", -1, 2, {b->n_types, C}, types};
-        rc = load_one(st, prefix, &s, &n_params, err);
+        rc = load_one(m, st, prefix, &s, &n_params, err);
         if (rc == 0) memcpy(b->type0, types, (size_t)C * sizeof(float));
         free(types);
         if (rc) return rc;
@@ -285,7 +283,7 @@ static int load_weights(bert *b, const al__safetensors *st, al_model_info *info,
             {"encoder.layer.%d.output.LayerNorm.bias", l, 1, {C, 0}, w->ln2_b},
         };
         for (int i = 0; i < 16; i++)
-            if ((rc = load_one(st, prefix, &specs[i], &n_params, err))) return rc;
+            if ((rc = load_one(m, st, prefix, &specs[i], &n_params, err))) return rc;
     }
     /* a lying checkpoint: layers beyond config.json's num_hidden_layers */
     size_t plen = strlen(prefix);
@@ -464,7 +462,7 @@ int al__bert_open_safetensors(al_model *m, const char *path, al_error *err) {
     al__safetensors *st = NULL;
     int rc = read_config(b, &m->info, err);
     if (rc == 0) rc = al__st_open(path, &st, err);
-    if (rc == 0) rc = load_weights(b, st, &m->info, err);
+    if (rc == 0) rc = load_weights(m, b, st, &m->info, err);
     al__st_close(st);
     if (rc == 0) rc = read_tokenizer_config(b, err);
     if (rc) {

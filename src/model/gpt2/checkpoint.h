@@ -82,6 +82,9 @@ typedef struct al__llmc_hdr {
  * file size 1024 + n_floats * elsize. name is used in messages. No file access (fuzzable). */
 int al__llmc_parse_buffer(const unsigned char *buf, size_t len, const char *name, al__llmc_hdr *out,
                           al_error *err);
+/* Maps the llm.c checkpoint at path and parses its header (al__llmc_parse_buffer); *map holds
+ * the mapping on success (al__unmap it), nothing on error. The one way a checkpoint is opened. */
+int al__llmc_open(const char *path, al__map *map, al__llmc_hdr *h, al_error *err);
 /* Byte offset of parameter tensor i (al__gpt2_spec_at numbering) in the file, and its
  * stored element count (wte: Vp * C). */
 size_t al__llmc_offset(const al__llmc_hdr *h, int i, size_t *numel);

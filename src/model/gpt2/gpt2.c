@@ -109,6 +109,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
+        at.mod = al__model_attn(m);
         at.residual = a->x; /* the layer input, before ln_1 */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
@@ -176,4 +177,5 @@ const al_model_vtable al__gpt2_vtable = {.forward = gpt2_forward,
                                          .destroy = gpt2_destroy,
                                          .tokenizer = gpt2_tokenizer,
                                          .files = gpt2_files,
-                                         .tokenizer_files = gpt2_tokenizer_files};
+                                         .tokenizer_files = gpt2_tokenizer_files,
+                                         .variants = 1};

@@ -69,23 +69,6 @@ static al__gpt2 *new_gpt2(const al__gpt2_cfg *c, al_error *err) {
     return g;
 }
 
-/* Warns once per tensor holding NaN/Inf values (kept in m for manifests). */
-static void scan_finite(al_model *m, const float *w, size_t n, const char *tensor,
-                        const char *path) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(w[i])) {
-            if (!bad) first = i;
-            bad++;
-        }
-#ifdef AL_FUZZING
-    if (bad && first == (size_t)-1) /* reads kept, the fuzzer's stderr left quiet */
-#else
-    if (bad)
-#endif
-        al__model_warn_nonfinite(m, path, tensor, bad, first);
-}
-
 static void fill_info(al_model *m, const al__gpt2 *g, const char *path, const char *name,
                       const char *dtype) {
     al_model_info *in = &m->info;
@@ -359,7 +342,7 @@ int al__gpt2_from_safetensors(al_model *m, al__safetensors *st, const al__gpt2_c
             used += numel;
         }
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(m, w, numel, t->name, t->file);
+        al__model_scan_nonfinite(m, t->file, t->name, w, numel);
     }
     g->out_in = 0;
     free(ts);
@@ -379,13 +362,9 @@ fail:
 
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
     al__map map;
-    int rc = al__map_file(path, &map, err);
-    if (rc) return rc;
     al__llmc_hdr h;
-    if ((rc = al__llmc_parse_buffer(map.data, map.size, path, &h, err))) {
-        al__unmap(&map);
-        return rc;
-    }
+    int rc = al__llmc_open(path, &map, &h, err);
+    if (rc) return rc;
     al__gpt2 *g = new_gpt2(&h.cfg, err);
     if (!g) {
         al__unmap(&map);
@@ -418,7 +397,7 @@ int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err) {
                 ? g->arena + off
                 : (const float *)(const void *)(map.data + AL_LLMC_HEADER_BYTES + 4 * off);
         *slot(g, s.kind, s.layer) = w;
-        scan_finite(m, w, i == 0 ? (size_t)h.V * (size_t)h.C : numel, s.name, path);
+        al__model_scan_nonfinite(m, path, s.name, w, i == 0 ? (size_t)h.V * (size_t)h.C : numel);
         off += numel;
     }
     char name[128];

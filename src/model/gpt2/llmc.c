@@ -173,3 +173,10 @@ int al__llmc_parse_buffer(const unsigned char *buf, size_t len, const char *name
                        len < want ? "truncated" : "extra bytes after the parameters");
     return 0;
 }
+
+int al__llmc_open(const char *path, al__map *map, al__llmc_hdr *h, al_error *err) {
+    int rc = al__map_file(path, map, err);
+    if (rc) return rc;
+    if ((rc = al__llmc_parse_buffer(map->data, map->size, path, h, err))) al__unmap(map);
+    return rc;
+}

@@ -142,22 +142,6 @@ static void canonical(const char *name, char *out, size_t cap) {
         snprintf(out, cap, "transformer.%s", name);
 }
 
-/* Warns (file, tensor, count, first index) when the float32 values p[n] hold NaN/Inf. p may be
- * unaligned (a mapped file): each value is read by memcpy. */
-static void warn_nonfinite(const void *p, size_t n, const char *file, const char *tensor) {
-    size_t bad = 0, first = 0;
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, b + 4 * i, 4);
-        if ((u & 0x7f800000u) == 0x7f800000u) { /* exponent all ones: Inf or NaN */
-            if (!bad) first = i;
-            bad++;
-        }
-    }
-    if (bad) al__model_warn_nonfinite(NULL, file, tensor, bad, first);
-}
-
 /* Hashes the tensors of a safetensors checkpoint. */
 static int hash_safetensors(const char *path, found **out, int *n_out, al_error *err) {
     al__safetensors *st;
@@ -176,7 +160,7 @@ static int hash_safetensors(const char *path, found **out, int *n_out, al_error 
         if (t->dtype == AL_ST_F32) {
             al_sha256_buf(t->data, t->nbytes, f[i].sha);
             f[i].bytes = (int64_t)t->nbytes;
-            warn_nonfinite(t->data, t->nbytes / 4, t->file, t->name);
+            al__model_scan_nonfinite(NULL, t->file, t->name, t->data, t->nbytes / 4);
         } else if (t->dtype == AL_ST_F16 || t->dtype == AL_ST_BF16 || t->dtype == AL_ST_F64) {
             size_t numel = al__st_numel(t);
             free(buf);
@@ -186,7 +170,7 @@ static int hash_safetensors(const char *path, found **out, int *n_out, al_error 
             }
             al__st_to_f32(t, buf, err);
             al_sha256_buf(buf, numel * 4, f[i].sha);
-            warn_nonfinite(buf, numel, t->file, t->name);
+            al__model_scan_nonfinite(NULL, t->file, t->name, buf, numel);
             f[i].bytes = (int64_t)(numel * 4);
             snprintf(
                 f[i].note, sizeof f[i].note, "stored as %s, hashed as float32%s", t->dtype_name,
@@ -213,13 +197,9 @@ static int hash_safetensors(const char *path, found **out, int *n_out, al_error 
 static int hash_llmc(const char *path, found **out, int *n_out, char *format, size_t fcap,
                      al_error *err) {
     al__map map;
-    int rc = al__map_file(path, &map, err);
-    if (rc) return rc;
     al__llmc_hdr h;
-    if ((rc = al__llmc_parse_buffer(map.data, map.size, path, &h, err))) {
-        al__unmap(&map);
-        return rc;
-    }
+    int rc = al__llmc_open(path, &map, &h, err);
+    if (rc) return rc;
     snprintf(format, fcap, "llm.c v%d (%s)", h.version, h.version == 3 ? "fp32" : "bf16");
     int n = al__gpt2_n_tensors(&h.cfg);
     size_t biggest = 0;
@@ -256,7 +236,7 @@ static int hash_llmc(const char *path, found **out, int *n_out, char *format, si
         }
         canonical(s.name, f[i].name, sizeof f[i].name);
         al_sha256_buf(hf, numel * 4, f[i].sha);
-        warn_nonfinite(hf, numel, path, s.name);
+        al__model_scan_nonfinite(NULL, path, s.name, hf, numel);
         f[i].bytes = (int64_t)(numel * 4);
         if (h.version == 5)
             snprintf(

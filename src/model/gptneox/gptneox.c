@@ -256,7 +256,7 @@ static int nacts_build(nacts *a, const al__neox_config *c, int T, int want_emb, 
 
 /* a->a = the attention block's output of layer l (not yet added to x). */
 static int attn_block(neox *N, int l, nacts *a, int T, const al_capture_request *req,
-                      al_error *err) {
+                      const al_attn_variant *mod, al_error *err) {
     const al__neox_config *c = &N->cfg;
     const neox_layer *y = &N->layers[l];
     int C = c->d_model, H = c->n_head, d = c->d_head;
@@ -284,7 +284,8 @@ static int attn_block(neox *N, int l, nacts *a, int T, const al_capture_request 
                    .hidden = a->h,
                    .embed = a->emb,
                    .residual = a->x,
-                   .req = req};
+                   .req = req,
+                   .mod = mod};
     int rc = al__attention_ws(&at, &N->ws, err);
     if (!rc) al__matmul_nt(a->a, a->att, y->wo, y->bo, T, C, C);
     return rc;
@@ -323,7 +324,7 @@ static int neox_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        if ((rc = attn_block(N, l, &a, T, cap ? req : NULL, err))) break;
+        if ((rc = attn_block(N, l, &a, T, cap ? req : NULL, al__model_attn(m), err))) break;
         if (c->parallel) { /* x + attn(ln1(x)) + mlp(ln2(x)): the mlp reads x first */
             mlp_block(N, l, &a, a.x, T);
             al__add(a.x, a.a, (size_t)T * C);
@@ -374,7 +375,8 @@ static const al_model_vtable neox_vtable = {.forward = neox_forward,
                                             .destroy = neox_destroy,
                                             .tokenizer = neox_tokenizer,
                                             .files = neox_files,
-                                            .tokenizer_files = al__hf_tokenizer_files};
+                                            .tokenizer_files = al__hf_tokenizer_files,
+                                            .variants = 1};
 
 static int read_config(neox *N, al_error *err) {
     char cfg[4200], *text;
@@ -566,7 +568,8 @@ static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
                                                  .architecture = neox_architecture,
                                                  .destroy = neox_destroy,
                                                  .tokenizer = neox_gguf_tokenizer,
-                                                 .files = neox_gguf_files};
+                                                 .files = neox_gguf_files,
+                                                 .variants = 1};
 
 int al__neox_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;

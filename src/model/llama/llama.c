@@ -79,18 +79,6 @@ static int unpermute_qk(float *W, int n_heads, int d, int C, al_error *err) {
     return 0;
 }
 
-static int warn_nonfinite(al_model *m, const al__gguf *g, const char *name, const float *x,
-                          size_t n) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            if (!bad) first = i;
-            bad++;
-        }
-    if (bad) al__model_warn_nonfinite(m, g->name, name, bad, first); /* kept for manifests */
-    return bad != 0;
-}
-
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. */
 /* "<arch>.<key>" into buf. */
 static const char *K(char *buf, const char *arch, const char *key) {
@@ -299,7 +287,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
         const wspec *w = &ws[i];
         int64_t ne[2] = {w->ne[0], w->n_dims > 1 ? w->ne[1] : 1};
         rc = al__gguf_load_f32(g, w->name, w->n_dims, ne, p, err);
-        if (!rc) warn_nonfinite(m, g, w->name, p, (size_t)(ne[0] * ne[1]));
+        if (!rc) al__model_scan_nonfinite(m, g->name, w->name, p, (size_t)(ne[0] * ne[1]));
         if (!rc && w->permute_heads) rc = unpermute_qk(p, w->permute_heads, d, C, err);
         *w->dst = p;
         p += ne[0] * ne[1];
@@ -366,7 +354,7 @@ static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *er
 
 /* One layer's attention block: x += o_proj(attention(rope(q), rope(k), v)). */
 static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
-                      const al_capture_request *req, al_error *err) {
+                      const al_capture_request *req, const al_attn_variant *mod, al_error *err) {
     const al__llama_config *c = &L->cfg;
     int C = c->d_model, H = c->n_head, G = c->n_kv_head, d = c->d_head;
     al__rmsnorm(a->h, a->x, ly->attn_norm, T, C, (float)c->eps);
@@ -397,6 +385,7 @@ static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
         .embed = a->emb,
         .residual = a->x, /* the layer input, before attn_norm */
         .req = req,
+        .mod = mod, /* the attention variant of the run (attn_variant.c) */
     };
     int rc = al__attention_ws(&at, &L->ws, err);
     if (rc) return rc;
@@ -450,7 +439,8 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        if ((rc = attn_block(L, &L->layers[l], l, &a, T, cap ? req : NULL, err))) break;
+        if ((rc = attn_block(L, &L->layers[l], l, &a, T, cap ? req : NULL, al__model_attn(m), err)))
+            break;
         mlp_block(L, &L->layers[l], &a, T);
     }
     if (!rc && (logits || final_hidden)) {
@@ -584,7 +574,8 @@ static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
                                              .destroy = llama_destroy,
                                              .tokenizer = llama_tokenizer_any,
                                              .files = llama_files,
-                                             .tokenizer_files = llama_tokenizer_files};
+                                             .tokenizer_files = llama_tokenizer_files,
+                                             .variants = 1};
 
 void al__llama_finish(al_model *m, llama *L, const char *name, const char *path, const char *dtype,
                       int64_t n_params) {
