@@ -5,7 +5,8 @@
 # tokens/s and peak RSS, our speed over torch's, and each normalizer's cost relative to softmax
 # (our softmax step time / its step time). On a shared machine quote the ratios only.
 # Env: PYTHON (default python3), THREADS (2), STEPS (5: the median step of each run),
-# ROUNDS (2: the pairs run this many times, interleaved; the best run of each side is kept).
+# ROUNDS (2: the pairs run this many times, interleaved; the best run of each side is kept),
+# NORMS (the normalizers, space-separated; the first is the base of the cost column).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -16,7 +17,8 @@ threads=${THREADS:-2}
 steps=${STEPS:-5}
 rounds=${ROUNDS:-2}
 shape=(--layers 4 --heads 4 --embd 128 --T 256 --batch 8 --vocab 256 "$@")
-norms=(softmax sparsemax entmax15 entmax ssmax sa-softmax)
+read -r -a norms <<< "${NORMS:-softmax sparsemax entmax15 entmax ssmax sa-softmax}"
+
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for r in $(seq "$rounds"); do
@@ -42,7 +44,7 @@ print(f"{'normalizer':<12} {'ours tok/s':>10} {'torch tok/s':>11} {'ours/torch':
       f"{'cost vs softmax (ours)':>22} {'(torch)':>8} {'ours MB':>8} {'torch MB':>8}")
 base = {}
 for n, c, t in rows:
-    if n == "softmax":
+    if not base:
         base = {"c": c["tokens_per_s"], "t": t["tokens_per_s"]}
     print(f"{n:<12} {c['tokens_per_s']:>10.0f} {t['tokens_per_s']:>11.0f} "
           f"{c['tokens_per_s'] / t['tokens_per_s']:>10.2f} {base['c'] / c['tokens_per_s']:>22.2f} "

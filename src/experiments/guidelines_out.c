@@ -288,7 +288,7 @@ static int fig_delta(const guide *g, al_error *err) {
                               .color = ns};
         ns++;
     }
-    double hx[2] = {1e-4, 1}, h1[2] = {1, 1}, h5[2] = {5, 5};
+    double hx[2] = {1.0 / g->len[g->n_len - 1].L, 1}, h1[2] = {1, 1}, h5[2] = {5, 5};
     if (ns < 15) {
         se[ns++] = (al__series){.label = "1% and 5% of the dense NLL",
                                 .n = 2,

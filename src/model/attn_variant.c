@@ -166,6 +166,10 @@ void al__attn_clear(al_model *m) {
     m->attn_layers = m->attn_heads = NULL;
     memset(&m->attn, 0, sizeof m->attn);
     m->attn_on = 0;
+    if (m->own_on) { /* the normalizer the model was trained with */
+        m->attn = m->own;
+        m->attn_on = 1;
+    }
 }
 
 /* A copy of mask[n] (NULL stays NULL). */
@@ -180,8 +184,9 @@ static int copy_mask(const uint8_t *mask, int n, uint8_t **out, al_error *err) {
 
 int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err) {
     if (!m) return al__err(err, AL_E_INVALID, "al_model_set_attention: NULL model");
+    /* dense softmax given explicitly on a model trained with another normalizer is a variant */
     int dense = !v || (v->rule == AL_ATTN_DENSE && v->norm.kind == AL_NORM_SOFTMAX &&
-                       v->norm.temperature == 1.0);
+                       v->norm.temperature == 1.0 && !m->own_on);
     if (!dense && !(m->vt && m->vt->variants))
         return al__err(err, AL_E_UNSUPPORTED,
                        "%s: attention variants run inside the forward of causal LMs (gpt2, "
@@ -244,7 +249,8 @@ static int spec_mask(const int *idx, int k, int n, const char *what, uint8_t **m
 int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err) {
     if (!m) return al__err(err, AL_E_INVALID, "al_model_set_attention_spec: NULL model");
     al_attn_variant v = {.rule = AL_ATTN_DENSE, .norm = al_norm_default(AL_NORM_SOFTMAX)};
-    if (!s) return al_model_set_attention(m, NULL, err);
+    if (!s || (!s->rule && !s->normalizer && !s->layers && !s->heads))
+        return al_model_set_attention(m, NULL, err); /* nothing given: the model's own */
     int rc = s->rule ? al_attn_rule_parse(s->rule, &v, err) : 0;
     if (!rc && s->normalizer) rc = al_attn_norm_parse(s->normalizer, &v.norm, err);
     uint8_t *ml = NULL, *mh = NULL;

@@ -90,6 +90,11 @@ struct al_model {
     al_attn_variant attn;
     uint8_t *attn_layers, *attn_heads;
     int attn_on;
+    /* the model's own attention when it is not softmax: the normalizer `attnlim train` trained it
+     * with (config.json's attnlim_normalizer, set by the GPT-2 loader), no masks. al__attn_clear
+     * restores it, so "the model's own attention" runs it; own_on = 0: softmax */
+    al_attn_variant own;
+    int own_on;
 };
 
 /* The variant a family's forward hands to al__attention (NULL: the model's own attention). */

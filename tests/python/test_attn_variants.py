@@ -288,3 +288,41 @@ def test_variant_option_errors(tmp_path):
     r = subprocess.run([BIN, "perplexity", "--model", str(tmp_path / "g"), "--tokens", "/dev/null",
                         "--length", "4", "--normalizer", "sa-softmax"], capture_output=True, text=True)
     assert r.returncode == 2 and "sa-softmax" in r.stderr
+
+
+def test_variant_in_capture_reproduce_diagnose_manifests(tmp_path):
+    """capture's manifest, diagnose's report and reproduce's results.json carry model.attention;
+    the captured weights are the variant's (K keys per row); diagnose's per-head statistics move;
+    reproduce --resume refuses partial results of another variant."""
+    d = tmp_path / "m"  # the GPT-2 vocabulary: these commands read War and Peace
+    subprocess.run([BIN, "make-model", "--layers", "2", "--heads", "2", "--embd", "32", "--ctx",
+                    "128", "--vocab", "50257", "--seed", "6", "--out", str(d)], check=True,
+                   capture_output=True)
+    r = subprocess.run([BIN, "capture", "--model", str(d), "--corpus", "war-and-peace", "--length",
+                        "40", "--what", "weights", "--out", str(tmp_path / "cap"), "--attention",
+                        "topk:3", "--attention-heads", "1", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    man = json.loads(r.stdout)
+    assert man["model"]["attention"]["rule"] == "topk:3" and man["model"]["attention"]["heads"] == [1]
+    w = np.load(tmp_path / "cap" / "layer1.weights.npy")
+    kept = (w > 0).sum(-1)
+    assert (kept[1] == np.minimum(3, np.arange(1, 41))).all() and (kept[0] == np.arange(1, 41)).all()
+
+    def diag(*extra):
+        r = subprocess.run([BIN, "diagnose", "--model", str(d), "--length", "64", "--json", *extra],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    dense, topk = diag(), diag("--attention", "topk:2", "--attention-normalizer", "softmax")
+    assert dense["model"]["attention"]["modified"] is False and topk["model"]["attention"]["modified"]
+    mw = lambda j: [h["mean_max_weight"] for h in j["heads"]]
+    assert max(abs(a - b) for a, b in zip(mw(dense), mw(topk))) > 1e-3
+    out = tmp_path / "rep"
+    base = [BIN, "reproduce", "--model", str(d), "--quick", "--experiments", "alg1", "--out", str(out),
+            "--quiet"]
+    r = subprocess.run(base + ["--attention", "topk-sqrt:1"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out / "results.json"))
+    assert res["manifest"]["model"]["attention"]["rule"] == "topk-sqrt:1"
+    r = subprocess.run(base + ["--resume"], capture_output=True, text=True)
+    assert r.returncode != 0 and "other options" in r.stderr

@@ -257,12 +257,49 @@ def test_loss_falls_on_a_fixed_batch(corpus, tmp_path):
     assert losses[-1] < 0.7 * losses[0]
 
 
-def test_other_commands_refuse_other_normalizers(corpus, tmp_path):
+@pytest.mark.parametrize("opts", [["--normalizer", "sparsemax"],
+                                  ["--normalizer", "entmax", "--alpha", "1.3"],
+                                  ["--normalizer", "ssmax", "--ssmax-s", "0.6"]])
+def test_other_commands_run_the_trained_normalizer(corpus, tmp_path, opts):
+    """The GPT-2 loader runs a checkpoint with the normalizer it was trained with (config.json's
+    attnlim_normalizer through the forward's attention variants): perplexity's NLL over T + 1
+    tokens equals the trainer's loss on the same T predictions; an explicit --normalizer softmax
+    runs softmax instead."""
+    _, cpath, init = corpus
+    a = base_args(cpath, tmp_path / "a")
+    i = a.index("--batch")
+    a[i + 1] = "1"
+    run(*a, "--steps", "3", "--init", init, *opts)  # make-model's weights: peaked attention
+    b = base_args(cpath, tmp_path / "b")
+    b[i + 1] = "1"
+    run(*b, "--steps", "1", "--init", str(tmp_path / "a"), "--dump",
+        str(tmp_path / "d.safetensors"), *opts)
+    D = load_file(str(tmp_path / "d.safetensors"))
+    ids = list(D["tokens"][0]) + [D["targets"][0][-1]]
+    (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)))
+    ppl = ["perplexity", "--model", str(tmp_path / "a"), "--tokens", str(tmp_path / "ids.txt"),
+           "--length", str(T + 1), "--json"]
+    nll = json.loads(run(*ppl).stdout)["nll"]
+    assert abs(nll - D["loss"][0]) < 1e-5, (nll, D["loss"][0])
+    soft = json.loads(run(*ppl, "--normalizer", "softmax").stdout)["nll"]
+    assert abs(soft - nll) > 1e-4, (soft, nll)
+    import attnlim
+    w = attnlim.Model(str(tmp_path / "a")).forward(D["tokens"][0], capture=("weights",))
+    lower = np.tril(np.ones((T, T), dtype=bool))
+    zeros = sum(int((c["weights"][:, lower] == 0).sum()) for c in w.captures.values())
+    assert (zeros > 0) == (opts[1] != "ssmax"), zeros  # sparse supports, captured as run
+
+
+@pytest.mark.parametrize("opts, why", [
+    (["--normalizer", "sa-softmax"], "sum to 1"),
+    (["--temperature", "0.5"], "temperature"),
+    (["--normalizer", "ssmax", "--ssmax-learn"], "per head")])
+def test_other_commands_refuse_what_the_forward_cannot_run(corpus, tmp_path, opts, why):
     _, cpath, _ = corpus
-    run(*base_args(cpath, tmp_path / "r"), "--steps", "1", "--normalizer", "sparsemax")
+    run(*base_args(cpath, tmp_path / "r"), "--steps", "2", *opts)
     p = run("info", "--model", str(tmp_path / "r"), check=False)
     assert p.returncode == 1
-    assert "sparsemax" in p.stderr and "softmax" in p.stderr, p.stderr
+    assert why in p.stderr and "config.json" in p.stderr, p.stderr
 
 
 def test_errors(corpus, tmp_path):

@@ -105,28 +105,58 @@ static int cfg_int(const cJSON *j, const char *key, const char *alt, int *out, c
     return 0;
 }
 
-/* attnlim train records its attention normalizer in config.json; this forward runs softmax at
- * temperature 1 only, so a model trained with another would run as something it is not. */
-static int check_normalizer(const cJSON *v, const char *cfg, al_error *err) {
+/* attnlim train records its attention normalizer in config.json. Those the forward runs
+ * (al_model_set_attention: sparsemax, entmax15, entmax with its alpha, ssmax with one s for
+ * every head) become the model's own attention (*own, *has_own); softmax at temperature 1 is
+ * GPT-2's own; the others (another temperature, sa-softmax, a per-head learnt s) are refused,
+ * since running them as softmax would run something other than what was trained. */
+static int check_normalizer(const cJSON *v, const char *cfg, al_norm *own, int *has_own,
+                            al_error *err) {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(v, "name");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "temperature");
-    if (!cJSON_IsObject(v) || !cJSON_IsString(n) || (t && !cJSON_IsNumber(t)))
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "alpha");
+    const cJSON *heads = cJSON_GetObjectItemCaseSensitive(v, "s_per_head");
+    *has_own = 0;
+    if (!cJSON_IsObject(v) || !cJSON_IsString(n) || (t && !cJSON_IsNumber(t)) ||
+        (a && !cJSON_IsNumber(a)))
         return al__err(err, AL_E_FORMAT,
                        "%s: attnlim_normalizer is not an object with a \"name\" string and a "
-                       "numeric \"temperature\"",
+                       "numeric \"temperature\" (and \"alpha\")",
                        cfg);
-    if (strcmp(n->valuestring, "softmax") || (t && t->valuedouble != 1.0))
+    double T = t ? t->valuedouble : 1.0;
+    if (!strcmp(n->valuestring, "softmax") && T == 1.0) return 0;
+    al_error e = {0};
+    int rc = al_norm_parse(n->valuestring, own, &e);
+    if (!rc && a) own->alpha = a->valuedouble;
+    double s0 = NAN;
+    const cJSON *row, *x;
+    cJSON_ArrayForEach(row, heads) cJSON_ArrayForEach(x, row) {
+        if (!cJSON_IsNumber(x) || (!isnan(s0) && x->valuedouble != s0))
+            s0 = INFINITY;
+        else if (isnan(s0))
+            s0 = x->valuedouble;
+    }
+    if (!rc && own->kind == AL_NORM_SSMAX) own->ssmax_s = s0;
+    const char *why = rc         ? "an unknown normalizer"
+                      : T != 1.0 ? "a temperature other than 1"
+                      : own->kind == AL_NORM_SA_SOFTMAX || own->kind == AL_NORM_SA_SOFTMAX_NORM
+                          ? "weights that do not sum to 1"
+                      : own->kind == AL_NORM_SSMAX && !(isfinite(s0) && s0 > 0)
+                          ? "an ssmax s per head (learnt), not one s for all"
+                          : NULL;
+    if (!why && (rc = al_norm_check(own, &e))) why = e.msg;
+    if (why)
         return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: trained with attention normalizer %s (temperature %g); the GPT-2 "
-                       "forward runs softmax at temperature 1 only, so it cannot run this model as "
-                       "trained (attnlim train reads it for --init)",
-                       cfg, n->valuestring, t ? t->valuedouble : 1.0);
+                       "%s: trained with attention normalizer %s (temperature %g): %s, which the "
+                       "forward cannot run (attnlim train reads it for --init)",
+                       cfg, n->valuestring, T, why);
+    *has_own = 1;
     return 0;
 }
 
 /* Reads config.json (in the directory, or beside the file) into c; name gets a model name. */
-static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t name_cap,
-                       al_error *err) {
+static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t name_cap, al_norm *own,
+                       int *has_own, al_error *err) {
     char cfg[4096 + 16];
     struct stat s;
     if (stat(path, &s) == 0 && S_ISDIR(s.st_mode))
@@ -176,7 +206,7 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
         (!cJSON_IsString(v) || strcmp(v->valuestring, "gpt2")))
         rc = al__err(err, AL_E_UNSUPPORTED, "%s: model_type is not gpt2", cfg);
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer")))
-        rc = check_normalizer(v, cfg, err);
+        rc = check_normalizer(v, cfg, own, has_own, err);
     if (!rc) {
         v = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
         if (cJSON_IsString(v) && v->valuestring[0])
@@ -247,11 +277,18 @@ static int check_lm_head(const al__safetensors *st, const al__st_tensor *wte, co
 int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err) {
     al__gpt2_cfg c;
     char name[128];
-    int rc = read_config(path, &c, name, sizeof name, err);
+    al_norm own;
+    int has_own = 0;
+    int rc = read_config(path, &c, name, sizeof name, &own, &has_own, err);
     if (rc) return rc;
     al__safetensors *st;
     if ((rc = al__st_open(path, &st, err))) return rc;
-    return al__gpt2_from_safetensors(m, st, &c, path, name, err);
+    if ((rc = al__gpt2_from_safetensors(m, st, &c, path, name, err)) || !has_own) return rc;
+    al_attn_variant v = {.rule = AL_ATTN_DENSE, .norm = own}; /* every layer and head */
+    if ((rc = al_model_set_attention(m, &v, err))) return rc;
+    m->own = m->attn;
+    m->own_on = 1;
+    return 0;
 }
 
 int al__gpt2_from_safetensors(al_model *m, al__safetensors *st, const al__gpt2_cfg *cfg,
