@@ -17,13 +17,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ==== Version, export ======================================================================= */
+
+#define AL_VERSION_MAJOR 0
+#define AL_VERSION_MINOR 1
+#define AL_VERSION_PATCH 0
+/* One number for comparisons: #if AL_VERSION_NUMBER >= AL_VERSION_ENCODE(0, 1, 0). */
+#define AL_VERSION_ENCODE(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
+#define AL_VERSION_NUMBER                      (AL_VERSION_MAJOR * 10000 + AL_VERSION_MINOR * 100 + AL_VERSION_PATCH)
+
+/* AL_API marks the public API: libattnlim.so exports exactly these functions (its version
+ * script, cmake/attnlim.map, keeps al_ + letter/digit and makes every other symbol local). */
+#if defined(__GNUC__) || defined(__clang__)
+#define AL_API __attribute__((visibility("default")))
+#else
+#define AL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ==== Version and errors ================================================================= */
 
-const char *al_version(void); /* "0.1.0" */
+AL_API const char *al_version(void); /* "0.1.0" */
 
 typedef enum al_code {
     AL_OK = 0,
@@ -34,7 +51,7 @@ typedef enum al_code {
     AL_E_RANGE = 5,       /* NaN/Inf or a value out of its domain (names the position) */
     AL_E_UNSUPPORTED = 6, /* a valid input we do not support (names what) */
     AL_E_NOTFOUND = 7,    /* a data file, tensor or model that is not there */
-    AL_E_CANCELLED = 8,   /* stopped by an observer or a signal */
+    AL_E_CANCELLED = 8,   /* stopped by an observer or the progress callback (al_set_progress) */
 } al_code;
 
 typedef struct al_error {
@@ -42,15 +59,59 @@ typedef struct al_error {
     char msg[1024];
 } al_error;
 
-const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
+AL_API const char *al_code_name(al_code code); /* "invalid argument", "format error", ... */
 /* The one error formatter: sets err (if not NULL) to code and the printf-formatted message,
  * truncated to fit; returns code. al_error_vset takes a va_list. */
-int al_error_set(al_error *err, al_code code, const char *fmt, ...)
+AL_API int al_error_set(al_error *err, al_code code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap);
+AL_API int al_error_vset(al_error *err, al_code code, const char *fmt, va_list ap);
+
+/* ==== What the caller hands the library: progress and cancellation, messages, policy ======= */
+
+/* Frees memory the library handed out with malloc (al_tokenize's ids, al_detokenize's bytes,
+ * al_corpus_load's text, al_diagnose's JSON, ...). NULL is a no-op. */
+AL_API void al_free(void *p);
+
+/* Progress and cancellation. Long operations call fn between units of work: al_model_forward
+ * once per layer (with or without a capture), al_head_metrics every 64 rows, al_reproduce and
+ * al_diagnose (and the other experiments) between jobs and before each head. stage names the
+ * unit ("forward": a layer, "heads": a head, "head metrics": 64 rows, "reproduce": a job); done
+ * and total count the units (total 0 when not known).
+ * fn returns 0 to go on, non-zero to stop: the operation then returns AL_E_CANCELLED promptly
+ * (within one unit of work), with nothing half-written (al_reproduce keeps only what
+ * --resume reuses, never a final output). The callback belongs to the calling thread: set it
+ * before the call, on the thread that makes the call; it is called only on that thread (never
+ * from the library's worker threads). al_set_progress(NULL, NULL) removes it, and every call
+ * of al_set_progress clears the "stopped" state. */
+typedef int (*al_progress_fn)(void *user, const char *stage, int64_t done, int64_t total);
+AL_API void al_set_progress(al_progress_fn fn, void *user);
+
+/* Messages (warnings and notes; errors are values, never messages). The library writes none
+ * to stderr itself: it hands each to the log callback, which by default writes it and a newline
+ * to stderr. A message is one line: "attnlim: ...", "attnlim reproduce: ..." or, for warnings,
+ * "attnlim: warning: ...".
+ * al_set_log(NULL, NULL) restores the default; a callback that does nothing silences them.
+ * Process-wide (set it once, before other threads call the library); fn may be called from
+ * any thread, one message at a time. */
+typedef enum al_log_level { AL_LOG_NOTE = 0, AL_LOG_WARNING = 1 } al_log_level;
+typedef void (*al_log_fn)(void *user, al_log_level level, const char *msg);
+AL_API void al_set_log(al_log_fn fn, void *user);
+
+/* Network: the library fetches nothing (a known model or a data file that is not on disk is
+ * AL_E_NOTFOUND, saying how to get it) unless the caller allows it (al_set_network(1), or
+ * ATTNLIM_ALLOW_NETWORK=1 in the environment); the CLI does. Process-wide; returns the previous
+ * setting. A local wheelhouse ($ATTNLIM_WHEELHOUSE) is not the network. */
+AL_API int al_set_network(int allowed);
+
+/* Threads: the library never changes the process's thread settings on its own. Its kernels
+ * take the OpenMP default (OMP_NUM_THREADS, or all cores) unless a call's options say
+ * otherwise (threads fields), and OpenBLAS's thread count is set to 1 only for the duration
+ * of a call that needs it and restored before the call returns. al_set_threads(n) (n <= 0:
+ * all cores) sets OpenMP's count for the calling thread, for callers that want to. */
+AL_API void al_set_threads(int n);
 
 /* ==== Arrays and NumPy .npy files ========================================================= */
 
@@ -68,16 +129,16 @@ typedef struct al_array {
 
 /* The product of a's dimensions (1 for ndim 0, 0 when a dimension is 0); a must be valid (as
  * al_array_alloc or al_npy_parse make them). */
-int64_t al_array_numel(const al_array *a);
-size_t al_dtype_size(al_dtype dt);
+AL_API int64_t al_array_numel(const al_array *a);
+AL_API size_t al_dtype_size(al_dtype dt);
 /* Zero dimensions are valid (numel 0). ndim outside 0..AL_MAX_DIMS or a negative dimension is
  * AL_E_INVALID; a size overflowing size_t is AL_E_NOMEM. */
-int al_array_alloc(al_array *a, al_dtype dt, int ndim, const int64_t *shape, al_error *err);
+AL_API int al_array_alloc(al_array *a, al_dtype dt, int ndim, const int64_t *shape, al_error *err);
 /* Safe on a zeroed or an already freed array (data is set to NULL). */
-void al_array_free(al_array *a);
+AL_API void al_array_free(al_array *a);
 /* A new float64 copy of a (any dtype), in *out (allocated); values are converted as they are
  * (NaN and Inf stay). */
-int al_array_to_f64(const al_array *a, al_array *out, al_error *err);
+AL_API int al_array_to_f64(const al_array *a, al_array *out, al_error *err);
 
 /* Reads .npy v1/v2/v3 with dtype <f4 or <f8 (also |f4-style native LE), C order, any rank
  * numpy writes (up to AL_MAX_DIMS). The header is untrusted: magic, version, length, dict
@@ -85,11 +146,12 @@ int al_array_to_f64(const al_array *a, al_array *out, al_error *err);
  * empty buffer "empty file", a bad magic naming the bytes found) or AL_E_UNSUPPORTED, naming
  * name (the file path). Zero dimensions are valid; NaN/Inf values are read as they are (the
  * CLI refuses them, naming the position). */
-int al_npy_read(const char *path, al_array *out, al_error *err);
-int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out, al_error *err);
+AL_API int al_npy_read(const char *path, al_array *out, al_error *err);
+AL_API int al_npy_parse(const void *buf, size_t len, const char *name, al_array *out,
+                        al_error *err);
 /* Writes v1 (the header of any valid array fits), atomically (temp file, fsync, rename); an
  * invalid array (ndim, dtype) is AL_E_INVALID. */
-int al_npy_write(const char *path, const al_array *a, al_error *err);
+AL_API int al_npy_write(const char *path, const al_array *a, al_error *err);
 
 /* Numbers from text (untrusted): whitespace- or comma-separated, one row per non-empty line.
  * One line gives a 1-D float64 array, several lines of equal length a 2-D one. Decimal
@@ -97,7 +159,8 @@ int al_npy_write(const char *path, const al_array *a, al_error *err);
  * are AL_E_RANGE, hexadecimal, non-numbers, empty fields (a comma at the start or end of a
  * line, or two in a row) and ragged rows AL_E_FORMAT, each naming name, the line and (but
  * for ragged rows) the field; a text without numbers is AL_E_INVALID. */
-int al_parse_numbers(const char *text, size_t len, const char *name, al_array *out, al_error *err);
+AL_API int al_parse_numbers(const char *text, size_t len, const char *name, al_array *out,
+                            al_error *err);
 
 /* ==== Data files (tokenizer, corpus) ====================================================== */
 
@@ -111,14 +174,14 @@ int al_parse_numbers(const char *text, size_t len, const char *name, al_array *o
  *   5. a download into the cache (curl or wget), checked against the pinned SHA-256.
  * Every file found is checked against its pinned SHA-256 (a mismatch is an error naming
  * the file, unless $ATTNLIM_NO_VERIFY=1). out receives the path. */
-int al_data_find(const char *relpath, const char *explicit_path, char *out, size_t out_size,
-                 al_error *err);
+AL_API int al_data_find(const char *relpath, const char *explicit_path, char *out, size_t out_size,
+                        al_error *err);
 /* The cache directory (created if absent) into out. */
-int al_cache_dir(char *out, size_t out_size, al_error *err);
+AL_API int al_cache_dir(char *out, size_t out_size, al_error *err);
 
 /* SHA-256 of a file / a buffer as 64 lowercase hex digits + NUL. */
-int al_sha256_file(const char *path, char hex[65], al_error *err);
-void al_sha256_buf(const void *buf, size_t len, char hex[65]);
+AL_API int al_sha256_file(const char *path, char hex[65], al_error *err);
+AL_API void al_sha256_buf(const void *buf, size_t len, char hex[65]);
 
 /* ==== Section: normalizers (METHOD section 7) ============================================ */
 /* owner: normalizers module (src/normalize.c) */
@@ -140,53 +203,54 @@ typedef struct al_norm {
     double ssmax_s;     /* ssmax scalar s (default 0.43) */
 } al_norm;
 
-al_norm al_norm_default(al_norm_kind kind);
+AL_API al_norm al_norm_default(al_norm_kind kind);
 /* names: "softmax","sparsemax","entmax15","entmax","ssmax","sa-softmax","sa-softmax-norm" */
-int al_norm_parse(const char *name, al_norm *out, al_error *err);
-const char *al_norm_name(al_norm_kind kind);
-int al_norm_sums_to_one(const al_norm *nm); /* 0 for the sa-softmax forms */
+AL_API int al_norm_parse(const char *name, al_norm *out, al_error *err);
+AL_API const char *al_norm_name(al_norm_kind kind);
+AL_API int al_norm_sums_to_one(const al_norm *nm); /* 0 for the sa-softmax forms */
 /* sa-softmax-norm: when max(0, x_max) == min(x_min, 0) (all z = 0) the factor is 0/0 and is
  * taken as 0 (output and Jacobian 0); its derivative follows the first index of a tied min/max. */
 /* Checks temperature, alpha and s (an error names the bad field). */
-int al_norm_check(const al_norm *nm, al_error *err);
+AL_API int al_norm_check(const al_norm *nm, al_error *err);
 
 /* p[n] = normalizer(z[n]). n < 1 is AL_E_INVALID ("empty input (n = 0)"); NaN/Inf in z is
  * AL_E_RANGE naming the position ("logit 2 (0-based) is NaN"), as is z/T overflowing for
  * sa-softmax; finite z of any size (1e30, DBL_MAX) is well defined.
  * Scratch memory: none on the heap for n <= 1024 (stack), heap beyond. */
-int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err);
+AL_API int al_norm_forward(const al_norm *nm, const double *z, int64_t n, double *p, al_error *err);
 /* out[n] = J v and out[n] = J^T u, J = dp/dz [n, n] at z. out must not alias z, v, u. z is
  * checked as by al_norm_forward; NaN/Inf in v or u is AL_E_RANGE naming the element ("jvp: v
  * element 2 (0-based) is NaN"), and so is an element of the result beyond the double range. */
-int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
-                al_error *err);
-int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
-                al_error *err);
+AL_API int al_norm_jvp(const al_norm *nm, const double *z, int64_t n, const double *v, double *out,
+                       al_error *err);
+AL_API int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const double *u, double *out,
+                       al_error *err);
 /* J[n, n], J[i*n+j] = dp_i/dz_j. z as al_norm_forward; an entry beyond the double range (sa
  * forms at extreme z/T) is AL_E_RANGE naming (i, j). */
-int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J, al_error *err);
+AL_API int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J,
+                            al_error *err);
 /* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax,
  * sparsemax, entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms,
  * with J scaled to entries of order 1 first (so J^T J neither overflows nor underflows). z as
  * al_norm_forward; a norm (or, for the sa forms, an entry of J) beyond the double range is
  * AL_E_RANGE. al_norm_frobenius_norm likewise. */
-int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
-                          al_error *err);
-int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
-                           al_error *err);
+AL_API int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                                 al_error *err);
+AL_API int al_norm_frobenius_norm(const al_norm *nm, const double *z, int64_t n, double *out,
+                                  al_error *err);
 /* Forward and spectral norm in one call (one forward pass instead of two): p[n], *spectral;
  * the errors of both. */
-int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
-                             double *spectral, al_error *err);
+AL_API int al_norm_forward_spectral(const al_norm *nm, const double *z, int64_t n, double *p,
+                                    double *spectral, al_error *err);
 /* lambda_max of diag(g) - g g^T / sum(g) for g[n] >= 0 (the rank-one form of the softmax,
  * sparsemax and entmax Jacobians). For softmax weights p (summing to 1) and temperature T the
  * softmax Jacobian's spectral norm is al_norm_rank1_spectral(p, n) / T. No error channel: 0
  * for n < 2 or g == 0, NaN when g is NULL or some g_i is NaN, infinite or negative. */
-double al_norm_rank1_spectral(const double *g, int64_t n);
+AL_API double al_norm_rank1_spectral(const double *g, int64_t n);
 /* bounds for the softmax family (softmax; ssmax via its effective temperature): sup = 1/(2T),
  * paper = min(1/(4T), sqrt 2); NaN where no bound is known (the other kinds) or T (ssmax: s)
  * is not finite and > 0; ssmax with n <= 1 gives 0 (its scale s log n is 0). */
-void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper);
+AL_API void al_norm_bounds(const al_norm *nm, int64_t n, double *bound_sup, double *bound_paper);
 
 /* ==== Section: metrics (METHOD sections 2-6) ============================================== */
 /* owner: metrics module (src/metrics.c, src/sensitivity.c) */
@@ -231,29 +295,30 @@ typedef struct al_topn_stats {
 /* One row: alpha[n] weights, x[n, d] vectors (o->causal is ignored). out[n_top] in the order
  * of o->top_n (rows = 1, or 0 with NaN means when n <= N). NaN/Inf input is AL_E_RANGE naming
  * the position (alpha: "position 2"; x: "row 2, column 0"); n < 1 is AL_E_INVALID. */
-int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
-                   const al_metrics_opts *o, al_topn_stats *out, al_error *err);
+AL_API int al_row_metrics(const double *alpha, const double *x, int64_t n, int64_t d,
+                          const al_metrics_opts *o, al_topn_stats *out, al_error *err);
 /* One head: w[L, L] weights (row t uses columns 0..n_t-1 only; the rest is never read),
  * x[L, d] vectors. out[n_top]: means over the rows with n_t > N. row_max[L] (max weight)
  * and row_entropy[L] (H = -sum alpha log alpha over the row's n keys; terms with alpha <= 0
- * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads.
- * NaN/Inf in the used part of w, or in x, is AL_E_RANGE naming the row and column; L < 1 is
- * AL_E_INVALID. Memory: about 3 L^2 doubles (4 L^2 on heads whose vectors nearly coincide,
- * where d1 needs the Gram matrix of x - x_0). */
-int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
-                    const al_metrics_opts *o, al_topn_stats *out, double *row_max,
-                    double *row_entropy, al_error *err);
+ * contribute 0) may be NULL. Single-threaded and re-entrant: callers parallelise over heads. Asks
+ * the progress callback every 64 rows (AL_E_CANCELLED: out untouched). NaN/Inf in the used part of
+ * w, or in x, is AL_E_RANGE naming the row and column; L < 1 is AL_E_INVALID. Memory: about 3 L^2
+ * doubles (4 L^2 on heads whose vectors nearly coincide, where d1 needs the Gram matrix of x -
+ * x_0). */
+AL_API int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                           double *row_entropy, al_error *err);
 /* Section 2 for one row alpha[n] (n >= 1): max_weight = max_j alpha_j, entropy
  * H = -sum alpha log alpha (terms with alpha <= 0 contribute 0; as al_head_metrics' row_max
  * and row_entropy) and entropy_norm = H / log n (NaN for n = 1). Outputs may be NULL.
  * NaN/Inf weights are an error naming the position. */
-int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
-                     double *entropy_norm, al_error *err);
+AL_API int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, double *entropy,
+                            double *entropy_norm, al_error *err);
 /* Corollary 1: D[L], D_t = ||q_t|| * max_{j <= t (causal) or all j} ||k_j|| / sqrt(d_head).
  * q[L, d_head], k[L, d_head]. NaN/Inf is AL_E_RANGE naming the array, row and column; L or
  * d_head < 1 is AL_E_INVALID; squared norms beyond DBL_MAX (|values| ~ 1e154) give Inf. */
-int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
-                        double *D, al_error *err);
+AL_API int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head,
+                               int causal, double *D, al_error *err);
 /* Algorithm 5 on logits z[L, L] (row t uses columns 0..n_t-1; rows with n_t >= 2 enter),
  * normalizer nm (its temperature field is ignored; temps[n_t] are used, each > 0):
  *   fd_mean[n_t, n_eps]  mean over rows of || f((z + eps v)/T) - f(z/T) || / eps,
@@ -263,9 +328,10 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
  * NaN/Inf logits in the used part are AL_E_RANGE naming the row and column; temps and eps
  * not finite and > 0 are AL_E_INVALID naming the position; L < 1 is AL_E_INVALID. No rows
  * (L = 1): NaN. */
-int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
-                        const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
-                        int layer, int head, double *fd_mean, double *spec_mean, al_error *err);
+AL_API int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
+                               const double *temps, int n_t, const double *eps, int n_eps,
+                               uint64_t seed, int layer, int head, double *fd_mean,
+                               double *spec_mean, al_error *err);
 /* Algorithm 5 for one row of logits z[n] (n >= 1) in the direction v[n] (any finite v; the
  * paper's is al_sensitivity_direction(seed, layer, head, row, n, v), a unit vector):
  *   fd[n_t, n_eps]  || f((z + eps v)/T) - f(z/T) || / eps,
@@ -274,14 +340,15 @@ int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *n
  * fd_mean and spec_mean are the means of these over the rows with n_t >= 2, each row with its
  * own v, computed by the same code. NaN/Inf in z or v is AL_E_RANGE naming the position;
  * temps and eps not finite and > 0 are AL_E_INVALID naming the position; n < 1 AL_E_INVALID. */
-int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps, int n_t,
-                       const double *eps, int n_eps, const double *v, double *fd, double *spec,
-                       al_error *err);
+AL_API int al_row_sensitivity(const double *z, int64_t n, const al_norm *nm, const double *temps,
+                              int n_t, const double *eps, int n_eps, const double *v, double *fd,
+                              double *spec, al_error *err);
 /* The direction v[n] of Algorithm 5 for (seed, layer, head, row): n standard normals from the
  * project's xoshiro256** generator (seeded by SplitMix64 mixing of the four), normalised to
  * unit length. Exposed so that references can use the same v. Returns 0 (AL_E_INVALID if
  * v == NULL or n < 1). */
-int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n, double *v);
+AL_API int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, int64_t n,
+                                    double *v);
 
 /* Readings of Algorithm 5 (METHOD sections 6 and 9 [reading]). */
 typedef struct al_sens_opts {
@@ -296,15 +363,15 @@ typedef struct al_sens_opts {
 } al_sens_opts;
 /* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
  * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
-int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
-                                   int64_t n, double *v);
+AL_API int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti,
+                                          int ei, int64_t n, double *v);
 /* al_head_sensitivity under the readings so (NULL = {1, 0}: then the very same results, bit for
  * bit). The spectral means do not depend on the directions. Errors as al_head_sensitivity; a bad
  * so->logit_scale is AL_E_INVALID. */
-int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
-                           const double *temps, int n_t, const double *eps, int n_eps,
-                           uint64_t seed, int layer, int head, const al_sens_opts *so,
-                           double *fd_mean, double *spec_mean, al_error *err);
+AL_API int al_head_sensitivity_ex(const double *z, int64_t L, int causal, const al_norm *nm,
+                                  const double *temps, int n_t, const double *eps, int n_eps,
+                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                  double *fd_mean, double *spec_mean, al_error *err);
 
 /* ---- Part: readings of the distance (METHOD sections 3 and 9; owner: src/math/readings.c) ---- */
 
@@ -315,8 +382,9 @@ typedef enum al_distance_kind {
     AL_DIST_NORM_OF_SUM = 1,  /* || r - s || = || S - 2 s ||                                  */
     AL_DIST_SUM_VECTOR = 2,   /* || sum_{i not in I} (alpha_i x_i - s) || = || S - (m+1) s || */
 } al_distance_kind;
-const char *al_distance_name(al_distance_kind k); /* "sum-of-norms", "norm-of-sum", "sum-vector" */
-int al_distance_parse(const char *s, al_distance_kind *out, al_error *err);
+AL_API const char *
+al_distance_name(al_distance_kind k); /* "sum-of-norms", "norm-of-sum", "sum-vector" */
+AL_API int al_distance_parse(const char *s, al_distance_kind *out, al_error *err);
 
 /* Which random-selection counterpart the KS test of Algorithm 3 compares with. */
 typedef enum al_expect_kind {
@@ -324,19 +392,19 @@ typedef enum al_expect_kind {
     AL_EXPECT_MC = 1,       /* Monte-Carlo estimate of the exact expectation (with its s.e.) */
     AL_EXPECT_EXACT = 2,    /* the exact expectation by enumerating every N-subset */
 } al_expect_kind;
-const char *al_expect_name(al_expect_kind k); /* "analytic", "mc", "exact" */
-int al_expect_parse(const char *s, al_expect_kind *out, al_error *err);
+AL_API const char *al_expect_name(al_expect_kind k); /* "analytic", "mc", "exact" */
+AL_API int al_expect_parse(const char *s, al_expect_kind *out, al_error *err);
 
 /* The default and the largest cap on C(n, N) per row for the exact expectation. */
 #define AL_EXACT_MAX_DEFAULT 10000
 #define AL_EXACT_MAX_LIMIT   10000000
 
 /* C(n, k) as a double (exact below 2^53; +Inf beyond the double range; 0 for k < 0 or k > n). */
-double al_binomial(int64_t n, int64_t k);
+AL_API double al_binomial(int64_t n, int64_t k);
 /* Whether the exact expectation may be enumerated for rows of up to n_max keys at every N of
  * top_n[n_top] with N < n_max: 0, or AL_E_INVALID naming the first N whose C(n_max, N) exceeds
  * cap (<= 0: AL_EXACT_MAX_DEFAULT; above AL_EXACT_MAX_LIMIT: AL_E_INVALID). */
-int al_exact_check(int64_t n_max, const int *top_n, int n_top, int64_t cap, al_error *err);
+AL_API int al_exact_check(int64_t n_max, const int *top_n, int n_top, int64_t cap, al_error *err);
 
 typedef struct al_reading_opts {
     al_distance_kind distance;
@@ -368,10 +436,10 @@ typedef struct al_reading_stats {
  * options AL_E_INVALID, all checked before any work. Cost per row: O(n d) plus O(d) per N of the
  * grid for the vector readings (s grows as N walks up), O(S N d) for S Monte-Carlo samples and
  * O(C(n, N) (N + n) d) at worst for the exact expectation. */
-int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
-                   const al_reading_opts *o, al_reading_stats *out, al_error *err);
-int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
-                    const al_reading_opts *o, al_reading_stats *out, al_error *err);
+AL_API int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
+                          const al_reading_opts *o, al_reading_stats *out, al_error *err);
+AL_API int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_reading_opts *o, al_reading_stats *out, al_error *err);
 
 /* ==== Section: statistics (METHOD section 4) ============================================= */
 /* owner: statistics module (src/stats.c) */
@@ -381,32 +449,32 @@ int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
  * max(na, nb) <= 10000, asymptotic otherwise or when the exact computation fails).
  * a[na], b[nb]; NaN/Inf is AL_E_RANGE naming the sample and the position; an empty sample is
  * AL_E_INVALID. Only ranks matter: finite values of any size are fine. */
-int al_ks_2samp(const double *a, size_t na, const double *b, size_t nb, double *statistic,
-                double *pvalue, al_error *err);
+AL_API int al_ks_2samp(const double *a, size_t na, const double *b, size_t nb, double *statistic,
+                       double *pvalue, al_error *err);
 /* Algorithm 3 for one L: N[nN] increasing; dtilde[nN, n_heads] and E[nN, n_heads] per-head
  * means. pvalues[nN] = KS p-value of dtilde[i, :] against E[i, :]; *crit = the smallest N
  * with p >= level, or -1 when not reached (also for nN == 0: nothing is tested, rc 0). A
  * non-finite value is AL_E_RANGE naming N, the array and the head; n_heads < 1 AL_E_INVALID. */
-int al_critical_n(const int *N, int nN, const double *dtilde, const double *E, int n_heads,
-                  double level, double *pvalues, int *crit, al_error *err);
+AL_API int al_critical_n(const int *N, int nN, const double *dtilde, const double *E, int n_heads,
+                         double level, double *pvalues, int *crit, al_error *err);
 /* Least squares through the origin: sum x y / sum x^2 over x[n], y[n] (NaN if sum x^2 == 0,
  * so also for n == 0). No error channel: NaN/Inf input, or sums beyond DBL_MAX, give a
  * non-finite result (NaN, or +-Inf from an infinite y). */
-double al_slope_origin(const double *x, const double *y, size_t n);
+AL_API double al_slope_origin(const double *x, const double *y, size_t n);
 /* Five-number summary and mean of x[n]; quartiles as numpy.percentile's default (linear).
  * NaN/Inf is AL_E_RANGE naming the position, n == 0 AL_E_INVALID. The mean is sum / n, so
  * +-Inf when the sum overflows (values near DBL_MAX; as numpy.mean), with rc 0. */
 typedef struct al_five {
     double min, q1, median, q3, max, mean;
 } al_five;
-int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
+AL_API int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
 /* p-th percentile of sorted[n] (ascending), numpy's linear; NaN if n == 0 or p not in [0, 100]. */
-double al_percentile_sorted(const double *sorted, size_t n, double p);
+AL_API double al_percentile_sorted(const double *sorted, size_t n, double p);
 /* The critical-N grid of METHOD section 4 for one L (>= 2): {1..16} U {18..32 step 2} U
  * {36..64 step 4} U {72..128 step 8} U {144..256 step 16} below L, then steps of L/32 beyond
  * 256, and L - 1 always; increasing. Writes min(count, cap) values to N (may be NULL with cap
  * 0) and returns the count (0 for L < 2). */
-int al_critical_grid(int L, int *N, int cap);
+AL_API int al_critical_grid(int L, int *N, int cap);
 
 /* ==== Section: tokenizers and corpora ===================================================== */
 /* owner: tokenizer module (src/bpe.c, src/corpus.c, src/wordpiece.c) */
@@ -416,32 +484,33 @@ typedef struct al_tokenizer al_tokenizer;
 /* GPT-2 byte-level BPE. vocab: NULL (find gpt2/encoder.json and gpt2/vocab.bpe with
  * al_data_find), or a directory holding encoder.json + vocab.bpe (or HF vocab.json +
  * merges.txt). */
-int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err);
+AL_API int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err);
 /* Any byte-level BPE vocabulary in those files, with a named pre-tokenizer: "gpt2" (or NULL),
  * "llama3" (also "llama-bpe"), "smollm" (each digit alone, then the GPT-2 pattern). The
  * files of an explicit directory are used as they are (no pinned hash). */
-int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **out, al_error *err);
-void al_tokenizer_free(al_tokenizer *tk);
-int al_tokenizer_vocab_size(const al_tokenizer *tk);
+AL_API int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **out,
+                                 al_error *err);
+AL_API void al_tokenizer_free(al_tokenizer *tk);
+AL_API int al_tokenizer_vocab_size(const al_tokenizer *tk);
 /* Overrides whether al_tokenize adds the BOS / EOS token (1 on, 0 off, -1 as the model's
  * files say): tokenizers from tokenizer.json only (others never add them). */
-void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos);
+AL_API void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos);
 /* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
  * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text.
  * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the
  * pattern; its last pre-token and every byte from the first invalid one on are merged as one
  * BPE piece (per segment between allowed special tokens). decode(encode(x)) == x always. */
-int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special,
-                int32_t **ids, size_t *n, al_error *err);
+AL_API int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_special,
+                       int32_t **ids, size_t *n, al_error *err);
 /* Decodes ids into bytes (*text malloc'ed, NUL-terminated, len excludes the NUL). */
-int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text, size_t *len,
-                  al_error *err);
+AL_API int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text,
+                         size_t *len, al_error *err);
 /* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
  * as al_data_find's explicit path) or a path to a text file (read as bytes). */
-int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len,
-                   al_error *err);
+AL_API int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len,
+                          al_error *err);
 /* Length of the longest valid UTF-8 prefix of text[len] (== len when it is all valid). */
-size_t al_utf8_valid_len(const char *text, size_t len);
+AL_API size_t al_utf8_valid_len(const char *text, size_t len);
 
 /* ==== Section: models and capture ========================================================= */
 /* owner: model modules (src/model.c dispatches; src/gpt2.c, src/llama.c, src/bert.c) */
@@ -472,16 +541,16 @@ typedef struct al_model_info {
  * shape and dtype is checked. A directory with manifest.json is an attention dump
  * (docs/dumps.md; family "dump"): its forward replays the stored attention of its T tokens
  * (any prefix when causal), and it has no tokenizer and no output logits. */
-int al_model_open(const char *path_or_name, al_model **out, al_error *err);
-void al_model_free(al_model *m);
-const al_model_info *al_model_get_info(const al_model *m);
+AL_API int al_model_open(const char *path_or_name, al_model **out, al_error *err);
+AL_API void al_model_free(al_model *m);
+AL_API const al_model_info *al_model_get_info(const al_model *m);
 /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, BERT vocab.txt). */
-int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err);
+AL_API int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err);
 /* Computes (once) the model identity into info->sha256: the SHA-256 of the lines
  * "<sha256>  <name>\n" of every file that defines the model (config.json, a shard index and
  * every shard, or the one .safetensors / .bin / .gguf), sorted by name; what
  * `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` prints in the model's directory. */
-int al_model_hash(al_model *m, al_error *err);
+AL_API int al_model_hash(al_model *m, al_error *err);
 
 /* What a capture wants (bit flags). */
 enum {
@@ -541,9 +610,12 @@ typedef struct al_capture_request {
 
 /* Runs the model over tokens [T] (T <= n_ctx). logits [T, vocab_size] and final_hidden
  * [T, d_model] (after the final norm for decoders, the last layer's output for encoders)
- * are written when not NULL. req may be NULL. Memory: only one layer's capture is alive. */
-int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                     float *logits, float *final_hidden, al_error *err);
+ * are written when not NULL. req may be NULL. Memory: only one layer's capture is alive.
+ * The progress callback (al_set_progress) is asked before each layer; when it stops the
+ * forward, AL_E_CANCELLED is returned and logits / final_hidden are left as they were. */
+AL_API int al_model_forward(al_model *m, const int32_t *tokens, int T,
+                            const al_capture_request *req, float *logits, float *final_hidden,
+                            al_error *err);
 
 /* ---- Part: attention variants inside the forward (src/model/attn_variant.c) ---- */
 
@@ -574,21 +646,21 @@ typedef struct al_attn_variant {
 
 /* "dense", "topk:K", "topk-frac:F", "topk-sqrt:C", "topk-log:C" into rule and param (other fields
  * untouched). */
-int al_attn_rule_parse(const char *spec, al_attn_variant *v, al_error *err);
+AL_API int al_attn_rule_parse(const char *spec, al_attn_variant *v, al_error *err);
 /* "softmax", "sparsemax", "entmax15", "entmax[:A]" (A > 1, default 1.5), "ssmax[:S]" (S > 0,
  * default 0.43) into *out (temperature 1). */
-int al_attn_norm_parse(const char *spec, al_norm *out, al_error *err);
+AL_API int al_attn_norm_parse(const char *spec, al_norm *out, al_error *err);
 /* The spellings parse reads back: "topk:16", "topk-frac:0.0625", "entmax:1.3", "ssmax:0.43". */
-void al_attn_rule_name(const al_attn_variant *v, char *buf, size_t cap);
-void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap);
+AL_API void al_attn_rule_name(const al_attn_variant *v, char *buf, size_t cap);
+AL_API void al_attn_norm_name(const al_norm *nm, char *buf, size_t cap);
 /* Keys kept of a row of n >= 1 visible keys in a window of L tokens (1..n). */
-int al_attn_kept(const al_attn_variant *v, int n, int L);
+AL_API int al_attn_kept(const al_attn_variant *v, int n, int L);
 /* Every later forward of m uses v (copied, masks included; NULL, or dense with softmax: the
  * model's own attention). Families with a causal LM head (gpt2, llama) support it; others are
  * AL_E_UNSUPPORTED. A mask shorter than the model is the caller's bug: give n_layer / n_head. */
-int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err);
+AL_API int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err);
 /* The variant in force (NULL when the model's own attention runs). */
-const al_attn_variant *al_model_get_attention(const al_model *m);
+AL_API const al_attn_variant *al_model_get_attention(const al_model *m);
 
 /* A variant as the command lines give it (every field optional: all zero = the model's own). */
 typedef struct al_attn_spec {
@@ -600,7 +672,7 @@ typedef struct al_attn_spec {
     int n_heads;
 } al_attn_spec;
 /* Parses s, checks the indices against m (an error names the one outside) and sets it. */
-int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err);
+AL_API int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *err);
 
 /* ---- Part: checkpoints (owner: checkpoint module: src/gpt2_load.c, src/verify.c,
  * src/makemodel.c) ---- */
@@ -608,7 +680,7 @@ int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *er
 /* A GPT-2 parameter of an open model, copied as float32 in the HF layout (Conv1D [in, out];
  * wte [vocab_size, d_model] without llm.c's padding rows), whatever the file's format and
  * dtype. name: an HF parameter name, with or without "transformer." ("h.0.attn.c_attn.weight"). */
-int al_gpt2_tensor(const al_model *m, const char *name, al_array *out, al_error *err);
+AL_API int al_gpt2_tensor(const al_model *m, const char *name, al_array *out, al_error *err);
 
 typedef enum al_verify_status {
     AL_VERIFY_MATCH = 0,      /* present, same bytes as the pinned hash */
@@ -641,8 +713,9 @@ typedef struct al_verify_report {
  * or an llm.c .bin; no config needed) in the HF float32 layout and compares them with a
  * table of "name<TAB>bytes<TAB>sha256" lines. table NULL: the pinned GPT-2 124M table
  * (data/gpt2_124M_tensor_sha256.tsv in the source tree or share/attnlim when installed). */
-int al_gpt2_verify(const char *model_path, const char *table, al_verify_report *out, al_error *err);
-void al_verify_report_free(al_verify_report *r);
+AL_API int al_gpt2_verify(const char *model_path, const char *table, al_verify_report *out,
+                          al_error *err);
+AL_API void al_verify_report_free(al_verify_report *r);
 
 typedef enum al_ckpt_format { AL_CKPT_SAFETENSORS = 0, AL_CKPT_LLMC = 1 } al_ckpt_format;
 
@@ -659,7 +732,7 @@ typedef struct al_gpt2_make_opts {
  * same weights in both formats. Scales: embeddings and matrices N(0, 0.02) except c_attn
  * N(0, 1/sqrt(C)) (so that attention logits have unit scale), residual projections
  * N(0, 0.02/sqrt(2L)), biases N(0, 0.02), LayerNorm weights 1 + N(0, 0.1). */
-int al_gpt2_make_model(const al_gpt2_make_opts *o, const char *out, al_error *err);
+AL_API int al_gpt2_make_model(const al_gpt2_make_opts *o, const char *out, al_error *err);
 
 /* ==== Section: experiments (the paper's Algorithms 1-5, reports) ======================== */
 /* owner: reproduce module (src/reproduce.c, src/plot.c, src/report.c) */
@@ -674,8 +747,8 @@ typedef enum al_vectors {
     AL_VEC_RESIDUAL,  /* the layer input before its first norm (the residual stream) */
 } al_vectors;
 /* "value", "key", "hidden", "embedding", "residual" */
-const char *al_vectors_name(al_vectors v);
-int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
+AL_API const char *al_vectors_name(al_vectors v);
+AL_API int al_vectors_parse(const char *s, al_vectors *out, al_error *err);
 
 /* The experiments of `attnlim reproduce` (bit flags; 0 = all). */
 enum {
@@ -733,13 +806,13 @@ typedef struct al_repro_opts {
     al_attn_spec attention;     /* the attention inside the forward (zero: the model's own) */
 } al_repro_opts;
 
-void al_repro_defaults(al_repro_opts *o);
+AL_API void al_repro_defaults(al_repro_opts *o);
 /* The best model available: "gpt2" (124M) when al_model_open("gpt2") works, else "smollm2";
  * else AL_E_NOTFOUND with a message on how to provide one. name receives the name. */
-int al_repro_pick_model(char *name, size_t size, al_error *err);
+AL_API int al_repro_pick_model(char *name, size_t size, al_error *err);
 /* Runs every experiment and writes results.json, CSVs, NPYs, figures, report.md and
  * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
-int al_reproduce(const al_repro_opts *o, al_error *err);
+AL_API int al_reproduce(const al_repro_opts *o, al_error *err);
 
 /* `attnlim diagnose`: per-head health of a model on one window. */
 typedef struct al_diag_opts {
@@ -759,7 +832,7 @@ typedef struct al_diag_opts {
  * or H / log n < 0.1), "vanishing" (H / log n > 0.95: near uniform), "sink" (mean weight on
  * token 0 > 0.5). *json (malloc'ed) receives the report as JSON text; with out_dir,
  * diagnose.json and diagnose.md are written there too. */
-int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
+AL_API int al_diagnose(const al_diag_opts *o, char **json, al_error *err);
 
 /* `attnlim guidelines`: the paper's guidelines tested in the model's loss (docs/guidelines.md).
  * For each L: the mean next-token NLL over windows 0..K-1 of the unmodified model, of top-k
@@ -790,7 +863,7 @@ typedef struct al_guide_opts {
     int monitor_n;             /* N of N_s/N (0: 16) */
     int resume, progress, quiet, threads;
 } al_guide_opts;
-int al_guidelines(const al_guide_opts *o, al_error *err);
+AL_API int al_guidelines(const al_guide_opts *o, al_error *err);
 
 /* ---- Part: several processes (MPI) (owner: src/dist.c) ---- */
 
@@ -799,23 +872,23 @@ int al_guidelines(const al_guide_opts *o, al_error *err);
  * this process alone. A NULL al_dist * is this process alone too. */
 typedef struct al_dist al_dist;
 /* 1 when this build has MPI. */
-int al_dist_has_mpi(void);
+AL_API int al_dist_has_mpi(void);
 /* 1 when the environment says an MPI launcher started this process (OMPI_COMM_WORLD_SIZE,
  * PMI_SIZE or PMIX_RANK is set). */
-int al_dist_launched(void);
+AL_API int al_dist_launched(void);
 /* The group. Under a launcher: MPI_Init_thread (MPI_THREAD_FUNNELED; not when MPI is already
  * initialised) and a duplicate of MPI_COMM_WORLD; otherwise a group of one, without touching
  * MPI (a binary linked with MPI runs alone without a launcher). A build without MPI started as
  * one of several processes: AL_E_UNSUPPORTED saying so. *out is closed with al_dist_close, which
  * calls MPI_Finalize when al_dist_open called MPI_Init. */
-int al_dist_open(al_dist **out, al_error *err);
-void al_dist_close(al_dist *d);
-int al_dist_rank(const al_dist *d); /* 0 .. size-1; 0 for NULL */
-int al_dist_size(const al_dist *d); /* 1 for NULL */
+AL_API int al_dist_open(al_dist **out, al_error *err);
+AL_API void al_dist_close(al_dist *d);
+AL_API int al_dist_rank(const al_dist *d); /* 0 .. size-1; 0 for NULL */
+AL_API int al_dist_size(const al_dist *d); /* 1 for NULL */
 /* Collective (every rank calls it): rc is this rank's status. 0 when every rank passed 0; else
  * the lowest failing rank's code on every rank, and err receives its message there, prefixed
  * "rank R (HOST): " when R is not 0. */
-int al_dist_agree(al_dist *d, int rc, al_error *err);
+AL_API int al_dist_agree(al_dist *d, int rc, al_error *err);
 
 /* al_reproduce and al_diagnose over the group d (collective: every rank calls it with the same
  * options). Every rank runs each job's forward and computes the per-head metrics of the heads it
@@ -826,8 +899,8 @@ int al_dist_agree(al_dist *d, int rc, al_error *err);
  * error on any rank is returned on every rank, with that rank's message ("rank R (HOST): ...").
  * al_diagnose_dist sets *json on rank 0 only (NULL elsewhere). With d NULL or of size 1 they are
  * al_reproduce and al_diagnose. */
-int al_reproduce_dist(const al_repro_opts *o, al_dist *d, al_error *err);
-int al_diagnose_dist(const al_diag_opts *o, al_dist *d, char **json, al_error *err);
+AL_API int al_reproduce_dist(const al_repro_opts *o, al_dist *d, al_error *err);
+AL_API int al_diagnose_dist(const al_diag_opts *o, al_dist *d, char **json, al_error *err);
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    al_set_network(1); /* the CLI fetches known models and pinned data files when missing */
     /* a file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports
      * (naming its file) and cleans up after, instead of killing the process mid-write */
     signal(SIGXFSZ, SIG_IGN);

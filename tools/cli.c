@@ -4,10 +4,49 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+static volatile sig_atomic_t interrupted; /* the CLI's state, not the library's */
+
+static void on_interrupt(int sig) {
+    interrupted = sig;
+}
+
+static int poll_interrupt(void *user, const char *stage, int64_t done, int64_t total) {
+    (void)user, (void)stage, (void)done, (void)total;
+    return interrupted != 0;
+}
+
+void cli_catch_interrupt(void) {
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_interrupt;
+        sa.sa_flags = SA_RESETHAND; /* a second signal ends the process at once */
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+    al_set_progress(poll_interrupt, NULL);
+}
+
+int cli_interrupted(void) {
+    return interrupted;
+}
+
+int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable, int quiet) {
+    if (!interrupted || !err || err->code != AL_E_CANCELLED) return cli_fail(cmd, err);
+    if (!quiet)
+        fprintf(stderr, "attnlim %s: interrupted%s\n", cmd,
+                resumable ? "; rerun with --resume to continue" : "");
+    return 128 + (int)interrupted;
+}
 
 int cli_fail(const char *cmd, const al_error *err) {
     fprintf(stderr, "attnlim %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");

@@ -31,6 +31,16 @@ AL_CMD(cmd_train);
 AL_CMD(cmd_study);
 #undef AL_CMD
 
+/* Ctrl-C for the long commands (reproduce, diagnose): SIGINT and SIGTERM only record the
+ * signal, and the library's progress callback (al_set_progress, set here) then asks the run to
+ * stop at its next unit of work; it returns AL_E_CANCELLED. A signal inherited as ignored stays
+ * ignored. cli_interrupted() is the signal received, or 0. */
+void cli_catch_interrupt(void);
+int cli_interrupted(void);
+/* After a failed run: when it was interrupted, prints "attnlim CMD: interrupted[; rerun with
+ * --resume to continue]" (not when quiet) and returns 130 (128 + SIGINT; 143 for SIGTERM);
+ * else cli_fail. */
+int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable, int quiet);
 /* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */
 int cli_fail(const char *cmd, const al_error *err);
 /* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */

@@ -83,7 +83,9 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
         o.model = picked;
     }
     char *txt = NULL;
-    if (al_diagnose_dist(&o, d, &txt, &err)) return root ? cli_fail("diagnose", &err) : 1;
+    cli_catch_interrupt();
+    if (al_diagnose_dist(&o, d, &txt, &err))
+        return root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
     if (!txt) return 0; /* not rank 0 */
     if (json) {
         printf("%s\n", txt);

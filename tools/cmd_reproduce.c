@@ -260,8 +260,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
 #undef NEED_VALUE
     }
     o.progress = !o.quiet && isatty(2);
+    cli_catch_interrupt();
     if (al_reproduce_dist(&o, d, &err)) {
-        rc = root ? cli_fail("reproduce", &err) : 1;
+        rc = root ? cli_fail_or_interrupted("reproduce", &err, 1, o.quiet) : 1;
         goto out;
     }
     if (!root) goto out; /* rank 0 wrote everything */

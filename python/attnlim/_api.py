@@ -6,16 +6,19 @@ LP64; tests/python/test_python_api.py checks them by round-tripping values throu
 import ctypes
 import os
 from collections import namedtuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import AttnlimError, _check, _Error, lib
+from . import AttnlimError, _check, _Error, _Interruptible, lib
 
 __all__ = ["normalize", "jacobian", "jvp", "row_metrics", "head_metrics", "vanishing_D", "sensitivity",
            "sensitivity_direction", "ks_2samp", "critical_n", "slope_origin", "five_number",
            "Tokenizer", "corpus", "Model", "ForwardResult", "CAPTURES"]
 
 _c = ctypes
+ArrayLike = Any  # anything numpy.asarray takes (lists, arrays, scalars)
+PathLike = Union[str, bytes, "os.PathLike[str]"]
 _dp = _c.POINTER(_c.c_double)
 _ep = _c.POINTER(_Error)
 _i64 = _c.c_int64
@@ -131,10 +134,9 @@ _proto("al_model_hash", _c.c_int, _c.c_void_p, _ep)
 _proto("al_model_forward", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_int,
        _c.POINTER(_CaptureRequest), _fp, _fp, _ep)
 
-# free() of the C library that malloc'ed the buffers al_tokenize / al_detokenize /
-# al_corpus_load return (the process's libc: libattnlim links against it).
-_libc = _c.CDLL(None)
-_libc.free.argtypes, _libc.free.restype = [_c.c_void_p], None
+# al_free: releases the buffers al_tokenize / al_detokenize / al_corpus_load / al_diagnose
+# hand out (the library's own free, whatever allocator it was built with)
+_proto("al_free", None, _c.c_void_p)
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -165,8 +167,9 @@ def _norm(method, temperature=1.0, alpha=1.5, ssmax_s=0.43):
 
 # ---- normalizers (METHOD section 7) ----------------------------------------------------------------
 
-def normalize(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43):
-    """Weights p = method(z / temperature) along the last axis of z (any shape, n >= 1).
+def normalize(z: ArrayLike, method: str = "softmax", temperature: float = 1.0, alpha: float = 1.5,
+              ssmax_s: float = 0.43) -> np.ndarray:
+    """METHOD section 7. Weights p = method(z / temperature) along the last axis of z (any shape, n >= 1).
     method: softmax, sparsemax, entmax15, entmax (alpha), ssmax (ssmax_s), sa-softmax,
     sa-softmax-norm. Entries equal to -inf are masked: the row is normalized over its other
     entries and the masked ones get weight 0 (NaN and +inf are errors). Returns float64 of
@@ -195,8 +198,9 @@ def normalize(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43):
     return out.reshape(z.shape)
 
 
-def jacobian(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43, full=False):
-    """The Jacobian J = dp/dz [n, n] of normalize(z) for one z[n]: a dict with "spectral"
+def jacobian(z: ArrayLike, method: str = "softmax", temperature: float = 1.0, alpha: float = 1.5,
+             ssmax_s: float = 0.43, full: bool = False) -> Dict[str, Any]:
+    """METHOD section 7 (Lemma 2 / Corollary 3). The Jacobian J = dp/dz [n, n] of normalize(z) for one z[n]: a dict with "spectral"
     (largest singular value), "frobenius", "bound_sup" = 1/(2T) and "bound_paper" =
     min(1/(4T), sqrt 2) (NaN where no bound is known), "sums_to_one", and "matrix" (the
     dense J, J[i, j] = dp_i/dz_j) when full=True."""
@@ -216,8 +220,9 @@ def jacobian(z, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43, full
     return out
 
 
-def jvp(z, v, method="softmax", temperature=1.0, alpha=1.5, ssmax_s=0.43, transpose=False):
-    """J v (or J^T v with transpose=True) for the Jacobian of normalize at z[n]; v[n]."""
+def jvp(z: ArrayLike, v: ArrayLike, method: str = "softmax", temperature: float = 1.0, alpha: float = 1.5,
+        ssmax_s: float = 0.43, transpose: bool = False) -> np.ndarray:
+    """METHOD section 7. J v (or J^T v with transpose=True) for the Jacobian of normalize at z[n]; v[n]."""
     nm = _norm(method, temperature, alpha, ssmax_s)
     z, v = _f64(z, 1, "z"), _f64(v, 1, "v")
     if v.shape != z.shape:
@@ -243,8 +248,9 @@ def _stats(arr):
     return [dict({"N": s.N, "rows": s.rows}, **{f: getattr(s, f) for f in _TOPN_FIELDS}) for s in arr]
 
 
-def row_metrics(alpha, x, top_n=(1, 5), mc=0, seed=0, distance=True, separability=True):
-    """Distance and separability metrics of one row: alpha[n] weights, x[n, d] vectors. One
+def row_metrics(alpha: ArrayLike, x: ArrayLike, top_n: Sequence[int] = (1, 5), mc: int = 0, seed: int = 0,
+                distance: bool = True, separability: bool = True) -> List[Dict[str, float]]:
+    """METHOD sections 3 and 5 (dtilde, dmax, E [reading]; N_s/N and its bounds [reading]). Distance and separability metrics of one row: alpha[n] weights, x[n, d] vectors. One
     dict per N of top_n (in that order) with N, rows (1, or 0 with NaN values when n <= N),
     dtilde, dmax, E, E_mc, E_mc_se (Monte-Carlo with mc samples, NaN if mc == 0), ns_ratio,
     ns_lower, ns_upper."""
@@ -257,8 +263,9 @@ def row_metrics(alpha, x, top_n=(1, 5), mc=0, seed=0, distance=True, separabilit
     return _stats(out)
 
 
-def head_metrics(w, x, top_n=(1, 5), causal=True, mc=0, seed=0, distance=True, separability=True):
-    """One head: w[L, L] weights (causal: row t uses keys 0..t), x[L, d] vectors. Returns a dict:
+def head_metrics(w: ArrayLike, x: ArrayLike, top_n: Sequence[int] = (1, 5), causal: bool = True, mc: int = 0,
+                 seed: int = 0, distance: bool = True, separability: bool = True) -> Dict[str, Any]:
+    """METHOD sections 2, 3 and 5 over one head (Ctrl-C stops it: KeyboardInterrupt). One head: w[L, L] weights (causal: row t uses keys 0..t), x[L, d] vectors. Returns a dict:
     "stats" (a list of dicts as row_metrics, means over the rows with n_t > N), "row_max"[L]
     and "row_entropy"[L]."""
     ws, xs = _f64(w, 2, "w"), _f64(x, 2, "x")
@@ -268,12 +275,13 @@ def head_metrics(w, x, top_n=(1, 5), causal=True, mc=0, seed=0, distance=True, s
     o, keep = _opts(top_n, distance, separability, mc, seed, causal)
     out = (_TopN * o.n_top)()
     rmax, rent = np.empty(L), np.empty(L)
-    _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
-          _ptr(rent))
+    with _Interruptible():  # Ctrl-C stops it between row blocks
+        _call(lib.al_head_metrics, _ptr(ws), _ptr(xs), L, xs.shape[1], _c.byref(o), out, _ptr(rmax),
+              _ptr(rent))
     return {"stats": _stats(out), "row_max": rmax, "row_entropy": rent}
 
 
-def row_vanishing(alpha):
+def row_vanishing(alpha: ArrayLike) -> Tuple[float, float, float]:
     """One row's vanishing-attention statistics (METHOD 2): (max weight, entropy H, H / log n;
     the last NaN when n = 1)."""
     a = _f64(alpha, 1, "alpha")
@@ -282,8 +290,9 @@ def row_vanishing(alpha):
     return mx.value, H.value, Hn.value
 
 
-def row_sensitivity(z, temps, eps, v, method="softmax", alpha=1.5, ssmax_s=0.43):
-    """Algorithm 5 for one row of logits z[n] in the direction v[n]: returns (fd[n_t, n_eps],
+def row_sensitivity(z: ArrayLike, temps: ArrayLike, eps: ArrayLike, v: ArrayLike, method: str = "softmax",
+                    alpha: float = 1.5, ssmax_s: float = 0.43) -> Tuple[np.ndarray, np.ndarray]:
+    """METHOD section 6. Algorithm 5 for one row of logits z[n] in the direction v[n]: returns (fd[n_t, n_eps],
     spec[n_t]): |f((z + eps v)/T) - f(z/T)| / eps and the exact spectral norm of the Jacobian of
     f(z/T). The paper's v is sensitivity_direction(seed, layer, head, row, n)."""
     nm = _norm(method, 1.0, alpha, ssmax_s)
@@ -297,8 +306,8 @@ def row_sensitivity(z, temps, eps, v, method="softmax", alpha=1.5, ssmax_s=0.43)
     return fd, sp
 
 
-def vanishing_D(q, k, causal=True):
-    """Corollary 1: D[L], D_t = |q_t| max_{j <= t (causal) or all j} |k_j| / sqrt(d_head)."""
+def vanishing_D(q: ArrayLike, k: ArrayLike, causal: bool = True) -> np.ndarray:
+    """METHOD section 2, Corollary 1 (q[L, d_head], k[L, d_head], unitless): D[L], D_t = |q_t| max_{j <= t (causal) or all j} |k_j| / sqrt(d_head)."""
     qs, ks = _f64(q, 2, "q"), _f64(k, 2, "k")
     if qs.shape != ks.shape:
         raise ValueError("q and k must have the same shape, got %s and %s" % (qs.shape, ks.shape))
@@ -308,9 +317,10 @@ def vanishing_D(q, k, causal=True):
     return D
 
 
-def sensitivity(z, temps, eps, method="softmax", causal=True, seed=0, layer=0, head=0,
-                alpha=1.5, ssmax_s=0.43):
-    """Algorithm 5 on logits z[L, L] (causal: row t uses columns 0..t): returns (fd_mean[n_t,
+def sensitivity(z: ArrayLike, temps: ArrayLike, eps: ArrayLike, method: str = "softmax", causal: bool = True,
+                seed: int = 0, layer: int = 0, head: int = 0, alpha: float = 1.5,
+                ssmax_s: float = 0.43) -> Tuple[np.ndarray, np.ndarray]:
+    """METHOD section 6. Algorithm 5 on logits z[L, L] (causal: row t uses columns 0..t): returns (fd_mean[n_t,
     n_eps], spec_mean[n_t]), the means over rows (n >= 2) of |f((z + eps v)/T) - f(z/T)| / eps
     and of the exact spectral norm of the Jacobian of f(z/T). v: sensitivity_direction."""
     nm = _norm(method, 1.0, alpha, ssmax_s)
@@ -325,8 +335,8 @@ def sensitivity(z, temps, eps, method="softmax", causal=True, seed=0, layer=0, h
     return fd, sp
 
 
-def sensitivity_direction(seed, layer, head, row, n):
-    """The unit direction v[n] Algorithm 5 uses for (seed, layer, head, row)."""
+def sensitivity_direction(seed: int, layer: int, head: int, row: int, n: int) -> np.ndarray:
+    """METHOD section 6. The unit direction v[n] Algorithm 5 uses for (seed, layer, head, row)."""
     v = np.empty(int(n))
     rc = lib.al_sensitivity_direction(int(seed), int(layer), int(head), int(row), int(n), _ptr(v))
     if rc != 0:
@@ -336,16 +346,17 @@ def sensitivity_direction(seed, layer, head, row, n):
 
 # ---- statistics (METHOD section 4) -----------------------------------------------------------------
 
-def ks_2samp(a, b):
-    """Two-sided two-sample Kolmogorov-Smirnov test: (statistic, pvalue), as scipy's."""
+def ks_2samp(a: ArrayLike, b: ArrayLike) -> Tuple[float, float]:
+    """METHOD section 4. a[n], b[m]. Two-sided two-sample Kolmogorov-Smirnov test: (statistic, pvalue), as scipy's."""
     x, y = _f64(a, 1, "a"), _f64(b, 1, "b")
     st, p = _c.c_double(), _c.c_double()
     _call(lib.al_ks_2samp, _ptr(x), len(x), _ptr(y), len(y), _c.byref(st), _c.byref(p))
     return st.value, p.value
 
 
-def critical_n(N, dtilde, E, level=0.01):
-    """Algorithm 3 for one L: N[nN] increasing, dtilde[nN, heads] and E[nN, heads] per-head
+def critical_n(N: Sequence[int], dtilde: ArrayLike, E: ArrayLike,
+               level: float = 0.01) -> Tuple[np.ndarray, Optional[int]]:
+    """METHOD section 4. Algorithm 3 for one L: N[nN] increasing, dtilde[nN, heads] and E[nN, heads] per-head
     means. Returns (pvalues[nN], the smallest N with p >= level or None)."""
     Ns = np.ascontiguousarray(np.asarray(N, dtype=np.int32))
     d, e = _f64(dtilde, 2, "dtilde"), _f64(E, 2, "E")
@@ -357,16 +368,16 @@ def critical_n(N, dtilde, E, level=0.01):
     return pv, (None if crit.value < 0 else crit.value)
 
 
-def slope_origin(x, y):
-    """Least squares through the origin: sum x y / sum x^2 (NaN if sum x^2 == 0)."""
+def slope_origin(x: ArrayLike, y: ArrayLike) -> float:
+    """METHOD section 4 (the slope of N* against L). x[n], y[n]. Least squares through the origin: sum x y / sum x^2 (NaN if sum x^2 == 0)."""
     xs, ys = _f64(x, 1, "x"), _f64(y, 1, "y")
     if xs.shape != ys.shape:
         raise ValueError("x and y must have the same length")
     return lib.al_slope_origin(_ptr(xs), _ptr(ys), len(xs))
 
 
-def five_number(x):
-    """dict(min, q1, median, q3, max, mean) of x (quartiles as numpy.percentile)."""
+def five_number(x: ArrayLike) -> Dict[str, float]:
+    """METHOD section 4. dict(min, q1, median, q3, max, mean) of x[n] (quartiles as numpy.percentile)."""
     xs, f = _f64(x, 1, "x"), _Five()
     _call(lib.al_five_number, _ptr(xs), len(xs), _c.byref(f))
     return {k: getattr(f, k) for k, _ in _Five._fields_}
@@ -378,7 +389,7 @@ def _take_bytes(p, n):
     try:
         return _c.string_at(p.value, n.value) if n.value else b""
     finally:
-        _libc.free(p)
+        lib.al_free(p)
 
 
 class Tokenizer:
@@ -388,7 +399,7 @@ class Tokenizer:
         self._h = handle
 
     @classmethod
-    def gpt2(cls, vocab=None):
+    def gpt2(cls, vocab: Optional[PathLike] = None) -> "Tokenizer":
         """GPT-2 BPE: vocab None (the shared data files, found as al_data_find does) or a
         directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)."""
         h = _c.c_void_p()
@@ -396,7 +407,7 @@ class Tokenizer:
         return cls(h)
 
     @classmethod
-    def bpe(cls, vocab, pretok="gpt2"):
+    def bpe(cls, vocab: PathLike, pretok: str = "gpt2") -> "Tokenizer":
         """Any byte-level BPE in vocab's files, pre-tokenizer "gpt2", "llama3" or "smollm"."""
         h = _c.c_void_p()
         _call(lib.al_tokenizer_open_bpe, os.fsencode(vocab), pretok.encode(), _c.byref(h))
@@ -408,10 +419,11 @@ class Tokenizer:
         return self._h
 
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
+        """Number of token ids (ids are 0 .. vocab_size - 1)."""
         return lib.al_tokenizer_vocab_size(self._handle())
 
-    def encode(self, text, allow_special=False):
+    def encode(self, text: Union[str, bytes], allow_special: bool = False) -> np.ndarray:
         """Token ids (int32 ndarray) of text (str, encoded as UTF-8, or bytes)."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         ids, n = _c.POINTER(_c.c_int32)(), _c.c_size_t()
@@ -421,9 +433,10 @@ class Tokenizer:
             return np.ctypeslib.as_array(ids, shape=(n.value,)).copy() if n.value else \
                 np.zeros(0, dtype=np.int32)
         finally:
-            _libc.free(_c.cast(ids, _c.c_void_p))
+            lib.al_free(_c.cast(ids, _c.c_void_p))
 
-    def decode_bytes(self, ids):
+    def decode_bytes(self, ids: ArrayLike) -> bytes:
+        """The bytes of ids[n] (any int dtype; out-of-range ids are an error naming the id)."""
         arr = np.ascontiguousarray(np.asarray(ids, dtype=np.int64))
         if arr.ndim != 1:
             raise ValueError("ids must be 1-D")
@@ -435,11 +448,12 @@ class Tokenizer:
               _c.byref(p), _c.byref(n))
         return _take_bytes(p, n)
 
-    def decode(self, ids, errors="replace"):
+    def decode(self, ids: ArrayLike, errors: str = "replace") -> str:
         """Text of ids (bytes decoded as UTF-8 with errors; decode_bytes gives the bytes)."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the C tokenizer (idempotent)."""
         if self._h:
             lib.al_tokenizer_free(self._h)
             self._h = None
@@ -457,8 +471,9 @@ class Tokenizer:
             pass
 
 
-def corpus(name_or_path="war-and-peace", data_path=None, as_bytes=False):
-    """A corpus: "war-and-peace" (the body of pg2600.txt, CRLF -> LF) or a text file. Returns
+def corpus(name_or_path: PathLike = "war-and-peace", data_path: Optional[PathLike] = None,
+           as_bytes: bool = False) -> Union[str, bytes]:
+    """METHOD section 1 (the corpus). A corpus: "war-and-peace" (the body of pg2600.txt, CRLF -> LF) or a text file. Returns
     str (UTF-8, invalid bytes replaced) or bytes with as_bytes=True."""
     p, n = _c.c_void_p(), _c.c_size_t()
     _call(lib.al_corpus_load, os.fsencode(name_or_path),
@@ -474,10 +489,25 @@ ForwardResult.__doc__ = """logits [T, vocab] float32 (or None), hidden [T, d_mod
 None; after the final norm for decoders), captures {layer: {what: ndarray, "heads": ndarray}}."""
 
 
+def _outputs_for(info: Dict[str, Any], logits: Optional[bool], hidden: Optional[bool]) -> Tuple[bool, bool]:
+    """The forward's outputs that apply to the model's family: None = where they exist; an
+    explicit True where they do not is refused, saying why."""
+    fam, name = info["family"], info["name"] or info["path"]
+    has_head = fam not in ("bert", "dump")  # decoders have a language-model head
+    if logits and not has_head:
+        why = ("an attention dump stores attention, not the model's output logits" if fam == "dump" else
+               "a %s encoder has no language-model head, so there are no output logits" % fam.upper())
+        raise ValueError("forward(logits=True) does not apply to %s: %s (leave logits unset)" % (name, why))
+    if hidden and fam == "dump":
+        raise ValueError("forward(hidden=True) does not apply to %s: an attention dump stores no final "
+                         "hidden states (capture 'hidden' gives each stored layer's input)" % name)
+    return (has_head if logits is None else bool(logits)), (fam != "dump" if hidden is None else bool(hidden))
+
+
 class Model:
     """A model opened by path (HF dir / .safetensors, llm.c .bin, .gguf) or known name."""
 
-    def __init__(self, path_or_name):
+    def __init__(self, path_or_name: PathLike):
         h = _c.c_void_p()
         _call(lib.al_model_open, os.fsencode(path_or_name), _c.byref(h))
         self._h = h
@@ -488,7 +518,7 @@ class Model:
         return self._h
 
     @property
-    def info(self):
+    def info(self) -> Dict[str, Any]:
         """dict of al_model_info: family, name, path, sha256, dtype, n_layer, n_head, n_kv_head,
         d_model, d_head, d_ff, n_ctx, vocab_size, causal, n_params."""
         i = lib.al_model_get_info(self._handle()).contents
@@ -498,27 +528,46 @@ class Model:
         d["n_params"] = i.n_params
         return d
 
-    def sha256(self):
+    def sha256(self) -> str:
         """The model identity: SHA-256 of the `sha256sum` lines of the files that define the
         model (config.json, shard index, shards, or the one weights file), sorted by name."""
         _call(lib.al_model_hash, self._handle())
         return self.info["sha256"]
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """The model's own tokenizer (a Tokenizer, to close or use in a with-block)."""
         h = _c.c_void_p()
         _call(lib.al_model_tokenizer, self._handle(), _c.byref(h))
         return Tokenizer(h)
 
-    def forward(self, tokens, capture=(), layers=None, heads=None, logits=True, hidden=True):
-        """Runs the model over tokens[T]. capture: names among q, k, v, logits, weights, hidden,
-        embed, residual (the layer input before its first norm), logits_precap (Gemma 2: the
-        logits before soft-capping); each layer's dict also holds heads, kv_head [n_head],
-        window (sliding window, 0 = none), softcap and scale; layers / heads: iterables of indices (None = all). Each layer's capture is copied
-        (only what was asked, only the selected heads) while the forward streams, so memory
-        stays at one layer in C. Per-head arrays are [n_sel, T, d_head] or [n_sel, T, T].
-        An attention dump (docs/dumps.md) replays its arrays: logits and hidden are None."""
+    def forward(self, tokens: ArrayLike, capture: Union[str, Iterable[str]] = (),
+                layers: Optional[Iterable[int]] = None, heads: Optional[Iterable[int]] = None,
+                logits: Optional[bool] = None, hidden: Optional[bool] = None,
+                names: str = "attnlim") -> "ForwardResult":
+        """Runs the model over tokens[T] (int ids, T <= n_ctx). capture: names among q, k, v,
+        logits, weights, hidden, embed, residual (the layer input before its first norm),
+        logits_precap (Gemma 2: the logits before soft-capping) (METHOD section 1: what the
+        metrics read); each layer's dict also holds heads, kv_head [n_head], window (the
+        sliding window, 0 = none), softcap and scale; layers /
+        heads: iterables of indices (None = all). Each layer's capture is copied (only what was
+        asked, only the selected heads) while the forward streams, so memory stays at one layer
+        in C. Per-head arrays are float32 [n_sel, T, d_head] (q, k, v) or [n_sel, T, T]
+        (logits = q.k / sqrt(d_head), masked entries -inf; weights, masked entries 0).
+
+        logits: the output logits [T, vocab] (float32). None (the default) gives them where
+        the model has a language-model head (decoders: gpt2, llama) and not otherwise; True
+        for a model without one (a BERT encoder, an attention dump) is refused, saying why.
+        hidden: the final hidden states [T, d_model]; None gives them except for an attention
+        dump (it stores none), where True is refused. Ctrl-C stops the forward between
+        layers (KeyboardInterrupt).
+
+        names="transformer_lens": captures is instead one flat dict named and laid out as a
+        TransformerLens ActivationCache ("blocks.{l}.attn.hook_pattern" [1, n_sel, T, T], ...;
+        attnlim.to_transformer_lens says which name each array gets)."""
+        if names not in ("attnlim", "transformer_lens"):
+            raise ValueError("names: 'attnlim' or 'transformer_lens', not %r" % (names,))
         info = self.info
+        logits, hidden = _outputs_for(info, logits, hidden)
         toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
         if toks.ndim != 1:
             raise ValueError("tokens must be 1-D")
@@ -579,21 +628,24 @@ class Model:
         req.layers = None if lmask is None else lmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.heads = None if hmask is None else hmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.fn, req.user = cb, None
-        if info["family"] == "dump":  # an attention dump holds no output logits or hidden states
-            logits = hidden = False
         lg = np.empty((T, info["vocab_size"]), dtype=np.float32) if logits else None
         hd = np.empty((T, info["d_model"]), dtype=np.float32) if hidden else None
         err = _Error()
-        rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
-                                  _c.byref(req) if what else None,
-                                  None if lg is None else lg.ctypes.data_as(_fp),
-                                  None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
+        with _Interruptible():  # Ctrl-C stops the forward between layers
+            rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
+                                      _c.byref(req) if what else None,
+                                      None if lg is None else lg.ctypes.data_as(_fp),
+                                      None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
         if failure:
             raise failure[0]
         _check(rc, err)
+        if names == "transformer_lens":
+            from ._interop import to_transformer_lens
+            captures = to_transformer_lens(captures, rotary=info["family"] == "llama")
         return ForwardResult(lg, hd, captures)
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the C model (idempotent)."""
         if self._h:
             lib.al_model_free(self._h)
             self._h = None
@@ -657,7 +709,7 @@ def _s(x):
     return None if x is None else os.fsencode(x)
 
 
-def pick_model():
+def pick_model() -> str:
     """The model `reproduce` uses by default: "gpt2" when its weights are available, else
     "smollm2" (AttnlimError with advice when neither is)."""
     buf = _c.create_string_buffer(256)
@@ -665,19 +717,34 @@ def pick_model():
     return buf.value.decode()
 
 
-def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vectors="value",
-              normalizer=None, quick=False, resume=False, progress=False, quiet=True, threads=0,
-              experiments=None, seed=1234, mc=0, long_length=0, lengths=None, top_n=None,
-              critical_n=None, separability_n=None, temperatures=None, eps=None, synthetic=None,
-              distance="sum-of-norms", expectation="analytic", exact_max=0,
-              temperature_scale="scaled", directions="shared"):
-    """Runs the paper's experiments (as `attnlim reproduce`) and writes results.json, CSVs,
-    NPYs, figures and reports into out_dir (docs/reproduce.md). experiments: names among
-    vanishing, alg1..alg5 (None = all). Grids None = METHOD's defaults (or --quick's).
+def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optional[PathLike] = None,
+              data_path: Optional[PathLike] = None, windows: int = 1, vectors: str = "value",
+              normalizer: Optional[str] = None, quick: bool = False, resume: bool = False,
+              progress: bool = False, quiet: bool = True, threads: int = 0,
+              experiments: Optional[Iterable[str]] = None, seed: int = 1234, mc: int = 0,
+              long_length: int = 0, lengths: Optional[Sequence[int]] = None,
+              top_n: Optional[Sequence[int]] = None, critical_n: Optional[Sequence[int]] = None,
+              separability_n: Optional[Sequence[int]] = None,
+              temperatures: Optional[Sequence[float]] = None, eps: Optional[Sequence[float]] = None,
+              synthetic: Optional[bool] = None, distance: str = "sum-of-norms",
+              expectation: str = "analytic", exact_max: int = 0, temperature_scale: str = "scaled",
+              directions: str = "shared",
+              on_progress: Optional[Callable[[str, int, int], Optional[bool]]] = None) -> Dict[str, Any]:
+    """METHOD sections 1-7, Algorithms 1-5. Runs the paper's experiments (as `attnlim
+    reproduce`) and writes results.json, CSVs, NPYs, figures and reports into out_dir
+    (docs/reproduce.md). experiments: names among vanishing, alg1..alg5 (None = all). Grids
+    None = METHOD's defaults (or --quick's): lengths L (tokens), top_n / critical_n /
+    separability_n N (tokens), temperatures T (> 0, unitless), eps (finite-difference steps).
     synthetic: None (from the checkpoint), False or True. The readings of METHOD section 9
     (docs/readings.md): vectors, distance (sum-of-norms | norm-of-sum | sum-vector), expectation
     (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
-    (shared | fresh). Returns results.json as a dict."""
+    (shared | fresh). threads: OpenMP threads over heads
+    for this call only (0 = the OpenMP default). Returns results.json as a dict.
+
+    Ctrl-C (or on_progress(stage, done, total) returning False) stops the run at its next
+    unit of work (a layer or a head): KeyboardInterrupt (AttnlimError code AL_E_CANCELLED for
+    on_progress), nothing final written; the (window, L) jobs already done stay in
+    out_dir/partial and resume=True reuses them."""
     o = _ReproOpts()
     lib.al_repro_defaults(_c.byref(o))
     o.model, o.corpus, o.data_path, o.out_dir = _s(model), _s(corpus), _s(data_path), _s(out_dir)
@@ -717,22 +784,28 @@ def reproduce(out_dir, model=None, corpus=None, data_path=None, windows=1, vecto
         ptype = _dp if dt == np.float64 else _c.POINTER(_c.c_int)
         setattr(o, field, arr.ctypes.data_as(ptype))
         setattr(o, "n_" + field, len(arr))
-    _call(lib.al_reproduce, _c.byref(o))
+    with _Interruptible(on_progress):  # Ctrl-C: KeyboardInterrupt; the next run may --resume
+        _call(lib.al_reproduce, _c.byref(o))
     import json
     with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
-def diagnose(model=None, corpus=None, data_path=None, out_dir=None, length=0, window=0,
-             threads=0, normalizer=None):
-    """Per-head health of a model on one window (as `attnlim diagnose`): the report as a dict
-    (with out_dir, diagnose.json and diagnose.md are written there too)."""
+def diagnose(model: Optional[PathLike] = None, corpus: Optional[PathLike] = None,
+             data_path: Optional[PathLike] = None, out_dir: Optional[PathLike] = None, length: int = 0,
+             window: int = 0, threads: int = 0, normalizer: Optional[str] = None,
+             on_progress: Optional[Callable[[str, int, int], Optional[bool]]] = None) -> Dict[str, Any]:
+    """METHOD sections 2, 5 and 7 per head. Per-head health of a model on one window of
+    length tokens (as `attnlim diagnose`): the report as a dict (with out_dir, diagnose.json
+    and diagnose.md are written there too). Ctrl-C stops it between heads (KeyboardInterrupt);
+    on_progress as for reproduce."""
     import json
     o = _DiagOpts(_s(model), _s(corpus), _s(data_path), _s(out_dir), int(length), int(window),
                   int(threads), None if normalizer is None else normalizer.encode())
     p = _c.c_void_p()
-    _call(lib.al_diagnose, _c.byref(o), _c.byref(p))
+    with _Interruptible(on_progress):
+        _call(lib.al_diagnose, _c.byref(o), _c.byref(p))
     try:
         return json.loads(_c.string_at(p.value).decode("utf-8"))
     finally:
-        _libc.free(p)
+        lib.al_free(p)

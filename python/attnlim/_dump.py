@@ -6,6 +6,7 @@ DIR` analyse it as they analyse a model (its tokens are the dump's T tokens)."""
 import json
 import os
 import shutil
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -43,8 +44,9 @@ def _layer_items(layers):
     return items
 
 
-def write_dump(out_dir, layers, token_ids=None, causal=True, model=None, heads=None, force=False,
-               check=True):
+def write_dump(out_dir: str, layers: Any, token_ids: Optional[Sequence[int]] = None, causal: bool = True,
+               model: Optional[Dict[str, Any]] = None, heads: Optional[Sequence[int]] = None,
+               force: bool = False, check: bool = True) -> Dict[str, Any]:
     """Writes an attention dump into out_dir (docs/dumps.md), atomically: everything goes to a
     temporary directory beside it, which becomes out_dir in one rename when complete.
 

@@ -1,4 +1,5 @@
 /* data.c: finding the shared data files (tokenizer, corpus) and checking their pinned hashes. */
+#include "hooks.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -65,7 +66,7 @@ static int download(const data_pin *pin, const char *dest, al_error *err) {
         if (rc) return rc;
     }
     snprintf(tmp, sizeof tmp, "%s.download.%ld", dest, (long)getpid());
-    fprintf(stderr, "attnlim: downloading %s from %s\n", pin->relpath, pin->url);
+    al__log(AL_LOG_NOTE, "attnlim: downloading %s from %s", pin->relpath, pin->url);
     char *curl[] = {"curl", "-fsSL", "--retry", "2", "-o", tmp, (char *)pin->url, NULL};
     char *wget[] = {"wget", "-q", "-O", tmp, (char *)pin->url, NULL};
     if (al__run(curl) != 0 && al__run(wget) != 0) {
@@ -149,7 +150,8 @@ int al_data_find(const char *relpath, const char *explicit_path, char *out, size
 #endif
     }
     const char *nodl = getenv("ATTNLIM_NO_DOWNLOAD");
-    if (pin && pin->url && have_cache && !(nodl && strcmp(nodl, "1") == 0)) {
+    int may_fetch = al__network_allowed() && !(nodl && strcmp(nodl, "1") == 0);
+    if (pin && pin->url && have_cache && may_fetch) {
         snprintf(cand, sizeof cand, "%s/data/%s", cache, relpath);
         if ((rc = download(pin, cand, err))) return rc;
         snprintf(out, out_size, "%s", cand);
@@ -157,7 +159,10 @@ int al_data_find(const char *relpath, const char *explicit_path, char *out, size
     }
     return al__err(
         err, AL_E_NOTFOUND,
-        "%s: not found (looked in the flag, $ATTNLIM_DATA, the cache %s/data, ../shared/data); "
+        "%s: not found (looked in the flag, $ATTNLIM_DATA, the cache %s/data, ../shared/data%s); "
         "set ATTNLIM_DATA to a directory holding it",
-        relpath, have_cache ? cache : "(none)");
+        relpath, have_cache ? cache : "(none)",
+        pin && pin->url && !al__network_allowed()
+            ? "; not downloaded: this program does not allow network fetches (al_set_network)"
+            : "");
 }

@@ -1,5 +1,6 @@
 /* outdir.c: output directories published in one rename; dead runs' temporaries swept under
  * proof of death (a lock held for the run's lifetime). See outdir.h. */
+#include "hooks.h"
 #include "outdir.h"
 
 #include <dirent.h>
@@ -72,7 +73,8 @@ static void sweep_stem(const char *parent, const char *stem, size_t n) {
     if (lstat(tmp, &st) == 0 && (!S_ISDIR(st.st_mode) || al__remove_flat(tmp) != 0)) bad = 1;
     if (lstat(old, &st) == 0 && (!S_ISDIR(st.st_mode) || al__remove_flat(old) != 0)) bad = 1;
     if (bad)
-        fprintf(stderr, "attnlim: warning: could not remove %s or %s (a killed run's)\n", tmp, old);
+        al__log(AL_LOG_WARNING, "attnlim: warning: could not remove %s or %s (a killed run's)", tmp,
+                old);
     else
         unlink(lock);
     close(fd);
@@ -263,7 +265,7 @@ static int publish_by_two_renames(al__outdir *o, al_error *err) {
     if (rename(o->tmp, o->dir) != 0) {
         int e = errno;
         if (rename(o->old, o->dir) != 0)
-            fprintf(stderr, "attnlim %s: the earlier output is now %s\n", o->tool, o->old);
+            al__log(AL_LOG_NOTE, "attnlim %s: the earlier output is now %s", o->tool, o->old);
         return al__err(err, AL_E_IO, "%s: cannot move the results into place: %s", o->dir,
                        strerror(e));
     }
@@ -301,8 +303,8 @@ int al__outdir_publish(al__outdir *o, int force, al_error *err) {
     }
     o->tmp_made = 0, o->n_created = 0;
     if (al__remove_flat(old) != 0)
-        fprintf(stderr,
-                "attnlim %s: warning: the earlier output replaced in %s is left at %s: %s\n",
-                o->tool, o->dir, old, strerror(errno));
+        al__log(AL_LOG_WARNING,
+                "attnlim %s: warning: the earlier output replaced in %s is left at %s: %s", o->tool,
+                o->dir, old, strerror(errno));
     return 0;
 }

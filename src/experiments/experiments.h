@@ -120,7 +120,8 @@ typedef struct al__ex_heads {
 typedef int (*al__ex_head_fn)(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
                               al_error *err);
 /* fn over every head of hs in parallel; tsec[4] receives the sum of the threads' seconds. The
- * first error stops the other heads and is returned. */
+ * first error stops the other heads and is returned. Before each head, thread 0 (the caller's)
+ * asks the caller's progress callback (al_set_progress): a stop is AL_E_CANCELLED. */
 int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
                      al_error *err);
 

@@ -11,6 +11,7 @@
  *   monitor      at one L, window 0: per layer entropy / ln n, max weight and N_s/N of the
  *                dense model, of the smallest sufficient top-k and of each normalizer
  * Outputs: guidelines_out.c. */
+#include "hooks.h"
 #include "guidelines.h"
 
 #include <math.h>
@@ -437,7 +438,8 @@ static int monitor(guide *g, al_error *err) {
     int rc = 0;
     for (int i = 0; !rc && i < np; i++) {
         if (!g->o.quiet && g->o.progress)
-            fprintf(stderr, "attnlim guidelines: monitoring %s at L = %d\n", pick[i]->name, gl->L);
+            al__log(AL_LOG_NOTE, "attnlim guidelines: monitoring %s at L = %d", pick[i]->name,
+                    gl->L);
         g->n_mon++;
         rc = monitor_one(g, pick[i], &g->mon[i], err);
     }
@@ -484,9 +486,9 @@ int al_guidelines(const al_guide_opts *opts, al_error *err) {
     if (!rc) rc = monitor(&g, err);
     if (!rc) rc = al__guide_write(&g, err);
     if (!rc && !g.o.quiet)
-        fprintf(stderr,
+        al__log(AL_LOG_NOTE,
                 "attnlim guidelines: %d (L, variant) runs computed, %d reused; wrote %s/"
-                "guidelines.json, guidelines.csv, monitoring.csv, guidelines.md, figures\n",
+                "guidelines.json, guidelines.csv, monitoring.csv, guidelines.md, figures",
                 g.n_computed, g.n_reused, g.o.out_dir);
     if (lock >= 0) close(lock);
     free_guide(&g);

@@ -1,5 +1,6 @@
 /* jobs.c: one job of `attnlim reproduce`: the forward with its observer, which computes every head
  * of a layer in parallel, then the merge of the ranks' heads. */
+#include "hooks.h"
 #include "experiments.h"
 
 #include <math.h>
@@ -264,7 +265,9 @@ int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, doubl
             if (stop) continue;
             int h = cap->layer * hs->n_head + cap->heads[i];
             if (al__dist_owner(hs->dist, h) != hs->rank) continue; /* another rank's head */
-            if (fn(ctx, cap, i, &hs->sc[tid], mysec, &e)) {
+            /* a head is a unit of work: the caller's thread (0) asks its progress callback */
+            if ((tid == 0 && al__poll("heads", h, (int64_t)hs->n_head * (cap->layer + 1), &e)) ||
+                fn(ctx, cap, i, &hs->sc[tid], mysec, &e)) {
 #pragma omp critical(al_ex_head_err)
                 {
                     if (!failed) first = e;

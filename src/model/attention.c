@@ -8,6 +8,7 @@
  * where keys = 0..last row of the block for causal models (the masked upper triangle is never
  * computed beyond the diagonal block) and 0..T-1 for encoders. The logits and weights of a
  * selected head go straight into the capture arrays; the other heads use per-thread rows. */
+#include "hooks.h"
 #include "ops.h"
 
 #include "cpu.h"
@@ -169,13 +170,15 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     if (T < 1 || H < 1 || G < 1 || D < 1 || H % G != 0 || !a->q || !a->k || !a->v || !a->out)
         return al__err(err, AL_E_INVALID,
                        "attention: bad shape (T %d, heads %d, kv heads %d, d_head %d)", T, H, G, D);
+    /* one unit of work of a forward: a layer (the caller may stop it here, include/attnlim.h) */
+    int rc = al__poll("forward", a->layer, 0, err);
+    if (rc) return rc;
     const int B = AL__ATTN_BLOCK;
     const int capture = wants_capture(a);
     const unsigned what = capture ? a->req->what : 0;
 
     /* head selection: heads [n_sel], kv_head [H], sel_of [H] (-1: not selected) */
-    int rc =
-        grow((void **)&ws->idx, &ws->idx_n, (size_t)3 * H, sizeof(int), "attention indices", err);
+    rc = grow((void **)&ws->idx, &ws->idx_n, (size_t)3 * H, sizeof(int), "attention indices", err);
     if (rc) return rc;
     int *heads = ws->idx, *kv_head = ws->idx + H, *sel_of = ws->idx + 2 * H;
     int n_sel = 0;

@@ -5,6 +5,7 @@
  * (al_model_open) on them. */
 #include "model.h"
 
+#include "hooks.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -58,12 +59,22 @@ int al_model_hash(al_model *m, al_error *err) {
     return 0;
 }
 
+/* The family's forward; the kernels run OpenBLAS single-threaded: its count is put back after. */
+static int forward_keeping_blas(al_model *m, const int32_t *tokens, int T,
+                                const al_capture_request *req, float *logits, float *final_hidden,
+                                al_error *err) {
+    int blas = al__blas_save();
+    int rc = m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
+    al__blas_restore(blas);
+    return rc;
+}
+
 int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
                      float *logits, float *final_hidden, al_error *err) {
     if (!m || !tokens) return al__err(err, AL_E_INVALID, "al_model_forward: NULL model or tokens");
     if (T < 1) return al__err(err, AL_E_INVALID, "empty window: at least one token is needed");
     if (m->format == AL__FMT_DUMP) /* the dump checks its window and its tokens itself */
-        return m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
+        return forward_keeping_blas(m, tokens, T, req, logits, final_hidden, err);
     if (T > m->info.n_ctx)
         return al__err(err, AL_E_INVALID,
                        "window of %d tokens exceeds the model's context of %d (%s)", T,
@@ -73,7 +84,7 @@ int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture
             return al__err(err, AL_E_INVALID,
                            "token id %d at position %d outside the vocabulary [0, %d)",
                            (int)tokens[t], t, m->info.vocab_size);
-    return m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
+    return forward_keeping_blas(m, tokens, T, req, logits, final_hidden, err);
 }
 
 int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err) {
@@ -97,8 +108,8 @@ int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
 
 void al__model_warn_nonfinite(al_model *m, const char *file, const char *tensor, size_t n_bad,
                               size_t first) {
-    fprintf(stderr,
-            "attnlim: warning: %s: tensor %s has %zu NaN/Inf values (first at flat index %zu)\n",
+    al__log(AL_LOG_WARNING,
+            "attnlim: warning: %s: tensor %s has %zu NaN/Inf values (first at flat index %zu)",
             file, tensor, n_bad, first);
     if (!m) return;
     if (m->n_warnings < AL__MAX_LOAD_WARNINGS) {

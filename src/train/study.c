@@ -12,6 +12,7 @@
  *     the L H heads of the model (the paper's 144 heads are GPT-2's; here there are fewer);
  *   - the normalizer's Jacobian (METHOD 6/7): mean spectral norm over rows with n >= 2.
  * All on value vectors (METHOD 1's default reading). */
+#include "hooks.h"
 #include "study.h"
 
 #include <math.h>
@@ -393,14 +394,14 @@ int al__study_run(const al__study_opts *o, al_error *err) {
         r.cfg.norm = sn->nm, r.cfg.ssmax_learn = sn->ssmax_learn;
         r.out = dir, r.resume = al__is_file(state), r.progress = o->progress;
         if (o->progress)
-            fprintf(stderr, "study: training %s (%d of %d)\n", sn->name, k + 1, o->n_norms);
+            al__log(AL_LOG_NOTE, "study: training %s (%d of %d)", sn->name, k + 1, o->n_norms);
         al__tr_summary sum;
         rc = al__tr_run(&r, &sum, err);
         if (rc) {
             al__err_prefix(err, rc, "study: training %s", sn->name);
             break;
         }
-        if (o->progress) fprintf(stderr, "study: diagnosing %s\n", sn->name);
+        if (o->progress) al__log(AL_LOG_NOTE, "study: diagnosing %s", sn->name);
         if ((rc = al__study_diagnose(o, sn, dir, &runs[k], err))) break;
         char *text = cJSON_Print(runs[k]);
         char path[4096 + 96];

@@ -21,6 +21,7 @@ import pytest
 import scipy.special
 
 import bert_ref
+import internals
 
 BIN = os.environ.get("ATTNLIM_BIN")
 LIB = os.environ.get("ATTNLIM_LIB")
@@ -74,7 +75,7 @@ class Request(ctypes.Structure):
 
 CAP_WEIGHTS, CAP_HIDDEN, CAP_EMBED = 1 << 4, 1 << 5, 1 << 6
 
-lib = ctypes.CDLL(LIB)
+lib = internals.attach(ctypes.CDLL(LIB), "al__model_resolve_name")
 lib.al_model_get_info.restype = ctypes.POINTER(Info)
 lib.free.argtypes = [ctypes.c_void_p]
 

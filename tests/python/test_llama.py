@@ -27,6 +27,7 @@ import pytest
 
 import gguf
 import llama_ref
+import internals
 
 SMOL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,7 +76,7 @@ def lib():
     if _LIB is None:
         path = os.environ.get("ATTNLIM_LIB")
         assert path, "ATTNLIM_LIB is not set (run through ctest, or point it at libattnlim.so)"
-        L = ctypes.CDLL(path)
+        L = internals.attach(ctypes.CDLL(path), "al__gguf_open", "al__gguf_close", "al__gguf_load_f32")
         vp, ep = ctypes.c_void_p, ctypes.POINTER(Error)
         L.al_model_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(vp), ep]
         L.al_model_free.argtypes = [vp]

@@ -17,6 +17,8 @@ import pytest
 import scipy
 import scipy.stats
 
+import internals
+
 LIB_PATH = os.environ.get("ATTNLIM_LIB")
 BIN = os.environ.get("ATTNLIM_BIN")
 
@@ -35,7 +37,7 @@ dp = ctypes.POINTER(ctypes.c_double)
 @pytest.fixture(scope="module")
 def lib():
     assert LIB_PATH, "ATTNLIM_LIB is not set (run through ctest, or export it)"
-    L = ctypes.CDLL(LIB_PATH)
+    L = internals.attach(ctypes.CDLL(LIB_PATH), "al__kstwo_sf", "al__smirnov_sf")
     L.al_ks_2samp.argtypes = [dp, ctypes.c_size_t, dp, ctypes.c_size_t, dp, dp,
                               ctypes.POINTER(Err)]
     L.al_critical_n.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, dp, dp, ctypes.c_int,

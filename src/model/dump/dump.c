@@ -20,6 +20,7 @@
  * token is the top-left block); bidirectional dumps only T' = T. Missing logits are derived as
  * q.k / sqrt(d_head) (in double, from the stored q and k), missing weights as the row softmax
  * of the logits over the unmasked part (in double), both rounded once to float32. */
+#include "hooks.h"
 #include "dump.h"
 
 #include "model.h"
@@ -606,6 +607,7 @@ static int dump_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     for (int li = 0; li < d->n_layers && !rc; li++) {
         int l = d->layers[li];
         if (req->layers && !req->layers[l]) continue;
+        if ((rc = al__poll("forward", l, d->n_layers, err))) break; /* the caller may stop here */
         al_array arr[AL__DUMP_N_WHAT];
         memset(arr, 0, sizeof arr);
         for (int w = 0; w < AL__DUMP_N_WHAT && !rc; w++)

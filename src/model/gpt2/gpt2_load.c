@@ -2,7 +2,7 @@
  * into the al__gpt2 weight struct of gpt2.h. f32 weights point into the read-only mapping;
  * anything else (f16/bf16/f64 safetensors, llm.c bf16, misaligned f32) is converted into one
  * owned f32 arena. Every tensor is checked for presence and exact shape; all weights are
- * scanned once for NaN/Inf (a warning on stderr naming the tensor).
+ * scanned once for NaN/Inf (a warning through the log callback naming the tensor).
  *
  * Decisions: unknown tensors are an error (they mean another architecture or a config that
  * does not match the file), except the HF buffers h.N.attn.bias / h.N.attn.masked_bias;
