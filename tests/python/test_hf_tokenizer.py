@@ -5,6 +5,7 @@ War and Peace, identical ids on the whole War and Peace body and on a Unicode to
 BOS/EOS from the post-processor and tokenizer_config.json, and the override."""
 import ctypes
 import json
+import os
 
 import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -84,7 +85,12 @@ def train(name, book, path):
 
 class COurs:
     def __init__(self, d):
-        L, self.L = test_llama.lib(), test_llama.lib()
+        # al__hf_tokenizer_open is internal: everything from the test-only library with every symbol
+        L = self.L = ctypes.CDLL(os.environ["ATTNLIM_INTERNAL_LIB"])
+        L.al_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                  ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)), ctypes.POINTER(ctypes.c_size_t),
+                                  ctypes.POINTER(test_llama.Error)]
+        L.al_tokenizer_free.argtypes = [ctypes.c_void_p]
         L.al__hf_tokenizer_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
                                             ctypes.POINTER(test_llama.Error)]
         L.al_tokenizer_set_bos_eos.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
