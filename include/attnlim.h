@@ -506,7 +506,9 @@ AL_API int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int
 AL_API int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **text,
                          size_t *len, al_error *err);
 /* A corpus: "war-and-peace" (METHOD section 1: the body of pg2600.txt, CRLF -> LF; data_path
- * as al_data_find's explicit path) or a path to a text file (read as bytes). */
+ * as al_data_find's explicit path), AL_CORPUS_TEXT followed by the text itself (a prompt: the
+ * CLI's --text), or a path to a text file (read as bytes). */
+#define AL_CORPUS_TEXT "text:"
 AL_API int al_corpus_load(const char *name_or_path, const char *data_path, char **text, size_t *len,
                           al_error *err);
 /* Length of the longest valid UTF-8 prefix of text[len] (== len when it is all valid). */
@@ -773,7 +775,7 @@ typedef struct al_repro_opts {
     const char *normalizer; /* NULL: the model's own softmax weights; else an al_norm_parse name */
     int quick;              /* small grids for tiny test models */
     int resume;             /* reuse OUT/partial results whose options match */
-    int progress;           /* draw a progress bar on stderr */
+    int progress;           /* 1: a progress bar on stderr (a TTY); 2: plain periodic lines */
     int quiet;              /* no messages on stderr at all */
     int threads;            /* OpenMP threads over heads (0 = the OpenMP default) */
     unsigned experiments;   /* AL_EXP_* (0 = all) */
@@ -814,6 +816,17 @@ AL_API int al_repro_pick_model(char *name, size_t size, al_error *err);
  * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
 AL_API int al_reproduce(const al_repro_opts *o, al_error *err);
 
+/* "Did you mean": the one name of cand [n] nearest to s (case-insensitive edit distance: at
+ * most 1 for names up to 4 bytes, 2 up to 8, else 3; a prefix of 3+ characters counts as near),
+ * or NULL when none is near or two are equally near. */
+AL_API const char *al_nearest(const char *s, const char *const *cand, int n);
+
+/* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
+ * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for
+ * --resume; al_cancel_reset() clears the request. */
+AL_API void al_cancel(void);
+AL_API void al_cancel_reset(void);
+
 /* `attnlim diagnose`: per-head health of a model on one window. */
 typedef struct al_diag_opts {
     const char *model;
@@ -825,6 +838,10 @@ typedef struct al_diag_opts {
     int threads;
     const char *normalizer; /* NULL = softmax */
     al_attn_spec attention; /* the attention inside the forward (zero: the model's own) */
+    const int *layers;      /* [n_layers] the layers diagnosed (NULL or 0: every layer) */
+    int n_layers;
+    const int *heads; /* [n_heads] the heads diagnosed in each of them (NULL or 0: every head) */
+    int n_heads;
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

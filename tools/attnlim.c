@@ -3,6 +3,7 @@
 #include "cpu.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -81,9 +82,24 @@ int main(int argc, char **argv) {
     }
     size_t n;
     const command *c = commands(&n);
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(argv[1], c[i].name)) return c[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "attnlim: unknown command '%s'\n\n", argv[1]);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(argv[1], c[i].name)) continue;
+        int ac = 0;
+        char **owned = NULL, **av = cli_split_equals(argc - 1, argv + 1, &ac, &owned);
+        if (!av) return c[i].fn(argc - 1, argv + 1);
+        int rc = c[i].fn(ac, av);
+        for (char **o = owned; *o; o++) free(*o);
+        free(owned);
+        free(av);
+        return rc;
+    }
+    const char *names[16];
+    for (size_t i = 0; i < n; i++) names[i] = c[i].name;
+    const char *near = al_nearest(argv[1], names, (int)n);
+    if (near)
+        fprintf(stderr, "attnlim: unknown command '%s': did you mean '%s'?\n\n", argv[1], near);
+    else
+        fprintf(stderr, "attnlim: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

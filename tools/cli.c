@@ -63,6 +63,97 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+/* The --options a usage text names, deduplicated, into opt[max] (pointers into text). */
+static int usage_options(char *text, const char **opt, int max) {
+    int n = 0;
+    for (char *p = text; (p = strstr(p, "--")) && n < max;) {
+        char *e = p + 2;
+        while (*e == '-' || (*e >= 'a' && *e <= 'z') || (*e >= '0' && *e <= '9')) e++;
+        int word = e - p > 3 && (p == text || p[-1] == ' ' || p[-1] == '[' || p[-1] == '\n' ||
+                                 p[-1] == '|' || p[-1] == '(' || p[-1] == '/');
+        char c = *e;
+        *e = 0;
+        int dup = 0;
+        for (int i = 0; word && i < n && !dup; i++) dup = !strcmp(opt[i], p);
+        if (word && !dup) opt[n++] = p;
+        if (!word || dup) *e = c; /* leave the text whole where the word is not kept */
+        p = c ? e + 1 : e;
+    }
+    return n;
+}
+
+int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) {
+    char *text = NULL;
+    size_t size = 0;
+    const char *near = NULL;
+    FILE *m = usage ? open_memstream(&text, &size) : NULL;
+    const char *opt[256];
+    if (m) {
+        usage(m);
+        fclose(m);
+        char name[128];
+        snprintf(name, sizeof name, "%s", arg);
+        char *eq = strchr(name, '=');
+        if (eq) *eq = 0;
+        int n = usage_options(text, opt, 256);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(opt[i], name)) { /* a known option: its value is missing */
+                free(text);
+                return cli_usage_error(cmd, "%s needs a value", name);
+            }
+        near = al_nearest(name, opt, n);
+    }
+    int rc = near ? cli_usage_error(cmd, "unknown option '%s': did you mean '%s'?", arg, near)
+                  : cli_usage_error(cmd, "unknown option '%s'", arg);
+    free(text);
+    return rc;
+}
+
+static char *prompts[8];
+static int n_prompts;
+static void free_prompts(void) {
+    for (int i = 0; i < n_prompts; i++) free(prompts[i]);
+    n_prompts = 0;
+}
+
+const char *cli_text_corpus(const char *text) {
+    if (n_prompts == (int)(sizeof prompts / sizeof *prompts)) return NULL;
+    size_t n = strlen(AL_CORPUS_TEXT) + strlen(text) + 1;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    snprintf(s, n, "%s%s", AL_CORPUS_TEXT, text);
+    if (!n_prompts) atexit(free_prompts);
+    prompts[n_prompts++] = s;
+    return s;
+}
+
+int cli_is_prompt(const char *corpus) {
+    return corpus && !strncmp(corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT));
+}
+
+char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned) {
+    char **out = calloc((size_t)argc * 2 + 1, sizeof *out);
+    char **own = calloc((size_t)argc + 1, sizeof *own);
+    if (!out || !own) {
+        free(out);
+        free(own);
+        return NULL;
+    }
+    int k = 0, o = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i], *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
+        char *name = i > 0 && eq && eq > a + 2 ? strndup(a, (size_t)(eq - a)) : NULL;
+        if (name) {
+            out[k++] = own[o++] = name;
+            out[k++] = eq + 1;
+        } else
+            out[k++] = a;
+    }
+    *out_argc = k;
+    *owned = own;
+    return out;
+}
+
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err) {
     if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty value", what);
     double v = 0;

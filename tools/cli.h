@@ -46,6 +46,21 @@ int cli_fail(const char *cmd, const al_error *err);
 /* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* "unknown option 'ARG'" as cli_usage_error, with "did you mean '--x'?" when one option that the
+ * command's usage text names is near ARG (al__nearest); "ARG needs a value" when ARG is one of
+ * them (the caller found no value after it). Returns 2. */
+int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *));
+/* argv [argc] with every "--name=value" after argv[0] split into "--name" "value", so that every
+ * command takes both spellings: a new NULL-terminated argv of *out_argc entries; *owned lists
+ * (NULL-terminated) the strings to free after the new argv and itself. NULL when out of memory. */
+char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned);
+
+/* The corpus name of a prompt given on the command line (--text): AL_CORPUS_TEXT + text, kept
+ * until exit. NULL when out of memory. */
+const char *cli_text_corpus(const char *text);
+/* Is corpus a prompt (cli_text_corpus)? */
+int cli_is_prompt(const char *corpus);
+
 /* Strict number parsing of a command-line value; what names the option in the message. */
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);
@@ -88,7 +103,8 @@ typedef struct norm_opts {
     int full; /* jacobian --full */
     int help;
 } norm_opts;
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, norm_opts *o);
+int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, void (*usage)(FILE *),
+                     norm_opts *o);
 /* Logits rows from input (see cli_read_array): a 1-D row or 2-D rows, else an error naming the
  * input. */
 int cli_read_rows(const char *input, al_array *out, al_error *err);

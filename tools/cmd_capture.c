@@ -68,11 +68,12 @@ static const char MASK_CONVENTION[] =
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME) --length L\n"
+        "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME | --text PROMPT)\n"
+        "                       [--length L]\n"
         "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
         "                       [--what q,k,v,logits,weights,hidden,embed,logits_precap]\n"
         "                       --out DIR\n"
-        "                       [--force] [--allow-nonfinite] [--threads N] [--json]\n"
+        "                       [--force] [--dry-run] [--allow-nonfinite] [--threads N] [--json]\n"
         "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
         "                       [--attention-heads SET]\n"
         "\n"
@@ -85,17 +86,21 @@ static void usage(FILE *f) {
         "  hidden    [L, d_model]          the layer input after its first norm\n"
         "  embed     [L, d_model]          the model input (token + position embedding)\n"
         "and DIR/manifest.json (the model's files and their SHA-256s, the model identity,\n"
-        "tokens, tokenizer files, window, options, load warnings, versions, timings).\n"
+        "tokens and their strings, tokenizer files, window, options, load warnings, versions,\n"
+        "timings). It first prints the size it will write (--dry-run: only that).\n"
         "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
         "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
         "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
         "  --tokens FILE      token ids separated by whitespace\n"
         "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-        "                     the model's tokenizer\n"
+        "                     the model's tokenizer (--length required)\n"
+        "  --text PROMPT      the prompt itself, tokenized likewise\n"
+        "  --length L         tokens per window (default with --tokens or --text: all)\n"
         "  --what LIST        default: weights\n"
         "  --force            replace an earlier capture in DIR (atomically)\n"
         "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
         "                 as tokenizer_config.json / the post-processor say); --eos likewise\n"
+        "  --dry-run          print only the size the capture would write, and stop\n"
         "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
         "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
         "  --json             print the manifest on stdout\n"
@@ -305,10 +310,71 @@ static cJSON *versions_json(void) {
     return v;
 }
 
+/* s [n] as valid UTF-8: each byte that does not begin a valid sequence becomes U+FFFD. */
+static char *valid_utf8_copy(const char *s, size_t n) {
+    char *out = malloc(3 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; out && i < n;) {
+        size_t v = al_utf8_valid_len(s + i, n - i);
+        memcpy(out + k, s + i, v);
+        k += v, i += v;
+        if (i < n) memcpy(out + k, "\xEF\xBF\xBD", 3), k += 3, i++;
+    }
+    if (out) out[k] = 0;
+    return out;
+}
+
+/* "token_strings": the model tokenizer's bytes of every id of the window (UTF-8; a byte that is not
+ * UTF-8 on its own, a piece of a character, reads U+FFFD: the ids are exact). */
+static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *man, al_error *err) {
+    al_tokenizer *tz = NULL;
+    int rc = al_model_tokenizer(m, &tz, err);
+    if (rc) return rc;
+    cJSON *arr = cJSON_AddArrayToObject(man, "token_strings");
+    for (long t = 0; t < n && !rc; t++) {
+        char *s = NULL, *v = NULL;
+        size_t len;
+        if (!(rc = al_detokenize(tz, win + t, 1, &s, &len, err))) {
+            v = valid_utf8_copy(s, len);
+            if (!v)
+                rc = al__err(err, AL_E_NOMEM, "out of memory (token strings)");
+            else
+                cJSON_AddItemToArray(arr, cJSON_CreateString(v));
+        }
+        free(s);
+        free(v);
+    }
+    al_tokenizer_free(tz);
+    return rc;
+}
+
+/* "about X MB in N arrays (...) to DIR": every selected layer's arrays, float32, before the
+ * forward (the manifest adds a few kB). */
+static void size_estimate(const al_model_info *info, const uint8_t *layers, const uint8_t *heads,
+                          unsigned what, long L, const char *out, char *buf, size_t size) {
+    int nl = 0, nh = 0, n_arr = 0;
+    for (int l = 0; l < info->n_layer; l++) nl += layers[l] != 0;
+    for (int h = 0; h < info->n_head; h++) nh += heads[h] != 0;
+    double per_layer = 0, l2 = (double)L * L, ld = (double)L * info->d_head;
+    for (int i = 0; i < N_WHAT; i++) {
+        if (!(what & WHAT[i].bit)) continue;
+        unsigned b = WHAT[i].bit;
+        per_layer += b & (AL_CAP_LOGITS | AL_CAP_WEIGHTS) ? nh * l2
+                     : b & (AL_CAP_HIDDEN | AL_CAP_EMBED) ? (double)L * info->d_model
+                                                          : nh * ld;
+        n_arr += nl;
+    }
+    double bytes = per_layer * 4 * nl + 128.0 * n_arr; /* + each .npy header */
+    const char *unit = bytes >= 1e9 ? "GB" : bytes >= 1e6 ? "MB" : "kB";
+    double v = bytes >= 1e9 ? bytes / 1e9 : bytes >= 1e6 ? bytes / 1e6 : bytes / 1e3;
+    snprintf(buf, size, "about %.3g %s in %d arrays (%d layers x %d heads, L = %ld, float32)%s%s",
+             v, unit, n_arr, nl, nh, L, out ? " to " : "", out ? out : "");
+}
+
 int cmd_capture(int argc, char **argv) {
     const char *layers_s = NULL, *heads_s = NULL, *what_s = "weights", *out = NULL;
     long window = 0;
-    int force = 0, r;
+    int force = 0, dry_run = 0, r;
     run_opts ro = {0};
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
@@ -320,6 +386,8 @@ int cmd_capture(int argc, char **argv) {
             if (r != 1) return r;
         } else if (!strcmp(a, "--force")) {
             force = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
         } else if (i + 1 >= argc || a[0] != '-') {
             return cli_usage_error("capture", "unknown argument or missing value: '%s'", a);
         } else if (!strcmp(a, "--layers")) {
@@ -334,34 +402,36 @@ int cmd_capture(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--window", 0, 1L << 40, &window, &err))
                 return cli_usage_error("capture", "%s", err.msg);
         } else {
-            return cli_usage_error("capture", "unknown option '%s'", a);
+            return cli_unknown_option("capture", a, usage);
         }
     }
     if ((r = run_opts_finish("capture", &ro, 1, "at least 1 token"))) return r;
-    if (!out) return cli_usage_error("capture", "--out DIR is required");
+    if (!out && !dry_run) return cli_usage_error("capture", "--out DIR is required");
     unsigned what;
     if (parse_what(what_s, &what, &err)) return cli_usage_error("capture", "%s", err.msg);
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
-    const long length = ro.length;
+    long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t_start = al__now();
     al_model *m = NULL;
     run_tokens tk = {0};
     al__outdir *od = calloc(1, sizeof *od);
+    if (od) od->lock_fd = -1; /* --dry-run prepares nothing: nothing to release */
     capture_run run = {.out = od, .allow_nonfinite = allow_nonfinite};
     uint8_t *layers = NULL, *heads = NULL;
     cJSON *man = NULL;
     al__model_files mfiles = {0}, tfiles = {0};
     int rc = od ? 0 : al__err(&err, AL_E_NOMEM, "out of memory");
     /* DIR first: a refused --out costs no model load */
-    if (!rc) rc = al__outdir_prepare(od, "capture", capture_file_name, out, force, &err);
+    if (!rc && !dry_run)
+        rc = al__outdir_prepare(od, "capture", capture_file_name, out, force, &err);
     if (rc) {
         free(od);
         return cli_fail("capture", &err);
     }
     catch_stop_signals();
-    if ((rc = al__outdir_make_tmp(od, &err))) goto done;
+    if (!dry_run && (rc = al__outdir_make_tmp(od, &err))) goto done;
     if ((rc = al_model_open(model, &m, &err))) goto done;
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
@@ -383,8 +453,25 @@ int cmd_capture(int argc, char **argv) {
     if ((rc = cli_parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
     if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
+    if (!ro.have_length) length = (long)tk.n; /* the whole prompt or ids file */
+    if (!ro.have_length && window) {
+        rc = al__err(&err, AL_E_INVALID,
+                     "--window %ld needs --length (without it the window is "
+                     "every token)",
+                     window);
+        goto done;
+    }
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
+    { /* the size first; --dry-run: only that */
+        char est[256];
+        size_estimate(info, layers, heads, what, length, out, est, sizeof est);
+        if (dry_run) {
+            printf("%s\n", est);
+            goto done;
+        }
+        if (!json) fprintf(stderr, "attnlim capture: %s\n", est);
+    }
     double t_hash0 = al__now();
     if ((rc = al__model_files_list(m, 1, &mfiles, &err))) goto done;
     if (tk.from_corpus && (rc = al__model_tokenizer_files(m, 1, &tfiles, &err))) goto done;
@@ -435,6 +522,7 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddNumberToObject(man, "first_token", (double)window * (double)length);
     cJSON *ids = cJSON_AddArrayToObject(man, "token_ids");
     for (long t = 0; t < length; t++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(win[t]));
+    if (tk.from_corpus && (rc = token_strings_json(m, win, length, man, &err))) goto done;
     cJSON *opt = cJSON_AddObjectToObject(man, "options");
     cJSON_AddItemToObject(opt, "layers", mask_json(layers, info->n_layer));
     cJSON_AddItemToObject(opt, "heads", mask_json(heads, info->n_head));

@@ -28,8 +28,9 @@ static void synthetic_logits(uint64_t seed, double sd, double *z, int n) {
     }
 }
 
-static void usage(void) {
-    printf(
+static void usage(FILE *f) {
+    fprintf(
+        f,
         "usage: attnlim demo [--seed S] [--json]\n\n"
         "A short demonstration on seeded synthetic logits:\n"
         "  1. every normalizer of METHOD section 7 on one row of %d logits: weights, support\n"
@@ -159,7 +160,7 @@ int cmd_demo(int argc, char **argv) {
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage();
+            usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
@@ -168,7 +169,7 @@ int cmd_demo(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--seed", 0, 2147483647L, &seed, &err))
                 return cli_usage_error("demo", "%s", err.msg);
         } else {
-            return cli_usage_error("demo", "unknown option '%s'", argv[i]);
+            return cli_unknown_option("demo", argv[i], usage);
         }
     }
     double row[ROW_N], sweep[SWEEP_N]; /* [ROW_N], [SWEEP_N] */

@@ -1,4 +1,5 @@
-/* cmd_diagnose.c: attnlim diagnose: per-head health of a model's attention (al_diagnose). */
+/* cmd_diagnose.c: attnlim diagnose: per-head health of a model's attention (al_diagnose);
+ * docs/diagnose.md says what each flag means, its threshold, why and what to do. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -7,22 +8,29 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE] [--length L]\n"
-        "                        [--window K] [--normalizer M] [--out DIR] [--threads T] [--json]\n"
+        "usage: attnlim diagnose [--model PATH|NAME] [--corpus war-and-peace|FILE | --text "
+        "PROMPT]\n"
+        "                        [--length L]\n"
+        "                        [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
+        "                        [--normalizer M] [--out DIR] [--threads T] [--json]\n"
         "                        [--attention R] [--attention-normalizer M]\n"
         "                        [--attention-layers LIST] [--attention-heads LIST]\n"
         "\n"
         "Per-head health of the attention on one window (default: window 0, L = min(1024, "
         "context)):\n"
-        "mean max weight, mean entropy / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, "
-        "64,\n"
-        "and the mean exact Jacobian spectral norm at T = 1. Flags heads whose attention has\n"
-        "collapsed (max weight > 0.9 or H/log n < 0.1), vanishes (H/log n > 0.95: near uniform)\n"
-        "or sinks into token 0 (mean weight > 0.5).\n"
+        "mean max weight, mean entropy / log n, mean weight on token 0, N_s/N at N = 4, 16, 64\n"
+        "(N < L), and the mean exact Jacobian spectral norm at T = 1. Flags heads whose attention\n"
+        "has collapsed (max weight > 0.9 or H/log n < 0.1), vanishes (H/log n > 0.95: near\n"
+        "uniform) or sinks into token 0 (mean weight > 0.5); each flag is printed with the value\n"
+        "that raised it. What the flags mean and what to do about them: docs/diagnose.md.\n"
+        "A normalizer whose weights do not sum to 1 (sa-softmax) gets its numbers but no flags.\n"
+        "--text PROMPT diagnoses the prompt itself: L defaults to its number of tokens.\n"
         "--model DUMPDIR reads an attention dump (docs/dumps.md): its T tokens, window 0,\n"
         "L = min(1024, T) by default (any L <= T when causal; L = T when bidirectional).\n"
-        "  --out DIR   also write DIR/diagnose.json and DIR/diagnose.md\n"
-        "  --json      print the JSON report on stdout (default: a summary line per flag)\n"
+        "  --layers, --heads  only these (as capture takes them; default all)\n"
+        "  --out DIR   also write DIR/diagnose.json, diagnose.md, diagnose.html (the per-head\n"
+        "              explorer) and diagnose_flags.svg/.png (the flags, layer x head)\n"
+        "  --json      print the JSON report on stdout (default: a summary, a line per flag)\n"
         "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
         "reports.\n"
         "--normalizer re-normalises the captured logits; the options below change the model's\n"
@@ -30,91 +38,147 @@ static void usage(FILE *f) {
     fputs(CLI_ATTN_USAGE, f);
 }
 
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+static const char *measure_name(const char *m) {
+    return !strcmp(m, "mean_max_weight")           ? "mean max weight"
+           : !strcmp(m, "mean_entropy_over_log_n") ? "mean H / log n"
+           : !strcmp(m, "mean_weight_on_token0")   ? "mean weight on token 0"
+                                                   : m;
+}
+
+/* The text report: what was diagnosed, the counts, then every flagged head with its values. */
+static void print_text(const cJSON *r) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "summary");
+    printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s\n",
+           str(m, "name"), str(m, "family"), (int)num(m, "n_layer"), (int)num(m, "n_head"),
+           str(r, "corpus"), (int)num(r, "window"), (int)num(r, "L"), str(r, "normalizer"));
+    printf("%d of %d heads diagnosed: %d collapsed, %d vanishing, %d sink\n", (int)num(s, "heads"),
+           (int)num(s, "heads_in_model"), (int)num(s, "collapsed"), (int)num(s, "vanishing"),
+           (int)num(s, "sink"));
+    const cJSON *refused = cJSON_GetObjectItemCaseSensitive(r, "flags_refused");
+    if (cJSON_IsString(refused)) printf("no flags: %s\n", refused->valuestring);
+    const cJSON *h;
+    cJSON_ArrayForEach(h, cJSON_GetObjectItemCaseSensitive(r, "heads")) {
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(h, "why");
+        if (cJSON_GetArraySize(why) == 0) continue;
+        printf("layer %d head %d:", (int)num(h, "layer"), (int)num(h, "head"));
+        const cJSON *w;
+        const char *last = NULL;
+        cJSON_ArrayForEach(w, why) { /* a flag raised by two rules: both values in its parens */
+            const char *f = str(w, "flag");
+            if (last && !strcmp(last, f))
+                printf("; ");
+            else
+                printf("%s %s (", last ? ")," : "", f);
+            printf("%s = %.3g %s", measure_name(str(w, "measure")), num(w, "value"),
+                   str(w, "rule"));
+            last = f;
+        }
+        printf(")\n");
+    }
+}
+
+/* "all" or a list of indices (ranges as "5-7"); *v NULL for all. */
+static int parse_list(const char *s, const char *what, int **v, int *n, al_error *err) {
+    *v = NULL, *n = 0;
+    if (!strcmp(s, "all")) return 0;
+    return cli_parse_int_list(s, what, v, n, err);
+}
+
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
 static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
-    int root = al_dist_rank(d) == 0;
+    int root = al_dist_rank(d) == 0, rc = 0;
 #define USAGE_ERROR(...) (root ? cli_usage_error("diagnose", __VA_ARGS__) : 2)
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
     al_error err = {0};
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
+    int json = 0, *layers = NULL, *heads = NULL;
+    for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (root) usage(stdout);
-            return 0;
+            goto out;
         } else if (!strcmp(a, "--json")) {
             json = 1;
             continue;
         }
-        if (!v) return USAGE_ERROR("%s needs a value (or is unknown)", a);
+        if (!v) {
+            rc = root ? cli_unknown_option("diagnose", a, usage) : 2;
+            break;
+        }
         i++;
         int ar = cli_attn_arg(a, v, &o.attention, att_lists, &err);
-        if (ar < 0) return USAGE_ERROR("%s", err.msg);
+        if (ar < 0) {
+            rc = USAGE_ERROR("%s", err.msg);
+            break;
+        }
         if (ar > 0) continue;
         if (!strcmp(a, "--model"))
             o.model = v;
         else if (!strcmp(a, "--corpus"))
             o.corpus = v;
-        else if (!strcmp(a, "--data"))
+        else if (!strcmp(a, "--text")) {
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
+        } else if (!strcmp(a, "--data"))
             o.data_path = v;
         else if (!strcmp(a, "--out"))
             o.out_dir = v;
         else if (!strcmp(a, "--normalizer"))
             o.normalizer = v;
-        else if (!strcmp(a, "--length")) {
-            if (cli_parse_int(v, "--length", 2, 1 << 20, &n, &err))
-                return USAGE_ERROR("%s", err.msg);
+        else if (!strcmp(a, "--layers") || !strcmp(a, "--heads")) {
+            int **dst = a[2] == 'l' ? &layers : &heads;
+            free(*dst);
+            if (parse_list(v, a, dst, a[2] == 'l' ? &o.n_layers : &o.n_heads, &err))
+                rc = USAGE_ERROR("%s", err.msg);
+        } else if (!strcmp(a, "--length")) {
+            if (cli_parse_int(v, "--length", 2, 1 << 20, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.length = (int)n;
         } else if (!strcmp(a, "--window")) {
-            if (cli_parse_int(v, "--window", 0, 1 << 30, &n, &err))
-                return USAGE_ERROR("%s", err.msg);
+            if (cli_parse_int(v, "--window", 0, 1 << 30, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.window = (int)n;
         } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) return USAGE_ERROR("%s", err.msg);
+            if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.threads = (int)n;
         } else
-            return USAGE_ERROR("unknown option '%s'", a);
+            rc = root ? cli_unknown_option("diagnose", a, usage) : 2;
     }
+    if (rc) goto out;
+    o.layers = layers, o.heads = heads;
     char picked[64];
     if (!o.model) { /* on every rank (al_diagnose_dist checks that they opened the same) */
-        if (al_dist_agree(d, al_repro_pick_model(picked, sizeof picked, &err), &err))
-            return root ? cli_fail("diagnose", &err) : 1;
+        if (al_dist_agree(d, al_repro_pick_model(picked, sizeof picked, &err), &err)) {
+            rc = root ? cli_fail("diagnose", &err) : 1;
+            goto out;
+        }
         o.model = picked;
     }
     char *txt = NULL;
     cli_catch_interrupt();
-    if (al_diagnose_dist(&o, d, &txt, &err))
-        return root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
-    if (!txt) return 0; /* not rank 0 */
-    if (json) {
+    if (al_diagnose_dist(&o, d, &txt, &err)) {
+        rc = root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
+        goto out;
+    }
+    if (txt && json) {
         printf("%s\n", txt);
-    } else {
+    } else if (txt) {
         cJSON *r = cJSON_Parse(txt);
-        cJSON *s = r ? cJSON_GetObjectItemCaseSensitive(r, "summary") : NULL;
-        cJSON *hs = r ? cJSON_GetObjectItemCaseSensitive(r, "heads") : NULL;
-        if (s)
-            printf("%d heads: %d collapsed, %d vanishing, %d sink\n",
-                   cJSON_GetObjectItemCaseSensitive(s, "heads")->valueint,
-                   cJSON_GetObjectItemCaseSensitive(s, "collapsed")->valueint,
-                   cJSON_GetObjectItemCaseSensitive(s, "vanishing")->valueint,
-                   cJSON_GetObjectItemCaseSensitive(s, "sink")->valueint);
-        cJSON *h;
-        cJSON_ArrayForEach(h, hs) {
-            cJSON *fl = cJSON_GetObjectItemCaseSensitive(h, "flags");
-            if (cJSON_GetArraySize(fl) == 0) continue;
-            printf("layer %d head %d:", cJSON_GetObjectItemCaseSensitive(h, "layer")->valueint,
-                   cJSON_GetObjectItemCaseSensitive(h, "head")->valueint);
-            cJSON *f;
-            cJSON_ArrayForEach(f, fl) printf(" %s", f->valuestring);
-            printf(" (max weight %.3f, H/log n %.3f)\n",
-                   cJSON_GetObjectItemCaseSensitive(h, "mean_max_weight")->valuedouble,
-                   cJSON_GetObjectItemCaseSensitive(h, "mean_entropy_over_log_n")->valuedouble);
-        }
+        if (r) print_text(r);
         cJSON_Delete(r);
     }
     free(txt);
-    return 0;
+out:
+    free(layers);
+    free(heads);
+    return rc;
 #undef USAGE_ERROR
 }
 

@@ -156,7 +156,7 @@ int cmd_embed(int argc, char **argv) {
             }
         } else {
             free_sentences(&ss);
-            return cli_usage_error("embed", "unknown option '%s'", a);
+            return cli_unknown_option("embed", a, usage);
         }
     }
     if (!model || (!file && ss.n == 0) || (file && ss.n > 0)) {

@@ -31,7 +31,7 @@ int cmd_fetch(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (argv[i][0] == '-') {
-            return cli_usage_error("fetch", "unknown option '%s'", argv[i]);
+            return cli_unknown_option("fetch", argv[i], usage);
         } else if (!name) {
             name = argv[i];
         } else {

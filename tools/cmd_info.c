@@ -117,8 +117,12 @@ static void print_text(const cJSON *j) {
             for (const cJSON *d = e->child; d; d = d->next)
                 printf(" %s x%d", d->string, (int)d->valuedouble);
             printf("\n");
-        } else if (cJSON_IsString(e))
-            printf("%-12s %s\n", e->string, e->valuestring);
+        } else if (cJSON_IsString(e)) /* the hash over the model's files is its identity */
+            printf("%-12s %s\n",
+                   !strcmp(e->string, "sha256")      ? "identity"
+                   : !strcmp(e->string, "sha256_of") ? "identity_of"
+                                                     : e->string,
+                   e->valuestring);
         else if (cJSON_IsNumber(e))
             printf("%-12s %.0f\n", e->string, e->valuedouble);
         else if (cJSON_IsBool(e))
@@ -158,7 +162,7 @@ int cmd_info(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
         else
-            return cli_usage_error("info", "unknown option or missing value: '%s'", argv[i]);
+            return cli_unknown_option("info", argv[i], usage);
     }
     if (!model) return cli_usage_error("info", "--model PATH is required");
     al_error err = {0};

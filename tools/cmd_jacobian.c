@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(void) {
-    printf(
+static void usage(FILE *f) {
+    fprintf(
+        f,
         "usage: attnlim jacobian --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"
         "                        [--input FILE|-] [--full] [--json]\n\n"
         "Norms of J = dp/dz for p = normalizer(z / T) at the logits z read from the input\n"
@@ -99,10 +100,10 @@ static void row_text(const norm_opts *o, const row_result *r, int64_t n) {
 
 int cmd_jacobian(int argc, char **argv) {
     norm_opts o;
-    int rc = cmd_norm_options("jacobian", argc, argv, 1, &o);
+    int rc = cmd_norm_options("jacobian", argc, argv, 1, usage, &o);
     if (rc) return rc;
     if (o.help) {
-        usage();
+        usage(stdout);
         return 0;
     }
     al_error err = {0};

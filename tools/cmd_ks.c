@@ -4,14 +4,15 @@
 
 #include <string.h>
 
-static void usage(void) {
-    printf("usage: attnlim ks A B [--json]\n\n"
-           "Two-sample Kolmogorov-Smirnov test, two-sided, of the numbers in A and B (.npy of\n"
-           "any shape, flattened, or text: whitespace- or comma-separated, lines of any length;\n"
-           "'-' reads stdin). The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
-           "1.10): exact when both samples have at most 10000 values, else (or when the exact\n"
-           "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n"
-           "  --json    print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}\n");
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attnlim ks A B [--json]\n\n"
+            "Two-sample Kolmogorov-Smirnov test, two-sided, of the numbers in A and B (.npy of\n"
+            "any shape, flattened, or text: whitespace- or comma-separated, lines of any length;\n"
+            "'-' reads stdin). The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
+            "1.10): exact when both samples have at most 10000 values, else (or when the exact\n"
+            "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n"
+            "  --json    print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}\n");
 }
 
 int cmd_ks(int argc, char **argv) {
@@ -20,12 +21,12 @@ int cmd_ks(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
+            usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (a[0] == '-' && a[1] != 0) {
-            return cli_usage_error("ks", "unknown option '%s'", a);
+            return cli_unknown_option("ks", a, usage);
         } else {
             if (np == 2) return cli_usage_error("ks", "expected two samples, got a third '%s'", a);
             paths[np++] = a;

@@ -63,7 +63,7 @@ int cmd_make_model(int argc, char **argv) {
         } else if (!strcmp(a, "--force")) {
             force = 1;
         } else if (i + 1 >= argc) {
-            return cli_usage_error("make-model", "unknown option or missing value: '%s'", a);
+            return cli_unknown_option("make-model", a, usage);
         } else if (!strcmp(a, "--preset")) {
             if (strcmp(argv[++i], "124M") != 0)
                 return cli_usage_error("make-model", "unknown preset '%s' (known: 124M)", argv[i]);
@@ -85,7 +85,7 @@ int cmd_make_model(int argc, char **argv) {
             int k = -1;
             for (int j = 0; j < 7; j++)
                 if (!strcmp(a, opts[j])) k = j;
-            if (k < 0) return cli_usage_error("make-model", "unknown option '%s'", a);
+            if (k < 0) return cli_unknown_option("make-model", a, usage);
             long hi = k == 5 ? 2147483647L : k == 4 ? (1L << 24) : k == 3 ? (1L << 20) : 65536;
             if (cli_parse_int(argv[++i], a, k == 5 ? 0 : 1, hi, &v, &err))
                 return cli_usage_error("make-model", "%s", err.msg);

@@ -13,16 +13,20 @@ typedef struct metrics_opts {
     int n_top;
     int causal, per_row, json, help;
     long mc, seed;
+    long head; /* --head: which [L, L] of 3-D weights [H, L, L] (-1: not given) */
 } metrics_opts;
 
-static void usage(void) {
-    printf(
+static void usage(FILE *f) {
+    fprintf(
+        f,
         "usage: attnlim metrics --weights W.npy --vectors X.npy --top-n N[,N...] [--causal]\n"
-        "                       [--mc SAMPLES --seed S] [--per-row] [--json]\n\n"
+        "                       [--head H] [--mc SAMPLES --seed S] [--per-row] [--json]\n\n"
         "Distance (METHOD 3) and separability (METHOD 5) metrics of attention weights.\n\n"
         "  --weights W    a row alpha[n] (1-D) or a head's weights [L, L] (2-D; row t uses\n"
         "                 columns 0..t with --causal, all L otherwise); .npy or text numbers\n"
         "  --vectors X    the vectors x [n, d] (1-D weights) or [L, d] (2-D weights)\n"
+        "  --head H       3-D weights [n_heads, L, L] (capture's weights.npy): head H of them;\n"
+        "                 vectors then [n_heads, L, d] (head H taken) or [L, d]\n"
         "  --top-n LIST   the N grid, e.g. 1,5,10 or 1-16,18,20 (each >= 1)\n"
         "  --causal       2-D weights: row t sees keys 0..t (n = t+1)\n"
         "  --mc S         Monte-Carlo E with S random N-subsets per row (default 0: off)\n"
@@ -37,6 +41,40 @@ static void usage(void) {
         "dtilde, dmax and the separability bounds are reconstructions [reading] of formulas\n"
         "the paper does not print (docs/METHOD.md). dmax is a bound only for non-negative\n"
         "weights (\"dmax_is_bound\").\n");
+}
+
+/* --head h of 3-D weights [H, L, L] (and of 3-D vectors [H, L, d]): the arrays become that
+ * head's, in place (the data moved to the front). 3-D without --head, or --head on 2-D, is an
+ * error naming the file. */
+static int take_head(const metrics_opts *o, al_array *W, al_array *X, al_error *err) {
+    if (W->ndim != 3) {
+        if (o->head >= 0)
+            return al_error_set(err, AL_E_INVALID,
+                                "%s: --head takes 3-D weights [n_heads, L, L], got %d dims",
+                                o->weights, W->ndim);
+        return 0;
+    }
+    if (o->head < 0)
+        return al_error_set(
+            err, AL_E_INVALID, "%s: 3-D weights [%lld, %lld, %lld]: pick one head with --head H",
+            o->weights, (long long)W->shape[0], (long long)W->shape[1], (long long)W->shape[2]);
+    if (o->head >= W->shape[0])
+        return al_error_set(err, AL_E_RANGE, "%s: --head %ld, but the weights hold %lld heads",
+                            o->weights, o->head, (long long)W->shape[0]);
+    size_t per = (size_t)W->shape[1] * (size_t)W->shape[2];
+    double *wd = W->data;
+    memmove(wd, wd + (size_t)o->head * per, per * sizeof(double));
+    W->ndim = 2, W->shape[0] = W->shape[1], W->shape[1] = W->shape[2];
+    if (X->ndim == 3) {
+        if (o->head >= X->shape[0])
+            return al_error_set(err, AL_E_INVALID, "%s: vectors hold %lld heads, --head %ld",
+                                o->vectors, (long long)X->shape[0], o->head);
+        size_t px = (size_t)X->shape[1] * (size_t)X->shape[2];
+        double *xd = X->data;
+        memmove(xd, xd + (size_t)o->head * px, px * sizeof(double));
+        X->ndim = 2, X->shape[0] = X->shape[1], X->shape[1] = X->shape[2];
+    }
+    return 0;
 }
 
 static const char *opt_value(int argc, char **argv, int *i, const char *name, int *bad) {
@@ -54,6 +92,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
 /* Returns 0, or the exit status (2: usage). */
 static int parse_options(int argc, char **argv, metrics_opts *o) {
     memset(o, 0, sizeof *o);
+    o->head = -1;
     al_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -78,6 +117,10 @@ static int parse_options(int argc, char **argv, metrics_opts *o) {
             o->top_n = NULL;
             if (!bad && cli_parse_int_list(v, "--top-n", &o->top_n, &o->n_top, &err))
                 return cli_usage_error("metrics", "%s", err.msg);
+        } else if (IS("--head")) {
+            const char *v = opt_value(argc, argv, &i, "--head", &bad);
+            if (!bad && cli_parse_int(v, "--head", 0, 1L << 30, &o->head, &err))
+                return cli_usage_error("metrics", "%s", err.msg);
         } else if (IS("--mc")) {
             const char *v = opt_value(argc, argv, &i, "--mc", &bad);
             if (!bad && cli_parse_int(v, "--mc", 0, 100000000, &o->mc, &err))
@@ -87,7 +130,7 @@ static int parse_options(int argc, char **argv, metrics_opts *o) {
             if (!bad && cli_parse_int(v, "--seed", 0, 0x7fffffffffffffffL, &o->seed, &err))
                 return cli_usage_error("metrics", "%s", err.msg);
         } else {
-            return cli_usage_error("metrics", "unknown option '%s'", a);
+            return cli_unknown_option("metrics", a, usage);
         }
 #undef IS
         if (bad) return 2;
@@ -146,7 +189,7 @@ int cmd_metrics(int argc, char **argv) {
     metrics_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc || o.help) {
-        if (o.help) usage();
+        if (o.help) usage(stdout);
         free(o.top_n);
         return rc;
     }
@@ -160,6 +203,11 @@ int cmd_metrics(int argc, char **argv) {
         status = cli_fail("metrics", &err);
         goto done;
     }
+    if ((status = take_head(&o, &W, &X, &err)) != 0) {
+        status = cli_fail("metrics", &err);
+        goto done;
+    }
+    status = 1;
     if (W.ndim != 1 && W.ndim != 2) {
         status = fail(&err, AL_E_INVALID, "%s: weights must be 1-D or 2-D (got %d dims)", o.weights,
                       W.ndim);
@@ -204,6 +252,17 @@ int cmd_metrics(int argc, char **argv) {
     if (!st || !rmax || !rent || !rhn) {
         status = fail(&err, AL_E_NOMEM, "out of memory");
         goto done;
+    }
+    if (W.ndim == 2 && !o.causal && n > 1) { /* zeros above the diagonal: a causal head */
+        int lower = 1;
+        for (int64_t t = 0; t < rows && lower; t++)
+            for (int64_t j = t + 1; j < n && lower; j++) lower = w[t * n + j] == 0;
+        if (lower)
+            fprintf(stderr,
+                    "attnlim metrics: warning: %s: every weight above the diagonal is 0, as in a "
+                    "causal head; without --causal every row counts all %lld keys (n = L). Pass "
+                    "--causal for n = t + 1.\n",
+                    o.weights, (long long)n);
     }
     int nonneg = 1;
     for (int64_t t = 0; t < rows; t++) {

@@ -22,7 +22,8 @@ static const char *opt_value(const char *cmd, int argc, char **argv, int *i, con
     return argv[++*i];
 }
 
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, norm_opts *o) {
+int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, void (*usage)(FILE *),
+                     norm_opts *o) {
     memset(o, 0, sizeof *o);
     o->nm = al_norm_default(AL_NORM_SOFTMAX);
     const char *method = "softmax";
@@ -56,7 +57,7 @@ int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, nor
             if (!bad && cli_parse_double(v, "--ssmax-s", &s, &err))
                 return cli_usage_error(cmd, "%s", err.msg);
         } else {
-            return cli_usage_error(cmd, "unknown option '%s'", a);
+            return cli_unknown_option(cmd, a, usage);
         }
 #undef IS
         if (bad) return 2;
@@ -69,8 +70,9 @@ int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, nor
     return 0;
 }
 
-static void usage(void) {
-    printf(
+static void usage(FILE *f) {
+    fprintf(
+        f,
         "usage: attnlim normalize --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"
         "                         [--input FILE|-] [--json]\n\n"
         "Maps logits to weights: p = normalizer(z / T) for every row of the input (METHOD 7).\n\n"
@@ -87,10 +89,10 @@ static void usage(void) {
 
 int cmd_normalize(int argc, char **argv) {
     norm_opts o;
-    int rc = cmd_norm_options("normalize", argc, argv, 0, &o);
+    int rc = cmd_norm_options("normalize", argc, argv, 0, usage, &o);
     if (rc) return rc;
     if (o.help) {
-        usage();
+        usage(stdout);
         return 0;
     }
     al_error err = {0};

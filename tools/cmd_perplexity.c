@@ -15,7 +15,8 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE) --length L\n"
+        "usage: attnlim perplexity --model PATH (--corpus NAME | --tokens FILE | --text PROMPT)\n"
+        "                          [--length L (required with --corpus; else all tokens / K)]\n"
         "                          [--windows K] [--allow-nonfinite] [--threads N] [--json]\n"
         "                          [--attention R] [--normalizer M] [--attention-layers SET]\n"
         "                          [--attention-heads SET]\n"
@@ -99,12 +100,12 @@ int cmd_perplexity(int argc, char **argv) {
             if (cli_parse_int(argv[++i], "--windows", 1, 1L << 30, &windows, &err))
                 return cli_usage_error("perplexity", "%s", err.msg);
         } else {
-            return cli_usage_error("perplexity", "unknown option '%s'", a);
+            return cli_unknown_option("perplexity", a, usage);
         }
     }
     if ((r = run_opts_finish("perplexity", &ro, 2, "at least 2 tokens (one prediction)"))) return r;
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;
-    const long length = ro.length;
+    long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
     double t0 = al__now();
@@ -130,6 +131,12 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if ((rc = run_tokens_load("perplexity", m, tokens, corpus, &tk, &err))) goto done;
+    if (!ro.have_length) length = (long)tk.n / windows; /* the whole prompt, in K windows */
+    if (length < 2) {
+        rc = al__err(&err, AL_E_INVALID, "%s: %zu tokens: a window needs at least 2", tk.source,
+                     tk.n);
+        goto done;
+    }
     /* the last window must exist: checks every window at once */
     if ((rc = run_tokens_window(&tk, info, windows - 1, length, &win, &err))) goto done;
     size_t n_logits;

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "internal.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
         "                      (GPT-2 124M if its weights are in the cache, else smollm2); or an\n"
         "                      attention dump directory (docs/dumps.md: its tokens, window 0)\n"
         "  --corpus C          war-and-peace (default) or a text file\n"
+        "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
         "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
         "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
@@ -65,7 +67,9 @@ static void usage(FILE *f) {
         "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
         "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
         "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
-        "  --quiet             no progress bar and no messages (the bar is drawn only on a TTY)\n"
+        "  --quiet             no progress and no messages (a bar on a TTY, else a plain line\n"
+        "                      every 10 s: $ATTNLIM_PROGRESS_INTERVAL)\n"
+        "Ctrl-C stops at the next layer: the jobs finished are kept; rerun with --resume.\n"
         "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
         "Several processes, on one machine or many (a build with MPI):\n"
         "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and the\n"
@@ -126,6 +130,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (!strcmp(a, "--corpus")) {
             NEED_VALUE();
             o.corpus = v;
+        } else if (!strcmp(a, "--text")) { /* a prompt: --lengths must fit its tokens */
+            NEED_VALUE();
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
         } else if (!strcmp(a, "--data")) {
             NEED_VALUE();
             o.data_path = v;
@@ -254,15 +261,20 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 goto out;
             }
         } else {
-            rc = USAGE_ERROR("unknown option '%s'", a);
+            rc = root ? cli_unknown_option("reproduce", a, usage) : 2;
             goto out;
         }
 #undef NEED_VALUE
     }
-    o.progress = !o.quiet && isatty(2);
+    o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     cli_catch_interrupt();
     if (al_reproduce_dist(&o, d, &err)) {
-        rc = root ? cli_fail_or_interrupted("reproduce", &err, 1, o.quiet) : 1;
+        /* Ctrl-C: the library says how many jobs are saved and that --resume goes on */
+        if (root && err.code == AL_E_CANCELLED && strstr(err.msg, "jobs saved")) {
+            if (!o.quiet) fprintf(stderr, "attnlim reproduce: %s\n", err.msg);
+            rc = cli_interrupted() ? 128 + cli_interrupted() : 1;
+        } else
+            rc = root ? cli_fail_or_interrupted("reproduce", &err, 1, o.quiet) : 1;
         goto out;
     }
     if (!root) goto out; /* rank 0 wrote everything */

@@ -9,8 +9,9 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: attnlim tokenize [--vocab DIR] [--pre gpt2|llama3|smollm] [--data DIR]\n"
-        "                        (--corpus war-and-peace | FILE | -) [--decode]\n"
+        "usage: attnlim tokenize [--model M | --vocab DIR [--pre gpt2|llama3|smollm]] [--data "
+        "DIR]\n"
+        "                        (--corpus war-and-peace | --text PROMPT | FILE | -) [--decode]\n"
         "                        [--allow-special] [--json]\n"
         "\n"
         "Encodes the bytes of FILE (- = stdin), or a corpus, with GPT-2's byte-level BPE and\n"
@@ -18,6 +19,9 @@ static void usage(FILE *f) {
         "--decode reads token ids (white space or comma separated) and writes their bytes\n"
         "(--json: {\"count\", \"bytes\", \"valid_utf8\", \"text\"}).\n"
         "\n"
+        "  --model M         the tokenizer of model M (a path or a known name: gpt2, smollm2,\n"
+        "                    minilm); --vocab and --pre do not apply with it\n"
+        "  --text PROMPT     the prompt itself\n"
         "  --vocab DIR       encoder.json + vocab.bpe (or HF vocab.json + merges.txt);\n"
         "                    default: the shared GPT-2 files (gpt2/encoder.json, gpt2/vocab.bpe)\n"
         "  --pre NAME        pre-tokenizer for that vocabulary (default gpt2)\n"
@@ -96,7 +100,8 @@ static int print_ids(const int32_t *ids, size_t n, int json) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *vocab = NULL, *pre = NULL, *corpus = NULL, *input = NULL, *data = NULL;
+    const char *vocab = NULL, *pre = NULL, *corpus = NULL, *input = NULL, *data = NULL,
+               *model = NULL;
     int decode = 0, allow_special = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -110,7 +115,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "--vocab") || !strcmp(a, "--pre") || !strcmp(a, "--corpus") ||
-                 !strcmp(a, "--data")) {
+                 !strcmp(a, "--data") || !strcmp(a, "--text") || !strcmp(a, "--model")) {
             if (i + 1 >= argc) return cli_usage_error("tokenize", "%s needs a value", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--vocab"))
@@ -119,16 +124,27 @@ int cmd_tokenize(int argc, char **argv) {
                 pre = v;
             else if (!strcmp(a, "--corpus"))
                 corpus = v;
-            else
+            else if (!strcmp(a, "--model"))
+                model = v;
+            else if (!strcmp(a, "--text")) {
+                if (corpus) return cli_usage_error("tokenize", "give one of --corpus and --text");
+                if (!(corpus = cli_text_corpus(v)))
+                    return cli_usage_error("tokenize", "--text: too many prompts");
+            } else
                 data = v;
         } else if (a[0] == '-' && a[1] != 0) {
-            return cli_usage_error("tokenize", "unknown option '%s'", a);
+            return cli_unknown_option("tokenize", a, usage);
         } else {
             if (input)
                 return cli_usage_error("tokenize", "more than one input ('%s', '%s')", input, a);
             input = a;
         }
     }
+    if (model && (vocab || pre))
+        return cli_usage_error("tokenize",
+                               "--model uses that model's own tokenizer: %s does not "
+                               "apply with it",
+                               vocab ? "--vocab" : "--pre");
     if (!!corpus + !!input != 1)
         return cli_usage_error("tokenize", "give exactly one input: --corpus NAME, FILE or -");
     if (decode && corpus)
@@ -148,7 +164,13 @@ int cmd_tokenize(int argc, char **argv) {
                  decode ? "decode" : "tokenize");
         goto fail;
     }
-    if ((rc = al_tokenizer_open_bpe(vocab, pre, &tk, &err))) goto fail;
+    if (model) { /* that model's tokenizer (GPT-2 BPE, a GGUF's, or an encoder's WordPiece) */
+        al_model *m = NULL;
+        if (!(rc = al_model_open(model, &m, &err))) rc = al_model_tokenizer(m, &tk, &err);
+        if (m) al_model_free(m);
+        if (rc) goto fail;
+    } else if ((rc = al_tokenizer_open_bpe(vocab, pre, &tk, &err)))
+        goto fail;
     if (decode) {
         int32_t *ids = NULL;
         size_t n = 0;

@@ -44,7 +44,7 @@ int cmd_verify(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--table") && i + 1 < argc) {
             table = argv[++i];
         } else {
-            return cli_usage_error("verify", "unknown option or missing value: '%s'", argv[i]);
+            return cli_unknown_option("verify", argv[i], usage);
         }
     }
     if (!model) return cli_usage_error("verify", "--model PATH is required");

@@ -190,6 +190,12 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
         o->allow_nonfinite = 1;
         return 1;
     }
+    if (!strcmp(a, "--text")) {
+        if (*i + 1 >= argc) return cli_usage_error(cmd, "--text needs a value (the prompt)");
+        if (!(o->corpus = cli_text_corpus(argv[++*i])))
+            return cli_usage_error(cmd, "--text: too many prompts");
+        return 1;
+    }
     int r = run_attn_arg(cmd, argc, argv, i, o, 1);
     if (r) return r;
     const char **str = !strcmp(a, "--model")    ? &o->model
@@ -212,10 +218,13 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
 
 int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what) {
     if (!o->model) return cli_usage_error(cmd, "--model PATH is required");
-    if (!o->have_length) return cli_usage_error(cmd, "--length L is required");
     if (!!o->tokens == !!o->corpus)
-        return cli_usage_error(cmd, "give exactly one of --tokens FILE and --corpus NAME");
-    if (o->length < min_length)
+        return cli_usage_error(cmd, "give exactly one of --tokens FILE, --corpus NAME and --text "
+                                    "PROMPT");
+    if (!o->have_length && !o->tokens && !cli_is_prompt(o->corpus))
+        return cli_usage_error(cmd, "--length L is required with --corpus (with --tokens or "
+                                    "--text it defaults to the number of tokens)");
+    if (o->have_length && o->length < min_length)
         return cli_usage_error(cmd, "--length %ld: %s", o->length, min_what);
     if (o->threads) al__set_threads((int)o->threads);
     run_bos = o->bos ? o->bos == 1 : -1;

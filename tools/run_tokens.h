@@ -33,9 +33,10 @@ int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, lo
                       const int32_t **out, al_error *err);
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
- * --length, --threads, --json, --allow-nonfinite, --bos on|off, --eos on|off (whether the
- * model's tokenizer adds BOS / EOS to a --corpus: tokenizer.json models; default: as
- * tokenizer_config.json / the post-processor say). */
+ * --text (a prompt: corpus = cli_text_corpus), --length (optional with --tokens and --text:
+ * have_length 0, the caller takes every token), --threads, --json, --allow-nonfinite,
+ * --bos on|off, --eos on|off (whether the model's tokenizer adds BOS / EOS to a --corpus:
+ * tokenizer.json models; default: as tokenizer_config.json / the post-processor say). */
 typedef struct run_opts {
     const char *model, *tokens, *corpus;
     long length, threads; /* threads 0: the default */
@@ -50,8 +51,8 @@ typedef struct run_opts {
  * when taken, 0 when it is not a run option, 2 after printing a usage error (a missing or bad
  * value). */
 int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
-/* After the loop: --model, --length >= min_length and exactly one of --tokens and --corpus
- * are required (2 after a usage error); applies --threads. */
+/* After the loop: --model, exactly one of --tokens, --corpus and --text, and --length >=
+ * min_length (required with --corpus) (2 after a usage error); applies --threads. */
 int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what);
 
 /* The variant options alone (--attention, --normalizer, --attention-normalizer,

@@ -687,10 +687,12 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 256 bytes
                 ("fresh_directions", _c.c_int), ("attention", _AttnSpec)]
 
 
-class _DiagOpts(_c.Structure):  # al_diag_opts, 104 bytes
+class _DiagOpts(_c.Structure):  # al_diag_opts, 136 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("length", _c.c_int), ("window", _c.c_int),
-                ("threads", _c.c_int), ("normalizer", _c.c_char_p), ("attention", _AttnSpec)]
+                ("threads", _c.c_int), ("normalizer", _c.c_char_p), ("attention", _AttnSpec),
+                ("layers", _c.POINTER(_c.c_int)), ("n_layers", _c.c_int),
+                ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
 
 
 _proto("al_repro_defaults", None, _c.POINTER(_ReproOpts))

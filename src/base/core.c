@@ -149,3 +149,16 @@ double al__rng_normal(al__rng *r) {
     double u2 = al__rng_uniform(r);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+/* al_cancel: one flag, written from a signal handler (sig_atomic_t), read between layers. */
+#include <signal.h>
+static volatile sig_atomic_t cancel_flag;
+void al_cancel(void) {
+    cancel_flag = 1;
+}
+void al_cancel_reset(void) {
+    cancel_flag = 0;
+}
+int al__cancelled(void) {
+    return cancel_flag != 0;
+}

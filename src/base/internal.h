@@ -57,6 +57,15 @@ typedef struct al__map {
 int al__map_file(const char *path, al__map *m, al_error *err);
 void al__unmap(al__map *m);
 
+/* Edit distance (optimal string alignment, case-insensitive) of two short names. */
+int al__edit_distance(const char *a, const char *b);
+/* The one candidate nearest to s (at most 1 edit for names up to 4 bytes, 2 up to 8, else 3; a
+ * prefix of 3+ characters counts as near), or NULL when none or when two are equally near. */
+const char *al__nearest(const char *s, const char *const *cand, int n);
+
+/* Has al_cancel been called (since al_cancel_reset)? */
+int al__cancelled(void);
+
 /* Atomic output: open creates "<name>.tmp.<pid><random>" beside path, inside the directory
  * opened once (openat on its fd, O_CREAT | O_EXCL | O_NOFOLLOW: never through a planted link),
  * and checks it is a regular file of ours; commit fsyncs and renames it onto path in that same

@@ -3,6 +3,7 @@
 
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void al__progress_fmt_time(double s, char *buf, size_t size) {
@@ -23,7 +24,7 @@ void al__progress_begin(al__progress *p, int on, FILE *out, double total) {
     memset(p, 0, sizeof *p);
     p->on = on;
     p->out = out ? out : stderr;
-    p->t0 = al__now();
+    p->t0 = p->last_draw = al__now(); /* plain lines: the first after one interval */
     p->total = total > 0 ? total : 1;
 }
 
@@ -36,10 +37,20 @@ int al__progress_task(al__progress *p, const char *name, int total) {
     return i;
 }
 
+/* Not a TTY (logs, mpirun, batch schedulers): a plain line every interval seconds
+ * ($ATTNLIM_PROGRESS_INTERVAL, default 10), never a carriage return or an escape code. */
+static double plain_interval(void) {
+    const char *e = getenv("ATTNLIM_PROGRESS_INTERVAL");
+    char *end;
+    double v = e ? strtod(e, &end) : 10;
+    return e && (end == e || !(v >= 0)) ? 10 : v;
+}
+
 static void draw(al__progress *p, int force) {
     if (!p->on) return;
     double now = al__now();
-    if (!force && now - p->last_draw < 0.1) return;
+    if (p->on == 2) force = force == 2; /* plain lines: by the clock, and the last one */
+    if (!force && now - p->last_draw < (p->on == 2 ? plain_interval() : 0.1)) return;
     p->last_draw = now;
     double frac = p->done / p->total;
     if (frac > 1) frac = 1;
@@ -57,8 +68,12 @@ static void draw(al__progress *p, int force) {
     for (int i = 0; i < p->n_tasks && k < sizeof tasks - 32; i++)
         k += (size_t)snprintf(tasks + k, sizeof tasks - k, "%s%s %d/%d", i ? " " : "",
                               p->task_name[i], p->task_done[i], p->task_total[i]);
-    fprintf(p->out, "\r\033[K[%s] %3.0f%% %s ETA %s | %s | %s", bar, frac * 100, elapsed, eta,
-            tasks, p->status);
+    if (p->on == 2)
+        fprintf(p->out, "progress: %3.0f%% done, %s elapsed, ETA %s | %s | %s\n", frac * 100,
+                elapsed, eta, tasks, p->status);
+    else
+        fprintf(p->out, "\r\033[K[%s] %3.0f%% %s ETA %s | %s | %s", bar, frac * 100, elapsed, eta,
+                tasks, p->status);
     fflush(p->out);
 }
 
@@ -76,7 +91,7 @@ void al__progress_add(al__progress *p, double units, const char *status) {
 void al__progress_end(al__progress *p) {
     if (!p->on) return;
     p->done = p->total;
-    draw(p, 1);
-    fputc('\n', p->out);
+    draw(p, 2);
+    if (p->on != 2) fputc('\n', p->out);
     fflush(p->out);
 }

@@ -18,7 +18,9 @@ typedef struct al__progress {
     char status[96];
 } al__progress;
 
-/* on: draw at all (callers pass !quiet && isatty(stderr)). total: overall work units. */
+/* on: 0 off; 1 a bar redrawn in place (a TTY); 2 plain lines, one every
+ * $ATTNLIM_PROGRESS_INTERVAL seconds (default 10) and one at the end (not a TTY: logs, mpirun,
+ * batch schedulers). total: overall work units. */
 void al__progress_begin(al__progress *p, int on, FILE *out, double total);
 /* Declares a task (an algorithm) with its number of steps; returns its index. */
 int al__progress_task(al__progress *p, const char *name, int total);

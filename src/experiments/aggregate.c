@@ -91,6 +91,7 @@ static al_five *alloc_five(int n, al_error *err) {
 
 void al__ex_free_agg(agg *a) {
     cJSON_Delete(a->s.model_json);
+    al__ex_free_explorer(a);
     for (int i = 0; i < 3; i++) free(a->a1[i]);
     free(a->a1_mc);
     for (int i = 0; i < 4; i++) free(a->a2[i]);

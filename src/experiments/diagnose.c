@@ -9,8 +9,9 @@
 /* ---- al_diagnose: per-head health on one window
  * ------------------------------------------------------ */
 
-#define DIAG_NS 4
-static const int diag_N[DIAG_NS] = {1, 4, 16, 64};
+/* N_s/N at N = 1 is 1 by construction (one selected token is always separable): not shown */
+#define DIAG_NS 3
+static const int diag_N[DIAG_NS] = {4, 16, 64};
 
 typedef struct diag_ctx {
     int L, n_head, n_threads, dx, nN;
@@ -92,88 +93,74 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     return al__ex_each_head(&hs, diag_one, c, tsec, err);
 }
 
-static int diag_report(const al_diag_opts *o, al_model *m, diag_ctx *c, int L, char **json,
+/* Rank 0: the diagnosis and, with --out, the explorer's window (the first W tokens of the window
+ * as their own window) and every output (diagnose_out.c). */
+static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, int L,
+                       const int32_t *win, al_tokenizer *tk, int has_own, char **json,
                        al_error *err) {
     const al_model_info *mi = al_model_get_info(m);
-    int H = mi->n_layer * mi->n_head;
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "schema", "attnlim.diagnose/1");
-    cJSON *mo = al__model_json(m, o->model ? o->model : "gpt2", 1, err);
-    if (!mo) {
-        cJSON_Delete(root);
-        return err && err->code ? err->code : AL_E_NOMEM;
+    int H = mi->n_layer * mi->n_head, rc = 0;
+    al__ex_diag d = {.n_layer = mi->n_layer,
+                     .n_head = mi->n_head,
+                     .L = L,
+                     .nN = c->nN,
+                     .causal = mi->causal,
+                     .Ns = c->Ns,
+                     .max_w = c->max_w,
+                     .ent = c->ent,
+                     .sink = c->sink,
+                     .spec = c->spec,
+                     .ns = c->ns,
+                     .flags_ok = c->nm ? al_norm_sums_to_one(c->nm) : 1};
+    for (int h = 0; h < H; h++) d.n_measured += isfinite(c->max_w[h]) != 0;
+    float *w = NULL;
+    char **tok = NULL, note[300];
+    int ids[AL__EX_WINDOW], W = L < AL__EX_WINDOW ? L : AL__EX_WINDOW;
+    if (o->out_dir && !has_own) { /* an attention dump runs no forward of its own choosing */
+        rc = al__ex_window_weights(m, c->nm, win, W, &w, err);
+        if (!rc) rc = al__ex_token_strings(tk, win, W, &tok, err);
+        for (int t = 0; t < W; t++) ids[t] = win[t];
+        snprintf(note, sizeof note,
+                 "The first %d tokens of the diagnosed window, run as a window of their own (L = "
+                 "%d)%s.",
+                 W, W, mi->causal ? "" : " (bidirectional: every row sees the W tokens)");
+        d.W = rc ? 0 : W, d.w = w, d.tok = tok, d.ids = ids, d.window_note = note;
     }
-    cJSON_AddItemToObject(root, "model", mo);
-    cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
-    cJSON_AddNumberToObject(root, "window", o->window);
-    cJSON_AddNumberToObject(root, "L", L);
-    cJSON_AddStringToObject(root, "normalizer",
-                            o->normalizer ? o->normalizer : "softmax (the model's own weights)");
-    cJSON_AddItemToObject(root, "separability_N", al__ex_jarr_i(c->Ns, (size_t)c->nN));
-    cJSON *th = cJSON_AddObjectToObject(root, "flag_rules");
-    cJSON_AddStringToObject(th, "collapsed", "mean max weight > 0.9 or mean H / log n < 0.1");
-    cJSON_AddStringToObject(th, "vanishing",
-                            "mean H / log n > 0.95 (near uniform: attention vanishes)");
-    cJSON_AddStringToObject(th, "sink", "mean weight on token 0 > 0.5");
-    cJSON *heads = cJSON_AddArrayToObject(root, "heads");
-    int n_coll = 0, n_van = 0, n_sink = 0;
-    for (int h = 0; h < H; h++) {
-        cJSON *it = cJSON_CreateObject();
-        cJSON_AddNumberToObject(it, "layer", h / mi->n_head);
-        cJSON_AddNumberToObject(it, "head", h % mi->n_head);
-        cJSON_AddItemToObject(it, "mean_max_weight", al__ex_jnum(c->max_w[h]));
-        cJSON_AddItemToObject(it, "mean_entropy_over_log_n", al__ex_jnum(c->ent[h]));
-        cJSON_AddItemToObject(it, "mean_weight_on_token0", al__ex_jnum(c->sink[h]));
-        cJSON_AddItemToObject(it, "ns_ratio",
-                              al__ex_jarr_d(c->ns + (size_t)h * c->nN, (size_t)c->nN));
-        cJSON_AddItemToObject(it, "jacobian_spectral_T1", al__ex_jnum(c->spec[h]));
-        cJSON *fl = cJSON_AddArrayToObject(it, "flags");
-        if (c->max_w[h] > 0.9 || c->ent[h] < 0.1)
-            cJSON_AddItemToArray(fl, cJSON_CreateString("collapsed")), n_coll++;
-        if (c->ent[h] > 0.95) cJSON_AddItemToArray(fl, cJSON_CreateString("vanishing")), n_van++;
-        if (c->sink[h] > 0.5) cJSON_AddItemToArray(fl, cJSON_CreateString("sink")), n_sink++;
-        cJSON_AddItemToArray(heads, it);
+    if (!rc) rc = al__ex_diag_write(o, m, &d, json, err);
+    free(w);
+    al__ex_free_strings(tok, W);
+    return rc;
+}
+
+/* A selection list [n] of indices into 0..count-1 as a mask (*mask NULL: everything). */
+static int sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask,
+                    al_error *err) {
+    *mask = NULL;
+    if (!v || n <= 0) return 0;
+    if (!(*mask = al__calloc((size_t)count, 1, what, err))) return AL_E_NOMEM;
+    for (int i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= count)
+            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d (the model has %d)", what,
+                           v[i], count - 1, count);
+        (*mask)[v[i]] = 1;
     }
-    cJSON *sm = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddNumberToObject(sm, "heads", H);
-    cJSON_AddNumberToObject(sm, "collapsed", n_coll);
-    cJSON_AddNumberToObject(sm, "vanishing", n_van);
-    cJSON_AddNumberToObject(sm, "sink", n_sink);
-    *json = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!*json) return al__err(err, AL_E_NOMEM, "out of memory printing the diagnosis");
-    if (!o->out_dir) return 0;
-    int rc = al__mkdirs(o->out_dir, err);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/diagnose.json", o->out_dir);
-    if (!rc) rc = al__write_file_atomic(path, *json, strlen(*json), err);
-    if (rc) return rc;
-    snprintf(path, sizeof path, "%s/diagnose.md", o->out_dir);
-    al__afile f;
-    if ((rc = al__afile_open(&f, path, err))) return rc;
-    al__afile_printf(
-        &f, err,
-        "# Attention health: %s\n\nWindow %d of %s, L = %d, normalizer %s. %d heads: %d collapsed, "
-        "%d "
-        "vanishing, %d sinks.\n\nFlags: collapsed = mean max weight > 0.9 or mean H/log n < 0.1; "
-        "vanishing = mean H/log n > 0.95 (near uniform); sink = mean weight on token 0 > 0.5.\n\n"
-        "| layer | head | max weight | H / log n | weight on token 0 |",
-        mi->name, o->window, o->corpus ? o->corpus : "war-and-peace", L,
-        o->normalizer ? o->normalizer : "softmax", H, n_coll, n_van, n_sink);
-    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, " N_s/N (N=%d) |", c->Ns[k]);
-    al__afile_printf(&f, err, " Jacobian norm at T=1 | flags |\n|---|---|---|---|---|");
-    for (int k = 0; k < c->nN; k++) al__afile_printf(&f, err, "---|");
-    al__afile_printf(&f, err, "---|---|\n");
-    for (int h = 0; h < H; h++) {
-        al__afile_printf(&f, err, "| %d | %d | %.4f | %.4f | %.4f |", h / mi->n_head,
-                         h % mi->n_head, c->max_w[h], c->ent[h], c->sink[h]);
-        for (int k = 0; k < c->nN; k++)
-            al__afile_printf(&f, err, " %.4f |", c->ns[(size_t)h * c->nN + k]);
-        al__afile_printf(&f, err, " %.4f | %s%s%s |\n", c->spec[h],
-                         (c->max_w[h] > 0.9 || c->ent[h] < 0.1) ? "collapsed " : "",
-                         c->ent[h] > 0.95 ? "vanishing " : "", c->sink[h] > 0.5 ? "sink" : "");
-    }
-    return al__afile_commit(&f, err);
+    return 0;
+}
+
+/* How many tokens the prompt corpus makes with the model's tokenizer. */
+static int prompt_tokens(al_model *m, const char *corpus, int *n, al_error *err) {
+    al_tokenizer *tk = NULL;
+    char *text = NULL;
+    size_t len = 0, nt = 0;
+    int32_t *ids = NULL;
+    int rc = al_model_tokenizer(m, &tk, err);
+    if (!rc) rc = al_corpus_load(corpus, NULL, &text, &len, err);
+    if (!rc) rc = al_tokenize(tk, text, len, 0, &ids, &nt, err);
+    *n = rc ? 0 : (int)(nt < (size_t)1 << 30 ? nt : (size_t)1 << 30);
+    free(ids);
+    free(text);
+    if (tk) al_tokenizer_free(tk);
+    return rc;
 }
 
 int al_diagnose(const al_diag_opts *o, char **json, al_error *err) {
@@ -196,6 +183,7 @@ typedef struct diag_run {
     int n_own;
     char own_label[160];
     al_norm nm;
+    uint8_t *lmask, *hmask; /* --layers, --heads (NULL: all) */
     diag_ctx c;
 } diag_run;
 
@@ -204,8 +192,14 @@ typedef struct diag_run {
 static int diag_length(diag_run *r, al_error *err) {
     const al_diag_opts *o = r->o;
     const al_model_info *mi = r->mi;
-    int n_own = r->n_own, L;
+    int n_own = r->n_own, L, rc;
+    int prompt_n = 0; /* a prompt (--text) without --length: L = its tokens (on every rank) */
+    if (o->length <= 0 && !n_own && o->corpus &&
+        !strncmp(o->corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT)) &&
+        (rc = prompt_tokens(r->m, o->corpus, &prompt_n, err)))
+        return rc;
     L = o->length > 0          ? o->length
+        : prompt_n             ? prompt_n
         : n_own && !mi->causal ? n_own /* a bidirectional dump: L = T only */
         : mi->n_ctx < 1024     ? mi->n_ctx
                                : 1024;
@@ -217,7 +211,9 @@ static int diag_length(diag_run *r, al_error *err) {
     if (L < 2 || L > mi->n_ctx)
         return al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
                        mi->n_ctx);
-    int rc;
+    if ((rc = sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, err)) ||
+        (rc = sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, err)))
+        return rc;
     if (o->normalizer) {
         if ((rc = al_norm_parse(o->normalizer, &r->nm, err))) return rc;
         r->c.nm = &r->nm;
@@ -341,8 +337,14 @@ static int diag_compute(diag_run *r, char **json, al_error *err) {
     int rc = diag_alloc(r, err);
     al_capture_request req = {.what = AL_CAP_LOGITS | AL_CAP_V |
                                       (c->nm ? 0u : (unsigned)AL_CAP_WEIGHTS),
+                              .layers = r->lmask,
+                              .heads = r->hmask,
                               .fn = diag_observe,
                               .user = c};
+    for (int h = 0; h < H && !rc; h++) /* a head left out (--layers/--heads): NaN, by its owner */
+        if (((r->lmask && !r->lmask[h / mi->n_head]) || (r->hmask && !r->hmask[h % mi->n_head])) &&
+            al__dist_owner(r->dist, h) == c->rank)
+            c->done[h] = 1;
     if (!rc) rc = al_model_forward(r->m, r->win, r->L, &req, NULL, NULL, err);
     if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
     double *arr[5] = {c->max_w, c->ent, c->sink, c->spec, c->ns};
@@ -350,7 +352,7 @@ static int diag_compute(diag_run *r, char **json, al_error *err) {
     if ((rc = al__dist_merge_heads(r->dist, H, mi->n_head, 5, arr, cols, c->done, err))) return rc;
     al_diag_opts shown = *r->o; /* a dump's report names its tokens as the corpus */
     if (r->n_own) shown.corpus = r->own_label;
-    if (r->root) rc = diag_report(&shown, r->m, c, r->L, json, err);
+    if (r->root) rc = diag_report(&shown, r->m, c, r->L, r->win, r->tk, r->n_own > 0, json, err);
     return al__dist_agree(r->dist, rc, err);
 }
 
@@ -367,6 +369,8 @@ int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error
     if (!rc) rc = diag_share(&r, err);
     if (!rc) rc = diag_compute(&r, json, err);
     diag_ctx *c = &r.c;
+    free(r.lmask);
+    free(r.hmask);
     al__ex_free_scratch(c->sc, c->n_threads);
     free(c->max_w);
     free(c->ent);

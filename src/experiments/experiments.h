@@ -157,6 +157,11 @@ typedef struct agg {
     double *vmax, *vent, *vD; /* [H, vL] window means */
     double *win_a1;           /* [windows, nL] mean over heads of dtilde at N = 5 */
     double *win_a2;           /* [windows, nN2] mean over heads of dtilde */
+    /* the explorer's short window (window.c): weights [H, W, W], ids and strings [W] */
+    float *ex_w;
+    int *ex_ids, ex_nw;
+    char **ex_tok;
+    char ex_note[512];
     al__summary s;
 } agg;
 
@@ -181,6 +186,49 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
 int al__ex_write_npys(const plan *p, agg *a, al_error *err);
 
+/* ---- the explorer's window (window.c) */
+
+#define AL__EX_WINDOW     24 /* tokens of the explorer's pattern (at most the smallest L) */
+#define AL__EX_WINDOW_MAX 64
+/* The curves against N into a->s.ex; then the first W tokens as their own window: every head's
+ * weights and the token strings (tk NULL: "#id"). Rank 0 only (a local forward). */
+int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const int32_t *tokens,
+                           size_t n_tokens, agg *a, al_error *err);
+int al__ex_write_explorer(const plan *p, const agg *a, al_error *err); /* explorer_weights.npy */
+/* Every head's weights [H, W, W] (*w malloc'ed; nm NULL: the model's, else nm over the logits)
+ * of tokens [W] run as their own window; heads not captured NaN. */
+int al__ex_window_weights(al_model *m, const al_norm *nm, const int32_t *tokens, int W, float **w,
+                          al_error *err);
+/* The tokenizer's bytes of each id, *out [W] malloc'ed (tk NULL or an id it cannot decode:
+ * "#id"); freed by al__ex_free_strings. */
+int al__ex_token_strings(al_tokenizer *tk, const int32_t *ids, int W, char ***out, al_error *err);
+void al__ex_free_strings(char **s, int n);
+void al__ex_explorer_json(const agg *a, cJSON *root); /* results.json "explorer" */
+void al__ex_free_explorer(agg *a);
+
+/* ---- diagnose's outputs (diagnose_out.c) */
+
+typedef struct al__ex_diag {
+    int n_layer, n_head, L, nN, causal, n_measured;
+    const int *Ns;                           /* [nN] */
+    const double *max_w, *ent, *sink, *spec; /* [H] NaN: a head not measured (--layers/--heads) */
+    const double *ns;                        /* [H, nN] */
+    int flags_ok;                            /* the weights sum to 1: flags are computed */
+    /* the explorer's window (W = 0: none) */
+    int W;
+    const float *w; /* [H, W, W] */
+    char **tok;     /* [W] */
+    const int *ids; /* [W] */
+    const char *window_note;
+} al__ex_diag;
+
+/* The JSON report into *json (malloc'ed); with o->out_dir also diagnose.json, .md, .html and
+ * diagnose_flags.svg/.png. */
+int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, char **json,
+                      al_error *err);
+/* The flags of head h with the values that raised them, "sink (mean weight on token 0 = 0.83 >
+ * 0.5), ..." into buf ("" when none); returns how many rules fired. */
+int al__ex_diag_flag_text(const al__ex_diag *d, int h, char *buf, size_t size);
 /* ---- the driver (reproduce.c) */
 
 int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err);

@@ -293,6 +293,7 @@ static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, do
 }
 
 static int observe(void *user, const al_capture *cap, al_error *err) {
+    if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
     if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     if (cap->T != c->L)

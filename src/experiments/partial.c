@@ -149,6 +149,12 @@ int al__ex_lock_out_dir(const char *dir, int *fd, al_error *err) {
                            dir, pid, path);
         return al__err(err, AL_E_IO, "%s: cannot lock: %s", path, strerror(e));
     }
+    struct stat held, named; /* the lock file is removed at exit: is ours still the one named? */
+    if (fstat(f, &held) != 0 || stat(path, &named) != 0 || held.st_ino != named.st_ino ||
+        held.st_dev != named.st_dev) {
+        close(f);
+        return al__ex_lock_out_dir(dir, fd, err); /* the previous owner just removed it */
+    }
     char buf[32];
     int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
     if (ftruncate(f, 0) != 0 || pwrite(f, buf, (size_t)len, 0) != len) {

@@ -97,13 +97,13 @@ typedef struct run {
     char stale[160];     /* the jobs --resume found saved but stale */
 } run;
 
-/* Every rank: the output directory (rank 0) and the model rank 0 picked when none is given. */
+/* Every rank: the output directory named (rank 0; created once the inputs are read) and the
+ * model rank 0 picked when none is given. */
 static int run_start(run *r, al_error *err) {
     int rc = 0;
     if (r->root) {
         if (!r->o.out_dir) rc = al__err(err, AL_E_INVALID, "no output directory (--out)");
         if (!rc) rc = al__ex_check_reading_opts(&r->o, err);
-        if (!rc) rc = al__mkdirs(r->o.out_dir, err);
         if (!rc && !r->o.model && !(rc = al_repro_pick_model(r->picked, sizeof r->picked, err)) &&
             !r->o.quiet)
             al__log(AL_LOG_NOTE,
@@ -194,7 +194,10 @@ static int run_setup_root(run *r, al_error *err) {
         return rc;
     if (!r->n_own) al_sha256_buf(r->text, r->text_len, r->corpus_sha);
     run_fingerprint(r);
-    if ((rc = al__ex_lock_out_dir(o->out_dir, &r->lock_fd, err))) return rc;
+    /* OUT only now: a bad model, corpus or option leaves no empty directory behind */
+    if ((rc = al__mkdirs(o->out_dir, err)) ||
+        (rc = al__ex_lock_out_dir(o->out_dir, &r->lock_fd, err)))
+        return rc;
     if (!(r->run_opts = al__ex_run_options(&r->p, r->mi, r->corpus_sha)))
         return al__err(err, AL_E_NOMEM, "out of memory (run options)");
     if (o->resume && (rc = al__ex_check_run_options(&r->p, r->run_opts, err))) return rc;
@@ -246,7 +249,7 @@ int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err) {
     int rc = al__dist_bcast(dist, sha0, sizeof sha0, err);
     if (!rc && strcmp(sha0, mi->sha256))
         rc = al__err(err, AL_E_INVALID,
-                     "%s: this model (sha256 %.16s...) is not rank 0's (sha256 %.16s...): "
+                     "%s: this model (identity %.16s...) is not rank 0's (identity %.16s...): "
                      "every rank must open the same model",
                      mi->path, mi->sha256, sha0);
     return rc;
@@ -313,6 +316,9 @@ static int run_loop(run *r, const int *order, const uint8_t *todo, al__progress 
     }
     for (int q = 0; q < p->n_jobs && !rc; q++) {
         job *j = &p->jobs[order[q]];
+        if (al__cancelled()) rc = al__err(err, AL_E_CANCELLED, "interrupted");
+        rc = al__dist_agree(r->dist, rc, err);
+        if (rc) break;
         if (!todo[order[q]]) {
             al__progress_add(pg, al__ex_job_units(j), "resumed");
         } else {
@@ -336,7 +342,7 @@ static int run_jobs(run *r, al_error *err) {
     al__progress pg;
     double total = 0;
     for (int i = 0; i < p->n_jobs; i++) total += al__ex_job_units(&p->jobs[i]);
-    al__progress_begin(&pg, r->o.progress && !r->o.quiet, stderr, total);
+    al__progress_begin(&pg, r->o.quiet ? 0 : r->o.progress, stderr, total);
     int n = p->n_jobs ? p->n_jobs : 1;
     int *order = al__malloc(sizeof(int) * (size_t)n, "job order", err);
     uint8_t *todo = order ? al__calloc((size_t)n, 1, "jobs", err) : NULL;
@@ -353,6 +359,11 @@ static int run_jobs(run *r, al_error *err) {
         rc = al__dist_agree(r->dist, al__dist_bcast(r->dist, todo, (size_t)p->n_jobs, err), err);
     }
     if (!rc) rc = run_loop(r, order, todo, &pg, err);
+    if (rc == AL_E_CANCELLED) { /* Ctrl-C: what is saved stays for --resume */
+        al__err(err, AL_E_CANCELLED,
+                "interrupted: %d of %d jobs saved in %s/partial; rerun with --resume",
+                p->n_reused + p->n_recomputed, p->n_jobs, r->o.out_dir);
+    }
     free(order);
     free(todo);
     al__progress_end(&pg);
@@ -442,6 +453,10 @@ static int run_write(run *r, al_error *err) {
         (rc = al__ex_build_heatmaps(&r->p, &r->a, r->titles, err)))
         return rc;
     al__ex_verdicts(s);
+    /* an attention dump runs no forward of its own choosing: its curves only (0 tokens) */
+    if ((rc = al__ex_explorer_window(&r->p, r->m, r->tk, r->tokens, r->n_own ? 0 : r->n_tokens,
+                                     &r->a, err)))
+        return rc;
     run_timings(&r->p, s);
     double t_w0 = al__now();
     if (r->o.progress && !r->o.quiet)
@@ -452,7 +467,8 @@ static int run_write(run *r, al_error *err) {
     if (unlink(rpath) != 0 && errno != ENOENT)
         return al__err(err, AL_E_IO, "%s: cannot replace: %s", rpath, strerror(errno));
     if ((rc = al__ex_write_csvs(&r->p, &r->a, err)) ||
-        (rc = al__ex_write_npys(&r->p, &r->a, err)) || (rc = al__report_figures(s, err)))
+        (rc = al__ex_write_npys(&r->p, &r->a, err)) ||
+        (rc = al__ex_write_explorer(&r->p, &r->a, err)) || (rc = al__report_figures(s, err)))
         return rc;
     s->timing_name[s->n_timings] = "outputs_wall_s";
     s->timing_s[s->n_timings++] = al__now() - t_w0;
@@ -463,7 +479,12 @@ static int run_write(run *r, al_error *err) {
 
 static void run_free(run *r) {
     cJSON_Delete(r->run_opts);
-    if (r->lock_fd >= 0) close(r->lock_fd);
+    if (r->lock_fd >= 0) { /* removed while still held: no run is left out (partial.c) */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.attnlim-reproduce.lock", r->o.out_dir);
+        unlink(path);
+        close(r->lock_fd);
+    }
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
     free(r->tokens);

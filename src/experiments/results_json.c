@@ -441,6 +441,7 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
     for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
         if (p->exp & sections[i].exp) sections[i].fn(p, a, root);
     json_verdicts(&a->s, root);
+    al__ex_explorer_json(a, root);
     char *txt = cJSON_PrintBuffered(root, 1 << 20, 1);
     cJSON_Delete(root);
     if (!txt) return al__err(err, AL_E_NOMEM, "out of memory printing results.json");

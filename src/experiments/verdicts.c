@@ -26,11 +26,12 @@ static double loglog_slope(const double *x, const double *y, int n, int *used) {
 }
 
 static const char *const V_HOLDS = "holds", *const V_NOT = "does not hold",
-                         *const V_NT = "not testable on this model";
+                         *const V_NT = "not testable on this model", *const V_NOT_RUN = "not run",
+                         *const V_SMOKE = "smoke test (--quick: no verdict)";
 
-/* "not testable" for an experiment that did not run (or ran on too small a grid) */
+/* "not run" for an experiment that did not run (or ran on too small a grid) */
 static void not_run(al__verdict *v, const char *rnd, const char *why) {
-    v->verdict = V_NT;
+    v->verdict = V_NOT_RUN;
     snprintf(v->measured, sizeof v->measured, "not run");
     snprintf(v->why, sizeof v->why, "%s%s", rnd, why);
 }
@@ -257,6 +258,8 @@ void al__ex_verdicts(al__summary *s) {
         v->claim = claims[i].claim;
         v->reading = claims[i].reading;
         claims[i].judge(s, rnd, v);
+        /* --quick grids check that the pipeline runs; they judge no claim */
+        if (s->quick && strcmp(v->verdict, V_NOT_RUN)) v->verdict = V_SMOKE;
     }
     s->n_verdicts = n;
 }

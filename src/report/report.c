@@ -3,6 +3,7 @@
  * reports are written from one sequence of blocks (headings, paragraphs, tables, figures). */
 #include "report.h"
 
+#include "escape.h"
 #include "plot.h"
 
 #include <math.h>
@@ -144,14 +145,14 @@ static int fig2c(const al__summary *s, al_error *err) {
          .y = y1,
          .style = AL__S_MARKERS,
          .color = 0},
-        {.label = "critical N (KS p >= 0.05)",
+        {.label = "critical N (KS p >= 0.05; ringed, so that both show where they coincide)",
          .n = n,
          .x = x,
          .y = y5,
-         .style = AL__S_MARKERS,
+         .style = AL__S_MARKERS | AL__S_RING,
          .color = 1},
         {.label = l1, .n = 2, .x = xl, .y = yl1, .style = AL__S_LINE | AL__S_THIN, .color = 0},
-        {.label = l5, .n = 2, .x = xl, .y = yl5, .style = AL__S_LINE | AL__S_THIN, .color = 1},
+        {.label = l5, .n = 2, .x = xl, .y = yl5, .style = AL__S_DASHED | AL__S_THIN, .color = 1},
         {.label = "paper: N = 0.06 L",
          .n = 2,
          .x = xl,
@@ -250,12 +251,38 @@ static int fig3(const al__summary *s, al_error *err) {
     return rc;
 }
 
+/* What Fig. 4 can say about the normalizer that was used: the paper's curve is about softmax;
+ * sparsemax's Jacobian norm is exactly 1/T on any support of two or more (0 on one), entmax's
+ * (alpha <= 2) at most max_i p_i^(2-alpha) / T <= 1/T; nothing closed-form for the others. */
+typedef enum { FIG4_SOFTMAX, FIG4_ONE_OVER_T, FIG4_NO_BOUND } fig4_kind;
+static fig4_kind fig4_kind_of(const char *normalizer, const char **own_label) {
+    al_norm nm;
+    al_error e = {0};
+    *own_label = NULL;
+    if (!normalizer || !strncmp(normalizer, "softmax (", 9) || al_norm_parse(normalizer, &nm, &e) ||
+        nm.kind == AL_NORM_SOFTMAX)
+        return FIG4_SOFTMAX;
+    if (nm.kind == AL_NORM_SPARSEMAX) {
+        *own_label = "sparsemax: exactly 1/T on any support of >= 2 tokens";
+        return FIG4_ONE_OVER_T;
+    }
+    if ((nm.kind == AL_NORM_ENTMAX15 || nm.kind == AL_NORM_ENTMAX) && nm.alpha <= 2) {
+        *own_label = "entmax: at most max_i p_i^(2-alpha) / T <= 1/T";
+        return FIG4_ONE_OVER_T;
+    }
+    return FIG4_NO_BOUND;
+}
+
 static int fig4(const al__summary *s, al_error *err) {
     int nT = s->nT, nE = s->nE;
     if (nT <= 0) return 0;
+    const char *own_label;
+    fig4_kind kind = fig4_kind_of(s->normalizer, &own_label);
     int ns = nE + 4;
+    size_t nring = (size_t)nT * (nE + 1);
     al__series *se = al__calloc((size_t)ns, sizeof(al__series), "figure", err);
-    double *buf = al__malloc(sizeof(double) * (size_t)nT * (2 * nE + 6), "figure", err);
+    /* g per eps [nE, nT], the paper's curve, the second curve [nT] each, rings x, y [nring] */
+    double *buf = al__malloc(sizeof(double) * ((size_t)nT * (nE + 2) + 2 * nring), "figure", err);
     char(*labels)[64] = al__malloc(64 * (size_t)(nE + 1), "figure", err);
     if (!se || !buf || !labels) {
         free(se);
@@ -278,7 +305,7 @@ static int fig4(const al__summary *s, al_error *err) {
     for (int t = 0; t < nT; t++) {
         double b = 1 / (4 * s->T[t]);
         pb[t] = b < sqrt(2.0) ? b : sqrt(2.0);
-        sb[t] = 1 / (2 * s->T[t]);
+        sb[t] = kind == FIG4_SOFTMAX ? 1 / (2 * s->T[t]) : 1 / s->T[t];
     }
     se[nE] = (al__series){.label = "exact spectral norm (max over heads)",
                           .n = nT,
@@ -286,23 +313,29 @@ static int fig4(const al__summary *s, al_error *err) {
                           .y = s->spec,
                           .style = AL__S_LINE,
                           .color = 4};
-    se[nE + 1] = (al__series){.label = "paper: min{1/(4T), sqrt 2}",
-                              .n = nT,
+    se[nE + 1] =
+        (al__series){.label = kind == FIG4_SOFTMAX ? "paper: min{1/(4T), sqrt 2}"
+                                                   : "paper (about softmax): min{1/(4T), sqrt 2}",
+                     .n = nT,
+                     .x = s->T,
+                     .y = pb,
+                     .style = AL__S_DASHED,
+                     .color = -1};
+    se[nE + 2] = (al__series){.label = kind == FIG4_SOFTMAX ? "softmax supremum 1/(2T)" : own_label,
+                              .n = kind == FIG4_NO_BOUND ? 0 : nT,
                               .x = s->T,
-                              .y = pb,
+                              .y = sb,
                               .style = AL__S_DASHED,
-                              .color = -1};
-    se[nE + 2] = (al__series){
-        .label = "supremum 1/(2T)", .n = nT, .x = s->T, .y = sb, .style = AL__S_DASHED, .color = 5};
-    /* every measured value above 1/(4T), ringed */
-    double *fx = buf + (size_t)(nE + 2) * nT, *fy = fx + (size_t)nT * (nE + 1);
+                              .color = 5};
+    /* every measured value above the paper's curve as plotted, ringed */
+    double *fx = sb + nT, *fy = fx + nring;
     int nf = 0;
     for (int t = 0; t < nT; t++)
         for (int e = 0; e <= nE; e++) {
             double v = e < nE ? s->g[(size_t)t * nE + e] : s->spec[t];
-            if (v > 1 / (4 * s->T[t])) fx[nf] = s->T[t], fy[nf++] = v;
+            if (v > pb[t]) fx[nf] = s->T[t], fy[nf++] = v;
         }
-    se[nE + 3] = (al__series){.label = nf ? "measured above 1/(4T)" : NULL,
+    se[nE + 3] = (al__series){.label = nf ? "measured above the paper's curve" : NULL,
                               .n = nf,
                               .x = fx,
                               .y = fy,
@@ -311,11 +344,12 @@ static int fig4(const al__summary *s, al_error *err) {
     char sub[300], xl[160];
     int raw = s->temperature_scale && !strcmp(s->temperature_scale, "raw");
     snprintf(sub, sizeof sub,
-             "L = %d; g = max over heads of the per-head mean over rows; %d measured values above "
-             "1/(4T); %s directions; [reading] T on the %s scale (the other scale's T = this T %s "
-             "%.3g)",
-             s->long_L, s->n_flagged, s->directions ? s->directions : "shared",
-             raw ? "raw" : "scaled", raw ? "/" : "x", sqrt((double)s->d_head));
+             "L = %d, %s, max over heads; %d measured values above the paper's curve%s; %s "
+             "directions; [reading] T on the %s scale (the other scale's T = this T %s %.3g)",
+             s->long_L, strncmp(s->normalizer, "softmax (", 9) ? s->normalizer : "softmax (model)",
+             nf, kind == FIG4_NO_BOUND ? "; no closed-form bound" : "",
+             s->directions ? s->directions : "shared", raw ? "raw" : "scaled", raw ? "/" : "x",
+             sqrt((double)s->d_head));
     snprintf(xl, sizeof xl, "temperature T on %s",
              raw ? "raw logits q.k (the paper's axis)" : "scaled logits q.k/sqrt(d_head)");
     al__plot p = {.title = "Fig. 4: gradient sensitivity against temperature",
@@ -406,17 +440,27 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
         if (inv[t] < lo) lo = inv[t];
     }
     p.ymin = isfinite(lo) ? lo / 3 : NAN;
-    /* the band can be far outside the data (large D): say so in the legend */
-    int hi_in = 0, lo_in = 0;
-    for (int t = 0; t < n; t++) {
-        hi_in |= s->v_band_hi[t] <= p.ymax;
-        lo_in |= !(s->v_band_lo[t] < p.ymin);
+    /* Corollary 1's band on the chart: the y range grows to hold it within [1e-12, 1e4] (log
+     * axis); where it lies beyond even that (large D), the legend prints its values instead */
+    double bhi = 0, blo = INFINITY;
+    for (int t = 0; t < n && s->band_applies; t++) {
+        if (s->v_band_hi[t] > bhi) bhi = s->v_band_hi[t];
+        if (s->v_band_lo[t] > 0 && s->v_band_lo[t] < blo) blo = s->v_band_lo[t];
     }
-    char lhi[96], llo[96];
-    snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s",
-             hi_in ? "" : ": above the chart");
-    snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s",
-             lo_in ? "" : ": below the chart");
+    if (bhi * 1.5 > p.ymax) p.ymax = bhi * 1.5 < 1e4 ? bhi * 1.5 : 1e4;
+    if (isfinite(blo) && blo / 1.5 < p.ymin) p.ymin = blo / 1.5 > 1e-12 ? blo / 1.5 : 1e-12;
+    int hi_in = 1, lo_in = 1; /* every point of the curve on the chart */
+    for (int t = 0; t < n; t++) {
+        hi_in &= s->v_band_hi[t] <= p.ymax;
+        lo_in &= !(s->v_band_lo[t] < p.ymin);
+    }
+    char lhi[160], llo[160], vhi[96], vlo[96];
+    snprintf(vhi, sizeof vhi, ": leaves the chart above, %.3g at n = %g to %.3g at n = %g",
+             s->v_band_hi[0], xs[0], s->v_band_hi[n - 1], xs[n - 1]);
+    snprintf(vlo, sizeof vlo, ": leaves the chart below, %.3g at n = %g to %.3g at n = %g",
+             s->v_band_lo[0], xs[0], s->v_band_lo[n - 1], xs[n - 1]);
+    snprintf(lhi, sizeof lhi, "Corollary 1: e^(2D)/n (median D)%s", hi_in ? "" : vhi);
+    snprintf(llo, sizeof llo, "Corollary 1: e^(-2D)/n (median D)%s", lo_in ? "" : vlo);
     se[2].label = lhi;
     se[3].label = llo;
     char path[4200];
@@ -494,24 +538,7 @@ typedef struct doc {
 } doc;
 
 static void html_esc(doc *d, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<':
-            al__afile_printf(&d->html, d->err, "&lt;");
-            break;
-        case '>':
-            al__afile_printf(&d->html, d->err, "&gt;");
-            break;
-        case '&':
-            al__afile_printf(&d->html, d->err, "&amp;");
-            break;
-        case '"':
-            al__afile_printf(&d->html, d->err, "&quot;");
-            break;
-        default:
-            al__afile_write(&d->html, s, 1, d->err);
-        }
-    }
+    al__html_escape(&d->html, s, d->err);
 }
 
 static void md_esc(doc *d, const char *s) { /* table cells: no pipes or newlines */
@@ -640,6 +667,99 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
 }
 
+/* The explorer of report.html: every heatmap as a metric, flags from the max weight and the
+ * entropy (diagnose's rules; no sink rule: reproduce does not measure the weight on token 0),
+ * the pipeline's curves and window. flags: [H] strings of 32 bytes. */
+typedef struct ex_scratch {
+    char (*flags)[32]; /* [H] */
+    const char **fp;   /* [H] */
+    double *crit;      /* [H] */
+    char note[1024], crit_key[64];
+} ex_scratch;
+
+static void report_explorer(const al__summary *s, al__explorer *x, ex_scratch *sc) {
+    char(*flags)[32] = sc->flags;
+    const char **fp = sc->fp;
+    double *crit = sc->crit;
+    char *note = sc->note, *crit_key = sc->crit_key;
+    size_t note_size = sizeof sc->note;
+    *x = s->ex;
+    x->n_layer = s->n_layer;
+    x->n_head = s->n_head;
+    x->n_metrics = 0;
+    const double *mw = NULL, *en = NULL;
+    for (int i = 0; i < s->n_heatmaps && x->n_metrics < AL__EXPLORER_MAX_METRICS; i++) {
+        const char *key = s->hm_label[i];
+        if (!strcmp(s->hm_name[i], "heatmap_max_weight")) mw = s->hm[i];
+        if (!strcmp(s->hm_name[i], "heatmap_entropy")) en = s->hm[i];
+        x->metric_key[x->n_metrics] = key;
+        x->metric_label[x->n_metrics] = s->hm_title[i];
+        x->metric_map[x->n_metrics] = 1;
+        x->metric[x->n_metrics++] = s->hm[i];
+    }
+    int H = s->n_layer * s->n_head;
+    if ((s->experiments & (1u << 3)) && s->nL > 0 && crit &&
+        x->n_metrics < AL__EXPLORER_MAX_METRICS) {
+        int c = s->a3_crit[1][s->nL - 1]; /* the same for every head: a KS test over heads */
+        for (int h = 0; h < H; h++) crit[h] = c > 0 ? c : NAN;
+        snprintf(crit_key, sizeof sc->crit_key, "critical N (all heads, L = %d)", s->Ls[s->nL - 1]);
+        x->metric_key[x->n_metrics] = crit_key;
+        x->metric_label[x->n_metrics] = crit_key;
+        x->metric_map[x->n_metrics] = 0;
+        x->metric[x->n_metrics++] = crit;
+    }
+    x->flags = NULL;
+    if (mw && en) {
+        for (int h = 0; h < H; h++) {
+            al__head_flags(mw[h], en[h], NAN, flags[h], sizeof flags[h]);
+            fp[h] = flags[h];
+        }
+        x->flags = fp;
+        x->flags_note = "flags: collapsed = mean max weight > 0.9 or mean H / log n < 0.1; "
+                        "vanishing = mean H / log n > 0.95 (diagnose's rules, docs/diagnose.md, "
+                        "on the long window; the sink rule needs `attnlim diagnose`)";
+        if (!s->sums_to_one)
+            x->flags_note = "no flags: the normalizer's weights do not sum to 1, and the rules "
+                            "(max weight, entropy) are about weights that do";
+        if (!s->sums_to_one) x->flags = NULL;
+    }
+    size_t k = 0;
+    note[0] = 0;
+    if (s->experiments & (1u << 3)) {
+        k += (size_t)snprintf(note, note_size,
+                              "critical N is not a per-head value: it comes from a KS test over "
+                              "all heads together; at p >= 0.05:");
+        for (int i = 0; i < s->nL && k + 40 < note_size; i++) {
+            int c = s->a3_crit[1][i];
+            if (c > 0)
+                k += (size_t)snprintf(note + k, note_size - k, " N = %d at L = %d;", c, s->Ls[i]);
+            else
+                k += (size_t)snprintf(note + k, note_size - k, " not reached at L = %d;", s->Ls[i]);
+        }
+        if (k && note[k - 1] == ';') note[k - 1] = '.';
+    }
+    x->head_note = note[0] ? note : NULL;
+}
+
+static void write_explorer(doc *d, const al__summary *s) {
+    int H = s->n_layer * s->n_head;
+    if (H <= 0 || (s->n_heatmaps == 0 && s->ex.n_curves == 0 && !s->ex.weights)) return;
+    ex_scratch sc = {.flags = malloc(sizeof *sc.flags * (size_t)H),
+                     .fp = malloc(sizeof *sc.fp * (size_t)H),
+                     .crit = malloc(sizeof *sc.crit * (size_t)H)};
+    if (sc.flags && sc.fp && sc.crit) {
+        al__explorer x;
+        report_explorer(s, &x, &sc);
+        if (al__explorer_html(&d->html, &x, d->err)) d->html.failed = true;
+    } else {
+        al__err(d->err, AL_E_NOMEM, "out of memory writing the explorer of report.html");
+        d->html.failed = true;
+    }
+    free(sc.flags);
+    free(sc.fp);
+    free(sc.crit);
+}
+
 /* report.md and report.html written top to bottom. Long on purpose (over 150 lines): it is the
  * document's text in order, each section a few calls; the sections' logic is in the helpers. */
 int al__report_write(const al__summary *s, al_error *err) {
@@ -697,7 +817,8 @@ int al__report_write(const al__summary *s, al_error *err) {
         s->family, s->n_layer, s->n_head, s->d_head, s->n_ctx,
         s->causal ? "causal (row t sees n = t+1 keys)" : "bidirectional (n = L)");
     ROW("model file", "%s", s->model_path);
-    ROW("model sha256", "%s", s->model_sha);
+    ROW("model identity", "%s (SHA-256 over the model's files: docs/results-schema.md)",
+        s->model_sha);
     ROW("weights", "%s",
         s->synthetic ? "random (synthetic checkpoint)" : "as loaded (assumed trained)");
     ROW("corpus", "%s, %lld tokens", s->corpus, (long long)s->n_tokens);
@@ -759,16 +880,25 @@ int al__report_write(const al__summary *s, al_error *err) {
              s->normalizer);
 
     heading(&d, 2, "Paper vs. measured");
+    if (s->quick)
+        note(&d, "--quick: small grids meant to check that the pipeline runs end to end (a smoke "
+                 "test). The table shows what was measured, but no verdicts: run without --quick "
+                 "for those.");
     table_begin(&d);
     const char *vh[5] = {"paper's claim", "measured", "verdict", "why", "depends on [reading]"};
     table_row(&d, 5, vh, 1);
     for (int i = 0; i < s->n_verdicts; i++) {
         const al__verdict *v = &s->verdicts[i];
-        const char *cells[5] = {v->claim, v->measured, v->verdict, v->why,
+        /* an experiment left out is "not run"; --quick grids are a smoke test, not a verdict */
+        const char *shown = !strcmp(v->measured, "not run") ? "not run"
+                            : s->quick                      ? "smoke test (--quick: no verdict)"
+                                                            : v->verdict;
+        const char *cells[5] = {v->claim, v->measured, shown, v->why,
                                 v->reading ? v->reading : "-"};
         table_row(&d, 5, cells, 0);
     }
     table_end(&d);
+    write_explorer(&d, s);
 
     if (s->experiments & 1u) {
         heading(&d, 2, "Vanishing attention (Lemma 1, Corollary 1)");
@@ -851,17 +981,32 @@ int al__report_write(const al__summary *s, al_error *err) {
     }
     if (s->experiments & (1u << 5)) {
         heading(&d, 2, "Gradient sensitivity (Algorithm 5, Fig. 4)");
+        const char *own;
+        fig4_kind kind = fig4_kind_of(s->normalizer, &own);
         para(&d,
-             "g(T, eps) = max over heads of the mean over rows of ||softmax((z + eps v)/T) - "
-             "softmax(z/T)|| / eps, "
-             "v uniform on the unit sphere; the exact spectral norm of the Jacobian likewise. %d "
-             "measured values lie "
-             "above the paper's 1/(4T) (the largest diagonal entry, not a bound on the spectral "
-             "norm; the supremum is 1/(2T)).",
-             s->n_flagged);
+             "g(T, eps) = max over heads of the mean over rows of ||f((z + eps v)/T) - f(z/T)|| / "
+             "eps for the normalizer f used (%s), v uniform on the unit sphere; the exact spectral "
+             "norm of the Jacobian likewise. %d measured values lie above 1/(4T) (the paper's "
+             "value, the largest diagonal entry of softmax's Jacobian: not a bound on its "
+             "spectral norm, whose supremum is 1/(2T)).",
+             s->normalizer, s->n_flagged);
+        if (kind == FIG4_ONE_OVER_T)
+            note(&d,
+                 "The paper's curve is about softmax. For this normalizer the figure draws its "
+                 "own bound: %s.",
+                 own);
+        else if (kind == FIG4_NO_BOUND)
+            note(&d, "The paper's curve is about softmax; this normalizer has no closed-form bound "
+                     "drawn, so the figure shows the measured values against the paper's curve "
+                     "only.");
         figure(&d, "fig4",
-               "g(T) for every eps, the exact spectral norm, and the curves min{1/(4T), sqrt 2} "
-               "and 1/(2T); log-log.");
+               kind == FIG4_SOFTMAX
+                   ? "g(T) for every eps, the exact spectral norm, the paper's min{1/(4T), sqrt 2} "
+                     "and the supremum 1/(2T); ringed: every value above the paper's curve as "
+                     "drawn; log-log."
+                   : "g(T) for every eps, the exact spectral norm, the paper's min{1/(4T), sqrt 2} "
+                     "(about softmax) and the normalizer's own bound where one is known; ringed: "
+                     "every value above the paper's curve as drawn; log-log.");
     }
     if (s->n_heatmaps > 0) {
         heading(&d, 2, "Per head (layer x head)");

@@ -5,6 +5,7 @@
 #ifndef AL_REPORT_H
 #define AL_REPORT_H
 
+#include "explorer.h"
 #include "internal.h"
 
 typedef struct al__verdict {
@@ -74,6 +75,10 @@ typedef struct al__summary {
     int n_heatmaps;
     const char *hm_name[8], *hm_title[8], *hm_label[8]; /* file name, title, colour-bar label */
     double *hm[8];
+    /* the explorer of report.html: the pipeline fills the curves against N and the short window
+     * (ex.n_curves, ex.curve, ex.W, ex.causal, ex.token, ex.token_id, ex.weights,
+     * ex.window_note); al__report_write adds the heatmaps as its metrics and the flags */
+    al__explorer ex;
     /* verdicts */
     int n_verdicts;
     al__verdict verdicts[6];

@@ -57,6 +57,15 @@ int al_corpus_load(const char *name_or_path, const char *data_path, char **text,
     *len = 0;
     if (!name_or_path || !*name_or_path)
         return al__err(err, AL_E_INVALID, "corpus: empty name (use war-and-peace or a file path)");
+    if (!strncmp(name_or_path, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT))) { /* a prompt (--text) */
+        const char *t = name_or_path + strlen(AL_CORPUS_TEXT);
+        size_t n = strlen(t);
+        if (!n) return al__err(err, AL_E_INVALID, "--text: empty prompt");
+        if (!(*text = al__malloc(n + 1, "prompt", err))) return AL_E_NOMEM;
+        memcpy(*text, t, n + 1);
+        *len = n;
+        return 0;
+    }
     if (strcmp(name_or_path, "war-and-peace") == 0) {
         char path[4096];
         int rc = al_data_find("war_and_peace/pg2600.txt", data_path, path, sizeof path, err);
@@ -71,6 +80,19 @@ int al_corpus_load(const char *name_or_path, const char *data_path, char **text,
         char *shrunk = realloc(buf, *len + 1);
         *text = shrunk ? shrunk : buf;
         return 0;
+    }
+    /* a name that is not a file: a mistyped corpus name, most likely */
+    if (strcmp(name_or_path, "-") && !al__is_file(name_or_path) && !strchr(name_or_path, '/')) {
+        static const char *const known[] = {"war-and-peace"};
+        const char *near = al__nearest(name_or_path, known, 1);
+        if (near || al__edit_distance(name_or_path, known[0]) <= 4)
+            return al__err(err, AL_E_NOTFOUND,
+                           "corpus '%s' is neither a known corpus nor a file: did you mean "
+                           "'war-and-peace'?",
+                           name_or_path);
+        return al__err(err, AL_E_NOTFOUND,
+                       "corpus '%s' is neither a known corpus (war-and-peace) nor a file",
+                       name_or_path);
     }
     return al__read_file(name_or_path, MAX_CORPUS, text, len, err);
 }

@@ -138,7 +138,7 @@ def test_diagnose_reference_dump(world):
     assert "no token ids" in got["corpus"]
     model = diagnose(world["ckpt"], "--length", str(T))
     Ns = got["separability_N"]
-    assert Ns == model["separability_N"] == [1, 4, 16]
+    assert Ns == model["separability_N"] == [4, 16]  # N = 1: N_s/N = 1 by construction
     worst = {"model": 0.0, "ref": 0.0}
     for a, b in zip(got["heads"], model["heads"]):
         l, h = a["layer"], a["head"]

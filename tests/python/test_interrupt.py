@@ -175,7 +175,7 @@ def test_force_replaces_atomically(work, tmp_path, exchange):
     assert not bad, "DIR was seen holding %s" % [sorted(s) if s else s for s in bad]
     assert new in seen or old in seen  # the watcher did list DIR
     assert temp_dirs(tmp_path) == []
-    assert r.stderr == ""
+    assert [ln for ln in r.stderr.splitlines() if not ln.startswith("attnlim capture: about ")] == []  # the size only
 
 
 def test_existing_dir_rules(work, tmp_path):

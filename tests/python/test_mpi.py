@@ -224,7 +224,7 @@ def test_other_model_on_a_rank(work, mpirun, tmp_path):
     r = launch(mpirun, 0, ranks=[["reproduce", "--model", work["model"], *OPTS, "--out", out],
                                  ["reproduce", "--model", other, *OPTS, "--out", out]], check=False)
     assert r.returncode != 0
-    assert re.search(r"^attnlim reproduce: rank 1 \(.+\): .*other/model\.safetensors: this model \(sha256 "
+    assert re.search(r"^attnlim reproduce: rank 1 \(.+\): .*other/model\.safetensors: this model \(identity "
                      r"[0-9a-f]{16}\.\.\.\) is not rank 0's", r.stderr, re.M), r.stderr
     assert not os.path.exists(os.path.join(out, "results.json"))
 

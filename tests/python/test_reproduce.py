@@ -260,7 +260,7 @@ def test_golden_files(work):
     # the paper-vs-measured table: 5 claims, each with a verdict; random weights said
     assert len(res["verdicts"]) == 5
     for v in res["verdicts"]:
-        assert v["verdict"] in ("holds", "does not hold", "not testable on this model")
+        assert v["verdict"] == "smoke test (--quick: no verdict)"  # --quick: no verdicts
         assert "Random weights" in v["why"]
     assert "RANDOM WEIGHTS" in md and "[reading]" in md and "| paper's claim |" in md
     assert work["summary"]["verdicts"] == res["verdicts"]
@@ -420,7 +420,7 @@ def test_resume_other_options(work, tmp_path):
     for stat in ("mean", "median", "max"):  # N = 1 of Algorithm 2 recomputed, the same numbers
         _close_json(res["alg2"]["dtilde"][stat][0], work["res"]["alg2"]["dtilde"][stat][0], "alg2 N=1")
     # one run per output directory: a second one is refused while the first holds the lock
-    with open(os.path.join(out, ".attnlim-reproduce.lock"), "r+") as f:
+    with open(os.path.join(out, ".attnlim-reproduce.lock"), "a+") as f:  # removed at exit: anew
         fcntl.flock(f, fcntl.LOCK_EX)
         f.truncate(0)
         f.write(f"{os.getpid()}\n")
@@ -481,7 +481,7 @@ def test_diagnose(work, tmp_path):
     cap = str(tmp_path / "cap")
     ref.capture(BIN, work["model"], "war-and-peace", 1, 64, cap, what="weights,logits,v,q,k")
     Ns = d["separability_N"]
-    assert Ns == [1, 4, 16]
+    assert Ns == [4, 16]  # N = 1 is left out: N_s/N = 1 by construction
     for item in d["heads"]:
         l, h = item["layer"], item["head"]
         w, z, v = (ref.load_layer(cap, l, s)[h] for s in ("weights", "logits", "v"))
