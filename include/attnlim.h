@@ -806,6 +806,11 @@ typedef struct al_repro_opts {
     int fresh_directions;       /* --directions: 0 shared (one v per row), 1 fresh (a new v per
                                  * (T, eps, head, row), the paper's Algorithm 5) */
     al_attn_spec attention;     /* the attention inside the forward (zero: the model's own) */
+    /* --readings: NULL (off), "all", or ';'-separated AXIS=VALUE[,AXIS=VALUE] items (axes:
+     * vectors, distance, expectation, temperature-scale, directions): every claim evaluated
+     * under each on the same forward passes; OUT/readings.json, readings.csv, the report's
+     * "Verdicts under every reading", OUT/readings/<name>/ (docs/readings.md) */
+    const char *readings;
 } al_repro_opts;
 
 AL_API void al_repro_defaults(al_repro_opts *o);

@@ -265,17 +265,24 @@ static void test_verdict_critical_n(void **state) {
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "holds");
     assert_non_null(strstr(find(&s, "critical_n")->measured, "L=512: 32"));
-    c01[2] = 128; /* N_crit / L = 128 / 512 = 0.25 > 0.12 at one length: judged per L */
-    al__ex_verdicts(&s);
-    expect(&s, "critical_n", "does not hold");
-    c01[2] = 32;
-    s.a3_slope[0] = 0.2; /* the fitted slope is reported beside, never judged */
+    assert_non_null(strstr(find(&s, "critical_n")->measured, "L=512: 32 (0.062 L)"));
+    s.a3_slope[0] = 0.2; /* the slope is our summary: the verdict reads N_crit / L per L */
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "holds");
-    c01[1] = c01[2] = -1; /* reached at one length only */
+    c01[1] = 32; /* N_crit / L = 0.125 > 0.12 at L = 256 */
+    al__ex_verdicts(&s);
+    expect(&s, "critical_n", "does not hold");
+    c01[1] = 16;
+    c01[1] = c01[2] = -1; /* not reached where the grid stops below L - 1: untestable there */
     al__ex_verdicts(&s);
     expect(&s, "critical_n", "not testable on this model");
     assert_non_null(strstr(find(&s, "critical_n")->measured, "L=256: not reached for N <= 32"));
+    static const int N3b[] = {4, 8, 16, 32, 127, 255, 511}; /* the grid reaches L - 1 */
+    s.nN3 = 7, s.N3 = N3b;
+    al__ex_verdicts(&s);
+    expect(&s, "critical_n", "does not hold"); /* p < 0.01 up to N = L - 1 */
+    assert_non_null(strstr(find(&s, "critical_n")->measured, "not reached for N <= L - 1 = 255"));
+    s.nN3 = 4, s.N3 = N3;
     c01[1] = c01[2] = 16;
     s.n_layer = 1, s.n_head = 4; /* 4 heads: the KS test has no power */
     snprintf(s.family, sizeof s.family, "llama");

@@ -38,6 +38,11 @@ static void usage(FILE *f) {
         "                      paper's axis)  [reading: Algorithm 5]\n"
         "  --directions shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
         "                      as the paper's Algorithm 5)  [reading]\n"
+        "  --readings all|LIST every claim under each reading too, on the same forward passes:\n"
+        "                      all = each alternative one at a time plus the cross product\n"
+        "                      vectors x distance x expectation for the critical N; LIST =\n"
+        "                      ';'-separated AXIS=VALUE[,AXIS=VALUE] (e.g. 'distance=norm-of-sum;\n"
+        "                      vectors=key'); writes readings.json, readings.csv, readings/\n"
         "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
         "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
         "                      own softmax weights)\n"
@@ -176,6 +181,9 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 rc = USAGE_ERROR("--directions: '%s' is not shared or fresh", v);
                 goto out;
             }
+        } else if (!strcmp(a, "--readings")) {
+            NEED_VALUE();
+            o.readings = v;
         } else if (!strcmp(a, "--normalizer")) {
             NEED_VALUE();
             o.normalizer = v;

@@ -671,7 +671,7 @@ class _AttnSpec(_c.Structure):  # al_attn_spec, 48 bytes (zero: the model's own 
                 ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
 
 
-class _ReproOpts(_c.Structure):  # al_repro_opts, 256 bytes
+class _ReproOpts(_c.Structure):  # al_repro_opts, 264 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
                 ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
@@ -684,7 +684,8 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 256 bytes
                 ("temperatures", _dp), ("n_temperatures", _c.c_int), ("eps", _dp), ("n_eps", _c.c_int),
                 ("synthetic", _c.c_int), ("distance", _c.c_int), ("expectation", _c.c_int),
                 ("exact_max", _c.c_int64), ("temperature_raw", _c.c_int),
-                ("fresh_directions", _c.c_int), ("attention", _AttnSpec)]
+                ("fresh_directions", _c.c_int), ("attention", _AttnSpec),
+                ("readings", _c.c_char_p)]
 
 
 class _DiagOpts(_c.Structure):  # al_diag_opts, 136 bytes
@@ -730,7 +731,7 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
               temperatures: Optional[Sequence[float]] = None, eps: Optional[Sequence[float]] = None,
               synthetic: Optional[bool] = None, distance: str = "sum-of-norms",
               expectation: str = "analytic", exact_max: int = 0, temperature_scale: str = "scaled",
-              directions: str = "shared",
+              directions: str = "shared", readings: Optional[str] = None,
               on_progress: Optional[Callable[[str, int, int], Optional[bool]]] = None) -> Dict[str, Any]:
     """METHOD sections 1-7, Algorithms 1-5. Runs the paper's experiments (as `attnlim
     reproduce`) and writes results.json, CSVs, NPYs, figures and reports into out_dir
@@ -740,7 +741,8 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
     synthetic: None (from the checkpoint), False or True. The readings of METHOD section 9
     (docs/readings.md): vectors, distance (sum-of-norms | norm-of-sum | sum-vector), expectation
     (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
-    (shared | fresh). threads: OpenMP threads over heads
+    (shared | fresh); readings: None, "all" or "AXIS=VALUE;..." (every claim under each reading
+    too, on the same forward passes: readings.json). threads: OpenMP threads over heads
     for this call only (0 = the OpenMP default). Returns results.json as a dict.
 
     Ctrl-C (or on_progress(stage, done, total) returning False) stops the run at its next
@@ -763,6 +765,7 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
         if val not in allowed:
             raise ValueError("%s: %r is not one of %s" % (name, val, ", ".join(allowed)))
     o.temperature_raw, o.fresh_directions = int(temperature_scale == "raw"), int(directions == "fresh")
+    o.readings = None if readings is None else readings.encode()
     o.quick, o.resume, o.progress, o.quiet = int(quick), int(resume), int(progress), int(quiet)
     o.threads, o.seed, o.mc_samples, o.long_length = int(threads), int(seed), int(mc), int(long_length)
     if experiments is not None:

@@ -103,8 +103,10 @@ double al__ex_process_cpu(void);
 void al__ex_free_scratch(scratch *sc, int n);
 unsigned al__ex_job_what(const plan *p, const job *j);
 double al__ex_job_units(const job *j);
-int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
-                   al_error *err);
+/* One job's forward: the heads of plan p's job j and, on the same capture, those of every
+ * variant's job of the same (window, L) (vj[v] NULL: variant v has none); nv <= 64. */
+int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, const plan *const *vp,
+                   job *const *vj, int nv, al__progress *pg, al_error *err);
 
 /* The heads of one capture a rank computes (those it owns, dist.h), over n_threads threads
  * with one scratch each; done[h] counts each head computed. */
@@ -186,6 +188,29 @@ int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char 
 int al__ex_write_csvs(const plan *p, agg *a, al_error *err);
 int al__ex_write_npys(const plan *p, agg *a, al_error *err);
 
+/* ---- --readings (readings.c): variants of the run's options sharing its forward passes */
+
+typedef struct variant {
+    char name[128];  /* "distance=norm-of-sum", "vectors=key,distance=sum-vector,expectation=mc" */
+    int cross;       /* 1: of the cross product for the critical-N claim (Algorithm 3 only) */
+    al_repro_opts o; /* the run's options with this reading (experiments: those it changes) */
+    char out_dir[4200]; /* OUT/readings/<name>: its partial results, results.json and NPYs */
+    plan p;
+    agg a;
+} variant;
+
+/* The variants of o->readings ("all" or "AXIS=VALUE[,AXIS=VALUE];..."), or an error naming what
+ * is allowed; none when o->readings is NULL. */
+int al__ex_readings_variants(const al_repro_opts *o, variant **out, int *n, al_error *err);
+void al__ex_free_variants(variant *v, int n);
+/* OUT/readings.json and OUT/readings.csv from the run (p, a) and its variants. */
+int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
+                          const char *skipped, al_error *err);
+/* The report's columns (the run first; *cols, *buf malloc'ed) and the robust claims. */
+int al__ex_reading_cols(const plan *p, const agg *a, const variant *v, int nv,
+                        al__reading_col **cols, double **buf, char *robust, size_t rsize,
+                        al_error *err);
+
 /* ---- the explorer's window (window.c) */
 
 #define AL__EX_WINDOW     24 /* tokens of the explorer's pattern (at most the smallest L) */
@@ -229,6 +254,7 @@ int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, 
 /* The flags of head h with the values that raised them, "sink (mean weight on token 0 = 0.83 >
  * 0.5), ..." into buf ("" when none); returns how many rules fired. */
 int al__ex_diag_flag_text(const al__ex_diag *d, int h, char *buf, size_t size);
+
 /* ---- the driver (reproduce.c) */
 
 int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err);

@@ -23,6 +23,10 @@ typedef struct obs_ctx {
     int layers_done;
     double units_per_layer;
     char status[96];
+    /* --readings: the variants' contexts (their plan, their job of this (window, L), or NULL),
+     * computed in the same observer call on the same capture */
+    struct obs_ctx *var;
+    int n_var;
 } obs_ctx;
 
 void al__ex_to_double(const float *src, double *dst, size_t n) {
@@ -287,17 +291,18 @@ int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, doubl
     return 0;
 }
 
+/* Head i for the run and, on the same capture and scratch, for every reading's job. */
 static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
                         al_error *err) {
-    return head_work(ctx, cap, i, sc, tsec, err);
+    obs_ctx *c = ctx;
+    int bad = head_work(c, cap, i, sc, tsec, err);
+    for (int v = 0; v < c->n_var && !bad; v++)
+        if (c->var[v].j) bad = head_work(&c->var[v], cap, i, sc, tsec, err);
+    return bad;
 }
 
-static int observe(void *user, const al_capture *cap, al_error *err) {
-    if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
-    obs_ctx *c = user;
-    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
-    if (cap->T != c->L)
-        return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
+/* The checks of the vectors a context reads (the embedding copied once, at layer 0). */
+static int check_vectors(obs_ctx *c, const al_capture *cap, al_error *err) {
     if (cap->embed && !c->embed && c->p->o.vectors == AL_VEC_EMBED) {
         size_t n = (size_t)cap->T * cap->d_model;
         c->embed = al__malloc(n * sizeof(float), "embedding copy", err);
@@ -311,6 +316,19 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
         return al__err(err, AL_E_UNSUPPORTED,
                        "--vectors residual: the model gave no residual-stream capture for layer %d",
                        cap->layer);
+    return 0;
+}
+
+static int observe(void *user, const al_capture *cap, al_error *err) {
+    if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
+    obs_ctx *c = user;
+    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
+    if (cap->T != c->L)
+        return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
+    int rc0 = check_vectors(c, cap, err);
+    for (int v = 0; v < c->n_var && !rc0; v++)
+        if (c->var[v].j) rc0 = check_vectors(&c->var[v], cap, err);
+    if (rc0) return rc0;
     double tsec[4] = {0, 0, 0, 0};
     al__ex_heads hs = {.cap = cap,
                        .n_head = c->p->n_head,
@@ -397,15 +415,36 @@ static int merge_job(const plan *p, job *j, const uint8_t *done, al_error *err) 
 
 /* Collective (dist.h): every rank runs the job's forward and computes its own heads; then the
  * heads of every rank are merged onto rank 0. Returns the same code on every rank. */
-int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al__progress *pg,
-                   al_error *err) {
+int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, const plan *const *vp,
+                   job *const *vj, int nv, al__progress *pg, al_error *err) {
     const al_model_info *mi = al_model_get_info(m);
     obs_ctx c = {.p = p, .j = j, .L = j->L, .d_head = mi->d_head, .pg = pg};
     c.dx = (p->o.vectors == AL_VEC_VALUE || p->o.vectors == AL_VEC_KEY) ? mi->d_head : mi->d_model;
+    obs_ctx var[64];
+    if (nv > 64) return al__err(err, AL_E_INVALID, "--readings: %d readings (at most 64)", nv);
+    unsigned what = al__ex_job_what(p, j);
+    int dxm = c.dx, nd = j->nd > j->ns ? j->nd : j->ns;
+    for (int v = 0; v < nv; v++) {
+        var[v] = c;
+        var[v].p = vp[v];
+        var[v].j = vj[v];
+        var[v].dx = (vp[v]->o.vectors == AL_VEC_VALUE || vp[v]->o.vectors == AL_VEC_KEY)
+                        ? mi->d_head
+                        : mi->d_model;
+        if (!vj[v]) continue;
+        what |= al__ex_job_what(vp[v], vj[v]);
+        dxm = var[v].dx > dxm ? var[v].dx : dxm;
+        nd = vj[v]->nd > nd ? vj[v]->nd : nd;
+        nd = vj[v]->ns > nd ? vj[v]->ns : nd;
+    }
+    c.var = var;
+    c.n_var = nv;
     c.n_threads = p->o.threads > 0 ? p->o.threads : omp_get_max_threads();
-    c.units_per_layer = al__ex_job_units(j) / mi->n_layer;
+    int with = 1; /* the progress counts each reading's heads of this job as the run's */
+    for (int v = 0; v < nv; v++) with += vj[v] != NULL;
+    c.units_per_layer = al__ex_job_units(j) * with / mi->n_layer;
     int rc = 0;
-    size_t LL = (size_t)j->L * j->L, nst = (size_t)(j->nd > j->ns ? j->nd : j->ns) + 1;
+    size_t LL = (size_t)j->L * j->L, nst = (size_t)nd + 1;
     c.done = al__calloc((size_t)p->H, 1, "heads done", err);
     c.sc = c.done ? al__calloc((size_t)c.n_threads, sizeof(scratch), "scratch", err) : NULL;
     if (!c.sc) rc = AL_E_NOMEM;
@@ -413,14 +452,15 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
         scratch *s = &c.sc[t];
         if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
             !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
-            !(s->x = al__malloc((size_t)j->L * c.dx * sizeof(double), "head vectors", err)) ||
+            !(s->x = al__malloc((size_t)j->L * dxm * sizeof(double), "head vectors", err)) ||
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
             !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
             !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)))
             rc = AL_E_NOMEM;
     }
-    al_capture_request req = {.what = al__ex_job_what(p, j), .fn = observe, .user = &c};
+    for (int v = 0; v < nv; v++) var[v].sc = c.sc, var[v].done = NULL;
+    al_capture_request req = {.what = what, .fn = observe, .user = &c};
     double t0 = al__now(), c0 = al__ex_process_cpu();
     if (!rc)
         rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
@@ -432,10 +472,16 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, al
         rc = al__err(err, AL_E_INVALID, "the forward reported %d of %d layers", c.layers_done,
                      mi->n_layer);
     free(c.embed);
+    for (int v = 0; v < nv; v++) free(var[v].embed);
     al__ex_free_scratch(c.sc, c.n_threads);
     if (rc) al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
     rc = al__dist_agree(p->dist, rc, err); /* an error on any rank stops every rank here */
     if (!rc) rc = merge_job(p, j, c.done, err);
+    for (int v = 0; v < nv && !rc; v++) {
+        if (!vj[v]) continue;
+        vj[v]->t_wall = j->t_wall; /* the shared forward; the heads' CPU time is the main job's */
+        rc = merge_job(vp[v], vj[v], c.done, err);
+    }
     free(c.done);
     return rc;
 }

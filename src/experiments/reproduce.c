@@ -95,6 +95,12 @@ typedef struct run {
     char corpus_sha[65];
     char titles[6][160]; /* the heatmaps' titles (a.s points at them) */
     char stale[160];     /* the jobs --resume found saved but stale */
+    variant *var;        /* [n_var] --readings: the variants sharing the forward passes */
+    int n_var;
+    char skipped[2048];    /* --readings all: the readings that do not apply, and why */
+    al__reading_col *cols; /* [n_var + 1] the report's section */
+    double *col_buf;
+    char robust[512];
 } run;
 
 /* Every rank: the output directory named (rank 0; created once the inputs are read) and the
@@ -116,10 +122,8 @@ static int run_start(run *r, al_error *err) {
     return 0;
 }
 
-/* The fingerprint of what changes the numbers (p.fingerprint). */
-static void run_fingerprint(run *r) {
-    const al_repro_opts *o = &r->o;
-    plan *p = &r->p;
+/* The fingerprint of what changes the numbers (p->fingerprint) of plan p with options o. */
+static void plan_fingerprint(const run *r, const al_repro_opts *o, plan *p) {
     char buf[2048];
     snprintf(buf, sizeof buf, "attnlim-repro-1|%s|%s|%s|%s|%s|seed%llu|mc%d|T", r->mi->sha256,
              r->corpus_sha, al_vectors_name(o->vectors), o->normalizer ? o->normalizer : "-",
@@ -142,6 +146,54 @@ static void run_fingerprint(run *r) {
     free(att_s);
     cJSON_Delete(att);
     al_sha256_buf(buf, strlen(buf), p->fingerprint);
+}
+
+static void run_fingerprint(run *r) {
+    plan_fingerprint(r, &r->o, &r->p);
+    for (int v = 0; v < r->n_var; v++) plan_fingerprint(r, &r->var[v].o, &r->var[v].p);
+}
+
+/* --readings: the variants' plans, checked before any work. An explicit list refuses a reading
+ * that does not apply (exact over the cap, mc without samples, vectors the model does not give);
+ * "all" leaves it out, saying why in r->skipped. */
+static int run_variants(run *r, al_error *err) {
+    int rc = al__ex_readings_variants(&r->o, &r->var, &r->n_var, err);
+    if (rc) return rc;
+    int all = r->o.readings && !strcmp(r->o.readings, "all"), k = 0;
+    for (int i = 0; i < r->n_var; i++) {
+        variant *v = &r->var[i];
+        al_error e = {0};
+        int bad = 0;
+        if (!v->o.experiments)
+            bad = al__err(&e, AL_E_INVALID, "none of the experiments it changes was run");
+        if (!bad) bad = al__ex_build_plan(&v->p, &v->o, r->mi, &e);
+        if (!bad && v->p.n_jobs == 0)
+            bad = al__err(&e, AL_E_INVALID, "its experiments have no length to run at");
+        if (!bad && r->n_own) bad = al__ex_own_tokens_preflight(&v->p, r->m, &e);
+        if (bad && !all) {
+            al__ex_free_plan(&v->p);
+            memset(&v->p, 0, sizeof v->p);
+            if (err) *err = e;
+            return al__err_prefix(err, bad, "--readings %s", v->name);
+        }
+        if (bad) {
+            size_t n = strlen(r->skipped);
+            snprintf(r->skipped + n, sizeof r->skipped - n, "%s%s: %.110s", n ? "; " : "", v->name,
+                     e.msg);
+            al__ex_free_plan(&v->p);
+            memset(&v->p, 0, sizeof v->p);
+            continue;
+        }
+        v->p.dist = r->dist;
+        v->p.rank = r->rank;
+        v->p.size = al__dist_size(r->dist);
+        if (k != i) r->var[k] = *v;
+        k++;
+    }
+    r->n_var = k;
+    for (int i = 0; i < k; i++) /* the structs moved: their own directory again */
+        r->var[i].o.out_dir = r->var[i].p.o.out_dir = r->var[i].out_dir;
+    return 0;
 }
 
 /* Rank 0: enough tokens for every window of every L, each inside the model's vocabulary. */
@@ -232,6 +284,7 @@ static int run_setup(run *r, al_error *err) {
     }
     if (!rc) rc = al__ex_build_plan(&r->p, &r->o, r->mi, err);
     if (!rc && r->n_own) rc = al__ex_own_tokens_preflight(&r->p, r->m, err);
+    if (!rc) rc = run_variants(r, err);
     if (!rc) {
         r->p.dist = r->dist;
         r->p.rank = r->rank;
@@ -277,13 +330,32 @@ static int job_feeds(const plan *p, const job *j, int e) {
     return uses && (p->exp & (1u << e));
 }
 
+/* The job of variant v with the (window, L) of j, or NULL. */
+static job *variant_job(const variant *v, const job *j) {
+    for (int i = 0; i < v->p.n_jobs; i++)
+        if (v->p.jobs[i].window == j->window && v->p.jobs[i].L == j->L) return &v->p.jobs[i];
+    return NULL;
+}
+
+/* A job's progress units with every reading's job of the same (window, L). */
+static double units_all(const run *r, const job *j) {
+    int with = 1;
+    for (int v = 0; v < r->n_var; v++) with += variant_job(&r->var[v], j) != NULL;
+    return al__ex_job_units(j) * with;
+}
+
 /* Rank 0: which jobs to run (todo[i] = 1), --resume loading the others; the stale ones named
  * in r->stale. order: the jobs by L descending. */
+
 static void run_decide(run *r, const int *order, uint8_t *todo) {
     plan *p = &r->p;
     for (int q = 0; q < p->n_jobs; q++) {
         job *j = &p->jobs[order[q]];
         int got = r->o.resume ? al__ex_load_job(p, j) : 0;
+        for (int v = 0; v < r->n_var && got == 1; v++) { /* every variant's job too */
+            job *vj = variant_job(&r->var[v], j);
+            if (vj && al__ex_load_job(&r->var[v].p, vj) != 1) got = 0;
+        }
         if (got == 1) {
             j->loaded = 1;
             p->n_reused++;
@@ -320,13 +392,19 @@ static int run_loop(run *r, const int *order, const uint8_t *todo, al__progress 
         rc = al__dist_agree(r->dist, rc, err);
         if (rc) break;
         if (!todo[order[q]]) {
-            al__progress_add(pg, al__ex_job_units(j), "resumed");
+            al__progress_add(pg, units_all(r, j), "resumed");
         } else {
             /* between jobs the caller may stop the run (every saved job stays for --resume) */
             if ((rc = al__dist_agree(r->dist, al__poll("reproduce", q, p->n_jobs, err), err)))
                 break;
-            if ((rc = al__ex_run_job(p, r->m, r->tokens, j, pg, err))) break;
+            const plan *vp[64];
+            job *vj[64];
+            int nv = r->n_var < 64 ? r->n_var : 64;
+            for (int v = 0; v < nv; v++) vp[v] = &r->var[v].p, vj[v] = variant_job(&r->var[v], j);
+            if ((rc = al__ex_run_job(p, r->m, r->tokens, j, vp, vj, nv, pg, err))) break;
             if (r->root) rc = al__ex_save_job(p, j, err);
+            for (int v = 0; v < nv && r->root && !rc; v++)
+                if (vj[v]) rc = al__ex_save_job(vp[v], vj[v], err);
             if ((rc = al__dist_agree(r->dist, rc, err))) break;
             p->n_recomputed++;
         }
@@ -341,7 +419,7 @@ static int run_jobs(run *r, al_error *err) {
     plan *p = &r->p;
     al__progress pg;
     double total = 0;
-    for (int i = 0; i < p->n_jobs; i++) total += al__ex_job_units(&p->jobs[i]);
+    for (int i = 0; i < p->n_jobs; i++) total += units_all(r, &p->jobs[i]);
     al__progress_begin(&pg, r->o.quiet ? 0 : r->o.progress, stderr, total);
     int n = p->n_jobs ? p->n_jobs : 1;
     int *order = al__malloc(sizeof(int) * (size_t)n, "job order", err);
@@ -381,11 +459,11 @@ static int run_jobs(run *r, al_error *err) {
 }
 
 /* Rank 0: the summary's setup (what the report and results.json say about the run). */
-static int run_summary(run *r, al_error *err) {
-    al__summary *s = &r->a.s;
+static void run_timings(const plan *p, al__summary *s);
+
+static int summary_fill(run *r, al__summary *s, const al_repro_opts *o, const plan *p,
+                        al_error *err) {
     const al_model_info *mi = r->mi;
-    const al_repro_opts *o = &r->o;
-    const plan *p = &r->p;
     s->out_dir = o->out_dir;
     snprintf(s->model_name, sizeof s->model_name, "%s", mi->name);
     snprintf(s->model_path, sizeof s->model_path, "%s", mi->path);
@@ -423,6 +501,41 @@ static int run_summary(run *r, al_error *err) {
     return 0;
 }
 
+static int run_summary(run *r, al_error *err) {
+    return summary_fill(r, &r->a.s, &r->o, &r->p, err);
+}
+
+/* Rank 0, --readings: each variant aggregated and judged, its results.json and NPYs in
+ * OUT/readings/<name>; then OUT/readings.json and readings.csv, and the report's section. */
+static int run_write_variants(run *r, al_error *err) {
+    int rc = 0;
+    for (int i = 0; i < r->n_var && !rc; i++) {
+        variant *v = &r->var[i];
+        if ((rc = summary_fill(r, &v->a.s, &v->o, &v->p, err)) ||
+            (rc = al__ex_aggregate(&v->p, &v->a, err)))
+            break;
+        al__ex_verdicts(&v->a.s);
+        run_timings(&v->p, &v->a.s);
+        if (r->p.ranks && !v->p.ranks &&
+            (v->p.ranks = al__malloc(sizeof(rank_info) * (size_t)v->p.size, "ranks", err)))
+            memcpy(v->p.ranks, r->p.ranks, sizeof(rank_info) * (size_t)v->p.size);
+        if ((rc = al__mkdirs(v->out_dir, err)) || (rc = al__ex_write_npys(&v->p, &v->a, err)) ||
+            (rc = al__ex_write_json(&v->p, &v->a, r->corpus_sha, r->started, err)))
+            break;
+    }
+    if (!rc) rc = al__ex_write_readings(&r->p, &r->a, r->var, r->n_var, r->skipped, err);
+    if (!rc)
+        rc = al__ex_reading_cols(&r->p, &r->a, r->var, r->n_var, &r->cols, &r->col_buf, r->robust,
+                                 sizeof r->robust, err);
+    if (!rc) {
+        r->a.s.n_readings = r->n_var + 1;
+        r->a.s.readings = r->cols;
+        r->a.s.robust = r->robust;
+        r->a.s.readings_skipped = r->skipped;
+    }
+    return rc;
+}
+
 /* The jobs' times summed, into the summary's timings. */
 static void run_timings(const plan *p, al__summary *s) {
     static const char *const names[6] = {"jobs_wall_s",
@@ -458,6 +571,7 @@ static int run_write(run *r, al_error *err) {
                                      &r->a, err)))
         return rc;
     run_timings(&r->p, s);
+    if (r->o.readings && (rc = run_write_variants(r, err))) return rc;
     double t_w0 = al__now();
     if (r->o.progress && !r->o.quiet)
         al__log(AL_LOG_NOTE,
@@ -487,6 +601,9 @@ static void run_free(run *r) {
     }
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
+    al__ex_free_variants(r->var, r->n_var);
+    free(r->cols);
+    free(r->col_buf);
     free(r->tokens);
     free(r->text);
     if (r->tk) al_tokenizer_free(r->tk);

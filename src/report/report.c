@@ -494,6 +494,77 @@ static int fig_vanishing(const al__summary *s, al_error *err) {
     return rc;
 }
 
+/* --readings: N_crit / L against L, and the median over heads of dtilde / E against N / L at
+ * the largest L, one curve per reading that ran Algorithm 3 (the run thick, the others thin). */
+static int fig_readings(const al__summary *s, al_error *err) {
+    int nr = s->n_readings < 48 ? s->n_readings : 48, n = s->nL < 64 ? s->nL : 64, ns = 0;
+    al__series se[50];
+    double x[64], y[48][64], xl[2] = {0, n ? s->Ls[n - 1] : 1}, yp[2] = {0.06, 0.06};
+    for (int i = 0; i < n; i++) x[i] = s->Ls[i];
+    for (int k = 0; k < nr; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->crit) continue;
+        for (int i = 0; i < n; i++) y[k][i] = c->crit[i] > 0 ? (double)c->crit[i] / x[i] : NAN;
+        se[ns++] = (al__series){.label = c->name,
+                                .n = n,
+                                .x = x,
+                                .y = y[k],
+                                .style = AL__S_LINE | AL__S_MARKERS | (k ? AL__S_THIN : 0),
+                                .color = k};
+    }
+    if (!ns) return 0;
+    se[ns++] = (al__series){.label = "paper: N_crit / L = 0.06",
+                            .n = 2,
+                            .x = xl,
+                            .y = yp,
+                            .style = AL__S_DASHED,
+                            .color = -1};
+    al__plot p = {.title = "Critical N / L against L under every reading",
+                  .subtitle = "KS at 0.01 of per-head dtilde vs E; missing points: not reached "
+                              "up to N = L - 1 [reading]",
+                  .xlabel = "L (tokens)",
+                  .ylabel = "N_crit / L",
+                  .xmin = 0,
+                  .xmax = NAN,
+                  .ymin = 0,
+                  .ymax = NAN,
+                  .n_series = ns,
+                  .series = se};
+    char path[4200];
+    fig_path(s, "fig_readings_crit", path, sizeof path);
+    int rc = al__plot_write(&p, path, err);
+    ns = 0;
+    for (int k = 0; k < nr && !rc; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->n_ratio) continue;
+        se[ns++] = (al__series){.label = c->name,
+                                .n = c->n_ratio,
+                                .x = c->ratio_x,
+                                .y = c->ratio_med,
+                                .style = AL__S_LINE | (k ? AL__S_THIN : AL__S_MARKERS),
+                                .color = k};
+    }
+    if (rc || !ns) return rc;
+    char sub[160];
+    snprintf(sub, sizeof sub,
+             "L = %d; median over heads of per-head mean dtilde / per-head mean E; 1 = the KS "
+             "samples meet",
+             s->nL ? s->Ls[s->nL - 1] : 0);
+    al__plot q = {.title = "True distance over its random-selection counterpart, against N / L",
+                  .subtitle = sub,
+                  .xlabel = "N / L",
+                  .ylabel = "dtilde / E (median over heads)",
+                  .ylog = 1,
+                  .xmin = 0,
+                  .xmax = 1,
+                  .ymin = NAN,
+                  .ymax = NAN,
+                  .n_series = ns,
+                  .series = se};
+    fig_path(s, "fig_readings_ratio", path, sizeof path);
+    return al__plot_write(&q, path, err);
+}
+
 int al__report_figures(const al__summary *s, al_error *err) {
     int rc = 0;
     char sub[160];
@@ -512,6 +583,7 @@ int al__report_figures(const al__summary *s, al_error *err) {
     if (!rc && (s->experiments & (1u << 4))) rc = fig3(s, err);
     if (!rc && (s->experiments & (1u << 5))) rc = fig4(s, err);
     if (!rc && (s->experiments & (1u << 0))) rc = fig_vanishing(s, err);
+    if (!rc && s->n_readings > 0) rc = fig_readings(s, err);
     for (int i = 0; i < s->n_heatmaps && !rc; i++) {
         al__plot p = {.title = s->hm_title[i],
                       .xlabel = "head",
@@ -665,6 +737,48 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
     buf[0] = 0;
     for (int i = 0; i < n && k + 12 < size; i++)
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
+}
+
+/* --readings: the matrix reading x claim (the verdict, '=' where the reading does not change the
+ * claim and the run's verdict stands), the robust claims, the figures. */
+static void readings_section(doc *d, const al__summary *s) {
+    heading(d, 2, "Verdicts under every reading");
+    para(d,
+         "Every claim above judged again under each reading of METHOD section 9 (docs/"
+         "readings.md), on the same captured heads: each alternative one at a time around the "
+         "run's options, and the cross product vectors x distance x expectation for the critical "
+         "N (its readings interact). A claim with one verdict under every reading is robust; the "
+         "others depend on the reading. Numbers of each reading: readings.json, readings.csv, "
+         "readings/<name>/results.json.");
+    table_begin(d);
+    const char *hd[7] = {"reading"};
+    int nc = s->n_verdicts < 6 ? s->n_verdicts : 6;
+    for (int c = 0; c < nc; c++) hd[c + 1] = s->verdicts[c].key;
+    table_row(d, nc + 1, hd, 1);
+    for (int k = 0; k < s->n_readings; k++) {
+        const al__reading_col *r = &s->readings[k];
+        char cell[6][64];
+        const char *cells[7] = {r->name};
+        for (int c = 0; c < nc; c++) {
+            snprintf(cell[c], sizeof cell[c], "%s%s", r->verdict[c] ? r->verdict[c] : "-",
+                     r->verdict[c] && !r->own[c] ? " (=)" : "");
+            cells[c + 1] = cell[c];
+        }
+        table_row(d, nc + 1, cells, 0);
+    }
+    table_end(d);
+    para(d,
+         "(=): the reading does not change that claim; the run's verdict stands. -: not evaluated "
+         "under that reading (the cross product is for the critical N only).");
+    para(d, "Robust (one verdict under every reading): %s.",
+         s->robust && s->robust[0] ? s->robust : "none");
+    if (s->readings_skipped && s->readings_skipped[0])
+        note(d, "Readings left out (they do not apply to this run): %.3000s", s->readings_skipped);
+    figure(d, "fig_readings_crit",
+           "N_crit / L against L under every reading that ran Algorithm 3, with the paper's 0.06.");
+    figure(d, "fig_readings_ratio",
+           "Why the critical N lands where it does: the per-head ratio of the true distance to its "
+           "random-selection counterpart against N / L, median over heads, at the largest L.");
 }
 
 /* The explorer of report.html: every heatmap as a metric, flags from the max weight and the
@@ -898,6 +1012,7 @@ int al__report_write(const al__summary *s, al_error *err) {
         table_row(&d, 5, cells, 0);
     }
     table_end(&d);
+    if (s->n_readings > 0) readings_section(&d, s);
     write_explorer(&d, s);
 
     if (s->experiments & 1u) {

@@ -18,6 +18,17 @@ typedef struct al__verdict {
     const char *reading; /* the METHOD [reading] this result depends on, or NULL */
 } al__verdict;
 
+/* One reading of `reproduce --readings` for the report's "Verdicts under every reading". */
+typedef struct al__reading_col {
+    const char *name;       /* "the run", "distance=norm-of-sum", "vectors=key,distance=...,..." */
+    int cross;              /* of the cross product (the critical-N claim only) */
+    const char *verdict[6]; /* per claim, in the order of verdicts (NULL: not evaluated) */
+    int own[6];             /* 1: judged under this reading; 0: the run's (not changed by it) */
+    const int *crit;        /* [nL] N_crit at 0.01 (-1 not reached), or NULL */
+    int n_ratio;            /* the median over heads of dtilde / E at the largest L ... */
+    const double *ratio_x, *ratio_med; /* [n_ratio] ... against N / L */
+} al__reading_col;
+
 typedef struct al__summary {
     /* setup */
     const char *out_dir;
@@ -82,6 +93,11 @@ typedef struct al__summary {
     /* verdicts */
     int n_verdicts;
     al__verdict verdicts[6];
+    /* --readings: the run and every variant (0: the section is left out) */
+    int n_readings;
+    const al__reading_col *readings; /* [n_readings] */
+    const char *robust;              /* the claims with one verdict under every reading */
+    const char *readings_skipped;    /* the readings left out, and why ("" if none) */
 } al__summary;
 
 /* Draws every figure into s->out_dir (figN.svg / .png, heatmap_*.svg / .png). */

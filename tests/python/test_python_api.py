@@ -50,7 +50,7 @@ def test_layouts_roundtrip():
     assert ctypes.sizeof(_api._TopN) == 80 and ctypes.sizeof(_api._Five) == 48
     assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 136
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
-    assert ctypes.sizeof(_api._ReproOpts) == 256 and ctypes.sizeof(_api._DiagOpts) == 136
+    assert ctypes.sizeof(_api._ReproOpts) == 264 and ctypes.sizeof(_api._DiagOpts) == 136
     assert ctypes.sizeof(_api._AttnSpec) == 48
     # al_norm by value: the header's documented defaults come back in the right fields
     for kind in range(7):
@@ -527,7 +527,9 @@ def test_reproduce_options_and_alg5_against_reference(tiny, tt, tmp_path, monkey
     L, temps = 32, [0.5, 2.0]
     r = A.reproduce(str(tmp_path / "out"), model=tiny[0], quick=True, experiments=["vanishing", "alg5"],
                     long_length=L, temperatures=temps, eps=[1e-3], lengths=[16, 32], top_n=[1, 3],
-                    critical_n=[1, 2], separability_n=[1, 2], vectors="key", seed=77, mc=5)
+                    critical_n=[1, 2], separability_n=[1, 2], vectors="key", seed=77, mc=5,
+                    distance="sum-vector", exact_max=500, directions="fresh",
+                    readings="directions=shared")
     # every option set here comes back in the manifest: al_repro_opts' layout round-trips
     o = r["manifest"]["options"]
     assert (o["long_length"], o["temperatures"], o["eps"], o["lengths"], o["top_n"]) == \
@@ -535,6 +537,10 @@ def test_reproduce_options_and_alg5_against_reference(tiny, tt, tmp_path, monkey
     assert (o["critical_n"], o["separability_n"], o["vectors"], o["seed"], o["mc_samples"]) == \
         ([1, 2], [1, 2], "key", 77, 5)
     assert o["experiments"] == ["vanishing", "alg5"] and o["quick"] is True
+    assert (o["distance"], o["expectation"], o["exact_max"], o["temperature_scale"],
+            o["directions"]) == ("sum-vector", "analytic", 500, "scaled", "fresh")
+    rd = json.load(open(tmp_path / "out" / "readings.json"))
+    assert [e["name"] for e in rd["readings"]] == ["the run", "directions=shared"]
     assert os.path.isfile(tmp_path / "out" / "report.md")
     ref = window_reference(tiny, tt, L)
     spec = np.array(r["alg5"]["per_head"]["spectral"])  # [layer * n_head + head, T]

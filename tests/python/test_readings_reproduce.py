@@ -173,3 +173,107 @@ def test_critical_grid_reaches_l_minus_1(work):
     ratio = res["alg3"]["critical_ratio"]["0.01"]
     for Li, ci, ri in zip([40, 64], c, ratio):
         assert (ri is None) if ci is None else abs(ri - ci / Li) < 1e-15
+
+
+# ---- --readings: one run, every reading, the same numbers as separate runs -----------------------
+
+VARIANTS = {  # the reading's directory -> (the separate run's options, its experiments)
+    "vectors-key": (["--vectors", "key"], "alg1,alg2,alg3,alg4"),
+    "distance-norm-of-sum": (["--distance", "norm-of-sum"], "alg1,alg2,alg3"),
+    "expectation-mc": (["--expectation", "mc"], "alg1,alg2,alg3"),
+    "temperature-scale-raw": (["--temperature-scale", "raw"], "alg5"),
+    "directions-fresh": (["--directions", "fresh"], "alg5"),
+    "vectors-hidden+distance-sum-vector+expectation-analytic":
+        (["--vectors", "hidden", "--distance", "sum-vector"], "alg3"),
+}
+
+
+@pytest.fixture(scope="module")
+def all_run(work):
+    out = str(work["dir"] / "all")
+    base = ["reproduce", "--model", work["model"], "--quick", "--threads", "2", "--mc", "3",
+            "--quiet"]
+    run(*base, "--out", out, "--readings", "all")
+    return {"out": out, "base": base}
+
+
+def npys(d):
+    return {f: np.load(os.path.join(d, f)) for f in sorted(os.listdir(d)) if f.endswith(".npy")}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_readings_equal_separate_runs(work, all_run, name):
+    opts, exps = VARIANTS[name]
+    sep = str(work["dir"] / ("sep_" + name))
+    run(*all_run["base"], "--out", sep, "--experiments", exps, *opts)
+    got = npys(os.path.join(all_run["out"], "readings", name))
+    want = {f: v for f, v in npys(sep).items() if f != "explorer_weights.npy"}  # not a reading's
+    assert got.keys() == want.keys() and got
+    for f in want:  # bit for bit: the shared forward changes nothing
+        assert np.array_equal(got[f], want[f], equal_nan=True), f
+    a = json.load(open(os.path.join(all_run["out"], "readings", name, "results.json")))
+    b = json.load(open(os.path.join(sep, "results.json")))
+    assert [(v["key"], v["verdict"], v["measured"]) for v in a["verdicts"]] == \
+           [(v["key"], v["verdict"], v["measured"]) for v in b["verdicts"]]
+
+
+def test_readings_outputs(work, all_run):
+    out = all_run["out"]
+    rd = json.load(open(os.path.join(out, "readings.json")))
+    names = [e["name"] for e in rd["readings"]]
+    assert names[0] == "the run" and "distance=sum-vector" in names and "vectors=residual" in names
+    assert any(e["kind"] == "cross product" for e in rd["readings"])
+    claims = {"critical_n", "separability", "sensitivity", "distance_linear", "convergence"}
+    assert set(rd["robust"]) | set(rd["reading_dependent"]) == claims
+    assert not set(rd["robust"]) & set(rd["reading_dependent"])
+    for key, d in rd["reading_dependent"].items():  # every reading is listed once per claim
+        listed = d["holds_under"] + d["does_not_hold_under"] + d["not_testable_under"]
+        assert sorted(listed) == sorted(e["name"] for e in rd["readings"]
+                                        if key in e["verdicts"])
+    assert "expectation=exact" in rd["not_evaluated"]  # C(16, 7) over the cap: left out
+    e = next(e for e in rd["readings"] if e["name"] == "distance=norm-of-sum")
+    crit = e["critical_n"]
+    assert len(crit["ratio"]) == len(crit["L"]) == 3
+    for ra in e["ratio_dtilde_over_E"]:
+        assert len(ra["N_over_L"]) == len(ra["median"]) and max(ra["N_over_L"]) == \
+            (ra["L"] - 1) / ra["L"]
+    # the ratio of the run at the largest L from its own NPYs
+    dt = np.load(os.path.join(out, "alg3_dtilde.npy"))[-1]
+    E = np.load(os.path.join(out, "alg3_E.npy"))[-1]
+    r0 = next(e for e in rd["readings"] if e["name"] == "the run")["ratio_dtilde_over_E"][-1]
+    n = len(r0["median"])
+    med = np.median((dt[:n] / E[:n]).reshape(n, -1), axis=1)
+    np.testing.assert_allclose(r0["median"], med, rtol=1e-12)
+    rows = list(csv.DictReader(open(os.path.join(out, "readings.csv"))))
+    assert {r["claim"] for r in rows} == claims
+    md = open(os.path.join(out, "report.md")).read()
+    assert "## Verdicts under every reading" in md and "fig_readings_crit.png" in md
+    assert "Verdicts under every reading" in open(os.path.join(out, "report.html")).read()
+    assert os.path.exists(os.path.join(out, "fig_readings_ratio.svg"))
+
+
+def test_readings_resume(work, all_run):
+    out = str(work["dir"] / "all_resume")
+    args = [*all_run["base"], "--out", out, "--readings", "distance=norm-of-sum;vectors=key"]
+    run(*args)
+    first = npys(os.path.join(out, "readings", "vectors-key"))
+    r = subprocess.run([BIN, *[a for a in args if a != "--quiet"], "--resume"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "reused 3 and computed 0" in r.stderr, r.stderr
+    again = npys(os.path.join(out, "readings", "vectors-key"))
+    assert all(np.array_equal(first[f], again[f], equal_nan=True) for f in first)
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("colour=red", "unknown axis 'colour'"),
+    ("distance", "is not AXIS=VALUE"),
+    ("distance=far", "allowed: sum-of-norms, norm-of-sum, sum-vector"),
+    ("distance=sum-of-norms", "the run's own reading"),
+    ("expectation=exact", "exceeds the cap"),
+])
+def test_readings_refused_before_work(work, tmp_path, bad, msg):
+    out = tmp_path / "o"
+    r = run("reproduce", "--model", work["model"], "--quick", "--quiet", "--out", str(out),
+            "--readings", bad, check=False)
+    assert r.returncode != 0 and msg in r.stderr, r.stderr
+    assert not out.exists() or not [f for _, _, fs in os.walk(out) for f in fs]
