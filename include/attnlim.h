@@ -492,6 +492,9 @@ AL_API int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_token
                                  al_error *err);
 AL_API void al_tokenizer_free(al_tokenizer *tk);
 AL_API int al_tokenizer_vocab_size(const al_tokenizer *tk);
+/* Overrides whether al_tokenize adds the BOS / EOS token (1 on, 0 off, -1 as the model's
+ * files say): tokenizers from tokenizer.json only (others never add them). */
+AL_API void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos);
 /* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
  * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text.
  * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the
@@ -563,6 +566,9 @@ enum {
     /* [T, d_model] the layer input before its first norm (the residual stream); BERT, post-norm,
      * has no norm before attention: its residual is its hidden */
     AL_CAP_RESIDUAL = 1u << 7,
+    /* [n_sel, T, T] the logits before attention-logit soft-capping (Gemma 2: z = q.k * scale;
+     * AL_CAP_LOGITS then gives cap * tanh(z / cap)); NULL for models without soft-capping */
+    AL_CAP_LOGITS_PRECAP = 1u << 12,
 };
 
 /* One layer's capture, handed to the observer while the forward runs. Pointers are valid
@@ -574,16 +580,23 @@ typedef struct al_capture {
     int n_head, n_kv_head, d_head, d_model;
     int causal;
     int n_sel;
-    const int *heads;      /* [n_sel] query head indices */
-    const int *kv_head;    /* [n_head] key/value head read by each query head */
-    const float *q;        /* [n_sel, T, d_head] or NULL */
-    const float *k;        /* [n_sel, T, d_head] or NULL */
-    const float *v;        /* [n_sel, T, d_head] or NULL */
-    const float *logits;   /* [n_sel, T, T] or NULL */
-    const float *weights;  /* [n_sel, T, T] or NULL */
-    const float *hidden;   /* [T, d_model] or NULL */
-    const float *embed;    /* [T, d_model] or NULL */
-    const float *residual; /* [T, d_model] or NULL */
+    const int *heads;           /* [n_sel] query head indices */
+    const int *kv_head;         /* [n_head] key/value head read by each query head */
+    const float *q;             /* [n_sel, T, d_head] or NULL */
+    const float *k;             /* [n_sel, T, d_head] or NULL */
+    const float *v;             /* [n_sel, T, d_head] or NULL */
+    const float *logits;        /* [n_sel, T, T] or NULL */
+    const float *weights;       /* [n_sel, T, T] or NULL */
+    const float *hidden;        /* [T, d_model] or NULL */
+    const float *embed;         /* [T, d_model] or NULL */
+    const float *residual;      /* [T, d_model] or NULL */
+    int window;                 /* causal sliding window (Mistral, Gemma 2): row t sees the keys
+                                 * max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window);
+                                 * 0 = none. Masked entries as for causal rows: logits -inf,
+                                 * weights 0. */
+    const float *logits_precap; /* [n_sel, T, T] or NULL (AL_CAP_LOGITS_PRECAP) */
+    float softcap;              /* the attention-logit soft-cap (0 = none) */
+    float scale;                /* the logit scale: 1/sqrt(d_head), or the model's own */
 } al_capture;
 
 /* Returns 0 to go on, non-zero (with err set) to stop the forward. */

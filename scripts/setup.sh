@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 want_tests=1
 [ "${1:-}" = "--no-tests" ] && want_tests=0
 
-APT_BUILD=(build-essential cmake pkg-config libopenblas-dev libpcre2-dev libcjson-dev libssl-dev
+APT_BUILD=(build-essential cmake pkg-config libopenblas-dev libpcre2-dev libicu-dev libcjson-dev libssl-dev
            libcairo2-dev libopenmpi-dev openmpi-bin curl unzip python3 python3-venv python3-pip)
 APT_TEST=(libcmocka-dev python3-numpy python3-scipy python3-torch valgrind clang libclang-rt-14-dev clang-format chromium chromium-driver)
 pkgs=("${APT_BUILD[@]}")

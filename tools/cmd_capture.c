@@ -58,7 +58,8 @@ static const struct {
             {"logits", AL_CAP_LOGITS},
             {"weights", AL_CAP_WEIGHTS},
             {"hidden", AL_CAP_HIDDEN},
-            {"embed", AL_CAP_EMBED}};
+            {"embed", AL_CAP_EMBED},
+            {"logits_precap", AL_CAP_LOGITS_PRECAP}}; /* Gemma 2: before soft-capping */
 #define N_WHAT ((int)(sizeof WHAT / sizeof WHAT[0]))
 
 static const char MASK_CONVENTION[] =
@@ -71,7 +72,8 @@ static void usage(FILE *f) {
         "usage: attnlim capture --model PATH (--tokens FILE | --corpus NAME | --text PROMPT)\n"
         "                       [--length L]\n"
         "                       [--window K] [--layers 0,3,5-7|all] [--heads 0-3|all]\n"
-        "                       [--what q,k,v,logits,weights,hidden,embed] --out DIR\n"
+        "                       [--what q,k,v,logits,weights,hidden,embed,logits_precap]\n"
+        "                       --out DIR\n"
         "                       [--force] [--dry-run] [--allow-nonfinite] [--threads N] [--json]\n"
         "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
         "                       [--attention-heads SET]\n"
@@ -97,6 +99,8 @@ static void usage(FILE *f) {
         "  --length L         tokens per window (default with --tokens or --text: all)\n"
         "  --what LIST        default: weights\n"
         "  --force            replace an earlier capture in DIR (atomically)\n"
+        "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
+        "                 as tokenizer_config.json / the post-processor say); --eos likewise\n"
         "  --dry-run          print only the size the capture would write, and stop\n"
         "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
         "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
@@ -175,8 +179,10 @@ static size_t count_nonfinite(const al_capture *c, int what, const float *a, siz
     for (size_t i = 0; i < numel; i++) {
         float x = a[i];
         if (isfinite(x)) continue;
-        if (what == 3 && c->causal && x == -INFINITY && i % T > (i / T) % T)
-            continue; /* a masked logit: column j = i % T above row t = (i / T) % T */
+        size_t j = i % T, t = (i / T) % T;
+        if ((what == 3 || what == 7) && c->causal && x == -INFINITY &&
+            (j > t || (c->window > 0 && j + (size_t)c->window <= t)))
+            continue; /* a masked logit: column j above row t, or before its sliding window */
         if (!bad) *first = i;
         bad++;
     }
@@ -185,7 +191,7 @@ static size_t count_nonfinite(const al_capture *c, int what, const float *a, siz
 
 /* "head 3, row 5, column 2" for a flat index of a captured array. */
 static void describe_index(const al_capture *c, int what, size_t i, char *buf, size_t cap) {
-    if (what >= 5) {
+    if (what == 5 || what == 6) {
         snprintf(buf, cap, "row %zu, column %zu", i / (size_t)c->d_model, i % (size_t)c->d_model);
         return;
     }
@@ -201,13 +207,14 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
     int rc = check_stop(err);
     if (rc) return rc;
     double t0 = al__now();
-    const float *arr[N_WHAT] = {c->q, c->k, c->v, c->logits, c->weights, c->hidden, c->embed};
+    const float *arr[N_WHAT] = {c->q,       c->k,      c->v,     c->logits,
+                                c->weights, c->hidden, c->embed, c->logits_precap};
     for (int i = 0; i < N_WHAT; i++) {
         if (!arr[i]) continue;
         al_array a = {.dtype = AL_F32, .data = (void *)arr[i]};
         if (i < 3)
             a.ndim = 3, a.shape[0] = c->n_sel, a.shape[1] = c->T, a.shape[2] = c->d_head;
-        else if (i < 5)
+        else if (i < 5 || i == 7)
             a.ndim = 3, a.shape[0] = c->n_sel, a.shape[1] = c->T, a.shape[2] = c->T;
         else
             a.ndim = 2, a.shape[0] = c->T, a.shape[1] = c->d_model;

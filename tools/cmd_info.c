@@ -4,6 +4,7 @@
 #include "model.h"
 #include "safetensors.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -101,6 +102,14 @@ static void print_text(const cJSON *j) {
         if (cJSON_IsArray(e)) continue;
         if (!strcmp(e->string, "dump")) {
             print_dump(e);
+            continue;
+        }
+        if (!strcmp(e->string, "architecture")) { /* one line per fact, as JSON values */
+            for (const cJSON *d = e->child; d; d = d->next) {
+                char *v = cJSON_PrintUnformatted(d);
+                printf("  %-22s %s\n", d->string, v ? v : "?");
+                free(v);
+            }
             continue;
         }
         if (cJSON_IsObject(e)) {

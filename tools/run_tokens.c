@@ -72,6 +72,10 @@ long run_tokens_warn_utf8(const char *cmd, const char *name, const char *text, s
     return (long)valid;
 }
 
+/* --bos / --eos of this run (run_opts_finish), applied by run_tokens_load: -1 = as the files
+ * say, else 1 on / 0 off (one command per process). */
+static int run_bos = -1, run_eos = -1;
+
 int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const char *corpus,
                     run_tokens *t, al_error *err) {
     memset(t, 0, sizeof *t);
@@ -98,6 +102,7 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
+        if (!rc) al_tokenizer_set_bos_eos(tk, run_bos, run_eos);
         if (!rc) rc = al_tokenize(tk, text, len, 0, &t->ids, &t->n, err);
         al_tokenizer_free(tk);
         free(text);
@@ -165,6 +170,18 @@ void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
 int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
     const char *a = argv[*i];
     al_error err = {0};
+    if (!strcmp(a, "--bos") || !strcmp(a, "--eos")) {
+        if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs on or off", a);
+        const char *v = argv[++*i];
+        int *dst = a[2] == 'b' ? &o->bos : &o->eos;
+        if (!strcmp(v, "on"))
+            *dst = 1;
+        else if (!strcmp(v, "off"))
+            *dst = 2;
+        else
+            return cli_usage_error(cmd, "%s '%s': expected on or off", a, v);
+        return 1;
+    }
     if (!strcmp(a, "--json")) {
         o->json = 1;
         return 1;
@@ -210,6 +227,8 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
     if (o->have_length && o->length < min_length)
         return cli_usage_error(cmd, "--length %ld: %s", o->length, min_what);
     if (o->threads) al__set_threads((int)o->threads);
+    run_bos = o->bos ? o->bos == 1 : -1;
+    run_eos = o->eos ? o->eos == 1 : -1;
     return 0;
 }
 

@@ -34,11 +34,14 @@ int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, lo
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
  * --text (a prompt: corpus = cli_text_corpus), --length (optional with --tokens and --text:
- * have_length 0, the caller takes every token), --threads, --json, --allow-nonfinite. */
+ * have_length 0, the caller takes every token), --threads, --json, --allow-nonfinite,
+ * --bos on|off, --eos on|off (whether the model's tokenizer adds BOS / EOS to a --corpus:
+ * tokenizer.json models; default: as tokenizer_config.json / the post-processor say). */
 typedef struct run_opts {
     const char *model, *tokens, *corpus;
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
+    int bos, eos; /* 0: as the files say, 1 on, 2 off */
     /* the attention variant inside the forward: --attention, --normalizer (or
      * --attention-normalizer), --attention-layers, --attention-heads (NULL: the defaults) */
     const char *attention, *normalizer, *attn_layers, *attn_heads;

@@ -61,13 +61,16 @@ class _ModelInfo(_c.Structure):  # al_model_info, 1296 bytes
 _fp = _c.POINTER(_c.c_float)
 _CAP_ARRAYS = ["q", "k", "v", "logits", "weights", "hidden", "embed", "residual"]
 CAPTURES = {name: 1 << i for i, name in enumerate(_CAP_ARRAYS)}  # AL_CAP_* flags
+CAPTURES["logits_precap"] = 1 << 12  # Gemma 2: the logits before attention-logit soft-capping
 
 
-class _Capture(_c.Structure):  # al_capture, 112 bytes
+class _Capture(_c.Structure):  # al_capture, 136 bytes
     _fields_ = [(f, _c.c_int) for f in ("layer", "T", "n_head", "n_kv_head", "d_head", "d_model",
                                         "causal", "n_sel")] + \
                [("heads", _c.POINTER(_c.c_int)), ("kv_head", _c.POINTER(_c.c_int))] + \
-               [(f, _fp) for f in _CAP_ARRAYS]
+               [(f, _fp) for f in _CAP_ARRAYS] + \
+               [("window", _c.c_int), ("logits_precap", _fp), ("softcap", _c.c_float),
+                ("scale", _c.c_float)]
 
 
 _Observer = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(_Capture), _ep)
@@ -542,8 +545,10 @@ class Model:
                 logits: Optional[bool] = None, hidden: Optional[bool] = None,
                 names: str = "attnlim") -> "ForwardResult":
         """Runs the model over tokens[T] (int ids, T <= n_ctx). capture: names among q, k, v,
-        logits, weights, hidden, embed, residual (the layer input before its first norm)
-        (METHOD section 1: what the metrics read); layers /
+        logits, weights, hidden, embed, residual (the layer input before its first norm),
+        logits_precap (Gemma 2: the logits before soft-capping) (METHOD section 1: what the
+        metrics read); each layer's dict also holds heads, kv_head [n_head], window (the
+        sliding window, 0 = none), softcap and scale; layers /
         heads: iterables of indices (None = all). Each layer's capture is copied (only what was
         asked, only the selected heads) while the forward streams, so memory stays at one layer
         in C. Per-head arrays are float32 [n_sel, T, d_head] (q, k, v) or [n_sel, T, T]
@@ -598,8 +603,11 @@ class Model:
                 n_sel, Tc, dh, dm = cap.n_sel, cap.T, cap.d_head, cap.d_model
                 shapes = {"q": (n_sel, Tc, dh), "k": (n_sel, Tc, dh), "v": (n_sel, Tc, dh),
                           "logits": (n_sel, Tc, Tc), "weights": (n_sel, Tc, Tc),
-                          "hidden": (Tc, dm), "embed": (Tc, dm), "residual": (Tc, dm)}
-                got = {"heads": np.array([cap.heads[i] for i in range(n_sel)], dtype=np.int64)}
+                          "hidden": (Tc, dm), "embed": (Tc, dm), "residual": (Tc, dm),
+                          "logits_precap": (n_sel, Tc, Tc)}
+                got = {"heads": np.array([cap.heads[i] for i in range(n_sel)], dtype=np.int64),
+                       "kv_head": np.array([cap.kv_head[h] for h in range(cap.n_head)], dtype=np.int64),
+                       "window": cap.window, "softcap": cap.softcap, "scale": cap.scale}
                 for name in capture:
                     p = getattr(cap, name)
                     if not p:

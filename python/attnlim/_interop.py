@@ -317,6 +317,8 @@ def to_transformer_lens(captures: Mapping[int, Mapping[str, np.ndarray]], rotary
             if kind == "heads":
                 out["blocks.%d.attn.heads" % l] = np.asarray(a)
                 continue
+            if kind in ("kv_head", "window", "softcap", "scale"):  # per-layer facts, not arrays
+                continue
             if kind not in TL_NAMES:
                 raise ValueError("to_transformer_lens: unknown capture %r" % kind)
             name = (_TL_ROT if rotary and kind in _TL_ROT else TL_NAMES)[kind].format(l=l)

@@ -82,6 +82,7 @@ static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double
 
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     diag_ctx *c = user;
+    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     al__ex_heads hs = {.cap = cap,
                        .n_head = c->n_head,
                        .dist = c->dist,

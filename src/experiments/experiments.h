@@ -78,6 +78,8 @@ typedef struct plan {
 } plan;
 
 int al__ex_cmp_dbl(const void *a, const void *b);
+/* AL_E_UNSUPPORTED for a capture whose sliding window is shorter than its rows. */
+int al__ex_check_window(const al_capture *cap, al_error *err);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
 int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);

@@ -239,6 +239,18 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     return 0;
 }
 
+/* A sliding window shorter than the rows (Mistral, Gemma 2): row t sees min(t + 1, window) keys,
+ * which METHOD's per-head functions (keys 0..t of row t) do not take yet: refused, named. */
+int al__ex_check_window(const al_capture *cap, al_error *err) {
+    if (cap->window > 0 && cap->window < cap->T)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "layer %d has a sliding window of %d keys, shorter than L = %d: the "
+                       "per-head analyses take every row t to see keys 0..t (use L <= %d, or "
+                       "capture the weights and analyse the rows yourself)",
+                       cap->layer, cap->window, cap->T, cap->window);
+    return 0;
+}
+
 int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
                      al_error *err) {
     const al_capture *cap = hs->cap;
@@ -310,6 +322,7 @@ static int check_vectors(obs_ctx *c, const al_capture *cap, al_error *err) {
 static int observe(void *user, const al_capture *cap, al_error *err) {
     if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
+    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     if (cap->T != c->L)
         return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
     int rc0 = check_vectors(c, cap, err);

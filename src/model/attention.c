@@ -196,6 +196,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         if (what & qkv_bits[i]) need += n_qkv;
     if (what & AL_CAP_LOGITS) need += n_tt;
     if (what & AL_CAP_WEIGHTS) need += n_tt;
+    if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) need += n_tt;
     if (need &&
         (rc = grow((void **)&ws->cap, &ws->cap_n, need, sizeof(float), "capture buffers", err)))
         return rc;
@@ -206,6 +207,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     if (what & AL_CAP_V) cv = p, p += n_qkv;       /* [n_sel, T, D] */
     if (what & AL_CAP_LOGITS) clog = p, p += n_tt; /* [n_sel, T, T] */
     if (what & AL_CAP_WEIGHTS) cw = p, p += n_tt;  /* [n_sel, T, T] */
+    float *cpre = NULL;                            /* [n_sel, T, T] logits before the cap */
+    if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) cpre = p, p += n_tt;
 
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt < 1) nt = 1;
@@ -238,7 +241,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     al__blas_single();
     const int n_blocks = (T + B - 1) / B;
     const int n_tasks = n_blocks * H;
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const float scale = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)D));
+    const float softcap = a->softcap;
     const size_t ldo = (size_t)H * D;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -297,12 +301,24 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
             const int vrow = mod && al__attn_mod_head(mod, h); /* this head's rows: the variant */
             for (int i = 0; i < m; i++) {
-                int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i */
+                int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
+                int lo = a->causal && a->window > 0 && n > a->window ? n - a->window : 0;
                 float *Li = L + i * lL, *Wi = W + i * lW;
+                if (softcap > 0) {
+                    if (cpre && sel >= 0) {
+                        float *Pi = cpre + ((size_t)sel * T + r0 + i) * T;
+                        for (int j = 0; j < T; j++) Pi[j] = j >= lo && j < n ? Li[j] : -INFINITY;
+                    }
+                    for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
+                }
+                /* the row's visible keys [lo, n): a sliding window starts them at lo */
                 if (vrow)
-                    al__attn_variant_row(mod, Wi, Li, n, T, vscr);
+                    al__attn_variant_row(mod, Wi + lo, Li + lo, n - lo, T, vscr);
                 else
-                    al__softmax_row(Wi, Li, n);
+                    al__softmax_row(Wi + lo, Li + lo, n - lo);
+                for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
+                if (lcap)
+                    for (int j = 0; j < lo; j++) Li[j] = -INFINITY;
                 for (int j = n, end = wcap ? T : kend; j < end; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = n; j < T; j++) Li[j] = -INFINITY;
@@ -328,6 +344,10 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
         .d_head = D,
         .d_model = a->d_model,
         .causal = a->causal,
+        .window = a->causal ? a->window : 0,
+        .logits_precap = cpre,
+        .softcap = softcap,
+        .scale = scale,
         .n_sel = n_sel,
         .heads = heads,
         .kv_head = kv_head,

@@ -4,6 +4,8 @@
 #include "model.h"
 #include "textsafe.h"
 
+#include "gguf.h"
+#include "gptneox.h"
 #include "fetch.h"
 
 #include <cjson/cJSON.h>
@@ -76,6 +78,18 @@ static void fix_name(al_model *m) {
     snprintf(m->info.name, sizeof m->info.name, "%s", *b ? b : "/");
 }
 
+/* Is the GGUF file at path of architecture gptneox? (Anything else, including an unreadable
+ * header, goes to the Llama-family reader, which reports it.) */
+static int gguf_is_neox(const char *path) {
+    al__gguf *g = NULL;
+    char arch[64] = "";
+    if (al__gguf_open(path, &g, NULL)) return 0;
+    int neox = !al__gguf_get_str(g, "general.architecture", arch, sizeof arch, NULL) &&
+               strcmp(arch, "gptneox") == 0;
+    al__gguf_close(g);
+    return neox;
+}
+
 int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     *out = NULL;
     if (!path_or_name || !*path_or_name)
@@ -106,7 +120,8 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
     }
     if (S_ISREG(st.st_mode) && memcmp(magic, "GGUF", 4) == 0) {
         m->format = AL__FMT_GGUF;
-        rc = al__llama_open_gguf(m, path, err);
+        rc = gguf_is_neox(path) ? al__neox_open_gguf(m, path, err)
+                                : al__llama_open_gguf(m, path, err);
     } else if (S_ISREG(st.st_mode) && (al__le32(magic) == 20240326u || ends_with(path, ".bin"))) {
         m->format = AL__FMT_LLMC;
         rc = al__gpt2_open_llmc(m, path, err);
@@ -127,12 +142,16 @@ int al_model_open(const char *path_or_name, al_model **out, al_error *err) {
                 rc = al__gpt2_open_safetensors(m, path, err);
             else if (strcmp(type, "bert") == 0)
                 rc = al__bert_open_safetensors(m, path, err);
+            else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") ||
+                     !strcmp(type, "gemma2"))
+                rc = al__llama_open_hf(m, path, err);
+            else if (!strcmp(type, "gpt_neox"))
+                rc = al__neox_open_hf(m, path, err);
             else
-                rc = al__err(
-                    err, AL_E_UNSUPPORTED,
-                    "%s: model_type '%s' in config.json is not supported (supported: gpt2, bert; "
-                    "llama-family models as .gguf)",
-                    path, type);
+                rc = al__err(err, AL_E_UNSUPPORTED,
+                             "%s: model_type '%.64s' in config.json is not supported (supported: "
+                             "gpt2, bert, llama, mistral, qwen2, gemma2, gpt_neox)",
+                             path, type);
         }
     } else {
         rc = al__err(err, AL_E_UNSUPPORTED,

@@ -54,6 +54,10 @@ typedef struct al_model_vtable {
     int (*tokenizer_files)(al_model *m, al__model_files *fs, al_error *err);
     /* Optional: the "dump" object of the manifest's model (al__model_json), or NULL. */
     struct cJSON *(*describe)(const al_model *m);
+    /* Optional: the "architecture" object of the manifest's model: the facts of the family
+     * that shape attention (window per layer, soft-caps, logit scale, rotary dimensions and
+     * fraction, the kv head of each query head, norms, activation), or NULL. */
+    struct cJSON *(*architecture)(const al_model *m);
     /* 1: forward passes al__model_attn(m) to every al__attn (.mod): attention variants work */
     int variants;
 } al_model_vtable;
@@ -144,6 +148,8 @@ extern const char AL__IDENTITY_OF[];
 int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
 int al__gpt2_open_llmc(al_model *m, const char *path, al_error *err);        /* llm.c .bin */
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err);       /* .gguf */
+/* Llama, Mistral, Qwen2 from an HF directory (or its .safetensors / index .json). */
+int al__llama_open_hf(al_model *m, const char *path, al_error *err);
 int al__bert_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
 
 /* An attention dump (docs/dumps.md, src/dump.c): dir holds manifest.json. Validates the

@@ -351,6 +351,8 @@ cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     cJSON_AddNumberToObject(o, "load_warnings_total", total);
     cJSON *dump = m->vt->describe ? m->vt->describe(m) : NULL; /* a dump: what it holds */
     if (dump) cJSON_AddItemToObject(o, "dump", dump);
+    cJSON *arch = m->vt->architecture ? m->vt->architecture(m) : NULL;
+    if (arch) cJSON_AddItemToObject(o, "architecture", arch);
     /* the attention its forward runs (attn_variant.c); a dump replays what it holds */
     if (m->format != AL__FMT_DUMP) cJSON_AddItemToObject(o, "attention", al__attn_json(m));
     al__model_files_free(&files);

@@ -24,6 +24,9 @@ void al__add(float *y, const float *x, size_t n);          /* y += x */
  * Query head h reads key/value head kv = h / (n_head / n_kv_head). */
 typedef struct al__attn {
     int layer, T, n_head, n_kv_head, d_head, d_model, causal;
+    int window;    /* causal sliding window: row t sees keys max(0, t - window + 1)..t; 0 = none */
+    float scale;   /* logits = q.k * scale; 0 = 1/sqrt(d_head) */
+    float softcap; /* > 0: logits = softcap * tanh(logits / softcap) before the mask (Gemma 2) */
     const float *q;
     size_t q_stride; /* q of head h at token t: q + t*q_stride + h*d_head */
     const float *k;

@@ -95,8 +95,16 @@ struct al__bpe {
     size_t merge_cap;
     special_tok *specials; /* [n_specials] */
     int n_specials;
-    pcre2_code *re;       /* the pre-token pattern */
-    pcre2_code *re_digit; /* SmolLM's digit split, or NULL */
+    /* the pre-token patterns, applied in sequence (each splits the pieces of the one before,
+     * keeping matches and the gaps between them: HF's Split "Isolated"); none = one piece */
+    pcre2_code *re[AL__BPE_MAX_SPLITS];
+    int n_re;
+    /* SentencePiece-style vocabularies (al__bpe_opts) */
+    int raw;               /* token strings are raw UTF-8: the initial symbols are characters */
+    int byte_fallback;     /* a character without a token becomes its bytes' <0xXX> tokens */
+    int32_t byte_tok[256]; /* the <0xXX> token of each byte (-1 none) */
+    int32_t unk_id;        /* the unknown token (-1: unknown characters are dropped) */
+    int fuse_unk;          /* consecutive unknowns become one */
 };
 
 static int32_t tok_lookup(const al__bpe *b, const unsigned char *p, size_t n) {
@@ -274,8 +282,7 @@ void al__bpe_free(al__bpe *b) {
     free(b->merge_hash);
     for (int i = 0; i < b->n_specials; i++) free(b->specials[i].text);
     free(b->specials);
-    if (b->re) pcre2_code_free(b->re);
-    if (b->re_digit) pcre2_code_free(b->re_digit);
+    for (int i = 0; i < b->n_re; i++) pcre2_code_free(b->re[i]);
     free(b);
 }
 
@@ -298,7 +305,11 @@ static int build_tokens(al__bpe *b, const char *const *tokens, int n, al_error *
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         b->off[i] = o;
-        o += token_to_bytes(b->u2b, tokens[i], strlen(tokens[i]), b->pool + o);
+        size_t l = strlen(tokens[i]);
+        if (b->raw)
+            memcpy(b->pool + o, tokens[i], l), o += l;
+        else
+            o += token_to_bytes(b->u2b, tokens[i], l, b->pool + o);
     }
     b->off[n] = o;
     memset(b->tok_hash, 0xff, b->tok_cap * sizeof *b->tok_hash);
@@ -306,12 +317,16 @@ static int build_tokens(al__bpe *b, const char *const *tokens, int n, al_error *
     for (int c = 0; c < 256; c++) {
         unsigned char ch = (unsigned char)c;
         b->byte_id[c] = tok_lookup(b, &ch, 1);
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", c);
+        b->byte_tok[c] = b->raw ? tok_lookup(b, (const unsigned char *)name, 6) : -1;
     }
     return 0;
 }
 
 /* Finds the token whose string is s[0..n) (byte-level alphabet); -1 if none. */
 static int32_t lookup_string(const al__bpe *b, const char *s, size_t n, unsigned char *scratch) {
+    if (b->raw) return tok_lookup(b, (const unsigned char *)s, n);
     size_t l = token_to_bytes(b->u2b, s, n, scratch);
     return tok_lookup(b, scratch, l);
 }
@@ -366,38 +381,63 @@ static int build_merges(al__bpe *b, const char *const *merges, int n_merges, con
     return rc;
 }
 
-int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
-                         int n_merges, const int *merge_lines, const char *merges_name,
-                         al__pretok pre, al__bpe **out, al_error *err) {
+int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *const *merges,
+                        int n_merges, const int *merge_lines, const char *merges_name,
+                        const al__bpe_opts *o, al__bpe **out, al_error *err) {
     *out = NULL;
     if (!tokens || n_tokens <= 0 || n_tokens > MAX_TOKENS)
         return al__err(err, AL_E_FORMAT, "BPE vocabulary: %d tokens (expected 1..%d)", n_tokens,
                        MAX_TOKENS);
     if (n_merges < 0 || (n_merges > 0 && !merges))
         return al__err(err, AL_E_FORMAT, "BPE vocabulary: bad merge list");
-    if (pre != AL_PRE_GPT2 && pre != AL_PRE_LLAMA3 && pre != AL_PRE_SMOLLM)
-        return al__err(err, AL_E_UNSUPPORTED, "BPE pre-tokenizer %d is not supported", (int)pre);
+    if (o->n_splits < 0 || o->n_splits > AL__BPE_MAX_SPLITS)
+        return al__err(err, AL_E_UNSUPPORTED, "BPE: %d pre-tokenizer patterns (at most %d)",
+                       o->n_splits, AL__BPE_MAX_SPLITS);
+    if (o->unk_id < -1 || o->unk_id >= n_tokens)
+        return al__err(err, AL_E_FORMAT, "BPE: unknown token id %d outside 0..%d", o->unk_id,
+                       n_tokens - 1);
     al__bpe *b = al__calloc(1, sizeof *b, "BPE tokenizer", err);
     if (!b) return AL_E_NOMEM;
-    b->pre = pre;
+    b->pre = o->pre;
     b->n_tokens = n_tokens;
-    /* a whole pre-token that is a token is taken as is only for Llama 3 (HF ignore_merges,
-     * llama.cpp); GPT-2 and SmolLM merge (encoder.py, HF). Same ids for GPT-2's files, where
-     * every token is reachable by its merges; not for vocabularies with unreachable tokens. */
-    b->direct_lookup = pre == AL_PRE_LLAMA3;
+    b->direct_lookup = o->ignore_merges;
+    b->raw = o->raw_tokens;
+    b->byte_fallback = o->byte_fallback;
+    b->unk_id = o->unk_id;
+    b->fuse_unk = o->fuse_unk;
     build_byte_map(b->b2u, b->u2b);
     int rc = build_tokens(b, tokens, n_tokens, err);
     if (!rc)
         rc = build_merges(b, merges, n_merges, merge_lines, merges_name ? merges_name : "merges",
                           err);
-    if (!rc) rc = compile_pattern(pre == AL_PRE_LLAMA3 ? PAT_LLAMA3 : PAT_GPT2, &b->re, err);
-    if (!rc && pre == AL_PRE_SMOLLM) rc = compile_pattern(PAT_DIGIT, &b->re_digit, err);
+    for (int i = 0; !rc && i < o->n_splits; i++) {
+        rc = compile_pattern(o->splits[i], &b->re[i], err);
+        if (!rc) b->n_re++;
+    }
     if (rc) {
         al__bpe_free(b);
         return rc;
     }
     *out = b;
     return 0;
+}
+
+int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
+                         int n_merges, const int *merge_lines, const char *merges_name,
+                         al__pretok pre, al__bpe **out, al_error *err) {
+    *out = NULL;
+    if (pre != AL_PRE_GPT2 && pre != AL_PRE_LLAMA3 && pre != AL_PRE_SMOLLM)
+        return al__err(err, AL_E_UNSUPPORTED, "BPE pre-tokenizer %d is not supported", (int)pre);
+    /* a whole pre-token that is a token is taken as is only for Llama 3 (HF ignore_merges,
+     * llama.cpp); GPT-2 and SmolLM merge (encoder.py, HF). Same ids for GPT-2's files, where
+     * every token is reachable by its merges; not for vocabularies with unreachable tokens.
+     * SmolLM: every \p{N} character is a piece of its own, the GPT-2 pattern between. */
+    const char *smol[] = {PAT_DIGIT, PAT_GPT2}, *gpt2[] = {PAT_GPT2}, *l3[] = {PAT_LLAMA3};
+    al__bpe_opts o = {.pre = pre, .unk_id = -1, .ignore_merges = pre == AL_PRE_LLAMA3};
+    o.splits = pre == AL_PRE_SMOLLM ? smol : pre == AL_PRE_LLAMA3 ? l3 : gpt2;
+    o.n_splits = pre == AL_PRE_SMOLLM ? 2 : 1;
+    return al__bpe_create_opts(tokens, n_tokens, merges, n_merges, merge_lines, merges_name, &o,
+                               out, err);
 }
 
 int al__bpe_create(const char *const *tokens, int n_tokens, const char *const *merges, int n_merges,
@@ -523,14 +563,46 @@ static int scratch_reserve(enc_ctx *c, size_t n) {
     return 0;
 }
 
+/* The initial symbols of piece p[n] into sym (at most n of them; returns how many): one per
+ * byte that has a token (byte-level), or one per character (raw vocabularies), a character
+ * without a token becoming its bytes' <0xXX> tokens (byte fallback, when every byte has one)
+ * or the unknown token (fused with a preceding one when fuse_unk), or nothing. */
+static size_t init_symbols(const al__bpe *b, const unsigned char *p, size_t n, int32_t *sym) {
+    size_t m = 0;
+    if (!b->raw) {
+        for (size_t i = 0; i < n; i++)
+            if (b->byte_id[p[i]] >= 0) sym[m++] = b->byte_id[p[i]];
+        return m;
+    }
+    int last_unk = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = utf8_next(p + i, n - i, &cp);
+        if (!l) l = 1;
+        int32_t id = tok_lookup(b, p + i, l);
+        if (id >= 0) {
+            sym[m++] = id, last_unk = 0;
+        } else {
+            int all = b->byte_fallback;
+            for (size_t k = 0; all && k < l; k++) all = b->byte_tok[p[i + k]] >= 0;
+            if (all) {
+                for (size_t k = 0; k < l; k++) sym[m++] = b->byte_tok[p[i + k]];
+                last_unk = 0;
+            } else if (b->unk_id >= 0 && !(b->fuse_unk && last_unk)) {
+                sym[m++] = b->unk_id, last_unk = 1;
+            }
+        }
+        i += l;
+    }
+    return m;
+}
+
 /* Short piece: symbols in an array; rank[i] for the pair (i, i+1). Appends to out. */
 static void bpe_small(const al__bpe *b, const unsigned char *p, size_t n, int32_t *sym,
                       size_t *n_out) {
     int32_t rank[SMALL_PIECE];
     int32_t mid[SMALL_PIECE];
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (b->byte_id[p[i]] >= 0) sym[m++] = b->byte_id[p[i]];
+    size_t m = init_symbols(b, p, n, sym);
     for (size_t i = 0; i + 1 < m; i++) {
         const merge_slot *s = merge_lookup(b, sym[i], sym[i + 1]);
         rank[i] = s ? s->rank : INT32_MAX;
@@ -593,9 +665,7 @@ static int bpe_large(enc_ctx *c, const unsigned char *p, size_t n) {
     int32_t *sym = c->sym, *nxt = c->nxt, *prv = c->prv;
     uint64_t *h = c->heap;
     size_t hn = 0;
-    size_t m = 0; /* symbols: the bytes that have a token */
-    for (size_t i = 0; i < n; i++)
-        if (b->byte_id[p[i]] >= 0) sym[m++] = b->byte_id[p[i]];
+    size_t m = init_symbols(b, p, n, sym); /* symbols: the bytes (characters) with a token */
     if (m == 0) return 0;
     n = m;
     for (size_t i = 0; i < n; i++) {
@@ -642,9 +712,9 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
     const al__bpe *b = c->b;
     int rc;
     if (n == 0) return 0;
-    if (n == 1 && b->byte_id[p[0]] < 0) return 0; /* a byte without a token: dropped */
-    if (b->direct_lookup || n == 1) {
-        int32_t id = n == 1 ? b->byte_id[p[0]] : tok_lookup(b, p, n);
+    if (n == 1 && !b->raw && b->byte_id[p[0]] < 0) return 0; /* a byte without a token */
+    if (b->direct_lookup || (n == 1 && !b->raw)) {
+        int32_t id = n == 1 && !b->raw ? b->byte_id[p[0]] : tok_lookup(b, p, n);
         if (id >= 0 && !b->is_special[id]) {
             if ((rc = ivec_reserve(&c->out, 1, c->err))) return rc;
             c->out.v[c->out.n++] = id;
@@ -684,10 +754,21 @@ static int encode_piece(enc_ctx *c, const unsigned char *p, size_t n, int cachea
     return 0;
 }
 
-/* Splits valid UTF-8 s[0..n) with the pattern re; every piece goes to encode_piece.
- * *last_len: the number of tokens of the last piece. */
-static int split_with(enc_ctx *c, const pcre2_code *re, const unsigned char *s, size_t n,
-                      size_t *last_len) {
+static int split_level(enc_ctx *c, int k, const unsigned char *s, size_t n, size_t *last_len);
+
+/* One piece of level k: split further by the next pattern, or encoded. */
+static int piece_at(enc_ctx *c, int k, const unsigned char *s, size_t n, size_t *last_len) {
+    if (k + 1 < c->b->n_re) return split_level(c, k + 1, s, n, last_len);
+    size_t before = c->out.n;
+    int rc = encode_piece(c, s, n, 1);
+    *last_len = c->out.n - before;
+    return rc;
+}
+
+/* Splits valid UTF-8 s[0..n) with pattern k; every match and every gap between matches is a
+ * piece for the next level. *last_len: the number of tokens of the last piece. */
+static int split_level(enc_ctx *c, int k, const unsigned char *s, size_t n, size_t *last_len) {
+    const pcre2_code *re = c->b->re[k];
     size_t pos = 0;
     while (pos < n) {
         int r = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, c->md, NULL);
@@ -704,54 +785,28 @@ static int split_with(enc_ctx *c, const pcre2_code *re, const unsigned char *s, 
             ms = ov[0];
             me = ov[1];
         }
-        if (ms > pos) { /* a gap the pattern does not cover: kept whole (never for ours) */
-            size_t before = c->out.n;
-            int rc = encode_piece(c, s + pos, ms - pos, 1);
-            if (rc) return rc;
-            *last_len = c->out.n - before;
-        }
+        int rc;
+        if (ms > pos && (rc = piece_at(c, k, s + pos, ms - pos, last_len))) return rc; /* gap */
         if (me == ms) { /* empty match (never for ours): step over one character */
             if (ms >= n) break;
             uint32_t cp;
             size_t l = utf8_next(s + ms, n - ms, &cp);
             me = ms + (l ? l : 1);
         }
-        size_t before = c->out.n;
-        int rc = encode_piece(c, s + ms, me - ms, 1);
-        if (rc) return rc;
-        *last_len = c->out.n - before;
+        if ((rc = piece_at(c, k, s + ms, me - ms, last_len))) return rc;
         pos = me;
     }
     return 0;
 }
 
 static int pretokenize(enc_ctx *c, const unsigned char *s, size_t n, size_t *last_len) {
-    const al__bpe *b = c->b;
-    if (!b->re_digit) return split_with(c, b->re, s, n, last_len);
-    /* SmolLM: every \p{N} character alone; the GPT-2 pattern on the text between */
-    size_t pos = 0;
-    while (pos < n) {
-        int r = pcre2_match(b->re_digit, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, c->md, NULL);
-        size_t ds = n, de = n;
-        if (r >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
-            ds = ov[0];
-            de = ov[1];
-        } else if (r != PCRE2_ERROR_NOMATCH)
-            return al__err(c->err, AL_E_INVALID, "pre-tokenizer: PCRE2 match error %d", r);
-        if (ds > pos) {
-            int rc = split_with(c, b->re, s + pos, ds - pos, last_len);
-            if (rc) return rc;
-        }
-        if (de > ds) {
-            size_t before = c->out.n;
-            int rc = encode_piece(c, s + ds, de - ds, 1);
-            if (rc) return rc;
-            *last_len = c->out.n - before;
-        }
-        pos = de;
+    if (c->b->n_re == 0) { /* no pre-tokenizer: the segment is one piece */
+        size_t before = c->out.n;
+        int rc = encode_piece(c, s, n, 1);
+        *last_len = c->out.n - before;
+        return rc;
     }
-    return 0;
+    return split_level(c, 0, s, n, last_len);
 }
 
 static int token_is_all_space(const al__bpe *b, int32_t id) {

@@ -19,8 +19,26 @@
 struct al_tokenizer {
     al__bpe *bpe; /* exactly one of the two engines */
     al__wordpiece *wp;
+    al__hftok *hf; /* or the tokenizer.json pipeline over a BPE engine */
     int vocab_size;
 };
+
+int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    al_tokenizer *tk = al__calloc(1, sizeof *tk, "tokenizer", err);
+    if (!tk) {
+        al__hftok_free(t);
+        return AL_E_NOMEM;
+    }
+    tk->hf = t;
+    tk->vocab_size = al__hftok_vocab_size(t);
+    *out = tk;
+    return 0;
+}
+
+void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos) {
+    if (tk && tk->hf) al__hftok_set_bos_eos(tk->hf, add_bos, add_eos);
+}
 
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err) {
     *out = NULL;
@@ -53,6 +71,7 @@ int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error 
 void al_tokenizer_free(al_tokenizer *tk) {
     if (!tk) return;
     al__bpe_free(tk->bpe);
+    al__hftok_free(tk->hf);
     if (tk->wp) al__wordpiece_free(tk->wp);
     free(tk);
 }
@@ -67,6 +86,7 @@ int al_tokenize(const al_tokenizer *tk, const char *text, size_t len, int allow_
     *ids = NULL;
     *n = 0;
     if (!tk) return al__err(err, AL_E_INVALID, "al_tokenize: NULL tokenizer");
+    if (tk->hf) return al__hftok_encode(tk->hf, text, len, allow_special, ids, n, err);
     if (tk->bpe) return al__bpe_encode(tk->bpe, text, len, allow_special, ids, n, err);
     return al__wordpiece_encode(tk->wp, text, len, ids, n, err);
 }
@@ -77,6 +97,7 @@ int al_detokenize(const al_tokenizer *tk, const int32_t *ids, size_t n, char **t
     *text = NULL;
     if (len) *len = 0;
     if (!tk) return al__err(err, AL_E_INVALID, "al_detokenize: NULL tokenizer");
+    if (tk->hf) return al__hftok_decode(tk->hf, ids, n, text, len, err);
     if (tk->bpe) return al__bpe_decode(tk->bpe, ids, n, text, len, err);
     size_t dummy;
     return al__wordpiece_decode(tk->wp, ids, n, text, len ? len : &dummy, err);

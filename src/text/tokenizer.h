@@ -21,6 +21,23 @@ int al__bpe_add_special(al__bpe *b, const char *text, int id, al_error *err);
 int al__bpe_create_lines(const char *const *tokens, int n_tokens, const char *const *merges,
                          int n_merges, const int *merge_lines, const char *merges_name,
                          al__pretok pre, al__bpe **out, al_error *err);
+/* The general form (tokenizer.json): splits[n_splits] PCRE2 patterns (UTF, UCP) applied in
+ * sequence, each splitting the pieces of the one before into its matches and the gaps between
+ * them (none: a segment is one piece); raw_tokens: token strings are raw UTF-8 and the initial
+ * symbols of a piece are its characters (SentencePiece-style BPE), with byte_fallback to the
+ * <0xXX> tokens, else unk_id (-1: dropped), fused when fuse_unk; ignore_merges: a piece that is
+ * a whole token is that token. pre is kept for the record only. */
+#define AL__BPE_MAX_SPLITS 8
+typedef struct al__bpe_opts {
+    al__pretok pre;
+    const char *const *splits;
+    int n_splits;
+    int raw_tokens, byte_fallback, fuse_unk, ignore_merges;
+    int32_t unk_id;
+} al__bpe_opts;
+int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *const *merges,
+                        int n_merges, const int *merge_lines, const char *merges_name,
+                        const al__bpe_opts *o, al__bpe **out, al_error *err);
 int al__bpe_encode(const al__bpe *b, const char *text, size_t len, int allow_special, int32_t **ids,
                    size_t *n, al_error *err);
 int al__bpe_decode(const al__bpe *b, const int32_t *ids, size_t n, char **text, size_t *len,
@@ -41,6 +58,24 @@ int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, i
                          size_t *n, al_error *err);
 int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text,
                          size_t *len, al_error *err);
+
+/* The tokenizer of an HF model directory: dir/tokenizer.json (the HF `tokenizers` format),
+ * with BOS/EOS from dir/tokenizer_config.json when present (src/text/hf_tokenizer.c). */
+int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err);
+
+/* The tokenizer.json pipeline (hf_tokenizer.c) over the BPE engine. parse: the fuzz entry
+ * point (text[len] of a tokenizer.json; name for messages). */
+typedef struct al__hftok al__hftok;
+int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **out, al_error *err);
+int al__hftok_encode(const al__hftok *t, const char *text, size_t len, int allow_special,
+                     int32_t **ids, size_t *n, al_error *err);
+int al__hftok_decode(const al__hftok *t, const int32_t *ids, size_t n, char **text, size_t *len,
+                     al_error *err);
+int al__hftok_vocab_size(const al__hftok *t);
+/* Overrides BOS/EOS adding (1 on, 0 off, -1 keep; on only where the file names the token). */
+void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos);
+void al__hftok_free(al__hftok *t);
+int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err);
 
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);

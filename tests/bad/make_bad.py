@@ -425,4 +425,47 @@ negw = dw.copy()
 negw[0, 3, 0] -= 0.25
 negw[0, 3, 1] += 0.25
 dump_dir("dump/weights_negative", DM, dict(DA, **{"layer0.weights.npy": negw}))
+
+# ---- Llama-family HF directories (config.json faults; a tiny valid model for the tokenizer) ---
+LC = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8,
+      "intermediate_size": 12, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+      "tie_word_embeddings": True}
+
+
+def llama_dir(name, config, tensors=None, tokenizer=None):
+    w("hf/%s/config.json" % name, json.dumps(config))
+    if tensors is not None:
+        w("hf/%s/model.safetensors" % name, safetensors(tensors))
+    if tokenizer is not None:
+        w("hf/%s/tokenizer.json" % name, tokenizer)
+
+
+def llama_tensors():
+    t = {"model.embed_tokens.weight": (16, 8), "model.norm.weight": (8,),
+         "model.layers.0.input_layernorm.weight": (8,), "model.layers.0.post_attention_layernorm.weight": (8,),
+         "model.layers.0.self_attn.q_proj.weight": (8, 8), "model.layers.0.self_attn.k_proj.weight": (4, 8),
+         "model.layers.0.self_attn.v_proj.weight": (4, 8), "model.layers.0.self_attn.o_proj.weight": (8, 8),
+         "model.layers.0.mlp.gate_proj.weight": (12, 8), "model.layers.0.mlp.up_proj.weight": (12, 8),
+         "model.layers.0.mlp.down_proj.weight": (8, 12)}
+    return {k: (rng.standard_normal(s) * 0.3).astype(np.float32) for k, s in t.items()}
+
+
+llama_dir("unknown_arch", dict(LC, model_type="falcon"))
+llama_dir("unknown_rope", dict(LC, rope_scaling={"rope_type": "longrope", "factor": 2.0}))
+llama_dir("bad_heads", dict(LC, num_key_value_heads=3, num_attention_heads=2))
+llama_dir("window_too_large", dict(LC, model_type="mistral", sliding_window=64))
+llama_dir("bad_act", dict(LC, hidden_act="gelu"))
+llama_dir("neox_odd_rotary", {"model_type": "gpt_neox", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12,
+                              "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 16,
+                              "rotary_pct": 0.75})
+llama_dir("zero_softcap", dict(LC, model_type="gemma2", head_dim=4, sliding_window=8, query_pre_attn_scalar=4,
+                               attn_logit_softcapping=0.0, hidden_activation="gelu_pytorch_tanh"))
+TOK = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+       "decoder": None, "model": {"type": "BPE", "vocab": {chr(97 + i): i for i in range(16)}, "merges": []}}
+llama_dir("tokenizer_unigram", LC, llama_tensors(), json.dumps(dict(TOK, model={"type": "Unigram", "vocab": []})))
+llama_dir("tokenizer_bad_json", LC, llama_tensors(), '{"model": {"type": "BPE", ')
+llama_dir("tokenizer_id_gap", LC, llama_tensors(),
+          json.dumps(dict(TOK, model=dict(TOK["model"], vocab={chr(97 + i): 2 * i for i in range(16)}))))
+w("text/letters.txt", "abcdefghijklmnop " * 8)
 print("wrote", OUT)

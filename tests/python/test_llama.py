@@ -55,7 +55,8 @@ class Capture(ctypes.Structure):
                 ("n_kv_head", ctypes.c_int), ("d_head", ctypes.c_int), ("d_model", ctypes.c_int),
                 ("causal", ctypes.c_int), ("n_sel", ctypes.c_int), ("heads", ctypes.POINTER(ctypes.c_int)),
                 ("kv_head", ctypes.POINTER(ctypes.c_int)), ("q", FP), ("k", FP), ("v", FP), ("logits", FP),
-                ("weights", FP), ("hidden", FP), ("embed", FP), ("residual", FP)]
+                ("weights", FP), ("hidden", FP), ("embed", FP), ("residual", FP), ("window", ctypes.c_int),
+                ("logits_precap", FP), ("softcap", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
 OBSERVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Capture), ctypes.POINTER(Error))
@@ -66,7 +67,7 @@ class Request(ctypes.Structure):
                 ("heads", ctypes.POINTER(ctypes.c_uint8)), ("fn", OBSERVER), ("user", ctypes.c_void_p)]
 
 
-CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, residual=128)
+CAP = dict(q=1, k=2, v=4, logits=8, weights=16, hidden=32, embed=64, residual=128, logits_precap=1 << 12)
 _LIB = None
 
 
@@ -118,20 +119,21 @@ class CModel:
         T, info = len(tokens), self.info
         toks = (ctypes.c_int32 * T)(*[int(t) for t in tokens])
         got = {w: {} for w in what}
-        got["kv_head"], got["heads"] = {}, {}
+        got["kv_head"], got["heads"], got["window"] = {}, {}, {}
 
         def cb(user, capp, errp):
             c = capp.contents
             n, d = c.n_sel, c.d_head
             shapes = dict(q=(n, c.T, d), k=(n, c.T, d), v=(n, c.T, d), logits=(n, c.T, c.T),
                           weights=(n, c.T, c.T), hidden=(c.T, c.d_model), embed=(c.T, c.d_model),
-                          residual=(c.T, c.d_model))
+                          residual=(c.T, c.d_model), logits_precap=(n, c.T, c.T))
             for w in what:
                 ptr = getattr(c, w)
                 if ptr:
                     got[w][c.layer] = np.ctypeslib.as_array(ptr, shape=shapes[w]).copy()
             got["kv_head"][c.layer] = [c.kv_head[h] for h in range(c.n_head)]
             got["heads"][c.layer] = [c.heads[h] for h in range(c.n_sel)]
+            got["window"][c.layer] = c.window
             return 0
 
         fn = OBSERVER(cb)
@@ -147,7 +149,7 @@ class CModel:
                                      fh.ctypes.data_as(FP) if fh is not None else None, ctypes.byref(err))
         if rc:
             raise RuntimeError(err.msg.decode())
-        got["logits"], got["final"] = lg, fh
+        got["logits" if "logits" not in what else "lm_logits"], got["final"] = lg, fh
         return got
 
     def tokenize(self, data):

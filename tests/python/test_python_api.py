@@ -48,7 +48,7 @@ def test_layouts_roundtrip():
     # sizes of include/attnlim.h's structs on LP64 (printed by a C program with sizeof)
     assert ctypes.sizeof(_api._Norm) == 32 and ctypes.sizeof(_api._MetricsOpts) == 40
     assert ctypes.sizeof(_api._TopN) == 80 and ctypes.sizeof(_api._Five) == 48
-    assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 112
+    assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 136
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
     assert ctypes.sizeof(_api._ReproOpts) == 264 and ctypes.sizeof(_api._DiagOpts) == 136
     assert ctypes.sizeof(_api._AttnSpec) == 48
@@ -437,7 +437,10 @@ def test_model_forward_against_numpy_reference(tiny):
         # streaming selection: only the layers, heads and arrays asked for are copied
         sel = m.forward(tokens[:7], capture="weights", layers=[1], heads=[1], logits=False)
         assert sel.logits is None and sel.hidden.shape == (7, 32)
-        assert list(sel.captures) == [1] and set(sel.captures[1]) == {"heads", "weights"}
+        meta = {"heads", "kv_head", "window", "softcap", "scale"}  # per-layer facts, not arrays
+        assert list(sel.captures) == [1] and set(sel.captures[1]) == meta | {"weights"}
+        assert sel.captures[1]["window"] == 0 and sel.captures[1]["softcap"] == 0
+        assert sel.captures[1]["kv_head"].tolist() == [0, 1]
         ref7 = R.forward(params, cfg, tokens[:7])
         np.testing.assert_allclose(sel.captures[1]["weights"], ref7["w"][1][1:2], atol=2e-4)
         none = m.forward(tokens[:3])

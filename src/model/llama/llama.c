@@ -17,40 +17,16 @@
  * RoPE rotates adjacent pairs (2i, 2i+1) of the GGUF rows; GGUF row h*d + 2i + s holds HF row
  * h*d + s*d/2 + i. We undo that permutation at load, so q and k (and their capture) are in the
  * HF layout and RoPE rotates (i, i + d/2) as HF's rotate_half does; q.k is the same either way. */
+#include "llama.h"
+
 #include "gguf.h"
-#include "model.h"
-#include "ops.h"
+#include "hf_config.h"
 #include "tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct llama_layer {
-    float *attn_norm; /* [C] */
-    float *wq;        /* [H*d, C] */
-    float *wk;        /* [G*d, C] */
-    float *wv;        /* [G*d, C] */
-    float *wo;        /* [C, H*d] */
-    float *ffn_norm;  /* [C] */
-    float *w_gate;    /* [F, C] */
-    float *w_up;      /* [F, C] */
-    float *w_down;    /* [C, F] */
-} llama_layer;
-
-typedef struct llama {
-    int n_layer, n_head, n_kv_head, d_model, d_head, d_ff, n_ctx, vocab;
-    float eps;           /* RMSNorm epsilon */
-    double rope_base;    /* llama.rope.freq_base */
-    double rope_scale;   /* linear scaling: positions are divided by it (1 = none) */
-    float *arena;        /* every weight, float32 */
-    float *tok_embd;     /* [V, C] */
-    float *output;       /* [V, C] (== tok_embd when tied) */
-    float *out_norm;     /* [C] */
-    llama_layer *layers; /* [n_layer] */
-    al__gguf *gguf;      /* kept open for the tokenizer metadata */
-    al__attn_ws ws;      /* attention buffers reused across layers and forwards */
-} llama;
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -104,78 +80,118 @@ static int unpermute_qk(float *W, int n_heads, int d, int C, al_error *err) {
 }
 
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. */
+/* "<arch>.<key>" into buf. */
+static const char *K(char *buf, const char *arch, const char *key) {
+    snprintf(buf, 128, "%s.%s", arch, key);
+    return buf;
+}
+
+/* Gemma 2's metadata: sliding window, soft-caps (absent or 0: none); its converter stores the
+ * norms as 1 + w already, and the logit scale is 1/sqrt(key_length) as llama.cpp takes it
+ * (GGUF has no query_pre_attn_scalar). */
+static int read_gemma2(const al__gguf *g, llama *L, al_error *err) {
+    al__llama_config *c = &L->cfg;
+    char k[128];
+    int64_t v;
+    double f;
+    int rc = 0;
+    c->gemma = 1, c->gelu = 1, c->alt_window = 1, c->tied = 1;
+    c->embed_scale = sqrt((double)c->d_model);
+    c->attn_scale = 1.0 / sqrt((double)c->d_head);
+    if (al__gguf_find(g, K(k, "gemma2", "attention.sliding_window"))) {
+        if ((rc = al__gguf_get_int(g, k, 1, c->n_ctx, &v, err))) return rc;
+        c->window = (int)v;
+    }
+    const char *caps[2] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    double *dst[2] = {&c->attn_softcap, &c->final_softcap};
+    for (int i = 0; i < 2; i++)
+        if (al__gguf_find(g, K(k, "gemma2", caps[i]))) {
+            if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
+            if (!(f >= 0 && f < 1e6))
+                return al__err(err, AL_E_FORMAT, "%s: %s %g is out of range", g->name, k, f);
+            *dst[i] = f;
+        }
+    return 0;
+}
+
+/* Reads the hyperparameters from the metadata, checking them against sane bounds. GGUF
+ * architectures llama, qwen2 (q/k/v biases) and gemma2 share the Llama-family forward. */
 static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
-    char arch[64];
+    char arch[64], k[128];
     int rc = al__gguf_get_str(g, "general.architecture", arch, sizeof arch, err);
     if (rc) return rc;
-    if (strcmp(arch, "llama") != 0)
-        return al__err(
-            err, AL_E_UNSUPPORTED,
-            "%s: model architecture '%s' is not supported (GGUF files of architecture 'llama' are)",
-            g->name, arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "gemma2"))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: model architecture '%s' is not supported (GGUF files of architecture "
+                       "llama, qwen2, gemma2 are)",
+                       g->name, arch);
     int64_t v;
-    if ((rc = al__gguf_get_int(g, "llama.block_count", 1, 1024, &v, err))) return rc;
-    L->n_layer = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.embedding_length", 2, 65536, &v, err))) return rc;
-    L->d_model = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.attention.head_count", 1, 4096, &v, err))) return rc;
-    L->n_head = (int)v;
-    L->n_kv_head = L->n_head;
-    if (al__gguf_find(g, "llama.attention.head_count_kv")) {
-        if ((rc = al__gguf_get_int(g, "llama.attention.head_count_kv", 1, 4096, &v, err)))
-            return rc;
-        L->n_kv_head = (int)v;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "block_count"), 1, 1024, &v, err))) return rc;
+    L->cfg.n_layer = (int)v;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "embedding_length"), 2, 65536, &v, err))) return rc;
+    L->cfg.d_model = (int)v;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "attention.head_count"), 1, 4096, &v, err))) return rc;
+    L->cfg.n_head = (int)v;
+    L->cfg.n_kv_head = L->cfg.n_head;
+    if (al__gguf_find(g, K(k, arch, "attention.head_count_kv"))) {
+        if ((rc = al__gguf_get_int(g, k, 1, 4096, &v, err))) return rc;
+        L->cfg.n_kv_head = (int)v;
     }
-    if ((rc = al__gguf_get_int(g, "llama.feed_forward_length", 1, 1 << 20, &v, err))) return rc;
-    L->d_ff = (int)v;
-    if ((rc = al__gguf_get_int(g, "llama.context_length", 1, 1 << 20, &v, err))) return rc;
-    L->n_ctx = (int)v;
-    if (L->d_model % L->n_head != 0 || (L->d_model / L->n_head) % 2 != 0)
+    if ((rc = al__gguf_get_int(g, K(k, arch, "feed_forward_length"), 1, 1 << 20, &v, err)))
+        return rc;
+    L->cfg.d_ff = (int)v;
+    if ((rc = al__gguf_get_int(g, K(k, arch, "context_length"), 1, 1 << 20, &v, err))) return rc;
+    L->cfg.n_ctx = (int)v;
+    L->cfg.d_head = L->cfg.d_model / L->cfg.n_head;
+    if (al__gguf_find(g, K(k, arch, "attention.key_length"))) { /* Gemma 2: head_dim */
+        if ((rc = al__gguf_get_int(g, k, 2, 1024, &v, err))) return rc;
+        L->cfg.d_head = (int)v;
+    } else if (L->cfg.d_model % L->cfg.n_head != 0 || (L->cfg.d_model / L->cfg.n_head) % 2 != 0)
         return al__err(err, AL_E_FORMAT,
                        "%s: embedding_length %d is not an even multiple of head_count %d", g->name,
-                       L->d_model, L->n_head);
-    if (L->n_head % L->n_kv_head != 0)
+                       L->cfg.d_model, L->cfg.n_head);
+    if (L->cfg.n_head % L->cfg.n_kv_head != 0)
         return al__err(err, AL_E_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
-                       g->name, L->n_head, L->n_kv_head);
-    L->d_head = L->d_model / L->n_head;
-    const char *same[] = {"llama.attention.key_length", "llama.attention.value_length",
-                          "llama.rope.dimension_count"};
-    for (int i = 0; i < 3; i++)
-        if (al__gguf_find(g, same[i])) {
-            if ((rc = al__gguf_get_int(g, same[i], 0, 1 << 20, &v, err))) return rc;
-            if (v != L->d_head)
+                       g->name, L->cfg.n_head, L->cfg.n_kv_head);
+    const char *same[] = {"attention.value_length", "rope.dimension_count"};
+    for (int i = 0; i < 2; i++)
+        if (al__gguf_find(g, K(k, arch, same[i]))) {
+            if ((rc = al__gguf_get_int(g, k, 0, 1 << 20, &v, err))) return rc;
+            if (v != L->cfg.d_head)
                 return al__err(err, AL_E_UNSUPPORTED,
                                "%s: %s = %lld differs from the head size %d (not supported)",
-                               g->name, same[i], (long long)v, L->d_head);
+                               g->name, k, (long long)v, L->cfg.d_head);
         }
+    snprintf(L->cfg.arch, sizeof L->cfg.arch, "%s", arch);
+    L->cfg.qkv_bias = strcmp(arch, "qwen2") == 0;
     double f;
-    L->eps = 1e-5f;
-    if (al__gguf_find(g, "llama.attention.layer_norm_rms_epsilon")) {
-        if ((rc = al__gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &f, err)))
-            return rc;
+    L->cfg.eps = 1e-5f;
+    if (al__gguf_find(g, K(k, arch, "attention.layer_norm_rms_epsilon"))) {
+        if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
         if (!(f > 0 && f < 1))
             return al__err(err, AL_E_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range",
                            g->name, f);
-        L->eps = (float)f;
+        L->cfg.eps = (float)f;
     }
-    L->rope_base = 10000.0;
-    if (al__gguf_find(g, "llama.rope.freq_base")) {
-        if ((rc = al__gguf_get_float(g, "llama.rope.freq_base", &f, err))) return rc;
+    L->cfg.rope.base = 10000.0;
+    if (al__gguf_find(g, K(k, arch, "rope.freq_base"))) {
+        if ((rc = al__gguf_get_float(g, k, &f, err))) return rc;
         if (!(f > 1 && f < 1e12))
             return al__err(err, AL_E_FORMAT, "%s: rope.freq_base %g is out of range", g->name, f);
-        L->rope_base = f;
+        L->cfg.rope.base = f;
     }
-    L->rope_scale = 1.0;
+    L->cfg.rope.factor = 1.0;
     char stype[32] = "none";
-    if (al__gguf_find(g, "llama.rope.scaling.type") &&
-        (rc = al__gguf_get_str(g, "llama.rope.scaling.type", stype, sizeof stype, err)))
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
+        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
         return rc;
     if (strcmp(stype, "linear") == 0) {
-        if ((rc = al__gguf_get_float(g, "llama.rope.scaling.factor", &f, err))) return rc;
+        if ((rc = al__gguf_get_float(g, K(k, arch, "rope.scaling.factor"), &f, err))) return rc;
         if (!(f >= 1 && f < 1e6))
             return al__err(err, AL_E_FORMAT, "%s: rope.scaling.factor %g is out of range", g->name,
                            f);
-        L->rope_scale = f;
+        L->cfg.rope.factor = f;
+        L->cfg.rope.type = AL__ROPE_LINEAR;
     } else if (strcmp(stype, "none") != 0) {
         return al__err(err, AL_E_UNSUPPORTED,
                        "%s: RoPE scaling type '%s' is not supported (none, linear are)", g->name,
@@ -188,55 +204,69 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
     const al__gguf_tensor *emb = al__gguf_tensor_find(g, "token_embd.weight");
     if (!emb)
         return al__err(err, AL_E_FORMAT, "%s: tensor 'token_embd.weight' is missing", g->name);
-    if (emb->n_dims != 2 || emb->ne[0] != L->d_model || emb->ne[1] > (1 << 24))
+    if (emb->n_dims != 2 || emb->ne[0] != L->cfg.d_model || emb->ne[1] > (1 << 24))
         return al__err(err, AL_E_FORMAT,
                        "%s: token_embd.weight has dims [%lld, %lld], expected [%d, vocab]", g->name,
-                       (long long)emb->ne[0], (long long)emb->ne[1], L->d_model);
-    L->vocab = (int)emb->ne[1];
-    return 0;
+                       (long long)emb->ne[0], (long long)emb->ne[1], L->cfg.d_model);
+    L->cfg.vocab = (int)emb->ne[1];
+    L->cfg.rope.dim = L->cfg.d_head;
+    L->cfg.rope.max_pos = L->cfg.n_ctx;
+    L->cfg.tied = al__gguf_tensor_find(g, "output.weight") == NULL;
+    L->cfg.bos_id = L->cfg.eos_id = -1;
+    return strcmp(arch, "gemma2") == 0 ? read_gemma2(g, L, err) : 0;
 }
 
 static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
-    int C = L->d_model, H = L->n_head, G = L->n_kv_head, d = L->d_head, F = L->d_ff, V = L->vocab;
-    L->layers = al__calloc((size_t)L->n_layer, sizeof *L->layers, "llama layers", err);
-    int n_spec = 3 + 9 * L->n_layer;
+    int C = L->cfg.d_model, H = L->cfg.n_head, G = L->cfg.n_kv_head, d = L->cfg.d_head,
+        F = L->cfg.d_ff, V = L->cfg.vocab;
+    L->layers = al__calloc((size_t)L->cfg.n_layer, sizeof *L->layers, "llama layers", err);
+    int n_spec = 3 + 16 * L->cfg.n_layer;
     wspec *ws = al__calloc((size_t)n_spec, sizeof *ws, "llama weight list", err);
     if (!L->layers || !ws) {
         free(ws);
         return AL_E_NOMEM;
     }
+    const al__llama_config *c = &L->cfg;
     int n = 0, tied = al__gguf_tensor_find(g, "output.weight") == NULL;
+    int perm = strcmp(c->arch, "llama") == 0; /* only llama's converter permutes q/k rows */
     ws[n++] = (wspec){"token_embd.weight", 2, {C, V}, &L->tok_embd, 0};
     ws[n++] = (wspec){"output_norm.weight", 1, {C, 1}, &L->out_norm, 0};
     if (!tied) ws[n++] = (wspec){"output.weight", 2, {C, V}, &L->output, 0};
-    for (int l = 0; l < L->n_layer; l++) {
+    for (int l = 0; l < L->cfg.n_layer; l++) {
         llama_layer *ly = &L->layers[l];
         struct {
-            const char *suffix;
-            int nd;
+            const char *name;
+            int on, nd;
             int64_t ne0, ne1;
             float **dst;
             int perm;
-        } t[9] = {
-            {"attn_norm", 1, C, 1, &ly->attn_norm, 0},
-            {"attn_q", 2, C, (int64_t)H * d, &ly->wq, H},
-            {"attn_k", 2, C, (int64_t)G * d, &ly->wk, G},
-            {"attn_v", 2, C, (int64_t)G * d, &ly->wv, 0},
-            {"attn_output", 2, (int64_t)H * d, C, &ly->wo, 0},
-            {"ffn_norm", 1, C, 1, &ly->ffn_norm, 0},
-            {"ffn_gate", 2, C, F, &ly->w_gate, 0},
-            {"ffn_up", 2, C, F, &ly->w_up, 0},
-            {"ffn_down", 2, F, C, &ly->w_down, 0},
+        } t[16] = {
+            {"attn_norm.weight", 1, 1, C, 1, &ly->attn_norm, 0},
+            {"attn_q.weight", 1, 2, C, (int64_t)H * d, &ly->wq, perm ? H : 0},
+            {"attn_q.bias", c->qkv_bias, 1, (int64_t)H * d, 1, &ly->bq, 0},
+            {"attn_k.weight", 1, 2, C, (int64_t)G * d, &ly->wk, perm ? G : 0},
+            {"attn_k.bias", c->qkv_bias, 1, (int64_t)G * d, 1, &ly->bk, 0},
+            {"attn_v.weight", 1, 2, C, (int64_t)G * d, &ly->wv, 0},
+            {"attn_v.bias", c->qkv_bias, 1, (int64_t)G * d, 1, &ly->bv, 0},
+            {"attn_output.weight", 1, 2, (int64_t)H * d, C, &ly->wo, 0},
+            {"post_attention_norm.weight", c->gemma, 1, C, 1, &ly->post_attn_norm, 0},
+            {"ffn_norm.weight", 1, 1, C, 1, &ly->ffn_norm, 0},
+            {"post_ffw_norm.weight", c->gemma, 1, C, 1, &ly->post_ffn_norm, 0},
+            {"ffn_gate.weight", 1, 2, C, F, &ly->w_gate, 0},
+            {"ffn_up.weight", 1, 2, C, F, &ly->w_up, 0},
+            {"ffn_down.weight", 1, 2, F, C, &ly->w_down, 0},
         };
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < 16; i++) {
+            if (!t[i].on) continue;
             wspec *w = &ws[n++];
-            snprintf(w->name, sizeof w->name, "blk.%d.%s.weight", l, t[i].suffix);
+            snprintf(w->name, sizeof w->name, "blk.%d.%s", l, t[i].name);
             w->n_dims = t[i].nd;
             w->ne[0] = t[i].ne0;
             w->ne[1] = t[i].ne1;
             w->dst = t[i].dst;
             w->permute_heads = t[i].perm;
         }
+        ly->window = c->alt_window && l % 2 ? 0 : c->window;
     }
     /* check everything (cheap) before allocating the float32 arena */
     int rc = 0;
@@ -267,7 +297,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
     return rc;
 }
 
-static void llama_free(llama *L) {
+void al__llama_free(llama *L) {
     if (!L) return;
     free(L->arena);
     free(L->layers);
@@ -277,36 +307,6 @@ static void llama_free(llama *L) {
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
-
-/* cos/sin of every (position, frequency) pair: tab [T, d/2, 2], computed in double. */
-static void build_rope(float *tab, int T, int d, double base, double scale) {
-    int half = d / 2;
-    for (int i = 0; i < half; i++) {
-        double inv = pow(base, -2.0 * i / d);
-        for (int t = 0; t < T; t++) {
-            double a = (t / scale) * inv;
-            tab[((size_t)t * half + i) * 2] = (float)cos(a);
-            tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
-        }
-    }
-}
-
-/* Rotates the heads of x [T, n_heads*d] in place: pairs (i, i + d/2), HF's rotate_half. */
-static void apply_rope(float *x, const float *tab, int T, int n_heads, int d) {
-    int half = d / 2;
-#pragma omp parallel for schedule(static) if (T >= 64)
-    for (int t = 0; t < T; t++) {
-        const float *cs = tab + (size_t)t * half * 2; /* [d/2, 2] */
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * d; /* [d] */
-            for (int i = 0; i < half; i++) {
-                float c = cs[2 * i], s = cs[2 * i + 1], a = v[i], b = v[i + half];
-                v[i] = a * c - b * s;
-                v[i + half] = b * c + a * s;
-            }
-        }
-    }
-}
 
 /* Activations of one forward, [T, ...] each. */
 typedef struct acts {
@@ -324,23 +324,15 @@ typedef struct acts {
 } acts;
 
 static void free_acts(acts *a) {
-    free(a->x);
-    free(a->emb);
-    free(a->h);
-    free(a->q);
-    free(a->k);
-    free(a->v);
-    free(a->att);
-    free(a->tmp);
-    free(a->gate);
-    free(a->up);
-    free(a->rope);
+    float *all[] = {a->x, a->emb, a->h, a->q, a->k, a->v, a->att, a->tmp, a->gate, a->up, a->rope};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 
 static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *err) {
     memset(a, 0, sizeof *a);
-    size_t t = (size_t)T, C = (size_t)L->d_model, Hd = (size_t)L->n_head * L->d_head,
-           Gd = (size_t)L->n_kv_head * L->d_head, F = (size_t)L->d_ff;
+    const al__llama_config *c = &L->cfg;
+    size_t t = (size_t)T, C = (size_t)c->d_model, Hd = (size_t)c->n_head * c->d_head,
+           Gd = (size_t)c->n_kv_head * c->d_head, F = (size_t)c->d_ff;
     a->x = al__malloc_aligned(t * C * 4, "activations", err);
     a->h = al__malloc_aligned(t * C * 4, "activations", err);
     a->tmp = al__malloc_aligned(t * C * 4, "activations", err);
@@ -350,7 +342,7 @@ static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *er
     a->v = al__malloc_aligned(t * Gd * 4, "activations", err);
     a->gate = al__malloc_aligned(t * F * 4, "activations", err);
     a->up = al__malloc_aligned(t * F * 4, "activations", err);
-    a->rope = al__malloc(t * (size_t)L->d_head * 4, "RoPE table", err);
+    a->rope = al__malloc(t * (size_t)c->d_head * 4, "RoPE table", err);
     a->emb = want_emb ? al__malloc_aligned(t * C * 4, "activations", err) : NULL;
     if (!a->x || !a->h || !a->tmp || !a->q || !a->att || !a->k || !a->v || !a->gate || !a->up ||
         !a->rope || (want_emb && !a->emb)) {
@@ -360,16 +352,81 @@ static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *er
     return 0;
 }
 
-static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                         float *logits, float *final_hidden, al_error *err) {
+/* One layer's attention block: x += o_proj(attention(rope(q), rope(k), v)). */
+static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
+                      const al_capture_request *req, const al_attn_variant *mod, al_error *err) {
+    const al__llama_config *c = &L->cfg;
+    int C = c->d_model, H = c->n_head, G = c->n_kv_head, d = c->d_head;
+    al__rmsnorm(a->h, a->x, ly->attn_norm, T, C, (float)c->eps);
+    al__matmul_nt(a->q, a->h, ly->wq, ly->bq, T, C, H * d);
+    al__matmul_nt(a->k, a->h, ly->wk, ly->bk, T, C, G * d);
+    al__matmul_nt(a->v, a->h, ly->wv, ly->bv, T, C, G * d);
+    al__rope_apply(a->q, a->rope, T, H, d, c->rope.dim);
+    al__rope_apply(a->k, a->rope, T, G, d, c->rope.dim);
+    al__attn at = {
+        .layer = l,
+        .T = T,
+        .n_head = H,
+        .n_kv_head = G,
+        .d_head = d,
+        .d_model = C,
+        .causal = 1,
+        .window = ly->window,
+        .scale = (float)c->attn_scale,
+        .softcap = (float)c->attn_softcap,
+        .q = a->q,
+        .q_stride = (size_t)H * d,
+        .k = a->k,
+        .k_stride = (size_t)G * d,
+        .v = a->v,
+        .v_stride = (size_t)G * d,
+        .out = a->att,
+        .hidden = a->h,
+        .embed = a->emb,
+        .residual = a->x, /* the layer input, before attn_norm */
+        .req = req,
+        .mod = mod, /* the attention variant of the run (attn_variant.c) */
+    };
+    int rc = al__attention_ws(&at, &L->ws, err);
+    if (rc) return rc;
+    al__matmul_nt(a->tmp, a->att, ly->wo, ly->bo, T, H * d, C);
+    if (ly->post_attn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_attn_norm, T, C, (float)c->eps);
+    al__add(a->x, a->tmp, (size_t)T * C);
+    return 0;
+}
+
+/* One layer's MLP block: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x). */
+static void mlp_block(const llama *L, const llama_layer *ly, acts *a, int T) {
+    const al__llama_config *c = &L->cfg;
+    int C = c->d_model, F = c->d_ff;
+    al__rmsnorm(a->h, a->x, ly->ffn_norm, T, C, (float)c->eps);
+    al__matmul_nt(a->gate, a->h, ly->w_gate, ly->b_gate, T, C, F);
+    al__matmul_nt(a->up, a->h, ly->w_up, ly->b_up, T, C, F);
+    if (c->gelu) { /* GeGLU */
+        if (c->gelu == 1)
+            al__gelu_tanh(a->gate, (size_t)T * F);
+        else
+            al__gelu_erf(a->gate, (size_t)T * F);
+        for (size_t i = 0; i < (size_t)T * F; i++) a->gate[i] *= a->up[i];
+    } else {
+        al__silu_mul(a->gate, a->up, (size_t)T * F);
+    }
+    al__matmul_nt(a->tmp, a->gate, ly->w_down, ly->b_down, T, F, C);
+    if (ly->post_ffn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_ffn_norm, T, C, (float)c->eps);
+    al__add(a->x, a->tmp, (size_t)T * C);
+}
+
+int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                      float *logits, float *final_hidden, al_error *err) {
     llama *L = m->impl;
-    int C = L->d_model, H = L->n_head, G = L->n_kv_head, d = L->d_head, F = L->d_ff;
+    const al__llama_config *c = &L->cfg;
+    int C = c->d_model;
     int cap = req && req->what && req->fn;
     /* the last layer anything is wanted from: stop there when no output is asked for */
-    int last = L->n_layer - 1;
+    int last = c->n_layer - 1;
     if (!logits && !final_hidden) {
         last = -1;
-        for (int l = 0; cap && l < L->n_layer; l++)
+        for (int l = 0; cap && l < c->n_layer; l++)
             if (!req->layers || req->layers[l]) last = l;
     }
     acts a;
@@ -377,51 +434,23 @@ static int llama_forward(al_model *m, const int32_t *tokens, int T, const al_cap
     if (rc) return rc;
     for (int t = 0; t < T; t++)
         memcpy(a.x + (size_t)t * C, L->tok_embd + (size_t)tokens[t] * C, (size_t)C * sizeof(float));
+    if (c->embed_scale > 0)
+        for (size_t i = 0; i < (size_t)T * C; i++) a.x[i] *= (float)c->embed_scale;
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
-    build_rope(a.rope, T, d, L->rope_base, L->rope_scale);
+    al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        const llama_layer *ly = &L->layers[l];
-        al__rmsnorm(a.h, a.x, ly->attn_norm, T, C, L->eps);
-        al__matmul_nt(a.q, a.h, ly->wq, NULL, T, C, H * d);
-        al__matmul_nt(a.k, a.h, ly->wk, NULL, T, C, G * d);
-        al__matmul_nt(a.v, a.h, ly->wv, NULL, T, C, G * d);
-        apply_rope(a.q, a.rope, T, H, d);
-        apply_rope(a.k, a.rope, T, G, d);
-        al__attn at = {
-            .layer = l,
-            .T = T,
-            .n_head = H,
-            .n_kv_head = G,
-            .d_head = d,
-            .d_model = C,
-            .causal = 1,
-            .q = a.q,
-            .q_stride = (size_t)H * d,
-            .k = a.k,
-            .k_stride = (size_t)G * d,
-            .v = a.v,
-            .v_stride = (size_t)G * d,
-            .out = a.att,
-            .hidden = a.h,
-            .embed = a.emb,
-            .residual = a.x, /* the layer input, before attn_norm */
-            .req = cap ? req : NULL,
-            .mod = al__model_attn(m),
-        };
-        if ((rc = al__attention_ws(&at, &L->ws, err))) break;
-        al__matmul_nt(a.tmp, a.att, ly->wo, NULL, T, H * d, C);
-        al__add(a.x, a.tmp, (size_t)T * C);
-        al__rmsnorm(a.h, a.x, ly->ffn_norm, T, C, L->eps);
-        al__matmul_nt(a.gate, a.h, ly->w_gate, NULL, T, C, F);
-        al__matmul_nt(a.up, a.h, ly->w_up, NULL, T, C, F);
-        al__silu_mul(a.gate, a.up, (size_t)T * F);
-        al__matmul_nt(a.tmp, a.gate, ly->w_down, NULL, T, F, C);
-        al__add(a.x, a.tmp, (size_t)T * C);
+        if ((rc = attn_block(L, &L->layers[l], l, &a, T, cap ? req : NULL, al__model_attn(m), err)))
+            break;
+        mlp_block(L, &L->layers[l], &a, T);
     }
     if (!rc && (logits || final_hidden)) {
-        al__rmsnorm(a.h, a.x, L->out_norm, T, C, L->eps);
+        al__rmsnorm(a.h, a.x, L->out_norm, T, C, (float)c->eps);
         if (final_hidden) memcpy(final_hidden, a.h, (size_t)T * C * sizeof(float));
-        if (logits) al__matmul_nt(logits, a.h, L->output, NULL, T, C, L->vocab);
+        if (logits) al__matmul_nt(logits, a.h, L->output, NULL, T, C, c->vocab);
+        if (logits && c->final_softcap > 0) {
+            float s = (float)c->final_softcap;
+            for (size_t i = 0; i < (size_t)T * c->vocab; i++) logits[i] = s * tanhf(logits[i] / s);
+        }
     }
     free_acts(&a);
     return rc;
@@ -461,10 +490,10 @@ static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.tokens", &tokens, &n_tok, err))) goto done;
     if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.merges", &merges, &n_merge, err)))
         goto done;
-    if (n_tok != L->vocab) {
+    if (n_tok != L->cfg.vocab) {
         rc = al__err(err, AL_E_FORMAT,
                      "%s: %lld tokenizer tokens for a vocabulary of %d embedding rows", g->name,
-                     (long long)n_tok, L->vocab);
+                     (long long)n_tok, L->cfg.vocab);
         goto done;
     }
     if (al__gguf_find(g, "tokenizer.ggml.token_type") &&
@@ -497,24 +526,78 @@ done:
 /* ---- the family's vtable and opener ---------------------------------------------------------- */
 
 static void llama_destroy(al_model *m) {
-    llama_free(m->impl);
+    al__llama_free(m->impl);
     m->impl = NULL;
 }
 
-/* A GGUF file is the whole model: weights, config and tokenizer (its metadata). */
-static int llama_files(al_model *m, al__model_files *fs, al_error *err) {
-    return al__model_files_add(fs, m->info.path, "weights", err);
-}
-static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
-    return al__model_files_add(fs, m->info.path, "tokenizer", err);
+static int llama_tokenizer_any(al_model *m, al_tokenizer **out, al_error *err) {
+    llama *L = m->impl;
+    if (L->gguf) return llama_tokenizer(m, out, err);
+    return al__hf_tokenizer_open(L->dir, out, err);
 }
 
-static const al_model_vtable llama_vtable = {.forward = llama_forward,
+/* A GGUF file is the whole model: weights, config and tokenizer (its metadata); an HF
+ * directory is config.json + the safetensors, its tokenizer tokenizer.json (+ config). */
+static int llama_files(al_model *m, al__model_files *fs, al_error *err) {
+    if (((llama *)m->impl)->gguf) return al__model_files_add(fs, m->info.path, "weights", err);
+    return al__model_files_safetensors(m, fs, err);
+}
+static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    if (((llama *)m->impl)->gguf) return al__model_files_add(fs, m->info.path, "tokenizer", err);
+    return al__hf_tokenizer_files(m, fs, err);
+}
+
+static cJSON *llama_architecture(const al_model *m) {
+    const llama *L = m->impl;
+    const al__llama_config *c = &L->cfg;
+    cJSON *o = al__arch_json(c->arch, c->n_head, c->n_kv_head, &c->rope, c->d_head);
+    cJSON *w = cJSON_AddArrayToObject(o, "window_of_layer"); /* 0 = global */
+    for (int l = 0; l < c->n_layer; l++)
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(L->layers[l].window));
+    cJSON_AddStringToObject(o, "window_means",
+                            "row t sees keys max(0, t - window + 1)..t: METHOD's n = "
+                            "min(t + 1, window); 0 = the whole causal prefix");
+    cJSON_AddNumberToObject(o, "logit_scale",
+                            c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->d_head));
+    if (c->attn_softcap > 0) cJSON_AddNumberToObject(o, "attn_logit_softcap", c->attn_softcap);
+    if (c->final_softcap > 0) cJSON_AddNumberToObject(o, "final_logit_softcap", c->final_softcap);
+    cJSON_AddStringToObject(o, "norm", c->gemma ? "rmsnorm (1 + w), pre and post" : "rmsnorm");
+    cJSON_AddStringToObject(o, "mlp", c->gelu ? "geglu" : "swiglu");
+    if (c->embed_scale > 0) cJSON_AddNumberToObject(o, "embed_scale", c->embed_scale);
+    cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
+    cJSON_AddBoolToObject(o, "tied_embeddings", c->tied);
+    return o;
+}
+
+static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
+                                             .architecture = llama_architecture,
                                              .destroy = llama_destroy,
-                                             .tokenizer = llama_tokenizer,
+                                             .tokenizer = llama_tokenizer_any,
                                              .files = llama_files,
                                              .tokenizer_files = llama_tokenizer_files,
                                              .variants = 1};
+
+void al__llama_finish(al_model *m, llama *L, const char *name, const char *path, const char *dtype,
+                      int64_t n_params) {
+    al_model_info *in = &m->info;
+    snprintf(in->family, sizeof in->family, "%s", L->cfg.arch);
+    snprintf(in->name, sizeof in->name, "%s", name);
+    snprintf(in->path, sizeof in->path, "%s", path);
+    snprintf(in->dtype, sizeof in->dtype, "%s", dtype);
+    for (char *c = in->dtype; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    in->n_layer = L->cfg.n_layer;
+    in->n_head = L->cfg.n_head;
+    in->n_kv_head = L->cfg.n_kv_head;
+    in->d_model = L->cfg.d_model;
+    in->d_head = L->cfg.d_head;
+    in->d_ff = L->cfg.d_ff;
+    in->n_ctx = L->cfg.n_ctx;
+    in->vocab_size = L->cfg.vocab;
+    in->causal = 1;
+    in->n_params = n_params;
+    m->vt = &llama_vtable;
+    m->impl = L;
+}
 
 int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     m->impl = NULL;
@@ -522,33 +605,18 @@ int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     if (!L) return AL_E_NOMEM;
     int rc = al__gguf_open(path, &L->gguf, err);
     if (!rc) rc = read_hparams(L->gguf, L, err);
+    if (!rc) rc = al__llama_check_config(&L->cfg, L->gguf->name, err);
     if (!rc) rc = load_weights(m, L->gguf, L, err);
     if (rc) {
-        llama_free(L);
+        al__llama_free(L);
         return rc;
     }
-    al_model_info *in = &m->info;
-    snprintf(in->family, sizeof in->family, "llama");
     char name[128] = "llama";
     if (al__gguf_find(L->gguf, "general.name"))
         al__gguf_get_str(L->gguf, "general.name", name, sizeof name, NULL);
-    snprintf(in->name, sizeof in->name, "%s", name);
-    snprintf(in->path, sizeof in->path, "%s", path);
     const al__gguf_tensor *q = al__gguf_tensor_find(L->gguf, "blk.0.attn_q.weight");
-    snprintf(in->dtype, sizeof in->dtype, "%s", q ? al__ggml_type_name(q->type) : "f32");
-    for (char *c = in->dtype; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
-    in->n_layer = L->n_layer;
-    in->n_head = L->n_head;
-    in->n_kv_head = L->n_kv_head;
-    in->d_model = L->d_model;
-    in->d_head = L->d_head;
-    in->d_ff = L->d_ff;
-    in->n_ctx = L->n_ctx;
-    in->vocab_size = L->vocab;
-    in->causal = 1;
-    in->n_params = 0;
-    for (int64_t i = 0; i < L->gguf->n_tensors; i++) in->n_params += L->gguf->tensors[i].n_elem;
-    m->vt = &llama_vtable;
-    m->impl = L;
+    int64_t n_params = 0;
+    for (int64_t i = 0; i < L->gguf->n_tensors; i++) n_params += L->gguf->tensors[i].n_elem;
+    al__llama_finish(m, L, name, path, q ? al__ggml_type_name(q->type) : "f32", n_params);
     return 0;
 }
