@@ -5,7 +5,6 @@
 #include "textsafe.h"
 
 #include "gguf.h"
-#include "gptneox.h"
 #include "fetch.h"
 
 #include <cjson/cJSON.h>

@@ -151,6 +151,9 @@ int al__llama_open_gguf(al_model *m, const char *path, al_error *err);       /* 
 /* Llama, Mistral, Qwen2 from an HF directory (or its .safetensors / index .json). */
 int al__llama_open_hf(al_model *m, const char *path, al_error *err);
 int al__bert_open_safetensors(al_model *m, const char *path, al_error *err); /* HF dir or file */
+/* GPT-NeoX (Pythia) from an HF directory, or a GGUF of architecture gptneox. */
+int al__neox_open_hf(al_model *m, const char *path, al_error *err);
+int al__neox_open_gguf(al_model *m, const char *path, al_error *err);
 
 /* An attention dump (docs/dumps.md, src/dump.c): dir holds manifest.json. Validates the
  * manifest and every array it names (shapes, dtypes, finite values) before returning. */

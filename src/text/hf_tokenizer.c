@@ -819,7 +819,7 @@ int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **
     return 0;
 }
 
-int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err) {
+int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err) {
     *out = NULL;
     char path[4200], *text;
     size_t len;
@@ -834,5 +834,6 @@ int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err) {
         al__hftok_free(t);
         return rc;
     }
-    return al__tokenizer_from_hf(t, out, err);
+    *out = t;
+    return 0;
 }

@@ -36,6 +36,13 @@ int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err) {
     return 0;
 }
 
+int al__hf_tokenizer_open(const char *dir, al_tokenizer **out, al_error *err) {
+    *out = NULL;
+    al__hftok *t = NULL;
+    int rc = al__hftok_open_dir(dir, &t, err);
+    return rc ? rc : al__tokenizer_from_hf(t, out, err);
+}
+
 void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos) {
     if (tk && tk->hf) al__hftok_set_bos_eos(tk->hf, add_bos, add_eos);
 }

@@ -76,6 +76,8 @@ int al__hftok_vocab_size(const al__hftok *t);
 void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos);
 void al__hftok_free(al__hftok *t);
 int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err);
+/* dir/tokenizer.json (+ tokenizer_config.json) parsed into an engine (hf_tokenizer.c). */
+int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err);
 
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);

@@ -19,7 +19,6 @@ typedef struct al__neox_config {
 /* Parses a config.json text[len] of model_type gpt_neox (the fuzz entry point). */
 int al__neox_config_parse(const char *text, size_t len, const char *name, al__neox_config *c,
                           al_error *err);
-int al__neox_open_hf(al_model *m, const char *path, al_error *err);
-int al__neox_open_gguf(al_model *m, const char *path, al_error *err); /* arch gptneox */
+/* the openers al__neox_open_hf / al__neox_open_gguf are declared in model.h */
 
 #endif

@@ -577,6 +577,21 @@ static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
                                              .tokenizer_files = llama_tokenizer_files,
                                              .variants = 1};
 
+/* The head counts and sizes every Llama-family config (HF or GGUF) must satisfy. */
+int al__llama_check_config(const al__llama_config *c, const char *name, al_error *err) {
+    if (c->n_head % c->n_kv_head != 0)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: %d attention heads are not a multiple of %d key/value heads", name,
+                       c->n_head, c->n_kv_head);
+    if (c->d_head % 2 != 0 || c->d_head < 2 || c->d_head > 1024)
+        return al__err(err, AL_E_FORMAT, "%s: head size %d is not even in [2, 1024]", name,
+                       c->d_head);
+    if ((int64_t)c->n_head * c->d_head > (1 << 20))
+        return al__err(err, AL_E_FORMAT, "%s: %d heads of %d are too large", name, c->n_head,
+                       c->d_head);
+    return 0;
+}
+
 void al__llama_finish(al_model *m, llama *L, const char *name, const char *path, const char *dtype,
                       int64_t n_params) {
     al_model_info *in = &m->info;

@@ -164,20 +164,6 @@ int al__llama_config_parse(const char *text, size_t len, const char *name, al__l
     return rc;
 }
 
-int al__llama_check_config(const al__llama_config *c, const char *name, al_error *err) {
-    if (c->n_head % c->n_kv_head != 0)
-        return al__err(err, AL_E_FORMAT,
-                       "%s: %d attention heads are not a multiple of %d key/value heads", name,
-                       c->n_head, c->n_kv_head);
-    if (c->d_head % 2 != 0 || c->d_head < 2 || c->d_head > 1024)
-        return al__err(err, AL_E_FORMAT, "%s: head size %d is not even in [2, 1024]", name,
-                       c->d_head);
-    if ((int64_t)c->n_head * c->d_head > (1 << 20))
-        return al__err(err, AL_E_FORMAT, "%s: %d heads of %d are too large", name, c->n_head,
-                       c->d_head);
-    return 0;
-}
-
 /* ---- weights ----------------------------------------------------------------------------------
  */
 
