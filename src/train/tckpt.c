@@ -135,21 +135,12 @@ int al__tr_save_model(const al__tr_model *m, const char *dir, const char *tokeni
         cJSON_Delete(train_info);
         return rc;
     }
-    cJSON *j = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
-    cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", c->n_head);
-    cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
-    cJSON_AddNumberToObject(j, "n_positions", c->n_ctx);
-    cJSON_AddNumberToObject(j, "n_ctx", c->n_ctx);
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNullToObject(j, "n_inner");
-    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
-    cJSON_AddNumberToObject(j, "bos_token_id", c->vocab_size - 1);
-    cJSON_AddNumberToObject(j, "eos_token_id", c->vocab_size - 1);
+    al__gpt2_cfg g = {c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size};
+    cJSON *j = al__gpt2_config_json(&g);
+    if (!j) {
+        cJSON_Delete(train_info);
+        return al__err(err, AL_E_NOMEM, "out of memory writing %s/config.json", dir);
+    }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     cJSON_AddItemToObject(j, "attnlim_normalizer", norm_json(m));
     cJSON_AddStringToObject(j, "attnlim_tokenizer", tokenizer);

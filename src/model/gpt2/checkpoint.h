@@ -49,6 +49,9 @@ typedef struct al__gpt2_spec {
 /* Checks a config (ranges, n_embd % n_head, sizes that cannot overflow); name for messages. */
 int al__gpt2_cfg_check(const al__gpt2_cfg *c, const char *name, al_error *err);
 int al__gpt2_n_tensors(const al__gpt2_cfg *c); /* 4 + 12 L */
+/* The HF config.json object of a GPT-2 of shape c (GPT2LMHeadModel, gelu_new, eps 1e-5, BOS = EOS
+ * = vocab - 1) that make-model and attnlim train write; NULL when out of memory. */
+struct cJSON *al__gpt2_config_json(const al__gpt2_cfg *c);
 void al__gpt2_spec_at(const al__gpt2_cfg *c, int i, al__gpt2_spec *out);
 /* Index of an HF name (no prefix) among the parameters, -1 if not one. Buffers such as
  * h.N.attn.bias / h.N.attn.masked_bias are not parameters. */

@@ -81,8 +81,9 @@ static size_t max_numel(const al__gpt2_cfg *c, size_t extra_rows) {
 /* ---- HF safetensors ---------------------------------------------------------------------------
  */
 
-static int write_config(const al__gpt2_cfg *c, uint64_t seed, const char *dir, al_error *err) {
+struct cJSON *al__gpt2_config_json(const al__gpt2_cfg *c) {
     cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(j, "model_type", "gpt2");
@@ -97,6 +98,12 @@ static int write_config(const al__gpt2_cfg *c, uint64_t seed, const char *dir, a
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
     cJSON_AddNumberToObject(j, "bos_token_id", c->vocab_size - 1);
     cJSON_AddNumberToObject(j, "eos_token_id", c->vocab_size - 1);
+    return j;
+}
+
+static int write_config(const al__gpt2_cfg *c, uint64_t seed, const char *dir, al_error *err) {
+    cJSON *j = al__gpt2_config_json(c);
+    if (!j) return al__err(err, AL_E_NOMEM, "out of memory writing config.json");
     char seed_s[32];
     snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
     cJSON_AddStringToObject(j, "attnlim_make_model_seed", seed_s);
