@@ -470,6 +470,10 @@ typedef struct al_five {
 AL_API int al_five_number(const double *x, size_t n, al_five *out, al_error *err);
 /* p-th percentile of sorted[n] (ascending), numpy's linear; NaN if n == 0 or p not in [0, 100]. */
 AL_API double al_percentile_sorted(const double *sorted, size_t n, double p);
+/* The mean next-token negative log-likelihood of one window, in nats: the mean over t < T - 1
+ * of -log softmax(logits[t])[tokens[t + 1]], accumulated in double. logits [T, V] row-major,
+ * tokens [T] in [0, V); NaN if T < 2. Perplexity is exp of it. */
+AL_API double al_next_token_nll(const float *logits, const int32_t *tokens, int T, int V);
 /* The critical-N grid of METHOD section 4 for one L (>= 2): {1..16} U {18..32 step 2} U
  * {36..64 step 4} U {72..128 step 8} U {144..256 step 16} below L, then steps of L/32 beyond
  * 256, and L - 1 always; increasing. Writes min(count, cap) values to N (may be NULL with cap

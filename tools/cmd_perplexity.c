@@ -68,20 +68,6 @@ static cJSON *spread_json(const double *v, long n, double out[5]) {
     return o;
 }
 
-/* Mean over t < T-1 of -log softmax(logits[t])[tokens[t+1]], in double. */
-static double window_nll(const float *logits, const int32_t *tokens, int T, int V) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int t = 0; t < T - 1; t++) {
-        const float *row = logits + (size_t)t * V; /* [V] */
-        double mx = -INFINITY, s = 0.0;
-        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int j = 0; j < V; j++) s += exp((double)row[j] - mx);
-        total += mx + log(s) - row[tokens[t + 1]];
-    }
-    return total / (T - 1);
-}
-
 int cmd_perplexity(int argc, char **argv) {
     long windows = 1;
     int r;
@@ -158,7 +144,7 @@ int cmd_perplexity(int argc, char **argv) {
     for (long k = 0; k < windows; k++) {
         if ((rc = run_tokens_window(&tk, info, k, length, &win, &err))) break;
         if ((rc = al_model_forward(m, win, (int)length, NULL, logits, NULL, &err))) break;
-        nll[k] = window_nll(logits, win, (int)length, V);
+        nll[k] = al_next_token_nll(logits, win, (int)length, V);
         sum += nll[k];
         if (!isfinite(nll[k])) {
             char cause[2048];

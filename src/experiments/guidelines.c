@@ -145,20 +145,6 @@ static void fingerprint(guide *g) {
 
 /* ---- one (L, variant): the NLL of every window ---------------------------------------------- */
 
-/* Mean over t < T-1 of -log softmax(logits[t])[tokens[t+1]] (double). */
-static double window_nll(const float *logits, const int32_t *tokens, int T, int V) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int t = 0; t < T - 1; t++) {
-        const float *row = logits + (size_t)t * V; /* [V] */
-        double mx = -INFINITY, s = 0.0;
-        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int j = 0; j < V; j++) s += exp((double)row[j] - mx);
-        total += mx + log(s) - row[tokens[t + 1]];
-    }
-    return total / (T - 1);
-}
-
 /* "topk-sqrt:1" -> "topk-sqrt_1" (a file name) */
 static void partial_path(const guide *g, int L, const char *name, char *out, size_t cap) {
     char safe[64];
@@ -225,7 +211,7 @@ static int run_variant(guide *g, int L, gvar *v, float *logits, al__progress *pg
         rc = al_model_forward(g->m, win, L, NULL, logits, NULL, err);
         g->t_forward += al__now() - t0;
         if (rc) break;
-        v->nll[k] = window_nll(logits, win, L, g->mi->vocab_size);
+        v->nll[k] = al_next_token_nll(logits, win, L, g->mi->vocab_size);
         if (!isfinite(v->nll[k]))
             rc = al__err(err, AL_E_RANGE, "L = %d, %s, window %d: the NLL is not finite", L,
                          v->name, k);

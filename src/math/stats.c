@@ -620,6 +620,20 @@ double al_slope_origin(const double *x, const double *y, size_t n) {
     return sxx > 0 ? sxy / sxx : NAN;
 }
 
+double al_next_token_nll(const float *logits, const int32_t *tokens, int T, int V) {
+    if (T < 2 || !logits || !tokens) return NAN;
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int t = 0; t < T - 1; t++) {
+        const float *row = logits + (size_t)t * V; /* [V] */
+        double mx = -INFINITY, s = 0.0;
+        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < V; j++) s += exp((double)row[j] - mx);
+        total += mx + log(s) - row[tokens[t + 1]];
+    }
+    return total / (T - 1);
+}
+
 double al_percentile_sorted(const double *sorted, size_t n, double p) {
     if (n == 0 || !sorted || !(p >= 0 && p <= 100)) return NAN; /* NaN p fails the test too */
     double q = p / 100.0;
