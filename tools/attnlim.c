@@ -15,6 +15,9 @@ typedef struct {
     const char *summary;
 } command;
 
+/* Every array of commands (the table, the names offered for a typo) holds this many. */
+enum { MAX_COMMANDS = 32 };
+
 static const command *commands(size_t *n) {
     const command all[] = {
         {"reproduce", cmd_reproduce,
@@ -40,7 +43,8 @@ static const command *commands(size_t *n) {
         {"study", cmd_study, "train one model per normalizer, diagnose each, report"},
         {"fetch", cmd_fetch, "fetch a known model (smollm2, minilm) into the cache"},
     };
-    static command table[sizeof all / sizeof all[0]]; /* sized by the list: never overflows */
+    _Static_assert(sizeof all / sizeof all[0] <= MAX_COMMANDS, "raise MAX_COMMANDS");
+    static command table[MAX_COMMANDS];
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i].fn) table[k++] = all[i];
@@ -183,7 +187,7 @@ int main(int argc, char **argv) {
         free(av);
         return rc;
     }
-    const char *names[16];
+    const char *names[MAX_COMMANDS];
     for (size_t i = 0; i < n; i++) names[i] = c[i].name;
     const char *near = al_nearest(argv[1], names, (int)n);
     if (near)

@@ -63,7 +63,11 @@ def page(tmp_path_factory):
         opts.add_argument(a)
     opts.binary_location = CHROME
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    # the browser is not ours: under the sanitizer stage the interpreter runs with the ASan and
+    # UBSan runtimes preloaded (CMake's AL_PY_ENV), which chromedriver must not inherit
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
+    drv = webdriver.Chrome(service=Service(DRIVER, env=env), options=opts)
     drv.get("file://" + os.path.join(out, "report.html"))
     yield {"drv": drv, "res": res, "w": w, "out": out}
     drv.quit()
