@@ -160,15 +160,28 @@ static int last_id(const vocab *V, const char *s, size_t n) {
 
 /* ---- our own reading of tokenizer_config.json ----------------------------------------------- */
 
-/* 1 when the model must open with this config: a JSON object whose do_lower_case is absent or
- * a boolean and whose strip_accents is absent, a boolean or null (at most 1 MiB). */
+/* 1 when some object anywhere in j has two members of one name (every pair compared: the
+ * library sorts large objects, this is the independent straight loop). */
+static int has_duplicate_key(const cJSON *j) {
+    for (const cJSON *a = j ? j->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(j))
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (a->string && b->string && !strcmp(a->string, b->string)) return 1;
+        if (has_duplicate_key(a)) return 1;
+    }
+    return 0;
+}
+
+/* 1 when the model must open with this config: a JSON object with no duplicate key (any depth:
+ * every JSON we read refuses them) whose do_lower_case is absent or a boolean and whose
+ * strip_accents is absent, a boolean or null (at most 1 MiB). */
 static int expected_flags(const char *cfg, size_t len, int *lower, int *strip) {
     *lower = 1;
     *strip = -1;
     int ok = 1;
     if (cfg) {
         cJSON *j = len <= (1u << 20) ? cJSON_ParseWithLength(cfg, len) : NULL;
-        ok = cJSON_IsObject(j);
+        ok = cJSON_IsObject(j) && !has_duplicate_key(j);
         if (ok) {
             const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "do_lower_case");
             const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");
