@@ -119,6 +119,9 @@ int al__gguf_get_str_array(const al__gguf *g, const char *key, char ***strs, int
 /* An array of integers as int32 (*vals malloc'ed). */
 int al__gguf_get_i32_array(const al__gguf *g, const char *key, int32_t **vals, int64_t *n,
                            al_error *err);
+/* An array of F32 or F64 as float (*vals malloc'ed). */
+int al__gguf_get_f32_array(const al__gguf *g, const char *key, float **vals, int64_t *n,
+                           al_error *err);
 
 const al__gguf_tensor *al__gguf_tensor_find(const al__gguf *g, const char *name);
 

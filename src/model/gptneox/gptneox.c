@@ -556,12 +556,18 @@ static int neox_gguf_weights(al_model *m, const al__gguf *g, neox *N, al_error *
 static int neox_gguf_files(al_model *m, al__model_files *fs, al_error *err) {
     return al__model_files_add(fs, m->info.path, "weights", err);
 }
+static int neox_gguf_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "tokenizer", err);
+}
 
+/* The file is closed after the weights are read: opened again for the metadata. */
 static int neox_gguf_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     *out = NULL;
-    return al__err(err, AL_E_UNSUPPORTED,
-                   "%s: the tokenizer of a gptneox GGUF is not read (use the HF directory)",
-                   m->info.path);
+    al__gguf *g = NULL;
+    int rc = al__gguf_open(m->info.path, &g, err);
+    if (!rc) rc = al__gguf_tokenizer(g, m->info.vocab_size, out, err);
+    al__gguf_close(g);
+    return rc;
 }
 
 static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
@@ -569,6 +575,7 @@ static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
                                                  .destroy = neox_destroy,
                                                  .tokenizer = neox_gguf_tokenizer,
                                                  .files = neox_gguf_files,
+                                                 .tokenizer_files = neox_gguf_tokenizer_files,
                                                  .variants = 1};
 
 int al__neox_open_gguf(al_model *m, const char *path, al_error *err) {

@@ -1,6 +1,6 @@
 /* llama.c: Llama-family decoders (SmolLM2, Llama 2/3-shaped models) from GGUF files: the
- * weights dequantised to float32 at load, the forward with the streaming capture, and the
- * tokenizer from the GGUF metadata (byte-level BPE, the shared engine of bpe.c).
+ * weights dequantised to float32 at load, the forward with the streaming capture; the
+ * tokenizer from the GGUF metadata is gguf_tokenizer.c's.
  *
  * Forward (C = d_model, H query heads, G key/value heads, d = C / H, F = d_ff, V = vocab):
  *   x = tok_embd[tokens]                                       [T, C]
@@ -456,73 +456,6 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     return rc;
 }
 
-/* ---- tokenizer ------------------------------------------------------------------------------ */
-
-static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
-    llama *L = m->impl;
-    const al__gguf *g = L->gguf;
-    char model[64], pre[64] = "default";
-    int rc = al__gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model, err);
-    if (rc) return rc;
-    if (strcmp(model, "gpt2") != 0)
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: tokenizer model '%s' is not supported (byte-level BPE, 'gpt2', is)",
-                       g->name, model);
-    if (al__gguf_find(g, "tokenizer.ggml.pre") &&
-        (rc = al__gguf_get_str(g, "tokenizer.ggml.pre", pre, sizeof pre, err)))
-        return rc;
-    al__pretok pt;
-    if (strcmp(pre, "smollm") == 0)
-        pt = AL_PRE_SMOLLM;
-    else if (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0)
-        pt = AL_PRE_LLAMA3;
-    else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0 || strcmp(pre, "default") == 0)
-        pt = AL_PRE_GPT2;
-    else
-        return al__err(
-            err, AL_E_UNSUPPORTED,
-            "%s: tokenizer pre-tokenizer '%s' is not supported (smollm, llama-bpe, gpt-2 are)",
-            g->name, pre);
-    char **tokens = NULL, **merges = NULL;
-    int32_t *types = NULL;
-    int64_t n_tok = 0, n_merge = 0, n_types = 0;
-    al__bpe *b = NULL;
-    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.tokens", &tokens, &n_tok, err))) goto done;
-    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.merges", &merges, &n_merge, err)))
-        goto done;
-    if (n_tok != L->cfg.vocab) {
-        rc = al__err(err, AL_E_FORMAT,
-                     "%s: %lld tokenizer tokens for a vocabulary of %d embedding rows", g->name,
-                     (long long)n_tok, L->cfg.vocab);
-        goto done;
-    }
-    if (al__gguf_find(g, "tokenizer.ggml.token_type") &&
-        (rc = al__gguf_get_i32_array(g, "tokenizer.ggml.token_type", &types, &n_types, err)))
-        goto done;
-    if (types && n_types != n_tok) {
-        rc = al__err(err, AL_E_FORMAT, "%s: %lld token types for %lld tokens", g->name,
-                     (long long)n_types, (long long)n_tok);
-        goto done;
-    }
-    if ((rc = al__bpe_create((const char *const *)tokens, (int)n_tok, (const char *const *)merges,
-                             (int)n_merge, pt, &b, err)))
-        goto done;
-    /* control (3) and user-defined (4) tokens are matched literally in text */
-    for (int64_t i = 0; types && i < n_tok && !rc; i++)
-        if (types[i] == 3 || types[i] == 4) rc = al__bpe_add_special(b, tokens[i], (int)i, err);
-    if (!rc) {
-        rc = al__tokenizer_from_bpe(b, out, err);
-        b = NULL; /* owned by the tokenizer now (freed by it on failure) */
-    }
-done:
-    if (b) al__bpe_free(b);
-    free(tokens);
-    free(merges);
-    free(types);
-    if (rc) return al__err_prefix(err, (al_code)rc, "%s: tokenizer", g->name);
-    return 0;
-}
-
 /* ---- the family's vtable and opener ---------------------------------------------------------- */
 
 static void llama_destroy(al_model *m) {
@@ -532,7 +465,7 @@ static void llama_destroy(al_model *m) {
 
 static int llama_tokenizer_any(al_model *m, al_tokenizer **out, al_error *err) {
     llama *L = m->impl;
-    if (L->gguf) return llama_tokenizer(m, out, err);
+    if (L->gguf) return al__gguf_tokenizer(L->gguf, L->cfg.vocab, out, err);
     return al__hf_tokenizer_open(L->dir, out, err);
 }
 
