@@ -203,8 +203,9 @@ def gkv(key, value):
     return gstr(key) + struct.pack("<I", 4) + struct.pack("<I", value)
 
 
-def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
-    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values."""
+def llama_gguf(edit=None, kv_extra=(), tensor_extra=(), kv_raw=()):
+    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values;
+    kv_raw: encoded metadata entries (garr) appended to the rest."""
     g = np.random.default_rng(11)
     kv = [("general.architecture", "llama"), ("general.name", "tiny-bad"), ("llama.block_count", 1),
           ("llama.context_length", 16), ("llama.embedding_length", 8), ("llama.feed_forward_length", 16),
@@ -216,7 +217,7 @@ def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
               ("blk.0.attn_output.weight", (8, 8)), ("blk.0.ffn_norm.weight", (8,)),
               ("blk.0.ffn_gate.weight", (16, 8)), ("blk.0.ffn_up.weight", (16, 8)),
               ("blk.0.ffn_down.weight", (8, 16)), ("output_norm.weight", (8,))] + list(tensor_extra)
-    kvs = b"".join(gkv(k, v) for k, v in kv)
+    kvs = b"".join(gkv(k, v) for k, v in kv) + b"".join(kv_raw)
     infos, blobs, off = b"", b"", 0
     for name, shape in shapes:
         a = (g.standard_normal(shape) * 0.3).astype("<f4")
@@ -227,7 +228,7 @@ def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
         infos += struct.pack("<IQ", 0, off)
         blobs += raw
         off += len(raw)
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(kv))
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(kv) + len(kv_raw))
     pre = head + kvs + infos
     pad = b"\0" * (-len(pre) % 32)
     s1 = len(head)
@@ -258,6 +259,34 @@ def put(tensor, index, value):
 
 w("gguf/nan_f32.gguf", llama_gguf(edit=put("token_embd.weight", 9, np.nan))[0])
 w("gguf/inf_f32.gguf", llama_gguf(edit=put("blk.0.attn_norm.weight", 2, -np.inf))[0])
+
+
+
+# GGUF tokenizer metadata and RoPE scaling faults (src/model/gguf_tokenizer.c, llama.c)
+def garr(key, values, kind):
+    """An encoded array entry: kind 'str', 'i32' or 'f32'."""
+    code = {"str": 8, "i32": 5, "f32": 6}[kind]
+    body = b"".join(gstr(v) if kind == "str" else struct.pack("<i" if kind == "i32" else "<f", v) for v in values)
+    return gstr(key) + struct.pack("<IIQ", 9, code, len(values)) + body
+
+
+def tok_gguf(name, model="gpt2", pre=None, n_tok=16, n_types=16, n_scores=None):
+    kvs = [("tokenizer.ggml.model", model)] + ([("tokenizer.ggml.pre", pre)] if pre else [])
+    raw = [garr("tokenizer.ggml.tokens", [chr(97 + i) for i in range(n_tok)], "str"),
+           garr("tokenizer.ggml.token_type", [1] * n_types, "i32")]
+    if n_scores is not None:
+        raw.append(garr("tokenizer.ggml.scores", [-float(i) for i in range(n_scores)], "f32"))
+    w("gguf/%s.gguf" % name, llama_gguf(kv_extra=kvs, kv_raw=raw)[0])
+
+
+tok_gguf("tokenizer_unknown_model", model="t5")
+tok_gguf("tokenizer_unknown_pre", pre="deepseek-coder")
+tok_gguf("tokenizer_types_length", n_types=15)
+tok_gguf("tokenizer_scores_length", model="llama", n_scores=3)
+tok_gguf("tokenizer_tokens_vs_vocab", model="llama", n_tok=12, n_types=12, n_scores=12)
+w("gguf/rope_freqs_shape.gguf", llama_gguf(tensor_extra=[("rope_freqs.weight", (3,))])[0])
+w("gguf/rope_unknown_scaling.gguf", llama_gguf(kv_extra=[("llama.rope.scaling.type", "longrope")])[0])
+w("gguf/rope_yarn_no_factor.gguf", llama_gguf(kv_extra=[("llama.rope.scaling.type", "yarn")])[0])
 
 # ---- tokenizer files and text ----------------------------------------------------------------
 w("vocab/bad_json/encoder.json", '{"a": 0, "b": ')

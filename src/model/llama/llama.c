@@ -114,6 +114,92 @@ static int read_gemma2(const al__gguf *g, llama *L, al_error *err) {
     return 0;
 }
 
+/* An optional float key in [lo, hi] into *v (left as it is when absent). */
+static int opt_float(const al__gguf *g, const char *key, double lo, double hi, double *v,
+                     al_error *err) {
+    double f;
+    if (!al__gguf_find(g, key)) return 0;
+    int rc = al__gguf_get_float(g, key, &f, err);
+    if (rc) return rc;
+    if (!(f >= lo && f <= hi))
+        return al__err(err, AL_E_FORMAT, "%s: %s %g is out of range [%g, %g]", g->name, key, f, lo,
+                       hi);
+    *v = f;
+    return 0;
+}
+
+/* rope.scaling.* as llama.cpp writes them: type none / linear / yarn, factor; yarn's
+ * original_context_length (the context its correction dims are taken over, HF's
+ * max_position_embeddings), attn_factor (a multiplier of 0.1 ln(factor) + 1, as llama.cpp
+ * applies it), yarn_beta_fast / yarn_beta_slow. Llama 3.1's rule comes as rope_freqs.weight
+ * (read with the weights). */
+static int read_rope_scaling(const al__gguf *g, const char *arch, al__llama_config *c,
+                             al_error *err) {
+    char k[128], stype[32] = "none";
+    int rc = 0;
+    c->rope.factor = 1.0;
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
+        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
+        return rc;
+    if (!strcmp(stype, "none")) return 0;
+    if (strcmp(stype, "linear") && strcmp(stype, "yarn"))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: RoPE scaling type '%s' is not supported (none, linear, yarn are; "
+                       "Llama 3's comes as rope_freqs.weight)",
+                       g->name, stype);
+    c->rope.type = stype[0] == 'l' ? AL__ROPE_LINEAR : AL__ROPE_YARN;
+    c->rope.factor = NAN;
+    if ((rc = opt_float(g, K(k, arch, "rope.scaling.factor"), 1, 1e6, &c->rope.factor, err)))
+        return rc;
+    if (isnan(c->rope.factor))
+        return al__err(err, AL_E_FORMAT, "%s: RoPE scaling '%s' without %s", g->name, stype,
+                       K(k, arch, "rope.scaling.factor"));
+    if (c->rope.type != AL__ROPE_YARN) return 0;
+    double af = 1, ext = 1;
+    int64_t orig = c->n_ctx;
+    c->rope.beta_fast = 32, c->rope.beta_slow = 1;
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.original_context_length")) &&
+        (rc = al__gguf_get_int(g, k, 1, 1 << 24, &orig, err)))
+        return rc;
+    if ((rc = opt_float(g, K(k, arch, "rope.scaling.attn_factor"), 1e-6, 1e6, &af, err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_beta_fast"), 0, 1e6, &c->rope.beta_fast,
+                        err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_beta_slow"), 0, 1e6, &c->rope.beta_slow,
+                        err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_ext_factor"), -1, 1e6, &ext, err)))
+        return rc;
+    if (ext != 1 && ext != -1)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: rope.scaling.yarn_ext_factor %g is not supported (1, HF's YaRN, is)",
+                       g->name, ext);
+    c->rope.max_pos = (int)orig;
+    c->rope.attn_factor = af * (0.1 * log(c->rope.factor) + 1.0);
+    return 0;
+}
+
+/* rope_freqs.weight [d/2] (optional): per-frequency divisors of the inverse frequencies. */
+static int read_rope_freqs(const al__gguf *g, llama *L, al_error *err) {
+    const al__gguf_tensor *t = al__gguf_tensor_find(g, "rope_freqs.weight");
+    int half = L->cfg.rope.dim / 2;
+    if (!t) return 0;
+    if (t->n_dims != 1 || t->ne[0] != half)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: tensor 'rope_freqs.weight' has dims [%lld, %lld], expected [%d] (half "
+                       "the rotary dims %d)",
+                       g->name, (long long)t->ne[0], (long long)t->ne[1], half, L->cfg.rope.dim);
+    if (!(L->rope_freqs = al__malloc((size_t)half * sizeof(float), "rope_freqs", err)))
+        return AL_E_NOMEM;
+    int64_t ne[1] = {half};
+    int rc = al__gguf_load_f32(g, "rope_freqs.weight", 1, ne, L->rope_freqs, err);
+    for (int i = 0; !rc && i < half; i++)
+        if (!(L->rope_freqs[i] > 0 && L->rope_freqs[i] < 1e30f))
+            rc = al__err(err, AL_E_FORMAT,
+                         "%s: rope_freqs.weight[%d] = %g (a frequency divisor must be positive)",
+                         g->name, i, (double)L->rope_freqs[i]);
+    if (!rc) L->cfg.rope.freq_factors = L->rope_freqs;
+    return rc;
+}
+
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. GGUF
  * architectures llama, qwen2 (q/k/v biases) and gemma2 share the Llama-family forward. */
 static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
@@ -180,27 +266,6 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
             return al__err(err, AL_E_FORMAT, "%s: rope.freq_base %g is out of range", g->name, f);
         L->cfg.rope.base = f;
     }
-    L->cfg.rope.factor = 1.0;
-    char stype[32] = "none";
-    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
-        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
-        return rc;
-    if (strcmp(stype, "linear") == 0) {
-        if ((rc = al__gguf_get_float(g, K(k, arch, "rope.scaling.factor"), &f, err))) return rc;
-        if (!(f >= 1 && f < 1e6))
-            return al__err(err, AL_E_FORMAT, "%s: rope.scaling.factor %g is out of range", g->name,
-                           f);
-        L->cfg.rope.factor = f;
-        L->cfg.rope.type = AL__ROPE_LINEAR;
-    } else if (strcmp(stype, "none") != 0) {
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: RoPE scaling type '%s' is not supported (none, linear are)", g->name,
-                       stype);
-    }
-    if (al__gguf_tensor_find(g, "rope_freqs.weight"))
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: per-frequency RoPE factors (rope_freqs.weight) are not supported",
-                       g->name);
     const al__gguf_tensor *emb = al__gguf_tensor_find(g, "token_embd.weight");
     if (!emb)
         return al__err(err, AL_E_FORMAT, "%s: tensor 'token_embd.weight' is missing", g->name);
@@ -211,6 +276,7 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
     L->cfg.vocab = (int)emb->ne[1];
     L->cfg.rope.dim = L->cfg.d_head;
     L->cfg.rope.max_pos = L->cfg.n_ctx;
+    if ((rc = read_rope_scaling(g, arch, &L->cfg, err))) return rc;
     L->cfg.tied = al__gguf_tensor_find(g, "output.weight") == NULL;
     L->cfg.bos_id = L->cfg.eos_id = -1;
     return strcmp(arch, "gemma2") == 0 ? read_gemma2(g, L, err) : 0;
@@ -300,6 +366,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
 void al__llama_free(llama *L) {
     if (!L) return;
     free(L->arena);
+    free(L->rope_freqs);
     free(L->layers);
     al__attn_ws_free(&L->ws);
     al__gguf_close(L->gguf);
@@ -554,6 +621,7 @@ int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     int rc = al__gguf_open(path, &L->gguf, err);
     if (!rc) rc = read_hparams(L->gguf, L, err);
     if (!rc) rc = al__llama_check_config(&L->cfg, L->gguf->name, err);
+    if (!rc) rc = read_rope_freqs(L->gguf, L, err);
     if (!rc) rc = load_weights(m, L->gguf, L, err);
     if (rc) {
         al__llama_free(L);
