@@ -70,21 +70,25 @@ class CGGUFTok(th.COurs):
             raise RuntimeError(err.msg.decode())
 
 
-def write_gguf(path, kv, arch="llama"):
-    """A GGUF holding tokenizer metadata only (kv: key -> (value, GGUFValueType or None))."""
-    w = gguf.GGUFWriter(str(path), arch)
+def add_kv(w, kv):
     for k, (v, t) in kv.items():
         if isinstance(v, list):
             w.add_key_value(k, v, gguf.GGUFValueType.ARRAY, sub_type=t)
         else:
             w.add_key_value(k, v, t or gguf.GGUFValueType.STRING)
+
+
+def write_gguf(path, kv, arch="llama"):
+    """A GGUF holding tokenizer metadata only (kv: key -> (value, GGUFValueType or None))."""
+    w = gguf.GGUFWriter(str(path), arch)
+    add_kv(w, kv)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def byte_level_gguf(hf, pre, path):
+def byte_level_kv(hf, pre):
     """As llama.cpp's converter (_set_vocab_gpt2): the vocabulary strings by id, merges, types."""
     vocab = hf.get_vocab(with_added_tokens=True)
     toks = [None] * len(vocab)
@@ -101,7 +105,11 @@ def byte_level_gguf(hf, pre, path):
           "tokenizer.ggml.merges": (merges, U.STRING),
           "tokenizer.ggml.bos_token_id": (vocab["<|begin_of_text|>"], U.UINT32),
           "tokenizer.ggml.add_bos_token": (True, U.BOOL)}
-    write_gguf(path, kv)
+    return kv
+
+
+def byte_level_gguf(hf, pre, path):
+    write_gguf(path, byte_level_kv(hf, pre))
 
 
 def trained(name, book, tmp_path):
@@ -292,3 +300,23 @@ def test_real_llama3_tokenizer(tmp_path, book, llama3_dir):
             assert ours.encode(book) == ref
         finally:
             ours.close()
+
+
+def test_gptneox_gguf_tokenizer(tmp_path, book):
+    """A gptneox GGUF's tokenizer (GPT-NeoX-20B's pipeline, pre olmo) through the model."""
+    import hf_ref
+    import test_gguf_families
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    hf = trained("gpt_neox", book, tmp_path)
+    cfg = GPTNeoXConfig(vocab_size=hf.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5)
+    d = tmp_path / "hf"
+    hf_ref.build(GPTNeoXForCausalLM, cfg, d)
+    g = tmp_path / "neox.gguf"
+    test_gguf_families.convert_neox(d, cfg, g, more_kv=lambda w: add_kv(w, byte_level_kv(hf, "olmo")))
+    m = test_llama.CModel(g)
+    try:
+        text = TORTURE_A[:2000] + " caf\u00e9 <extra_tok> 2024"
+        assert list(m.tokenize(text.encode())) == hf.encode(text).ids
+    finally:
+        m.close()
