@@ -460,10 +460,9 @@ int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *con
     build_byte_map(b->b2u, b->u2b);
     int rc = build_tokens(b, tokens, n_tokens, err);
     if (!rc)
-        rc = o->scores && n_merges == 0
-                 ? build_merges_scored(b, o->scores, err)
-                 : build_merges(b, merges, n_merges, merge_lines,
-                                merges_name ? merges_name : "merges", err);
+        rc = o->scores && n_merges == 0 ? build_merges_scored(b, o->scores, err)
+                                        : build_merges(b, merges, n_merges, merge_lines,
+                                                       merges_name ? merges_name : "merges", err);
     for (int i = 0; !rc && i < o->n_splits; i++) {
         rc = compile_pattern(o->splits[i], &b->re[i], err);
         if (!rc) b->n_re++;

@@ -822,10 +822,10 @@ int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **
 /* ---- from fields (GGUF metadata) ------------------------------------------------------------- */
 
 #define LLAMA3_PATTERN                                                                             \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"    \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define QWEN2_PATTERN                                                                              \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"      \
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* GGUF pre-tokenizer names (llama.cpp's tokenizer.ggml.pre) as the HF pipelines of the
@@ -909,8 +909,8 @@ static int spec_bos_eos(al__hftok *t, const al__tok_spec *s, const pre_def *pd, 
     const char *what[2] = {"bos", "eos"};
     for (int k = 0; k < 2; k++) {
         if (ids[k] < -1 || ids[k] >= s->n_tokens)
-            return al__err(err, AL_E_FORMAT, "%s: %s_token_id %d is outside the %d tokens",
-                           s->name, what[k], ids[k], s->n_tokens);
+            return al__err(err, AL_E_FORMAT, "%s: %s_token_id %d is outside the %d tokens", s->name,
+                           what[k], ids[k], s->n_tokens);
         if (flag[k] > 0 && ids[k] < 0)
             return al__err(err, AL_E_FORMAT, "%s: add_%s_token is true but there is no %s_token_id",
                            s->name, what[k], what[k]);
@@ -948,8 +948,11 @@ int al__hftok_from_spec(const al__tok_spec *s, al__hftok **out, al_error *err) {
     snprintf(t->name, sizeof t->name, "%s", s->name);
     pipe p = {0};
     int rc = spec_pipeline(t, &p, s, pd, err);
-    al__bpe_opts o = {.raw_tokens = sp, .byte_fallback = sp, .fuse_unk = sp,
-                      .unk_id = sp ? s->unk_id : -1, .ignore_merges = pd && pd->ignore_merges,
+    al__bpe_opts o = {.raw_tokens = sp,
+                      .byte_fallback = sp,
+                      .fuse_unk = sp,
+                      .unk_id = sp ? s->unk_id : -1,
+                      .ignore_merges = pd && pd->ignore_merges,
                       .scores = sp ? s->scores : NULL};
     o.splits = (const char *const *)p.splits, o.n_splits = p.n_splits;
     if (!rc)

@@ -94,9 +94,9 @@ typedef struct al__tok_spec {
     int n_tokens;
     const char *const *merges;
     int n_merges;
-    const float *scores;  /* llama: required */
-    const int32_t *types; /* or NULL */
-    int add_space_prefix; /* llama: prepend ▁ to every segment */
+    const float *scores;            /* llama: required */
+    const int32_t *types;           /* or NULL */
+    int add_space_prefix;           /* llama: prepend ▁ to every segment */
     int32_t unk_id, bos_id, eos_id; /* -1 none */
     int add_bos, add_eos;           /* -1: the model's default (llama: BOS; llama3: BOS) */
 } al__tok_spec;

@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         }
     } else {
-        static const char fixed[] = "Hello world! It's 2024 \xe2\x96\x81 caf\xc3\xa9 <s></s>\n\t 12345";
+        static const char fixed[] =
+            "Hello world! It's 2024 \xe2\x96\x81 caf\xc3\xa9 <s></s>\n\t 12345";
         exercise(tk, fixed, sizeof fixed - 1, 1);
         exercise(tk, (const char *)data, size < 64 ? size : 64, 0);
         al_tokenizer_free(tk);
