@@ -135,11 +135,4 @@ def test_gguf_gptneox(tmp_path, parallel):
         assert m.info.family == b"gpt_neox"
     finally:
         m.close()
-    L = cfg.num_hidden_layers
-    res = {"hidden": max(float(np.abs(got["hidden"][l] - hf_ref.first_norm(ref, l)(out.hidden_states[l])[0].numpy()).max())
-                         for l in range(L)),
-           "weights": max(float(np.abs(got["weights"][l] - out.attentions[l][0].numpy()).max()) for l in range(L)),
-           "final": float(np.abs(got["final"] - out.hidden_states[-1][0].numpy()).max())}
-    lg = out.logits[0].numpy()
-    res["logits"] = float(np.abs(got["logits"] - lg).max() / np.abs(lg).max())
-    check(res)
+    check(hf_ref.diffs(ref, out, got, cfg.num_hidden_layers))

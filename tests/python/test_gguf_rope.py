@@ -97,13 +97,7 @@ def compare_gguf(g, hf_dir, ids, n_layer):
         got = m.forward(ids, what=("hidden", "weights"), logits=True, final=True)
     finally:
         m.close()
-    d = {"hidden": max(float(np.abs(got["hidden"][l] - hf_ref.first_norm(ref, l)(out.hidden_states[l])[0].numpy()).max())
-                       for l in range(n_layer)),
-         "weights": max(float(np.abs(got["weights"][l] - out.attentions[l][0].numpy()).max()) for l in range(n_layer)),
-         "final": float(np.abs(got["final"] - out.hidden_states[-1][0].numpy()).max())}
-    lg = out.logits[0].numpy()
-    d["logits"] = float(np.abs(got["logits"] - lg).max() / np.abs(lg).max())
-    return d
+    return hf_ref.diffs(ref, out, got, n_layer)
 
 
 GGUF_ROPES = {k: v for k, v in ROPES.items() if k in ("llama3", "yarn", "yarn_af", "linear")}
