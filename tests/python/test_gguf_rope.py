@@ -43,7 +43,7 @@ def llama3_rope_freqs(cfg):
     return np.asarray(out, np.float32)
 
 
-def convert_llama(hf_dir, cfg, out, freqs_override=None, extra=None):
+def convert_llama(hf_dir, cfg, out, freqs_override=None, extra=None, betas=True):
     w = gguf.GGUFWriter(str(out), "llama")
     H, G, L = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
     w.add_block_count(L)
@@ -66,9 +66,9 @@ def convert_llama(hf_dir, cfg, out, freqs_override=None, extra=None):
         w.add_rope_scaling_orig_ctx_len(cfg.max_position_embeddings)  # what transformers 4.46 uses
         if "attention_factor" in rs:  # llama.cpp multiplies 0.1 ln(factor) + 1 by it
             w.add_rope_scaling_attn_factors(rs["attention_factor"] / (0.1 * math.log(rs["factor"]) + 1))
-        if rs.get("beta_fast", 32) != 32:
+        if betas and rs.get("beta_fast", 32) != 32:
             w.add_rope_scaling_yarn_beta_fast(rs["beta_fast"])
-        if rs.get("beta_slow", 1) != 1:
+        if betas and rs.get("beta_slow", 1) != 1:
             w.add_rope_scaling_yarn_beta_slow(rs["beta_slow"])
     for k, (v, t) in (extra or {}).items():
         w.add_key_value(k, v, t)
@@ -101,7 +101,8 @@ def compare_gguf(g, hf_dir, ids, n_layer):
 
 
 GGUF_ROPES = {k: v for k, v in ROPES.items() if k in ("llama3", "yarn", "yarn_af", "linear")}
-GGUF_ROPES["yarn_betas"] = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16, "beta_slow": 2}
+# betas that move the correction range for d 16, base 500, 64 positions (32/1 give dims 0..3, these 2..4)
+GGUF_ROPES["yarn_betas"] = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 2.0, "beta_slow": 0.5}
 
 
 @pytest.mark.parametrize("rope", sorted(GGUF_ROPES))
@@ -125,6 +126,17 @@ def test_rope_freqs_matter(tmp_path):
     convert_llama(d, cfg, g, freqs_override=np.ones(8, np.float32))
     res = compare_gguf(g, d, tokens(40, cfg.vocab_size), cfg.num_hidden_layers)
     assert res["weights"] > 1e-3, res
+
+
+def test_yarn_betas_matter(tmp_path):
+    """The betas are read: the same GGUF without them (the defaults 32 / 1) is far off."""
+    cfg = llama_cfg(rope_scaling=GGUF_ROPES["yarn_betas"], rope_theta=500.0, hidden_size=64)
+    d = tmp_path / "hf"
+    hf_ref.build(LlamaForCausalLM, cfg, d)
+    g = tmp_path / "nobetas.gguf"
+    convert_llama(d, cfg, g, betas=False)
+    res = compare_gguf(g, d, tokens(40, cfg.vocab_size), cfg.num_hidden_layers)
+    assert res["weights"] > 1e-4, res
 
 
 def open_error(p):
