@@ -425,6 +425,13 @@ negw = dw.copy()
 negw[0, 3, 0] -= 0.25
 negw[0, 3, 1] += 0.25
 dump_dir("dump/weights_negative", DM, dict(DA, **{"layer0.weights.npy": negw}))
+# masked entries (above the diagonal of a causal dump) must be 0, whatever the normalizer
+mkw = dw.copy()
+mkw[0, 1, 3] = 0.125
+dump_dir("dump/weights_masked_nonzero", DM, dict(DA, **{"layer0.weights.npy": mkw}))
+mkn = dw.copy()
+mkn[0, 2, 3] = np.nan
+dump_dir("dump/weights_masked_nan", dict(DM, weights_sum_to_one=False), dict(DA, **{"layer0.weights.npy": mkn}))
 
 # ---- Llama-family HF directories (config.json faults; a tiny valid model for the tokenizer) ---
 LC = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8,
