@@ -26,7 +26,7 @@ static void usage(FILE *f) {
         "\"bound_paper\"}\n\n"
         "Spectral norms are exact (secular equation) for softmax, sparsemax, entmax and ssmax, "
         "and\n"
-        "accurate to 1e-6 relative or better (Lanczos on J^T J) for the sa-softmax forms. "
+        "accurate to 1e-8 relative or better (inertia bisection, O(n)) for the sa-softmax forms. "
         "bound_sup\n"
         "= 1/(2T) (the supremum) and bound_paper = min(1/(4T), sqrt 2) (the paper's value) for\n"
         "softmax and ssmax (at its effective temperature T / (s log n)); null for the others.\n");

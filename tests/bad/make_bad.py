@@ -274,7 +274,6 @@ w("text/not_utf8.txt", b"The quick brown fox \xff jumps over the lazy dog, twice
 w("text/ids_small.txt", "0 1 2 3 4 5 6 7\n")
 # hostile sizes (issue 12, class 11): a row longer than the sa-softmax spectral norm takes, and one
 # whose dense Jacobian (--full) would need 1.15 GB
-w("text/row_70000.txt", " ".join(["0"] * 70000) + "\n")
 w("text/row_12000.txt", " ".join(["0"] * 12000) + "\n")
 
 # ---- duplicated names --------------------------------------------------------------------------

@@ -495,11 +495,9 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
                        "%s: %zu NaN/Inf values (first at %s: %g); a dump's arrays must be finite "
                        "(%s)",
                        path, bad, where, first_v,
-                       masked ? "entries above the diagonal are masked"
-                              : "nothing is masked");
+                       masked ? "entries above the diagonal are masked" : "nothing is masked");
     }
-    if (w == W_WEIGHTS && (rc = check_distribution(p, a, l, path, err)))
-        al_array_free(a);
+    if (w == W_WEIGHTS && (rc = check_distribution(p, a, l, path, err))) al_array_free(a);
     return rc;
 }
 
