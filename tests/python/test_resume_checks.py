@@ -98,3 +98,24 @@ def test_nonfinite_partial_with_forged_checksum_is_recomputed(fresh, tmp_path, a
     assert "not finite where they must be" in r.stderr and job in r.stderr, r.stderr
     assert "computed 1 of" in r.stderr, r.stderr
     assert results(out) == results(fresh / "ref")
+
+
+def test_dropped_grid_values_are_reported(fresh, tmp_path):
+    """issue 12, class 9: given grid values that apply to no L are named on stderr and listed in
+    results.json (options.grid_values_dropped), the rest run; an experiment of the default set
+    with nothing to compute at the lengths is named too (options.experiments_empty)."""
+    out = tmp_path / "g"
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--quiet", "--experiments", "alg2,alg4",
+            "--lengths", "16,32", "--long-length", "32", "--top-n", "4,8,40,64", "--separability-n", "2,100",
+            "--out", out)
+    assert "--top-n: 2 values dropped (40, 64): N must be below L = 32" in r.stderr, r.stderr
+    assert "--separability-n: 1 value dropped (100)" in r.stderr, r.stderr
+    op = json.load(open(out / "results.json"))["manifest"]["options"]
+    assert op["grid_values_dropped"] == {"top_n": [40, 64], "separability_n": [100]}
+    assert op["top_n"] == [4, 8] and op["separability_n"] == [2] and op["experiments_empty"] == []
+    out2 = tmp_path / "e"
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--quiet", "--lengths", "4", "--long-length", "4",
+            "--out", out2)
+    assert "experiment alg1 has nothing to compute at these lengths (the longest L = 4" in r.stderr, r.stderr
+    op = json.load(open(out2 / "results.json"))["manifest"]["options"]
+    assert op["experiments_empty"] == ["alg1"] and op["grid_values_dropped"] == {}
