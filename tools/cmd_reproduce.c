@@ -298,13 +298,8 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
             o.eps = dl[1];
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE();
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
-                rc = USAGE_ERROR("--seed: '%s' is not an integer in [0, 2^64 - 1]", v);
-                goto out;
-            }
+            uint64_t s;
+            if (cli_parse_u64(v, "--seed", &s, &err)) goto usage_err;
             o.seed = s;
         } else if (!strcmp(a, "--mc")) {
             NEED_VALUE();

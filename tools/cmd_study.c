@@ -36,7 +36,8 @@ int cmd_study(int argc, char **argv) {
     al__study_defaults(&o);
     al_error err = {0};
     const char *norms = "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax";
-    double scale = 1, seed = 1;
+    double scale = 1;
+    uint64_t seed = 1;
     int json = 0, quiet = 0, threads = 0, seq = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -85,12 +86,13 @@ int cmd_study(int argc, char **argv) {
             o.base.corpus = v;
         } else if (!strcmp(a, "--tokenizer")) {
             o.base.tokenizer = v;
-        } else if (!strcmp(a, "--scale") || !strcmp(a, "--lr") || !strcmp(a, "--seed")) {
+        } else if (!strcmp(a, "--seed")) {
+            if (cli_parse_u64(v, a, &seed, &err)) return cli_usage_error("study", "%s", err.msg);
+        } else if (!strcmp(a, "--scale") || !strcmp(a, "--lr")) {
             double d;
             if (cli_parse_double(v, a, &d, &err)) return cli_usage_error("study", "%s", err.msg);
-            if (!(d > 0) && strcmp(a, "--seed"))
-                return cli_usage_error("study", "%s must be > 0", a);
-            *(!strcmp(a, "--scale") ? &scale : !strcmp(a, "--lr") ? &o.base.opt.lr : &seed) = d;
+            if (!(d > 0)) return cli_usage_error("study", "%s must be > 0", a);
+            *(!strcmp(a, "--scale") ? &scale : &o.base.opt.lr) = d;
         } else if (!strcmp(a, "--crit-L")) {
             int *L, n;
             if (cli_parse_int_list(v, a, &L, &n, &err))
@@ -108,8 +110,7 @@ int cmd_study(int argc, char **argv) {
     }
     if (!o.out) return cli_usage_error("study", "--out DIR is required");
     if (al__study_parse_norms(norms, &o, &err)) return cli_usage_error("study", "%s", err.msg);
-    if (seed < 0 || seed != floor(seed)) return cli_usage_error("study", "--seed: an integer >= 0");
-    o.base.seed = (uint64_t)seed;
+    o.base.seed = seed;
     o.base.opt.steps = (int)ceil(o.base.opt.steps * scale);
     o.base.T = seq ? seq : o.base.cfg.n_ctx;
     if (o.base.T > o.base.cfg.n_ctx)

@@ -77,7 +77,6 @@ int cmd_train(int argc, char **argv) {
     al__tr_run_opts o;
     al__tr_run_defaults(&o);
     int json = 0, quiet = 0, seq = 0, threads = 0;
-    double seed = 1;
     al_error err = {0};
     numopt nums[] = {
         {"--layers", 1, 1, 256, &o.cfg.n_layer},
@@ -103,7 +102,6 @@ int cmd_train(int argc, char **argv) {
         {"--temperature", 0, 1e-6, 1e6, &o.cfg.norm.temperature},
         {"--alpha", 0, 1.000001, 100, &o.cfg.norm.alpha},
         {"--ssmax-s", 0, 1e-3, 1e3, &o.cfg.norm.ssmax_s},
-        {"--seed", 0, 0, 9007199254740992.0, &seed},
     };
     const char *norm_name = "softmax";
     for (int i = 1; i < argc; i++) {
@@ -138,7 +136,10 @@ int cmd_train(int argc, char **argv) {
             o.dump = argv[++i];
         else if (!strcmp(a, "--normalizer"))
             norm_name = argv[++i];
-        else {
+        else if (!strcmp(a, "--seed")) {
+            if (cli_parse_u64(argv[++i], "--seed", &o.seed, &err))
+                return cli_usage_error("train", "%s", err.msg);
+        } else {
             int k = -1;
             for (int j = 0; j < (int)(sizeof nums / sizeof nums[0]); j++)
                 if (!strcmp(a, nums[j].name)) k = j;
@@ -162,8 +163,6 @@ int cmd_train(int argc, char **argv) {
     }
     if (!o.out) return cli_usage_error("train", "--out DIR is required");
     if (parse_norm(norm_name, &o.cfg.norm)) return 2;
-    if (seed != floor(seed)) return cli_usage_error("train", "--seed must be an integer");
-    o.seed = (uint64_t)seed;
     o.T = seq ? seq : o.cfg.n_ctx;
     if (o.T > o.cfg.n_ctx)
         return cli_usage_error("train", "--seq %d is longer than --ctx %d", o.T, o.cfg.n_ctx);

@@ -236,6 +236,11 @@ static int check_grids_apply(plan *p, const al_repro_opts *o, al_error *err) {
     } g[3] = {{AL_EXP_ALG2, o->top_n, o->n_top_n, p->nN2, p->long_L},
               {AL_EXP_ALG3, o->critical_n, o->n_critical_n, crit_ok, maxL},
               {AL_EXP_ALG4, o->separability_n, o->n_separability_n, p->nN4, p->long_L}};
+    for (int i = 0; i < 3; i++)
+        for (int q = 0; g[i].given && q < g[i].n_given; q++)
+            if (g[i].given[q] < 1)
+                return al__err(err, AL_E_INVALID, "%s: %d is not an N >= 1", al__ex_grid_flags[i],
+                               g[i].given[q]);
     for (int i = 0; i < 3; i++) {
         p->n_dropped[i] = 0;
         if (!(exp & g[i].bit) || !g[i].given) continue;
