@@ -1,6 +1,7 @@
 /* fuzz_cli_args.c: libFuzzer harness for the CLI's option value parsers (tools/cli.c:
- * cli_parse_int, cli_parse_double, cli_parse_int_list, cli_parse_double_list, cli_parse_u64). tools/cli.c is
- * compiled into this harness (#include below): the functions are not part of the library.
+ * cli_parse_int, cli_parse_double, cli_parse_int_list, cli_parse_double_list, cli_parse_u64).
+ * tools/cli.c is compiled into this harness (#include below): the functions are not part of the
+ * library.
  *
  * Input: byte 0 picks the parser (and, for cli_parse_int, the bounds); the rest, up to the
  * first NUL, is the option value (argv strings hold no NUL).
