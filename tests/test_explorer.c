@@ -1,5 +1,5 @@
 /* test_explorer.c: the escaping of strings from model files and corpora into HTML and into the
- * explorer's script-embedded JSON (src/report/escape.c), and the explorer section itself
+ * explorer's script-embedded JSON (src/base/textsafe.c), and the explorer section itself
  * (src/report/explorer.c): hostile token strings cannot open or close an element, the data
  * parse back (cJSON) to the strings and numbers given. The explorer's behaviour in a browser is
  * tests/python/test_explorer_browser.py. */
