@@ -232,6 +232,20 @@ int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, 
     return 0;
 }
 
+int cli_parse_u64(const char *s, const char *what, uint64_t *out, al_error *err) {
+    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty value", what);
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        unsigned d = (unsigned)(unsigned char)*p - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return al_error_set(err, d > 9 ? AL_E_INVALID : AL_E_RANGE,
+                                "%s: '%s' is not an integer in [0, 2^64 - 1]", what, s);
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
 /* One item of an integer list at p: N or N-M (strtol numbers). Returns 0 with [*a, *b] and *end
  * just past the item, or an error code with the message. */
 static int int_item(const char *p, const char *what, int item, long *a, long *b, const char **end,

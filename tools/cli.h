@@ -107,6 +107,8 @@ int cli_is_prompt(const char *corpus);
 /* Strict number parsing of a command-line value; what names the option in the message. */
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);
+/* A seed: decimal digits only (no sign, space or exponent), 0..2^64 - 1, never wrapped. */
+int cli_parse_u64(const char *s, const char *what, uint64_t *out, al_error *err);
 /* "1,5,10" or "1-16" ranges mixed: "1-16,18,20"; *out malloc'ed. An empty item, a bad item, a
  * backwards range and a list expanding to more than CLI_MAX_LIST entries are errors naming the
  * option and the item (checked before anything is allocated). */

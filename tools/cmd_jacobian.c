@@ -22,14 +22,16 @@ static void usage(FILE *f) {
                "Norms of J = dp/dz for p = normalizer(z / T) at the logits z read from the input\n"
                "(a row; a 2-D input gives one result per row).\n\n");
     cli_print_options(f, opts, 21);
-    fprintf(f, "\nSpectral norms are exact (secular equation) for softmax, sparsemax, entmax and "
-               "ssmax, and\n"
-               "accurate to 1e-6 relative or better (Lanczos on J^T J) for the sa-softmax forms. "
-               "bound_sup\n"
-               "= 1/(2T) (the supremum) and bound_paper = min(1/(4T), sqrt 2) (the paper's value) "
-               "for\n"
-               "softmax and ssmax (at its effective temperature T / (s log n)); null for the "
-               "others.\n");
+    fprintf(
+        f,
+        "\nSpectral norms are exact (secular equation) for softmax, sparsemax, entmax and "
+        "ssmax, and\n"
+        "accurate to 1e-8 relative or better (inertia bisection, O(n)) for the sa-softmax forms. "
+        "bound_sup\n"
+        "= 1/(2T) (the supremum) and bound_paper = min(1/(4T), sqrt 2) (the paper's value) "
+        "for\n"
+        "softmax and ssmax (at its effective temperature T / (s log n)); null for the "
+        "others.\n");
 }
 
 typedef struct row_result {

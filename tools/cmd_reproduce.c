@@ -304,13 +304,8 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 goto usage_err;
             *(k ? &o.eps : &o.temperatures) = dl[k];
         } else if (id == O_SEED) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
-                rc = USAGE_ERROR("--seed: '%s' is not an integer in [0, 2^64 - 1]", v);
-                goto out;
-            }
+            uint64_t s;
+            if (cli_parse_u64(v, "--seed", &s, &err)) goto usage_err;
             o.seed = s;
         } else if (id == O_MC) {
             if (cli_parse_int(v, "--mc", 0, 1000000, &n, &err)) goto usage_err;

@@ -81,7 +81,8 @@ int cmd_study(int argc, char **argv) {
     al__study_defaults(&o);
     al_error err = {0};
     const char *norms = "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax";
-    double scale = 1, seed = 1;
+    double scale = 1;
+    uint64_t seed = 1;
     int json = 0, quiet = 0, threads = 0, seq = 0;
     const struct {
         int *dst;
@@ -120,11 +121,13 @@ int cmd_study(int argc, char **argv) {
             o.base.corpus = v;
         } else if (id == O_TOKENIZER) {
             o.base.tokenizer = v;
-        } else if (id == O_SCALE || id == O_LR || id == O_SEED) {
+        } else if (id == O_SEED) {
+            if (cli_parse_u64(v, a, &seed, &err)) return cli_usage_error("study", "%s", err.msg);
+        } else if (id == O_SCALE || id == O_LR) {
             double d;
             if (cli_parse_double(v, a, &d, &err)) return cli_usage_error("study", "%s", err.msg);
-            if (!(d > 0) && id != O_SEED) return cli_usage_error("study", "%s must be > 0", a);
-            *(id == O_SCALE ? &scale : id == O_LR ? &o.base.opt.lr : &seed) = d;
+            if (!(d > 0)) return cli_usage_error("study", "%s must be > 0", a);
+            *(id == O_SCALE ? &scale : &o.base.opt.lr) = d;
         } else if (id == O_CRIT_L) {
             int *L, n;
             if (cli_parse_int_list(v, a, &L, &n, &err))
@@ -140,8 +143,7 @@ int cmd_study(int argc, char **argv) {
     }
     if (!o.out) return cli_usage_error("study", "--out DIR is required");
     if (al__study_parse_norms(norms, &o, &err)) return cli_usage_error("study", "%s", err.msg);
-    if (seed < 0 || seed != floor(seed)) return cli_usage_error("study", "--seed: an integer >= 0");
-    o.base.seed = (uint64_t)seed;
+    o.base.seed = seed;
     o.base.opt.steps = (int)ceil(o.base.opt.steps * scale);
     o.base.T = seq ? seq : o.base.cfg.n_ctx;
     if (o.base.T > o.base.cfg.n_ctx)

@@ -150,7 +150,6 @@ int cmd_train(int argc, char **argv) {
     al__tr_run_opts o;
     al__tr_run_defaults(&o);
     int json = 0, quiet = 0, seq = 0, threads = 0;
-    double seed = 1;
     al_error err = {0};
     const numopt nums[N_NUMS] = {
         [O_LAYERS] = {1, 1, 256, &o.cfg.n_layer},
@@ -176,7 +175,6 @@ int cmd_train(int argc, char **argv) {
         [O_TEMPERATURE] = {0, 1e-6, 1e6, &o.cfg.norm.temperature},
         [O_ALPHA] = {0, 1.000001, 100, &o.cfg.norm.alpha},
         [O_SSMAX_S] = {0, 1e-3, 1e3, &o.cfg.norm.ssmax_s},
-        [O_SEED] = {0, 0, 9007199254740992.0, &seed},
     };
     const char *norm_name = "softmax", *v;
     cli_parser p = {"train", argc, argv, opts, usage};
@@ -197,7 +195,9 @@ int cmd_train(int argc, char **argv) {
         if (k == O_RESUME) o.resume = 1;
         if (k == O_FIXED_BATCH) o.fixed_batch = 1;
         if (k == O_SSMAX_LEARN) o.cfg.ssmax_learn = 1;
-        if (k >= N_NUMS) continue;
+        if (k == O_SEED && cli_parse_u64(v, p.opt, &o.seed, &err))
+            return cli_usage_error("train", "%s", err.msg);
+        if (k >= N_NUMS || k == O_SEED) continue;
         if (nums[k].is_int) {
             long x;
             if (cli_parse_int(v, p.opt, (long)nums[k].lo, (long)nums[k].hi, &x, &err))
@@ -215,8 +215,6 @@ int cmd_train(int argc, char **argv) {
     }
     if (!o.out) return cli_usage_error("train", "--out DIR is required");
     if (parse_norm(norm_name, &o.cfg.norm)) return 2;
-    if (seed != floor(seed)) return cli_usage_error("train", "--seed must be an integer");
-    o.seed = (uint64_t)seed;
     o.T = seq ? seq : o.cfg.n_ctx;
     if (o.T > o.cfg.n_ctx)
         return cli_usage_error("train", "--seq %d is longer than --ctx %d", o.T, o.cfg.n_ctx);
