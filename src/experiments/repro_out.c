@@ -35,11 +35,11 @@ int al_repro_out_begin(al_repro_opts *o, int force, al_outdir **od, al_error *er
     struct stat st;
     if (lstat(out, &st) != 0) return 0; /* a new directory: made by the run */
     if (S_ISLNK(st.st_mode))
-        return al_error_set(err, AL_E_IO, "%s: is a symbolic link: refused (give the link's target)",
-                       out);
+        return al_error_set(err, AL_E_IO,
+                            "%s: is a symbolic link: refused (give the link's target)", out);
     if (!S_ISDIR(st.st_mode))
         return al_error_set(err, AL_E_IO, "%s: exists and is %s, not a directory", out,
-                       al__file_kind(st.st_mode));
+                            al__file_kind(st.st_mode));
     int rc = al_outdir_check_own(out, "reproduce", own_entry, err);
     if (rc || o->resume) return rc;
     char res[4200];
@@ -59,4 +59,3 @@ int al_repro_out_begin(al_repro_opts *o, int force, al_outdir **od, al_error *er
     *od = d;
     return 0;
 }
-
