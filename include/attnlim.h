@@ -551,6 +551,24 @@ typedef struct al_model_info {
 AL_API int al_model_open(const char *path_or_name, al_model **out, al_error *err);
 AL_API void al_model_free(al_model *m);
 AL_API const al_model_info *al_model_get_info(const al_model *m);
+/* What `attnlim info` prints, as JSON text (al_free): the model object of every manifest
+ * (family, config, files and their SHA-256s unless hash is 0, identity, load warnings, a dump's
+ * arrays; given: the name or path the caller opened m with), "dtypes" (storage dtype counts)
+ * and, when tensors, "tensors" (every stored tensor: name, dtype, shape) of a safetensors or
+ * llm.c checkpoint. NULL with err set. */
+AL_API char *al_model_describe(al_model *m, const char *given, int hash, int tensors,
+                               al_error *err);
+/* For the error when an output of m's forward is not finite: "FILE: tensor NAME has N NaN/Inf
+ * values (first at flat index I)" from m's first load warning, or, when the weights are all
+ * finite, "PATH: the weights are finite (the forward overflowed)", into buf[cap]. */
+AL_API void al_model_nonfinite_cause(const al_model *m, char *buf, size_t cap);
+/* The "attention" object of every manifest as JSON text ({rule, k, normalizer, layers, heads,
+ * tie_rule, modified}): malloc'ed (al_free); NULL when out of memory. */
+AL_API char *al_model_attention_json(const al_model *m);
+/* A known model name (smollm2, minilm, gpt2) as the path of its files in the cache, fetching
+ * them on first use when the network is allowed (al_set_network); every file's SHA-256 is
+ * pinned. */
+AL_API int al_fetch_model(const char *name, char *path, size_t size, al_error *err);
 /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, BERT vocab.txt). */
 AL_API int al_model_tokenizer(al_model *m, al_tokenizer **out, al_error *err);
 /* Computes (once) the model identity into info->sha256: the SHA-256 of the lines
@@ -822,6 +840,14 @@ AL_API void al_repro_defaults(al_repro_opts *o);
 /* The best model available: "gpt2" (124M) when al_model_open("gpt2") works, else "smollm2";
  * else AL_E_NOTFOUND with a message on how to provide one. name receives the name. */
 AL_API int al_repro_pick_model(char *name, size_t size, al_error *err);
+/* Before al_reproduce (the CLI's rank 0): o->out_dir absent or empty, or with o->resume its
+ * own earlier output, or an earlier run's that never finished (no results.json): the run works
+ * in DIR (*od NULL). With force over its own earlier output: o->out_dir becomes a temporary
+ * beside DIR (*od), published with al_outdir_publish after the run and released with
+ * al_outdir_free. Anything else (a link, a file, entries reproduce does not write; its own
+ * output without force or resume) is refused, naming it. */
+struct al_outdir;
+AL_API int al_repro_out_begin(al_repro_opts *o, int force, struct al_outdir **od, al_error *err);
 /* Runs every experiment and writes results.json, CSVs, NPYs, figures, report.md and
  * report.html into o->out_dir (docs/results-schema.md, docs/reproduce.md). */
 AL_API int al_reproduce(const al_repro_opts *o, al_error *err);
@@ -830,6 +856,74 @@ AL_API int al_reproduce(const al_repro_opts *o, al_error *err);
  * most 1 for names up to 4 bytes, 2 up to 8, else 3; a prefix of 3+ characters counts as near),
  * or NULL when none is near or two are equally near. */
 AL_API const char *al_nearest(const char *s, const char *const *cand, int n);
+
+/* ==== Services for programs built on the library (the attnlim CLI is one) ================ */
+
+/* Monotonic seconds, for timings. */
+AL_API double al_now(void);
+/* The OpenMP thread count the kernels take now (al_set_threads sets it). */
+AL_API int al_get_threads(void);
+/* Prefixes err->msg with the printf-formatted prefix and ": " (an err without a code takes
+ * AL_E_INVALID); returns err's code. NULL err: a no-op returning AL_E_INVALID. */
+AL_API int al_error_prefix(al_error *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* A whole file ("-": stdin) as a NUL-terminated buffer (*out, free with al_free; *len its
+ * bytes), at most max_size bytes; any other path must be a regular file (a FIFO, a device, a
+ * directory is refused, naming it, without blocking on it). */
+AL_API int al_read_file(const char *path, size_t max_size, char **out, size_t *len, al_error *err);
+/* One decimal number as every reader of the library takes it ([+-] digits [. digits]
+ * [e [+-] digits]): hexadecimal, NaN, Inf, values beyond the normal doubles and anything else
+ * are refused with a message naming what ("--alpha: '0x1p3' is hexadecimal ..."). */
+AL_API int al_parse_double(const char *s, const char *what, double *out, al_error *err);
+/* The terminal form of s[n] into out[cap] (NUL-terminated, cut at a character): controls as
+ * \xNN / \u00NN (tab, newline and carriage return kept), invalid UTF-8 bytes as \xNN, so that
+ * a name holding ESC or CSI sequences cannot act on a terminal. Returns the length written. */
+AL_API size_t al_term_text(const char *s, size_t n, char *out, size_t cap);
+/* The JSON text of a cJSON tree as every JSON attnlim writes it (pretty or on one line; numbers
+ * round-trip, invalid UTF-8 repaired). malloc'ed (free with al_free); NULL when out of memory. */
+struct cJSON;
+AL_API char *al_json_print(const struct cJSON *j, int pretty);
+/* The kernels' instruction set: al_cpu_kernels(0) the one in use ("scalar", "avx2", "avx512":
+ * the best this CPU has, or $ATTNLIM_CPU), al_cpu_kernels(1) the best this CPU supports. */
+AL_API const char *al_cpu_kernels(int supported);
+/* Checks $ATTNLIM_CPU: unset, or one of those names and supported here; else AL_E_INVALID
+ * saying what this CPU supports. */
+AL_API int al_cpu_check_env(al_error *err);
+
+/* A progress bar on stderr: mode 0 off (every call a no-op), 1 redrawn in place (a TTY), 2
+ * plain lines every $ATTNLIM_PROGRESS_INTERVAL seconds (default 10). total: work units. NULL
+ * when out of memory (the calls then do nothing). al_bar_end draws the last line and frees. */
+typedef struct al_bar al_bar;
+AL_API al_bar *al_bar_begin(int mode, double total);
+AL_API void al_bar_add(al_bar *b, double units, const char *status);
+AL_API void al_bar_end(al_bar *b);
+
+/* An output directory published in one rename: the run writes into a temporary directory
+ * beside DIR (al_outdir_path), and al_outdir_publish makes it DIR. DIR absent or empty is
+ * replaced; DIR holding files is refused unless force, and with force only when every entry is
+ * one the tool writes (own(name, is_dir)), its own earlier output, then exchanged atomically.
+ * Temporaries of killed runs are swept when their owner is provably gone (src/base/outdir.h). */
+typedef struct al_outdir al_outdir;
+typedef int (*al_own_fn)(const char *name, int is_dir);
+/* Checks DIR (tool names the temporaries: "capture", "make-model") and sweeps dead runs'
+ * temporaries; nothing is created yet. NULL with err set. */
+AL_API al_outdir *al_outdir_open(const char *dir, const char *tool, al_own_fn own, int force,
+                                 al_error *err);
+/* Creates the missing parents, the lock and the temporary directory. */
+AL_API int al_outdir_make(al_outdir *d, al_error *err);
+/* The temporary directory to write into (after al_outdir_make), and DIR. */
+AL_API const char *al_outdir_path(const al_outdir *d);
+AL_API const char *al_outdir_dir(const al_outdir *d);
+/* The one rename that makes the temporary DIR (replacing the earlier output when force). */
+AL_API int al_outdir_publish(al_outdir *d, al_error *err);
+/* Releases d: when not published, the temporary, the parents it created and the lock go.
+ * NULL is a no-op. */
+AL_API void al_outdir_free(al_outdir *d);
+/* DIR holds nothing but entries own() accepts (for a run that works inside DIR itself). */
+AL_API int al_outdir_check_own(const char *dir, const char *tool, al_own_fn own, al_error *err);
 
 /* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
  * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for

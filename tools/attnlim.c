@@ -1,7 +1,5 @@
 /* attnlim.c: the command-line tool. main dispatches to one subcommand (tools/cmd_*.c). */
 #include "cli.h"
-#include "cpu.h"
-#include "textsafe.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -98,7 +96,7 @@ static void sink_text(term_sink *t, const unsigned char *s, size_t n) {
         size_t chunk = n > 4096 ? 4096 : n;
         if (chunk < n) chunk -= open_tail(s, chunk); /* never cut a sequence in two */
         if (!chunk) chunk = n < 4 ? n : 4;
-        put_fd(t->fd, out, al__term_text((const char *)s, chunk, out, sizeof out));
+        put_fd(t->fd, out, al_term_text((const char *)s, chunk, out, sizeof out));
         s += chunk, n -= chunk;
     }
 }
@@ -166,11 +164,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) {
         printf("attnlim %s\n", al_version());
         printf("kernels: %s (this CPU supports %s; ATTNLIM_CPU=scalar|avx2|avx512 picks one)\n",
-               al__cpu_name(al__cpu_level()), al__cpu_name(al__cpu_detect()));
+               al_cpu_kernels(0), al_cpu_kernels(1));
         return 0;
     }
     al_error err = {0};
-    if (al__cpu_check_env(&err)) {
+    if (al_cpu_check_env(&err)) {
         fprintf(stderr, "attnlim: %s\n", err.msg);
         return 2;
     }

@@ -1,7 +1,5 @@
 /* cli.c: argument and input parsing, errors and JSON output shared by the subcommands. */
 #include "cli.h"
-#include "textsafe.h"
-#include "internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -201,22 +199,21 @@ char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned) {
     return out;
 }
 
+void *cli_malloc(size_t n, const char *what, al_error *err) {
+    void *p = malloc(n ? n : 1);
+    if (!p) al_error_set(err, AL_E_NOMEM, "out of memory: %zu bytes for %s", n, what);
+    return p;
+}
+
+void *cli_calloc(size_t count, size_t size, const char *what, al_error *err) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        al_error_set(err, AL_E_NOMEM, "out of memory: %zu x %zu bytes for %s", count, size, what);
+    return p;
+}
+
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err) {
-    if (!s || !*s) return al_error_set(err, AL_E_INVALID, "%s: empty value", what);
-    double v = 0;
-    int under = 0, why = al__number_token(s, &v, &under);
-    if (why == AL__NUM_HEX)
-        return al_error_set(err, AL_E_INVALID, "%s: '%s' is hexadecimal (give a decimal number)",
-                            what, s);
-    if (why == AL__NUM_NONFINITE)
-        return al_error_set(err, AL_E_RANGE, "%s: '%s' is not finite (NaN and Inf are refused)",
-                            what, s);
-    if (why == AL__NUM_OVERFLOW || under)
-        return al_error_set(err, AL_E_RANGE, "%s: '%s' is out of range (beyond the normal doubles)",
-                            what, s);
-    if (why) return al_error_set(err, AL_E_INVALID, "%s: '%s' is not a number", what, s);
-    *out = v;
-    return 0;
+    return al_parse_double(s, what, out, err); /* the library's number policy */
 }
 
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err) {
@@ -379,35 +376,11 @@ static int parse_flat(const char *text, size_t len, const char *name, al_array *
 
 static int read_input(const char *path, int flat, al_array *out, al_error *err) {
     const char *name = (!path || strcmp(path, "-") == 0) ? "<stdin>" : path;
-    FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : al__fopen_read(path, err);
-    if (!f) return err ? (int)err->code : AL_E_IO;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        if (n + 1 >= cap) {
-            char *nb = (cap >= ((size_t)1 << 36)) ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int ferr = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf) return al_error_set(err, AL_E_NOMEM, "%s: out of memory reading", name);
-    if (ferr) {
-        free(buf);
-        return al_error_set(err, AL_E_IO, "%s: read error", name);
-    }
-    buf[n] = 0;
-    int rc;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = al_read_file(path ? path : "-", ((size_t)1 << 36) - 2, &buf, &n, err);
+    if (rc) return rc;
+
     if (n == 0) {
         free(buf);
         return al_error_set(err, AL_E_INVALID, "%s: empty %s", name,
@@ -472,7 +445,7 @@ int cli_read_flat(const char *path, al_array *out, al_error *err) {
 }
 
 void cli_print_json(cJSON *obj, int pretty) {
-    char *s = al__json_print(obj, pretty);
+    char *s = al_json_print(obj, pretty);
     if (s) {
         fputs(s, stdout);
         fputc('\n', stdout);
@@ -526,7 +499,7 @@ int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_erro
         if (v[i] < 0 || v[i] >= n) {
             int bad = v[i];
             free(v);
-            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
+            return al_error_set(err, AL_E_RANGE, "%s: %d is outside 0..%d", what, bad, n - 1);
         }
         mask[v[i]] = 1;
     }

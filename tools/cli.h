@@ -104,6 +104,10 @@ const char *cli_text_corpus(const char *text);
 /* Is corpus a prompt (cli_text_corpus)? */
 int cli_is_prompt(const char *corpus);
 
+/* malloc / calloc naming what ran out: NULL with err set ("out of memory: N bytes for WHAT"). */
+void *cli_malloc(size_t n, const char *what, al_error *err);
+void *cli_calloc(size_t count, size_t size, const char *what, al_error *err);
+
 /* Strict number parsing of a command-line value; what names the option in the message. */
 int cli_parse_double(const char *s, const char *what, double *out, al_error *err);
 int cli_parse_int(const char *s, const char *what, long lo, long hi, long *out, al_error *err);

@@ -21,12 +21,8 @@
  * at once (its temporary directory is swept by the next run). A signal inherited as ignored
  * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
-#include "textsafe.h"
 #include "internal.h"
 #include "model.h"
-#include "ops.h"
-#include "outdir.h"
-#include "progress.h"
 #include "run_tokens.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -139,10 +135,10 @@ static void catch_stop_signals(void) {
 static int check_stop(al_error *err) {
     int sig = stop_signal;
     if (!sig) return 0;
-    return al__err(err, AL_E_CANCELLED, "interrupted by %s",
-                   sig == SIGINT    ? "SIGINT"
-                   : sig == SIGTERM ? "SIGTERM"
-                                    : "a signal");
+    return al_error_set(err, AL_E_CANCELLED, "interrupted by %s",
+                        sig == SIGINT    ? "SIGINT"
+                        : sig == SIGTERM ? "SIGTERM"
+                                         : "a signal");
 }
 
 /* ---- the output directory -------------------------------------------------------------------- */
@@ -165,14 +161,14 @@ static int capture_file_name(const char *name, int is_dir) {
 /* ---- the run --------------------------------------------------------------------------------- */
 
 typedef struct capture_run {
-    const al__outdir *out;
+    const al_outdir *out;
     al_model *model;
     int allow_nonfinite;
     int n_files;
     size_t n_nonfinite; /* over all arrays (--allow-nonfinite) */
     cJSON *jfiles;      /* manifest entries */
     double write_s;
-    al__progress prog;
+    al_bar *prog;
 } capture_run;
 
 /* Non-finite entries of captured array `what` (index into WHAT) of c, with the masked entries
@@ -211,7 +207,7 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
     capture_run *r = user;
     int rc = check_stop(err);
     if (rc) return rc;
-    double t0 = al__now();
+    double t0 = al_now();
     const float *arr[N_WHAT] = {c->q,       c->k,      c->v,     c->logits,
                                 c->weights, c->hidden, c->embed, c->logits_precap};
     for (int i = 0; i < N_WHAT; i++) {
@@ -230,17 +226,17 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
         if (bad) describe_index(c, i, first, where, sizeof where);
         if (bad && !r->allow_nonfinite) {
             char cause[2048];
-            run_nonfinite_cause(r->model, cause, sizeof cause);
-            return al__err(err, AL_E_RANGE,
-                           "layer %d %s: %zu NaN/Inf values (first at %s: %g); %s "
-                           "(--allow-nonfinite writes them anyway)",
-                           c->layer, WHAT[i].name, bad, where, (double)arr[i][first], cause);
+            al_model_nonfinite_cause(r->model, cause, sizeof cause);
+            return al_error_set(err, AL_E_RANGE,
+                                "layer %d %s: %zu NaN/Inf values (first at %s: %g); %s "
+                                "(--allow-nonfinite writes them anyway)",
+                                c->layer, WHAT[i].name, bad, where, (double)arr[i][first], cause);
         }
         char name[64], path[PATH_MAX + 160];
         snprintf(name, sizeof name, "layer%d.%s.npy", c->layer, WHAT[i].name);
-        snprintf(path, sizeof path, "%s/%s", r->out->tmp, name);
+        snprintf(path, sizeof path, "%s/%s", al_outdir_path(r->out), name);
         if ((rc = al_npy_write(path, &a, err)))
-            return al__err_prefix(err, rc, "%s: writing %s", r->out->dir, name);
+            return al_error_prefix(err, "%s: writing %s", al_outdir_dir(r->out), name);
         r->n_files++;
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "file", name);
@@ -260,10 +256,10 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
         }
         cJSON_AddItemToArray(r->jfiles, f);
     }
-    r->write_s += al__now() - t0;
+    r->write_s += al_now() - t0;
     char status[64];
     snprintf(status, sizeof status, "layer %d", c->layer);
-    al__progress_add(&r->prog, 1, status);
+    al_bar_add(r->prog, 1, status);
     return 0;
 }
 
@@ -277,11 +273,11 @@ static int parse_what(const char *s, unsigned *out, al_error *err) {
         for (int i = 0; i < N_WHAT && !found; i++)
             if (strlen(WHAT[i].name) == n && !strncmp(p, WHAT[i].name, n))
                 *out |= WHAT[i].bit, found = 1;
-        if (!found && n == 0) return al__err(err, AL_E_INVALID, "--what %s: an empty item", s);
+        if (!found && n == 0) return al_error_set(err, AL_E_INVALID, "--what %s: an empty item", s);
         if (!found)
-            return al__err(err, AL_E_INVALID,
-                           "--what: unknown item '%.*s' (q, k, v, logits, weights, hidden, embed)",
-                           (int)n, p);
+            return al_error_set(
+                err, AL_E_INVALID,
+                "--what: unknown item '%.*s' (q, k, v, logits, weights, hidden, embed)", (int)n, p);
         if (!e) break;
         p = e + 1;
     }
@@ -344,7 +340,7 @@ static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *ma
         if (!(rc = al_detokenize(tz, win + t, 1, &s, &len, err))) {
             v = valid_utf8_copy(s, len);
             if (!v)
-                rc = al__err(err, AL_E_NOMEM, "out of memory (token strings)");
+                rc = al_error_set(err, AL_E_NOMEM, "out of memory (token strings)");
             else
                 cJSON_AddItemToArray(arr, cJSON_CreateString(v));
         }
@@ -406,38 +402,32 @@ int cmd_capture(int argc, char **argv) {
     long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
-    double t_start = al__now();
+    double t_start = al_now();
     al_model *m = NULL;
     run_tokens tk = {0};
-    al__outdir *od = calloc(1, sizeof *od);
-    if (od) od->lock_fd = -1; /* --dry-run prepares nothing: nothing to release */
+    al_outdir *od = NULL; /* DIR first: a refused --out costs no model load (--dry-run: none) */
+    if (!dry_run && !(od = al_outdir_open(out, "capture", capture_file_name, force, &err)))
+        return cli_fail("capture", &err);
     capture_run run = {.out = od, .allow_nonfinite = allow_nonfinite};
     uint8_t *layers = NULL, *heads = NULL;
     cJSON *man = NULL;
     al__model_files mfiles = {0}, tfiles = {0};
-    int rc = od ? 0 : al__err(&err, AL_E_NOMEM, "out of memory");
-    /* DIR first: a refused --out costs no model load */
-    if (!rc && !dry_run)
-        rc = al__outdir_prepare(od, "capture", capture_file_name, out, force, &err);
-    if (rc) {
-        free(od);
-        return cli_fail("capture", &err);
-    }
+    int rc = 0;
     catch_stop_signals();
-    if (!dry_run && (rc = al__outdir_make_tmp(od, &err))) goto done;
+    if (!dry_run && (rc = al_outdir_make(od, &err))) goto done;
     if ((rc = al_model_open(model, &m, &err))) goto done;
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
-    double t_loaded = al__now();
+    double t_loaded = al_now();
     if ((rc = run_attn_apply(m, &ro, &err))) goto done;
     const int32_t *win = NULL;
     if (length > info->n_ctx) {
-        rc = al__err(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
-                     length, info->path, info->n_ctx);
+        rc = al_error_set(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
+                          length, info->path, info->n_ctx);
         goto done;
     }
-    layers = al__calloc((size_t)info->n_layer, 1, "layer mask", &err);
-    heads = al__calloc((size_t)info->n_head, 1, "head mask", &err);
+    layers = cli_calloc((size_t)info->n_layer, 1, "layer mask", &err);
+    heads = cli_calloc((size_t)info->n_head, 1, "head mask", &err);
     if (!layers || !heads) {
         rc = AL_E_NOMEM;
         goto done;
@@ -448,10 +438,10 @@ int cmd_capture(int argc, char **argv) {
     if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
     if (!ro.have_length) length = (long)tk.n; /* the whole prompt or ids file */
     if (!ro.have_length && window) {
-        rc = al__err(&err, AL_E_INVALID,
-                     "--window %ld needs --length (without it the window is "
-                     "every token)",
-                     window);
+        rc = al_error_set(&err, AL_E_INVALID,
+                          "--window %ld needs --length (without it the window is "
+                          "every token)",
+                          window);
         goto done;
     }
     if ((rc = run_tokens_window(&tk, info, window, length, &win, &err))) goto done;
@@ -465,22 +455,22 @@ int cmd_capture(int argc, char **argv) {
         }
         if (!json) fprintf(stderr, "attnlim capture: %s\n", est);
     }
-    double t_hash0 = al__now();
+    double t_hash0 = al_now();
     if ((rc = al__model_files_list(m, 1, &mfiles, &err))) goto done;
     if (tk.from_corpus && (rc = al__model_tokenizer_files(m, 1, &tfiles, &err))) goto done;
-    double hash_s = al__now() - t_hash0;
+    double hash_s = al_now() - t_hash0;
     if ((rc = check_stop(&err))) goto done;
 
     run.jfiles = cJSON_CreateArray();
     int n_sel_layers = 0;
     for (int l = 0; l < info->n_layer; l++) n_sel_layers += layers[l];
-    al__progress_begin(&run.prog, isatty(2), stderr, n_sel_layers);
+    run.prog = al_bar_begin(isatty(2), n_sel_layers);
     al_capture_request req = {
         .what = what, .layers = layers, .heads = heads, .fn = write_layer, .user = &run};
-    double t_fwd0 = al__now();
+    double t_fwd0 = al_now();
     rc = al_model_forward(m, win, (int)length, &req, NULL, NULL, &err);
-    double fwd_total = al__now() - t_fwd0;
-    al__progress_end(&run.prog);
+    double fwd_total = al_now() - t_fwd0;
+    al_bar_end(run.prog);
     if (rc) goto done;
 
     /* the manifest */
@@ -526,7 +516,7 @@ int cmd_capture(int argc, char **argv) {
     cJSON *w = cJSON_AddArrayToObject(opt, "what");
     for (int i = 0; i < N_WHAT; i++)
         if (what & WHAT[i].bit) cJSON_AddItemToArray(w, cJSON_CreateString(WHAT[i].name));
-    cJSON_AddNumberToObject(opt, "threads", al__get_threads());
+    cJSON_AddNumberToObject(opt, "threads", al_get_threads());
     cJSON_AddBoolToObject(opt, "allow_nonfinite", allow_nonfinite);
     cJSON_AddBoolToObject(opt, "force", force);
     cJSON *conv = cJSON_AddObjectToObject(man, "conventions");
@@ -541,30 +531,30 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddNumberToObject(tm, "hash_files", hash_s);
     cJSON_AddNumberToObject(tm, "forward", fwd_total - run.write_s);
     cJSON_AddNumberToObject(tm, "write", run.write_s);
-    cJSON_AddNumberToObject(tm, "total", al__now() - t_start);
-    char *text = al__json_print(man, 1);
+    cJSON_AddNumberToObject(tm, "total", al_now() - t_start);
+    char *text = al_json_print(man, 1);
     char tmp_manifest[PATH_MAX + 80];
-    snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", od->tmp);
+    snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", al_outdir_path(od));
     rc = text ? al__write_file_atomic(tmp_manifest, text, strlen(text), &err)
-              : al__err(&err, AL_E_NOMEM, "out of memory writing the manifest");
+              : al_error_set(&err, AL_E_NOMEM, "out of memory writing the manifest");
     free(text);
     if (rc) {
-        al__err_prefix(&err, rc, "%s: writing manifest.json", od->dir);
+        al_error_prefix(&err, "%s: writing manifest.json", al_outdir_dir(od));
         goto done;
     }
     if ((rc = check_stop(&err))) goto done;
-    if ((rc = al__outdir_publish(od, force, &err))) goto done;
+    if ((rc = al_outdir_publish(od, &err))) goto done;
     if (json) {
-        cJSON_AddStringToObject(man, "out", od->dir);
+        cJSON_AddStringToObject(man, "out", al_outdir_dir(od));
         cli_print_json(man, 0);
         man = NULL;
     } else {
         printf("wrote %d arrays and manifest.json to %s (forward %.3f s, writing %.3f s)\n",
-               run.n_files, od->dir, fwd_total - run.write_s, run.write_s);
+               run.n_files, al_outdir_dir(od), fwd_total - run.write_s, run.write_s);
     }
 
 done:
-    al__outdir_abandon(od); /* on success: only releases the lock */
+    al_outdir_free(od); /* on success: only releases the lock */
     cJSON_Delete(run.jfiles);
     cJSON_Delete(man);
     al__model_files_free(&mfiles);
@@ -573,7 +563,6 @@ done:
     free(heads);
     run_tokens_free(&tk);
     al_model_free(m);
-    free(od);
     if (rc && stop_signal) {
         int sig = stop_signal;
         fprintf(stderr, "attnlim capture: %s; nothing was written to %s\n", err.msg, out);

@@ -1,7 +1,6 @@
 /* cmd_diagnose.c: attnlim diagnose: per-head health of a model's attention (al_diagnose);
  * docs/diagnose.md says what each flag means, its threshold, why and what to do. */
 #include "cli.h"
-#include "outdir.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -82,20 +81,17 @@ static int own_entry(const char *name, int is_dir) {
 }
 
 /* Rank 0 with --out: the reports go to a temporary directory beside DIR, published in one
- * rename (src/base/outdir.h): DIR new or empty, or with --force its own earlier output. */
-static int prepare_out(al_diag_opts *o, int force, al__outdir **od, al_error *err) {
+ * rename (al_outdir): DIR new or empty, or with --force its own earlier output. */
+static int prepare_out(al_diag_opts *o, int force, al_outdir **od, al_error *err) {
     *od = NULL;
     if (!o->out_dir) return 0;
-    al__outdir *d = calloc(1, sizeof *d);
-    if (!d) return al__err(err, AL_E_NOMEM, "out of memory");
-    int rc = al__outdir_prepare(d, "diagnose", own_entry, o->out_dir, force, err);
-    if (!rc) rc = al__outdir_make_tmp(d, err);
+    al_outdir *d = al_outdir_open(o->out_dir, "diagnose", own_entry, force, err);
+    int rc = d ? al_outdir_make(d, err) : (int)err->code;
     if (rc) {
-        al__outdir_abandon(d);
-        free(d);
+        al_outdir_free(d);
         return rc;
     }
-    o->out_dir = d->tmp;
+    o->out_dir = al_outdir_path(d);
     *od = d;
     return 0;
 }
@@ -216,7 +212,7 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
         o.model = picked;
     }
     char *txt = NULL;
-    al__outdir *od = NULL;
+    al_outdir *od = NULL;
     if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err)) {
         rc = root ? cli_fail("diagnose", &err) : 1;
         goto out;
@@ -224,14 +220,12 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
     cli_catch_interrupt();
     rc = al_diagnose_dist(&o, d, &txt, &err);
     if (rc) {
-        if (od) al__outdir_abandon(od);
-        free(od);
+        al_outdir_free(od);
         rc = root ? cli_fail_or_interrupted("diagnose", &err, 0, 0) : 1;
         goto out;
     }
-    if (od) rc = al__outdir_publish(od, force, &err);
-    if (od) al__outdir_abandon(od);
-    free(od);
+    if (od) rc = al_outdir_publish(od, &err);
+    al_outdir_free(od);
     if (rc) {
         free(txt);
         rc = root ? cli_fail("diagnose", &err) : 1;

@@ -1,8 +1,6 @@
 /* cmd_embed.c: attnlim embed: sentence embeddings of an encoder (BERT family), mean-pooled over
  * the tokens and L2-normalised, as sentence-transformers does for all-MiniLM-L6-v2. */
 #include "cli.h"
-#include "internal.h"
-#include "ops.h"
 #include "run_tokens.h"
 
 #include <math.h>
@@ -47,11 +45,11 @@ static int add_sentence(sentences *ss, const char *s, size_t len, al_error *err)
     if (ss->n == ss->cap) {
         int cap = ss->cap ? 2 * ss->cap : 16;
         char **p = realloc(ss->s, (size_t)cap * sizeof *p);
-        if (!p) return al__err(err, AL_E_NOMEM, "out of memory for %d sentences", cap);
+        if (!p) return al_error_set(err, AL_E_NOMEM, "out of memory for %d sentences", cap);
         ss->s = p;
         ss->cap = cap;
     }
-    char *c = al__malloc(len + 1, "sentence", err);
+    char *c = cli_malloc(len + 1, "sentence", err);
     if (!c) return AL_E_NOMEM;
     memcpy(c, s, len);
     c[len] = 0;
@@ -70,7 +68,7 @@ static int read_lines(const char *path, sentences *ss, al_error *err) {
     int rc;
     if (!strcmp(path, "-")) {
         size_t cap = 1 << 16;
-        text = al__malloc(cap + 1, "stdin", err);
+        text = cli_malloc(cap + 1, "stdin", err);
         if (!text) return AL_E_NOMEM;
         size_t got;
         while ((got = fread(text + len, 1, cap - len, stdin)) > 0) {
@@ -78,19 +76,19 @@ static int read_lines(const char *path, sentences *ss, al_error *err) {
             if (len == cap) {
                 if (cap >= ((size_t)1 << 30)) {
                     free(text);
-                    return al__err(err, AL_E_INVALID, "stdin: more than 1 GiB of text");
+                    return al_error_set(err, AL_E_INVALID, "stdin: more than 1 GiB of text");
                 }
                 char *p = realloc(text, 2 * cap + 1);
                 if (!p) {
                     free(text);
-                    return al__err(err, AL_E_NOMEM, "stdin: out of memory");
+                    return al_error_set(err, AL_E_NOMEM, "stdin: out of memory");
                 }
                 text = p;
                 cap *= 2;
             }
         }
         text[len] = 0;
-    } else if ((rc = al__read_file(path, (size_t)1 << 30, &text, &len, err))) {
+    } else if ((rc = al_read_file(path, (size_t)1 << 30, &text, &len, err))) {
         return rc;
     }
     rc = 0;
@@ -107,7 +105,7 @@ static int read_lines(const char *path, sentences *ss, al_error *err) {
     }
     free(text);
     if (rc == 0 && ss->n == 0)
-        rc = al__err(err, AL_E_INVALID, "%s: no sentences (empty file)", path);
+        rc = al_error_set(err, AL_E_INVALID, "%s: no sentences (empty file)", path);
     return rc;
 }
 
@@ -163,7 +161,7 @@ int cmd_embed(int argc, char **argv) {
         return cli_usage_error("embed",
                                "give --model PATH and either --text S (repeatable) or --file F");
     }
-    if (threads) al__set_threads((int)threads);
+    if (threads) al_set_threads((int)threads);
 
     al_model *m = NULL;
     al_tokenizer *tk = NULL;
@@ -174,17 +172,17 @@ int cmd_embed(int argc, char **argv) {
     if (rc) goto done;
     const al_model_info *info = al_model_get_info(m);
     if (info->causal) {
-        rc = al__err(&err, AL_E_UNSUPPORTED,
-                     "%s: a %s model is a decoder; embed takes an encoder (BERT family)",
-                     info->path, info->family);
+        rc = al_error_set(&err, AL_E_UNSUPPORTED,
+                          "%s: a %s model is a decoder; embed takes an encoder (BERT family)",
+                          info->path, info->family);
         goto done;
     }
     if ((rc = al_model_tokenizer(m, &tk, &err))) goto done;
     const int C = info->d_model;
     hidden =
-        al__malloc((size_t)info->n_ctx * C * sizeof(float), "hidden states", &err); /* [n_ctx, C] */
-    emb = al__malloc((size_t)ss.n * C * sizeof(float), "embeddings", &err);         /* [n, C] */
-    ntok = al__malloc((size_t)ss.n * sizeof(int), "token counts", &err);            /* [n] */
+        cli_malloc((size_t)info->n_ctx * C * sizeof(float), "hidden states", &err); /* [n_ctx, C] */
+    emb = cli_malloc((size_t)ss.n * C * sizeof(float), "embeddings", &err);         /* [n, C] */
+    ntok = cli_malloc((size_t)ss.n * sizeof(int), "token counts", &err);            /* [n] */
     if (!hidden || !emb || !ntok) {
         rc = AL_E_NOMEM;
         goto done;
@@ -194,18 +192,20 @@ int cmd_embed(int argc, char **argv) {
         size_t n = 0;
         if ((rc = al_tokenize(tk, ss.s[i], strlen(ss.s[i]), 0, &ids, &n, &err))) break;
         if (n > (size_t)info->n_ctx) {
-            rc = al__err(&err, AL_E_INVALID,
-                         "sentence %d has %zu tokens, more than the model's context of %d (%s)",
-                         i + 1, n, info->n_ctx, info->path);
+            rc =
+                al_error_set(&err, AL_E_INVALID,
+                             "sentence %d has %zu tokens, more than the model's context of %d (%s)",
+                             i + 1, n, info->n_ctx, info->path);
         } else {
             ntok[i] = (int)n;
             rc = al_model_forward(m, ids, (int)n, NULL, NULL, hidden, &err);
             for (size_t q = 0; rc == 0 && q < n * (size_t)C; q++)
                 if (!isfinite(hidden[q])) { /* NaN/Inf weights reached the hidden states */
                     char cause[2048];
-                    run_nonfinite_cause(m, cause, sizeof cause);
-                    rc = al__err(&err, AL_E_RANGE,
-                                 "sentence %d: the hidden states hold NaN/Inf; %s", i + 1, cause);
+                    al_model_nonfinite_cause(m, cause, sizeof cause);
+                    rc = al_error_set(&err, AL_E_RANGE,
+                                      "sentence %d: the hidden states hold NaN/Inf; %s", i + 1,
+                                      cause);
                 }
             if (rc == 0) mean_pool(hidden, (int)n, C, emb + (size_t)i * C);
         }
@@ -223,7 +223,7 @@ int cmd_embed(int argc, char **argv) {
         cJSON *nt = cJSON_AddArrayToObject(o, "n_tokens");
         cJSON *vecs = cJSON_AddArrayToObject(o, "embeddings");
         cJSON *cos = cosine ? cJSON_AddArrayToObject(o, "cosine") : NULL;
-        double *row = al__malloc((size_t)(C > ss.n ? C : ss.n) * sizeof(double), "row", &err);
+        double *row = cli_malloc((size_t)(C > ss.n ? C : ss.n) * sizeof(double), "row", &err);
         if (!row) {
             cJSON_Delete(o);
             rc = AL_E_NOMEM;

@@ -1,6 +1,5 @@
 /* cmd_fetch.c: attnlim fetch NAME: puts a known model into the cache (once) and prints its path. */
 #include "cli.h"
-#include "fetch.h"
 
 #include <string.h>
 
@@ -46,7 +45,7 @@ int cmd_fetch(int argc, char **argv) {
         return cli_usage_error("fetch", "unknown model '%s' (known: smollm2, minilm, gpt2)", name);
     char path[4096];
     al_error err = {0};
-    if (al__model_resolve_name(name, path, sizeof path, &err)) return cli_fail("fetch", &err);
+    if (al_fetch_model(name, path, sizeof path, &err)) return cli_fail("fetch", &err);
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", name);

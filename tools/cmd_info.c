@@ -1,8 +1,5 @@
 /* cmd_info.c: attnlim info: a model's family, config, parameter count, dtypes and file hash. */
-#include "checkpoint.h"
 #include "cli.h"
-#include "model.h"
-#include "safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,63 +26,6 @@ static void usage(FILE *f) {
             "sorted by name, i.e. `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum`. NaN/Inf\n"
             "weights are a warning (exit 0).\n");
     cli_print_options(f, opts, 13);
-}
-
-/* Stored tensors of a safetensors or llm.c checkpoint, into j["tensors"] and j["dtypes"]. */
-static int list_tensors(const char *path, const char *file, cJSON *j, int want_list,
-                        al_error *err) {
-    cJSON *dt = cJSON_AddObjectToObject(j, "dtypes");
-    cJSON *ts = want_list ? cJSON_AddArrayToObject(j, "tensors") : NULL;
-    al__map map;
-    al__llmc_hdr h;
-    if (al__map_file(file, &map, NULL) == 0) {
-        int llmc = map.size >= 4 && al__le32(map.data) == AL_LLMC_MAGIC;
-        int rc = llmc ? al__llmc_parse_buffer(map.data, map.size, file, &h, err) : 0;
-        al__unmap(&map);
-        if (rc) return rc;
-        if (llmc) {
-            int n = al__gpt2_n_tensors(&h.cfg);
-            cJSON_AddNumberToObject(dt, h.version == 3 ? "F32" : "BF16", n);
-            cJSON_AddNumberToObject(j, "llmc_version", h.version);
-            cJSON_AddNumberToObject(j, "padded_vocab", h.Vp);
-            for (int i = 0; ts && i < n; i++) {
-                al__gpt2_spec s;
-                al__gpt2_spec_at(&h.cfg, i, &s);
-                cJSON *t = cJSON_CreateObject();
-                cJSON_AddStringToObject(t, "name", s.name);
-                cJSON_AddStringToObject(t, "dtype", h.version == 3 ? "F32" : "BF16");
-                int64_t shape[2] = {s.is_matrix ? s.shape[1] : s.shape[0],
-                                    s.is_matrix ? s.shape[0] : s.shape[1]};
-                if (i == 0) shape[0] = h.Vp;
-                cJSON *sh = cJSON_AddArrayToObject(t, "shape"); /* as stored: [out, in] */
-                for (int d = 0; d < s.ndim; d++)
-                    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
-                cJSON_AddItemToArray(ts, t);
-            }
-            return 0;
-        }
-    }
-    al__safetensors *st;
-    int rc = al__st_open(path, &st, err);
-    if (rc) return rc;
-    for (int i = 0; i < al__st_count(st); i++) {
-        const al__st_tensor *t = al__st_at(st, i);
-        cJSON *c = cJSON_GetObjectItemCaseSensitive(dt, t->dtype_name);
-        if (c)
-            cJSON_SetNumberValue(c, c->valuedouble + 1);
-        else
-            cJSON_AddNumberToObject(dt, t->dtype_name, 1);
-        if (!ts) continue;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", t->name);
-        cJSON_AddStringToObject(o, "dtype", t->dtype_name);
-        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
-        for (int d = 0; d < t->ndim; d++)
-            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON_AddItemToArray(ts, o);
-    }
-    al__st_close(st);
-    return 0;
 }
 
 /* The "dump" object of an attention dump, as a few lines. */
@@ -169,30 +109,12 @@ int cmd_info(int argc, char **argv) {
     al_error err = {0};
     al_model *m;
     if (al_model_open(model, &m, &err)) return cli_fail("info", &err);
-    /* the model object every manifest carries (files, identity, shape, load warnings, dump) */
-    cJSON *j = al__model_json(m, model, hash, &err);
-    if (!j) {
-        al_model_free(m);
-        return cli_fail("info", &err);
-    }
-    const al_model_info *in = al_model_get_info(m);
-    int dump = cJSON_GetObjectItemCaseSensitive(j, "dump") != NULL;
-    int rc = 0;
-    if (dump)
-        ; /* arrays, not tensors: the files above */
-    else if (!strcmp(in->family, "gpt2"))
-        rc = list_tensors(in->path, in->path, j, tensors, &err);
-    else if (strcmp(in->family, "llama") &&
-             list_tensors(in->path, in->path, j, tensors,
-                          &err)) { /* other safetensors families: the listing is best effort */
-        cJSON_DeleteItemFromObject(j, "dtypes");
-        cJSON_DeleteItemFromObject(j, "tensors");
-    }
+    /* the model object every manifest carries, with its stored tensors (al_model_describe) */
+    char *txt = al_model_describe(m, model, hash, tensors, &err);
     al_model_free(m);
-    if (rc) {
-        cJSON_Delete(j);
-        return cli_fail("info", &err);
-    }
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    al_free(txt);
+    if (!j) return cli_fail("info", &err);
     if (json)
         cli_print_json(j, 0);
     else {

@@ -1,6 +1,5 @@
 /* cmd_make_model.c: attnlim make-model: a deterministic random GPT-2 checkpoint. */
 #include "cli.h"
-#include "outdir.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,19 +62,17 @@ static int own_file(const char *name, int is_dir) {
 }
 
 /* safetensors: written into a temporary directory beside PATH, published in one rename
- * (src/base/outdir.h); llmc: one file, written atomically */
+ * (al_outdir); llmc: one file, written atomically */
 static int publish_model(const al_gpt2_make_opts *o, const char *out, int force, al_error *err) {
     if (o->format == AL_CKPT_LLMC) return al_gpt2_make_model(o, out, err);
-    al__outdir *od = calloc(1, sizeof *od);
-    if (!od) return al__err(err, AL_E_NOMEM, "out of memory");
-    int rc = al__outdir_prepare(od, "make-model", own_file, out, force, err);
-    if (!rc) rc = al__outdir_make_tmp(od, err);
-    if (!rc) rc = al_gpt2_make_model(o, od->tmp, err);
-    if (rc && od->tmp[0]) /* name DIR, not the temporary, in the message */
-        al__err_prefix(err, (al_code)rc, "%s", od->dir);
-    if (!rc) rc = al__outdir_publish(od, force, err);
-    al__outdir_abandon(od);
-    free(od);
+    al_outdir *od = al_outdir_open(out, "make-model", own_file, force, err);
+    if (!od) return err->code;
+    int rc = al_outdir_make(od, err);
+    if (!rc &&
+        (rc = al_gpt2_make_model(o, al_outdir_path(od), err))) /* name DIR, not the temporary */
+        al_error_prefix(err, "%s", al_outdir_dir(od));
+    if (!rc) rc = al_outdir_publish(od, err);
+    al_outdir_free(od);
     return rc;
 }
 

@@ -1,10 +1,6 @@
 /* cmd_perplexity.c: attnlim perplexity: exp of the mean next-token negative log-likelihood
  * over windows 0..K-1 of length L (each window a separate forward from position 0). */
 #include "cli.h"
-#include "internal.h"
-#include "model.h"
-#include "ops.h"
-#include "progress.h"
 #include "run_tokens.h"
 
 #include <math.h>
@@ -87,7 +83,7 @@ int cmd_perplexity(int argc, char **argv) {
     long length = ro.length; /* 0 with --tokens or --text and no --length: every token */
     const int json = ro.json, allow_nonfinite = ro.allow_nonfinite;
 
-    double t0 = al__now();
+    double t0 = al_now();
     al_model *m = NULL;
     run_tokens tk = {0};
     float *logits = NULL;
@@ -98,42 +94,41 @@ int cmd_perplexity(int argc, char **argv) {
     const int V = info->vocab_size;
     if ((rc = run_attn_apply(m, &ro, &err))) goto done;
     if (!strcmp(info->family, "dump")) {
-        rc = al__err(&err, AL_E_UNSUPPORTED,
-                     "%s: an attention dump holds attention, not a model: no logits to score",
-                     info->path);
+        rc = al_error_set(&err, AL_E_UNSUPPORTED,
+                          "%s: an attention dump holds attention, not a model: no logits to score",
+                          info->path);
         goto done;
     }
     const int32_t *win;
     if (length > info->n_ctx) {
-        rc = al__err(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
-                     length, info->path, info->n_ctx);
+        rc = al_error_set(&err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
+                          length, info->path, info->n_ctx);
         goto done;
     }
     if ((rc = run_tokens_load("perplexity", m, tokens, corpus, &tk, &err))) goto done;
     if (!ro.have_length) length = (long)tk.n / windows; /* the whole prompt, in K windows */
     if (length < 2) {
-        rc = al__err(&err, AL_E_INVALID, "%s: %zu tokens: a window needs at least 2", tk.source,
-                     tk.n);
+        rc = al_error_set(&err, AL_E_INVALID, "%s: %zu tokens: a window needs at least 2",
+                          tk.source, tk.n);
         goto done;
     }
     /* the last window must exist: checks every window at once */
     if ((rc = run_tokens_window(&tk, info, windows - 1, length, &win, &err))) goto done;
     size_t n_logits;
-    if (!al__mul_ok((size_t)length, (size_t)V, &n_logits) ||
-        !al__mul_ok(n_logits, sizeof(float), &n_logits)) {
-        rc = al__err(&err, AL_E_NOMEM, "logits of %ld x %d overflow", length, V);
+    if (__builtin_mul_overflow((size_t)length, (size_t)V, &n_logits) ||
+        __builtin_mul_overflow(n_logits, sizeof(float), &n_logits)) {
+        rc = al_error_set(&err, AL_E_NOMEM, "logits of %ld x %d overflow", length, V);
         goto done;
     }
-    logits = al__malloc(n_logits, "logits", &err); /* [L, V] */
+    logits = cli_malloc(n_logits, "logits", &err); /* [L, V] */
     /* [2, windows]: the per-window NLL, then the per-window perplexity */
-    nll = al__calloc(2 * (size_t)windows, sizeof *nll, "per-window NLL", &err);
+    nll = cli_calloc(2 * (size_t)windows, sizeof *nll, "per-window NLL", &err);
     if (!logits || !nll) {
         rc = AL_E_NOMEM;
         goto done;
     }
-    al__progress prog;
-    al__progress_begin(&prog, isatty(2), stderr, (double)windows);
-    double t_fwd = al__now(), sum = 0.0;
+    al_bar *prog = al_bar_begin(isatty(2), (double)windows);
+    double t_fwd = al_now(), sum = 0.0;
     for (long k = 0; k < windows; k++) {
         if ((rc = run_tokens_window(&tk, info, k, length, &win, &err))) break;
         if ((rc = al_model_forward(m, win, (int)length, NULL, logits, NULL, &err))) break;
@@ -141,7 +136,7 @@ int cmd_perplexity(int argc, char **argv) {
         sum += nll[k];
         if (!isfinite(nll[k])) {
             char cause[2048];
-            run_nonfinite_cause(m, cause, sizeof cause);
+            al_model_nonfinite_cause(m, cause, sizeof cause);
             if (allow_nonfinite) {
                 fprintf(stderr,
                         "attnlim perplexity: warning: window %ld: the NLL is %s; %s "
@@ -149,20 +144,20 @@ int cmd_perplexity(int argc, char **argv) {
                         k, isnan(nll[k]) ? "NaN" : "infinite", cause);
                 continue;
             }
-            rc =
-                al__err(&err, AL_E_RANGE,
-                        "window %ld (tokens [%ld, %ld)): the NLL is %s; %s (--allow-nonfinite "
-                        "reports it anyway)",
-                        k, k * length, (k + 1) * length, isnan(nll[k]) ? "NaN" : "infinite", cause);
+            rc = al_error_set(
+                &err, AL_E_RANGE,
+                "window %ld (tokens [%ld, %ld)): the NLL is %s; %s (--allow-nonfinite "
+                "reports it anyway)",
+                k, k * length, (k + 1) * length, isnan(nll[k]) ? "NaN" : "infinite", cause);
             break;
         }
         char status[64];
         snprintf(status, sizeof status, "window %ld, NLL %.4f", k, nll[k]);
-        al__progress_add(&prog, 1, status);
+        al_bar_add(prog, 1, status);
     }
-    al__progress_end(&prog);
+    al_bar_end(prog);
     if (rc) goto done;
-    double mean = sum / windows, ppl = exp(mean), fwd_s = al__now() - t_fwd;
+    double mean = sum / windows, ppl = exp(mean), fwd_s = al_now() - t_fwd;
     double nsp[5], psp[5];
     double *ppl_w = nll + windows; /* [windows] per-window perplexities */
     for (long k = 0; k < windows; k++) ppl_w[k] = exp(nll[k]);
@@ -181,12 +176,14 @@ int cmd_perplexity(int argc, char **argv) {
         nll_spread = ppl_spread = NULL;
         cJSON_AddStringToObject(o, "model", info->path);
         cJSON_AddStringToObject(o, "family", info->family);
-        cJSON_AddItemToObject(o, "attention", al__attn_json(m));
+        char *attn = al_model_attention_json(m);
+        cJSON_AddItemToObject(o, "attention", attn ? cJSON_Parse(attn) : cJSON_CreateNull());
+        al_free(attn);
         cJSON_AddStringToObject(o, tk.from_corpus ? "corpus" : "tokens", tk.source);
         cJSON_AddNumberToObject(o, "n_tokens", (double)tk.n);
-        cJSON_AddNumberToObject(o, "threads", al__get_threads());
+        cJSON_AddNumberToObject(o, "threads", al_get_threads());
         cJSON_AddNumberToObject(o, "forward_s", fwd_s);
-        cJSON_AddNumberToObject(o, "total_s", al__now() - t0);
+        cJSON_AddNumberToObject(o, "total_s", al_now() - t0);
         cli_print_json(o, 0);
     } else {
         printf("perplexity: %.6g\n", ppl);

@@ -1,7 +1,5 @@
 /* cmd_reproduce.c: attnlim reproduce: the paper's experiments end to end (al_reproduce). */
 #include "cli.h"
-#include "internal.h"
-#include "outdir.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -163,63 +161,6 @@ static int parse_experiments(const char *s, unsigned *out, al_error *err) {
     return 0;
 }
 
-/* An entry reproduce writes in DIR: the outputs, partial/, its lock and temp files. */
-static int own_entry(const char *name, int is_dir) {
-    if (is_dir) return !strcmp(name, "partial") || !strcmp(name, "readings");
-    static const char *fixed[] = {"results.json", "readings.json", "report.md", "report.html",
-                                  ".attnlim-reproduce.lock"};
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        if (!strcmp(name, fixed[i])) return 1;
-    const char *t = strstr(name, ".tmp.");
-    if (t && t > name && t[5] && strspn(t + 5, "0123456789") == strlen(t + 5)) return 1;
-    const char *dot = strrchr(name, '.');
-    if (!dot || dot == name ||
-        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
-            (size_t)(dot - name))
-        return 0;
-    return !strcmp(dot, ".csv") || !strcmp(dot, ".npy") || !strcmp(dot, ".png") ||
-           !strcmp(dot, ".svg");
-}
-
-/* Rank 0, before the run: DIR absent or empty, or --resume over its own earlier output, or an
- * earlier run's that never finished (no results.json): the run works in DIR (a killed run
- * leaves partial/ for --resume). --force over its own earlier
- * output: the run works in a temporary directory beside DIR (*od) that replaces it in one
- * rename at the end. Anything else is refused. */
-static int prepare_out(al_repro_opts *o, int force, al__outdir **od, al_error *err) {
-    *od = NULL;
-    const char *out = o->out_dir;
-    struct stat st;
-    if (lstat(out, &st) != 0) return 0; /* a new directory: made by the run */
-    if (S_ISLNK(st.st_mode))
-        return al__err(err, AL_E_IO, "%s: is a symbolic link: refused (give the link's target)",
-                       out);
-    if (!S_ISDIR(st.st_mode))
-        return al__err(err, AL_E_IO, "%s: exists and is %s, not a directory", out,
-                       al__file_kind(st.st_mode));
-    int rc = al__outdir_check_own(out, "reproduce", own_entry, err);
-    if (rc || o->resume) return rc;
-    char res[4200];
-    snprintf(res, sizeof res, "%s/results.json", out);
-    if (lstat(res, &st) != 0) return 0; /* an interrupted or failed run's: continued in place */
-    al__outdir *d = calloc(1, sizeof *d);
-    if (!d) return al__err(err, AL_E_NOMEM, "out of memory");
-    rc = al__outdir_prepare(d, "reproduce", own_entry, out, force, err);
-    if (!rc && !force) { /* empty: the run works in it */
-        free(d);
-        return 0;
-    }
-    if (!rc) rc = al__outdir_make_tmp(d, err);
-    if (rc) {
-        al__outdir_abandon(d);
-        free(d);
-        return rc;
-    }
-    o->out_dir = d->tmp;
-    *od = d;
-    return 0;
-}
-
 /* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
 static int reproduce_main(int argc, char **argv, al_dist *d) {
     int root = al_dist_rank(d) == 0;
@@ -228,7 +169,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al_repro_defaults(&o);
     al_error err = {0};
     int json = 0, rc = 0, force = 0;
-    al__outdir *od = NULL; /* --force: the temporary output that replaces DIR */
+    al_outdir *od = NULL; /* --force: the temporary output that replaces DIR */
     const char *out_dir = NULL;
     int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL};
     double *dl[2] = {NULL, NULL};
@@ -331,7 +272,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     }
     o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     out_dir = o.out_dir;
-    if (al_dist_agree(d, root ? prepare_out(&o, force, &od, &err) : 0, &err)) {
+    if (al_dist_agree(d, root ? al_repro_out_begin(&o, force, &od, &err) : 0, &err)) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
@@ -343,12 +284,12 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
             if (!o.quiet) fprintf(stderr, "attnlim reproduce: %s\n", err.msg);
             rc = cli_interrupted() ? 128 + cli_interrupted() : 1;
         } else {
-            if (od) al__err_prefix(&err, err.code, "%s", od->dir);
+            if (od) al_error_prefix(&err, "%s", al_outdir_dir(od));
             rc = root ? cli_fail_or_interrupted("reproduce", &err, od ? 0 : 1, o.quiet) : 1;
         }
         goto out;
     }
-    if (od && al__outdir_publish(od, force, &err)) {
+    if (od && al_outdir_publish(od, &err)) {
         rc = root ? cli_fail("reproduce", &err) : 1;
         goto out;
     }
@@ -358,21 +299,8 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         char path[4200];
         snprintf(path, sizeof path, "%s/results.json", o.out_dir);
         char *txt = NULL;
-        size_t len = 0;
-        FILE *f = al__fopen_read(path, NULL);
-        cJSON *res = NULL;
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            long sz = ftell(f);
-            fseek(f, 0, SEEK_SET);
-            txt = sz > 0 ? malloc((size_t)sz + 1) : NULL;
-            if (txt) {
-                len = fread(txt, 1, (size_t)sz, f);
-                txt[len] = 0;
-                res = cJSON_Parse(txt);
-            }
-            fclose(f);
-        }
+        cJSON *res =
+            al_read_file(path, (size_t)1 << 30, &txt, NULL, NULL) ? NULL : cJSON_Parse(txt);
         cJSON *outj = cJSON_CreateObject();
         cJSON_AddStringToObject(outj, "out", o.out_dir);
         cJSON *vd = res ? cJSON_DetachItemFromObjectCaseSensitive(res, "verdicts") : NULL;
@@ -388,8 +316,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
 usage_err:
     rc = USAGE_ERROR("%s", err.msg);
 out:
-    if (od) al__outdir_abandon(od);
-    free(od);
+    al_outdir_free(od);
     for (int i = 0; i < 4; i++) free(lists[i]);
     free(att_lists[0]);
     free(att_lists[1]);

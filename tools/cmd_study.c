@@ -1,7 +1,6 @@
 /* cmd_study.c: attnlim study: one model per normalizer at the same budget, the paper's
  * diagnostics on each, and a report (src/train/study.c). */
 #include "cli.h"
-#include "ops.h"
 #include "study.h"
 
 #include <math.h>
@@ -155,7 +154,7 @@ int cmd_study(int argc, char **argv) {
     for (int k = 0; k < o.n_crit_L; k++)
         if (o.crit_L[k] <= o.base.T) o.crit_L[kept++] = o.crit_L[k];
     o.n_crit_L = kept;
-    if (threads) al__set_threads(threads);
+    if (threads) al_set_threads(threads);
     o.progress = !quiet && isatty(2);
     if (al__study_run(&o, &err)) return cli_fail("study", &err);
     if (json) {

@@ -1,6 +1,5 @@
 /* cmd_tokenize.c: attnlim tokenize: GPT-2 byte-level BPE encode / decode. */
 #include "cli.h"
-#include "internal.h"
 #include "run_tokens.h"
 
 #include <stdlib.h>
@@ -72,14 +71,14 @@ static int parse_ids(const char *name, const char *text, size_t len, int32_t **o
         }
         if (!ok) {
             free(ids);
-            return al__err(err, AL_E_FORMAT,
-                           "%s line %d: '%.*s' is not a token id (a non-negative integer)", name,
-                           line, (int)(j - i > 40 ? 40 : j - i), text + i);
+            return al_error_set(err, AL_E_FORMAT,
+                                "%s line %d: '%.*s' is not a token id (a non-negative integer)",
+                                name, line, (int)(j - i > 40 ? 40 : j - i), text + i);
         }
         if (v > INT32_MAX) {
             free(ids);
-            return al__err(err, AL_E_RANGE, "%s line %d: token id %.*s is out of range", name, line,
-                           (int)(j - i > 40 ? 40 : j - i), text + i);
+            return al_error_set(err, AL_E_RANGE, "%s line %d: token id %.*s is out of range", name,
+                                line, (int)(j - i > 40 ? 40 : j - i), text + i);
         }
         if (k == cap) {
             cap *= 2;
@@ -95,7 +94,7 @@ static int parse_ids(const char *name, const char *text, size_t len, int32_t **o
     return 0;
 nomem:
     free(ids);
-    return al__err(err, AL_E_NOMEM, "%s: out of memory reading token ids", name);
+    return al_error_set(err, AL_E_NOMEM, "%s: out of memory reading token ids", name);
 }
 
 static int print_ids(const int32_t *ids, size_t n, int json) {
@@ -182,7 +181,7 @@ int cmd_tokenize(int argc, char **argv) {
         rc = al_detokenize(tk, ids, n, &out, &olen, &err);
         free(ids);
         if (rc) {
-            al__err_prefix(&err, (al_code)rc, "%s", name);
+            al_error_prefix(&err, "%s", name);
             goto fail;
         }
         if (json) {
@@ -207,7 +206,7 @@ int cmd_tokenize(int argc, char **argv) {
         int32_t *ids = NULL;
         size_t n = 0;
         if ((rc = al_tokenize(tk, text, len, allow_special, &ids, &n, &err))) {
-            al__err_prefix(&err, (al_code)rc, "%s", name);
+            al_error_prefix(&err, "%s", name);
             goto fail;
         }
         int w = print_ids(ids, n, json);

@@ -1,7 +1,6 @@
 /* cmd_train.c: attnlim train: a GPT-2-style decoder trained in C with a chosen attention
  * normalizer (src/train). */
 #include "cli.h"
-#include "ops.h"
 #include "train_io.h"
 
 #include <math.h>
@@ -223,7 +222,7 @@ int cmd_train(int argc, char **argv) {
                                o.cfg.n_head);
     if (o.cfg.ssmax_learn && o.cfg.norm.kind != AL_NORM_SSMAX)
         return cli_usage_error("train", "--ssmax-learn is for --normalizer ssmax");
-    if (threads) al__set_threads(threads);
+    if (threads) al_set_threads(threads);
     o.progress = !quiet && isatty(2);
     al__tr_summary s;
     if (al__tr_run(&o, &s, &err)) return cli_fail("train", &err);

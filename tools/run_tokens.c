@@ -2,9 +2,6 @@
 #include "run_tokens.h"
 
 #include "cli.h"
-#include "internal.h"
-#include "model.h"
-#include "ops.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,7 +14,7 @@
 static int parse_ids(const char *path, const char *text, size_t len, int vocab, run_tokens *t,
                      al_error *err) {
     size_t cap = 1024, n = 0;
-    int32_t *ids = al__malloc(cap * sizeof *ids, "token ids", err);
+    int32_t *ids = cli_malloc(cap * sizeof *ids, "token ids", err);
     if (!ids) return AL_E_NOMEM;
     const char *p = text, *end = text + len;
     while (p < end) {
@@ -35,20 +32,21 @@ static int parse_ids(const char *path, const char *text, size_t len, int vocab, 
         }
         if (!ok || v > INT32_MAX) {
             free(ids);
-            return al__err(err, AL_E_FORMAT, "%s: token %zu ('%.*s') is not a non-negative integer",
-                           path, n, (int)(p - s > 32 ? 32 : p - s), s);
+            return al_error_set(err, AL_E_FORMAT,
+                                "%s: token %zu ('%.*s') is not a non-negative integer", path, n,
+                                (int)(p - s > 32 ? 32 : p - s), s);
         }
         if (v >= vocab) {
             free(ids);
-            return al__err(err, AL_E_RANGE,
-                           "%s: token %zu is id %ld, outside the model's vocabulary [0, %d)", path,
-                           n, v, vocab);
+            return al_error_set(err, AL_E_RANGE,
+                                "%s: token %zu is id %ld, outside the model's vocabulary [0, %d)",
+                                path, n, v, vocab);
         }
         if (n == cap) {
             int32_t *nid = realloc(ids, 2 * cap * sizeof *ids);
             if (!nid) {
                 free(ids);
-                return al__err(err, AL_E_NOMEM, "%s: out of memory reading token ids", path);
+                return al_error_set(err, AL_E_NOMEM, "%s: out of memory reading token ids", path);
             }
             ids = nid, cap *= 2;
         }
@@ -56,7 +54,7 @@ static int parse_ids(const char *path, const char *text, size_t len, int vocab, 
     }
     if (n == 0) {
         free(ids);
-        return al__err(err, AL_E_FORMAT, "%s: no token ids (the file is empty)", path);
+        return al_error_set(err, AL_E_FORMAT, "%s: no token ids (the file is empty)", path);
     }
     t->ids = ids, t->n = n;
     return 0;
@@ -81,15 +79,16 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
     memset(t, 0, sizeof *t);
     t->invalid_utf8_at = -1;
     if (!!tokens_path == !!corpus)
-        return al__err(err, AL_E_INVALID, "give exactly one of --tokens FILE and --corpus NAME");
-    double t0 = al__now();
+        return al_error_set(err, AL_E_INVALID,
+                            "give exactly one of --tokens FILE and --corpus NAME");
+    double t0 = al_now();
     const al_model_info *info = al_model_get_info(m);
     char *text = NULL;
     size_t len = 0;
     int rc;
     if (tokens_path) {
         snprintf(t->source, sizeof t->source, "%s", tokens_path);
-        if ((rc = al__read_file(tokens_path, MAX_TOKENS_FILE, &text, &len, err))) return rc;
+        if ((rc = al_read_file(tokens_path, MAX_TOKENS_FILE, &text, &len, err))) return rc;
         al_sha256_buf(text, len, t->sha256);
         rc = parse_ids(tokens_path, text, len, info->vocab_size, t, err);
         free(text);
@@ -109,19 +108,20 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         if (rc) return rc;
         if (t->n == 0) {
             run_tokens_free(t);
-            return al__err(err, AL_E_FORMAT, "corpus %s: no tokens (empty text)", corpus);
+            return al_error_set(err, AL_E_FORMAT, "corpus %s: no tokens (empty text)", corpus);
         }
         for (size_t i = 0; i < t->n; i++)
             if (t->ids[i] < 0 || t->ids[i] >= info->vocab_size) {
                 int bad = t->ids[i];
                 run_tokens_free(t);
-                return al__err(err, AL_E_RANGE,
-                               "corpus %s: token %zu has id %d, outside the model's vocabulary "
-                               "[0, %d): tokenizer and model do not match",
-                               corpus, i, bad, info->vocab_size);
+                return al_error_set(
+                    err, AL_E_RANGE,
+                    "corpus %s: token %zu has id %d, outside the model's vocabulary "
+                    "[0, %d): tokenizer and model do not match",
+                    corpus, i, bad, info->vocab_size);
             }
     }
-    t->seconds = al__now() - t0;
+    t->seconds = al_now() - t0;
     return 0;
 }
 
@@ -135,34 +135,25 @@ void run_tokens_free(run_tokens *t) {
 int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
                       const int32_t **out, al_error *err) {
     if (L < 1)
-        return al__err(err, AL_E_INVALID, "--length %ld: a window needs at least 1 token", L);
+        return al_error_set(err, AL_E_INVALID, "--length %ld: a window needs at least 1 token", L);
     if (L > info->n_ctx)
-        return al__err(err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)", L,
-                       info->path, info->n_ctx);
-    if (k < 0) return al__err(err, AL_E_INVALID, "--window %ld: windows are numbered from 0", k);
+        return al_error_set(err, AL_E_INVALID, "--length %ld exceeds the context of %s (%d tokens)",
+                            L, info->path, info->n_ctx);
+    if (k < 0)
+        return al_error_set(err, AL_E_INVALID, "--window %ld: windows are numbered from 0", k);
     size_t avail = t->n / (size_t)L; /* whole windows in the tokens */
     if (avail == 0)
-        return al__err(err, AL_E_RANGE, "%s has %zu tokens, fewer than one window of length %ld",
-                       t->source, t->n, L);
+        return al_error_set(err, AL_E_RANGE,
+                            "%s has %zu tokens, fewer than one window of length %ld", t->source,
+                            t->n, L);
     if ((size_t)k >= avail)
-        return al__err(err, AL_E_RANGE,
-                       "window %ld of length %ld needs tokens [%ld, %ld), but %s has %zu tokens "
-                       "(windows 0..%ld of that length)",
-                       k, L, k * L, (k + 1) * L, t->source, t->n, (long)avail - 1);
+        return al_error_set(
+            err, AL_E_RANGE,
+            "window %ld of length %ld needs tokens [%ld, %ld), but %s has %zu tokens "
+            "(windows 0..%ld of that length)",
+            k, L, k * L, (k + 1) * L, t->source, t->n, (long)avail - 1);
     *out = t->ids + (size_t)k * (size_t)L;
     return 0;
-}
-
-void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
-    int n, total;
-    const al__load_warning *w = al__model_warnings(m, &n, &total);
-    if (n == 0)
-        snprintf(buf, cap, "%s: the weights are finite (the forward overflowed)",
-                 al_model_get_info(m)->path);
-    else
-        snprintf(buf, cap, "%s: tensor %s has %zu NaN/Inf values (first at flat index %zu)%s",
-                 w[0].file, w[0].tensor, w[0].n_bad, w[0].first,
-                 total > 1 ? ", and other tensors too (see the warnings)" : "");
 }
 
 /* ---- the run options --------------------------------------------------------------------- */
@@ -244,7 +235,7 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
                                     "--text it defaults to the number of tokens)");
     if (o->have_length && o->length < min_length)
         return cli_usage_error(cmd, "--length %ld: %s", o->length, min_what);
-    if (o->threads) al__set_threads((int)o->threads);
+    if (o->threads) al_set_threads((int)o->threads);
     run_bos = o->bos ? o->bos == 1 : -1;
     run_eos = o->eos ? o->eos == 1 : -1;
     return 0;
@@ -259,8 +250,8 @@ int run_attn_apply(al_model *m, const run_opts *o, al_error *err) {
     int rc = o->attention ? al_attn_rule_parse(o->attention, &v, err) : 0;
     if (!rc && o->normalizer) rc = al_attn_norm_parse(o->normalizer, &v.norm, err);
     if (rc) return rc;
-    uint8_t *layers = al__malloc((size_t)info->n_layer, "layer mask", err);
-    uint8_t *heads = al__malloc((size_t)info->n_head, "head mask", err);
+    uint8_t *layers = cli_malloc((size_t)info->n_layer, "layer mask", err);
+    uint8_t *heads = cli_malloc((size_t)info->n_head, "head mask", err);
     if (!layers || !heads) rc = AL_E_NOMEM;
     if (!rc) rc = cli_parse_sel(o->attn_layers, "--attention-layers", info->n_layer, layers, err);
     if (!rc) rc = cli_parse_sel(o->attn_heads, "--attention-heads", info->n_head, heads, err);

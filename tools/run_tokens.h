@@ -79,9 +79,4 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
  * (al_model_set_attention); nothing given: the model's own attention. */
 int run_attn_apply(al_model *m, const run_opts *o, al_error *err);
 
-/* For the error when a run's output is not finite (capture, perplexity): "MODEL FILE: tensor
- * NAME has N NaN/Inf values (first at flat index I)" from the model's first load warning, or,
- * when the weights are all finite, "PATH: the weights are finite (the forward overflowed)". */
-void run_nonfinite_cause(al_model *m, char *buf, size_t cap);
-
 #endif

@@ -281,3 +281,7 @@ int al__model_resolve_name(const char *name, char *out, size_t out_size, al_erro
     return al__err(err, AL_E_NOTFOUND,
                    "%s: no such file, and not a known model name (smollm2, minilm, gpt2)", name);
 }
+
+int al_fetch_model(const char *name, char *path, size_t size, al_error *err) {
+    return al__model_resolve_name(name, path, size, err);
+}

@@ -7,6 +7,7 @@
 
 #include "hooks.h"
 #include "safetensors.h"
+#include "textsafe.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -357,4 +358,23 @@ cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     if (m->format != AL__FMT_DUMP) cJSON_AddItemToObject(o, "attention", al__attn_json(m));
     al__model_files_free(&files);
     return o;
+}
+
+void al_model_nonfinite_cause(const al_model *m, char *buf, size_t cap) {
+    int n, total;
+    const al__load_warning *w = al__model_warnings(m, &n, &total);
+    if (n == 0)
+        snprintf(buf, cap, "%s: the weights are finite (the forward overflowed)",
+                 al_model_get_info(m)->path);
+    else
+        snprintf(buf, cap, "%s: tensor %s has %zu NaN/Inf values (first at flat index %zu)%s",
+                 w[0].file, w[0].tensor, w[0].n_bad, w[0].first,
+                 total > 1 ? ", and other tensors too (see the warnings)" : "");
+}
+
+char *al_model_attention_json(const al_model *m) {
+    cJSON *j = al__attn_json(m);
+    char *s = j ? al__json_print(j, 0) : NULL;
+    cJSON_Delete(j);
+    return s;
 }
