@@ -175,6 +175,18 @@ static void test_attention_variants(void **state) {
     al__cpu_force((al__cpu_isa)-1);
 }
 
+/* A random causal head: x[L, D] Gaussian, z[L, L] logits 2 N(0, 1), w[L, L] their causal
+ * softmax rows (zero above the diagonal). */
+static void random_head(al__rng *r, int L, int D, double *x, double *z, double *w) {
+    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(r);
+    for (int t = 0; t < L; t++) {
+        double s = 0;
+        for (int j = 0; j < L; j++) z[t * L + j] = 2 * al__rng_normal(r);
+        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(z[t * L + j]));
+        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
+    }
+}
+
 /* The multi-versioned files (src/base/mv.h): al_head_metrics, al_norm_forward and
  * al_norm_spectral_norm, al_head_sensitivity at every level against the baseline copy. */
 static void test_multiversioned_math(void **state) {
@@ -184,13 +196,7 @@ static void test_multiversioned_math(void **state) {
     al__rng_seed(&r, 77);
     double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
     double *z = malloc(sizeof(double) * L * L);
-    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(&r);
-    for (int t = 0; t < L; t++) { /* causal softmax rows of random logits */
-        double s = 0;
-        for (int j = 0; j < L; j++) z[t * L + j] = 2 * al__rng_normal(&r);
-        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(z[t * L + j]));
-        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
-    }
+    random_head(&r, L, D, x, z, w);
     const int top[NT] = {1, 4, 16};
     al_metrics_opts o = {.top_n = top, .n_top = NT, .distance = 1, .separability = 1, .causal = 1};
     double temps[2] = {0.5, 2.0}, eps[2] = {1e-3, 1e-1};
@@ -244,12 +250,8 @@ static void test_multiversioned_readings(void **state) {
     al__rng r;
     al__rng_seed(&r, 78);
     double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
-    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(&r);
-    for (int t = 0; t < L; t++) { /* causal softmax rows of random logits */
-        double s = 0;
-        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(2 * al__rng_normal(&r)));
-        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
-    }
+    double *z = malloc(sizeof(double) * L * L);
+    random_head(&r, L, D, x, z, w);
     const int top[NT] = {1, 2, 3, 39};
     al_reading_stats ref[3][NT], got[NT];
     al_error err = {0};
@@ -288,7 +290,7 @@ static void test_multiversioned_readings(void **state) {
     if (al__cpu_detect() < AL__CPU_AVX512)
         print_message("avx512: built, not run (this CPU has no AVX-512)\n");
     al__cpu_force((al__cpu_isa)-1);
-    free(w), free(x);
+    free(w), free(x), free(z);
 }
 
 int main(void) {
