@@ -175,6 +175,18 @@ static void test_attention_variants(void **state) {
     al__cpu_force((al__cpu_isa)-1);
 }
 
+/* A random causal head: x[L, D] Gaussian, z[L, L] logits 2 N(0, 1), w[L, L] their causal
+ * softmax rows (zero above the diagonal). */
+static void random_head(al__rng *r, int L, int D, double *x, double *z, double *w) {
+    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(r);
+    for (int t = 0; t < L; t++) {
+        double s = 0;
+        for (int j = 0; j < L; j++) z[t * L + j] = 2 * al__rng_normal(r);
+        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(z[t * L + j]));
+        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
+    }
+}
+
 /* The multi-versioned files (src/base/mv.h): al_head_metrics, al_norm_forward and
  * al_norm_spectral_norm, al_head_sensitivity at every level against the baseline copy. */
 static void test_multiversioned_math(void **state) {
@@ -184,13 +196,7 @@ static void test_multiversioned_math(void **state) {
     al__rng_seed(&r, 77);
     double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
     double *z = malloc(sizeof(double) * L * L);
-    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(&r);
-    for (int t = 0; t < L; t++) { /* causal softmax rows of random logits */
-        double s = 0;
-        for (int j = 0; j < L; j++) z[t * L + j] = 2 * al__rng_normal(&r);
-        for (int j = 0; j <= t; j++) s += (w[t * L + j] = exp(z[t * L + j]));
-        for (int j = 0; j < L; j++) w[t * L + j] = j <= t ? w[t * L + j] / s : 0;
-    }
+    random_head(&r, L, D, x, z, w);
     const int top[NT] = {1, 4, 16};
     al_metrics_opts o = {.top_n = top, .n_top = NT, .distance = 1, .separability = 1, .causal = 1};
     double temps[2] = {0.5, 2.0}, eps[2] = {1e-3, 1e-1};
@@ -234,6 +240,59 @@ static void test_multiversioned_math(void **state) {
     free(w), free(x), free(z);
 }
 
+/* The readings module (src/math/readings.c, multi-versioned too): every distance reading with its
+ * analytic, Monte-Carlo and exact expectations, at every level the CPU has against the baseline
+ * copy. The AVX-512 copy is built on every x86-64 host and runs only where the CPU has AVX-512
+ * (ATTNLIM_CPU lowers the level, never raises it). */
+static void test_multiversioned_readings(void **state) {
+    (void)state;
+    enum { L = 40, D = 12, NT = 4 };
+    al__rng r;
+    al__rng_seed(&r, 78);
+    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
+    double *z = malloc(sizeof(double) * L * L);
+    random_head(&r, L, D, x, z, w);
+    const int top[NT] = {1, 2, 3, 39};
+    al_reading_stats ref[3][NT], got[NT];
+    al_error err = {0};
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (int kind = 0; kind < 3; kind++) {
+            al_reading_opts o = {.distance = (al_distance_kind)kind,
+                                 .top_n = top,
+                                 .n_top = NT,
+                                 .mc_samples = 5,
+                                 .mc_seed = 9,
+                                 .exact = 1,
+                                 .exact_max = 10000,
+                                 .causal = 1};
+            al_reading_stats *o_ = isa ? got : ref[kind];
+            assert_int_equal(al_head_reading(w, x, L, D, &o, o_, &err), 0);
+            if (!isa) continue;
+            for (int k = 0; k < NT; k++) {
+                const double a[5] = {got[k].dist, got[k].analytic, got[k].mc, got[k].mc_se,
+                                     got[k].exact};
+                const double b[5] = {ref[kind][k].dist, ref[kind][k].analytic, ref[kind][k].mc,
+                                     ref[kind][k].mc_se, ref[kind][k].exact};
+                for (int q = 0; q < 5; q++)
+                    if (!(fabs(a[q] - b[q]) <= 1e-11 * (1 + fabs(b[q]))) ||
+                        isnan(a[q]) != isnan(b[q]))
+                        fail_msg("al_head_reading %s N=%d field %d (%s vs scalar): %.17g vs %.17g",
+                                 al_distance_name((al_distance_kind)kind), top[k], q,
+                                 al__cpu_name((al__cpu_isa)isa), a[q], b[q]);
+            }
+        }
+        if (isa)
+            print_message("%s: the three distance readings and their expectations agree with "
+                          "scalar\n",
+                          al__cpu_name((al__cpu_isa)isa));
+    }
+    if (al__cpu_detect() < AL__CPU_AVX512)
+        print_message("avx512: built, not run (this CPU has no AVX-512)\n");
+    al__cpu_force((al__cpu_isa)-1);
+    free(w), free(x), free(z);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect),
@@ -241,6 +300,7 @@ int main(void) {
         cmocka_unit_test(test_pointwise_variants),
         cmocka_unit_test(test_attention_variants),
         cmocka_unit_test(test_multiversioned_math),
+        cmocka_unit_test(test_multiversioned_readings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* mv.h: a source file compiled once per instruction set, its public functions chosen at run
  * time (cpu.h). For the files whose speed comes from the compiler's own vectorisation (omp simd,
  * FMA where __FMA__ is defined) rather than from hand-written kernels: src/math/metrics.c,
- * normalize.c and sensitivity.c.
+ * normalize.c, sensitivity.c and readings.c.
  *
  * CMake (AL_MV_SOURCES) compiles such a file three times on x86-64 when AL_NATIVE is off:
  *   -DAL_MV_DISPATCH               the baseline copy (f_base) and the dispatching f

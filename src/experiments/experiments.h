@@ -98,6 +98,8 @@ typedef struct scratch {
     double *q, *k;        /* [L, d_head] */
     al_topn_stats *st;    /* [max(nd, ns)] */
     al_reading_stats *rd; /* [max(nd, ns)] */
+    double *G;            /* [L, L] X X^T of x, shared by the metrics calls on these vectors */
+    int g_layer, g_head, g_vec; /* whose G it holds (g_layer -1: none) */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);

@@ -2,6 +2,7 @@
  * of a layer in parallel, then the merge of the ranks' heads. */
 #include "hooks.h"
 #include "experiments.h"
+#include "metrics.h"
 
 #include <math.h>
 #include <omp.h>
@@ -27,7 +28,19 @@ typedef struct obs_ctx {
      * computed in the same observer call on the same capture */
     struct obs_ctx *var;
     int n_var;
+    struct layer_gram *lg; /* the Gram matrices of the d_model-wide vectors (shared) */
 } obs_ctx;
+
+/* The d_model-wide vectors (hidden, residual, embedding) are the same for every head of a layer
+ * (the embedding: of every layer): their Gram matrix X X^T [L, L] is computed once per layer
+ * (once per job for the embedding) and shared by every head and every reading that reads them,
+ * instead of once per head and per call. The head-wide ones (value, key) share theirs between
+ * the calls of one head (scratch.G). */
+typedef struct layer_gram {
+    double *G[5]; /* [L, L] per al_vectors kind (NULL: not used by this job) */
+    int layer[5]; /* the layer each holds (-1: none; the embedding: 0 once built) */
+    double *xd;   /* [L, d_model] the vectors in double */
+} layer_gram;
 
 void al__ex_to_double(const float *src, double *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i];
@@ -82,6 +95,57 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
     return 0;
 }
 
+static int wide_vectors(al_vectors v) {
+    return v == AL_VEC_HIDDEN || v == AL_VEC_EMBED || v == AL_VEC_RESIDUAL;
+}
+
+/* Does context c call the metrics module (which starts from a Gram matrix) in its job? */
+static int uses_gram(const obs_ctx *c) {
+    const job *j = c->j;
+    return j && ((j->nd > 0 && c->p->o.distance == AL_DIST_SUM_OF_NORMS) || j->ns > 0);
+}
+
+/* The layer's Gram matrices of the d_model-wide vectors some context of this job reads (the
+ * embedding's once per job), from the arrays prepare_head converts: the same bits. */
+static int build_layer_grams(obs_ctx *c, const al_capture *cap, al_error *err) {
+    layer_gram *lg = c->lg;
+    int64_t L = cap->T;
+    for (int v = -1; v < c->n_var; v++) {
+        const obs_ctx *x = v < 0 ? c : &c->var[v];
+        al_vectors k = x->p->o.vectors;
+        if (!wide_vectors(k) || !uses_gram(x)) continue;
+        int want = k == AL_VEC_EMBED ? 0 : cap->layer;
+        if (lg->G[k] && lg->layer[k] == want) continue;
+        if (!lg->G[k] && !(lg->G[k] = al__malloc((size_t)L * L * sizeof(double),
+                                                 "layer Gram matrix [L, L]", err)))
+            return AL_E_NOMEM;
+        if (!lg->xd &&
+            !(lg->xd = al__malloc((size_t)L * cap->d_model * sizeof(double), "layer vectors", err)))
+            return AL_E_NOMEM;
+        const float *src = k == AL_VEC_HIDDEN     ? cap->hidden
+                           : k == AL_VEC_RESIDUAL ? cap->residual
+                           : cap->embed           ? cap->embed
+                                                  : x->embed;
+        al__ex_to_double(src, lg->xd, (size_t)L * cap->d_model);
+        al__head_gram(lg->xd, L, cap->d_model, lg->G[k]);
+        lg->layer[k] = want;
+    }
+    return 0;
+}
+
+/* The Gram matrix of the vectors prepare_head put in sc->x for head i: the layer's (wide
+ * vectors) or the head's, computed on first use and kept for the next call on the same head and
+ * vectors (the separability after the distance, another reading's). */
+static const double *head_gram(const obs_ctx *c, const al_capture *cap, int i, scratch *sc) {
+    al_vectors v = c->p->o.vectors;
+    if (wide_vectors(v) && c->lg->G[v]) return c->lg->G[v];
+    if (sc->g_layer != cap->layer || sc->g_head != i || sc->g_vec != (int)v) {
+        al__head_gram(sc->x, cap->T, c->dx, sc->G);
+        sc->g_layer = cap->layer, sc->g_head = i, sc->g_vec = (int)v;
+    }
+    return sc->G;
+}
+
 /* Max weight and entropy of every row of w[L, L] (row t over its n_t keys): rmax[L], rent[L]. */
 int al__ex_row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
                      al_error *err) {
@@ -126,7 +190,8 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                               .mc_samples = p->o.mc_samples,
                               .mc_seed = seed,
                               .causal = cap->causal};
-        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), L, c->dx, &mo, sc->st,
+                                   NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -192,7 +257,8 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
                               .distance = 0,
                               .separability = 1,
                               .causal = cap->causal};
-        rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
+        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), L, c->dx, &mo, sc->st,
+                                   NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -328,6 +394,11 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
     int rc0 = check_vectors(c, cap, err);
     for (int v = 0; v < c->n_var && !rc0; v++)
         if (c->var[v].j) rc0 = check_vectors(&c->var[v], cap, err);
+    if (!rc0) {
+        double g0 = al__ex_process_cpu();
+        rc0 = build_layer_grams(c, cap, err);
+        c->j->t_dist += al__ex_process_cpu() - g0; /* the metrics' own work, done ahead */
+    }
     if (rc0) return rc0;
     double tsec[4] = {0, 0, 0, 0};
     al__ex_heads hs = {.cap = cap,
@@ -360,6 +431,7 @@ void al__ex_free_scratch(scratch *sc, int n) {
         free(sc[i].k);
         free(sc[i].st);
         free(sc[i].rd);
+        free(sc[i].G);
     }
     free(sc);
 }
@@ -456,10 +528,15 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
             !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
-            !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)))
+            !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)) ||
+            !(s->G = al__malloc(LL * sizeof(double), "head Gram matrix", err)))
             rc = AL_E_NOMEM;
+        else
+            s->g_layer = -1;
     }
-    for (int v = 0; v < nv; v++) var[v].sc = c.sc, var[v].done = NULL;
+    layer_gram lg = {.layer = {-1, -1, -1, -1, -1}};
+    c.lg = &lg;
+    for (int v = 0; v < nv; v++) var[v].sc = c.sc, var[v].done = NULL, var[v].lg = &lg;
     al_capture_request req = {.what = what, .fn = observe, .user = &c};
     double t0 = al__now(), c0 = al__ex_process_cpu();
     if (!rc)
@@ -473,6 +550,8 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
                      mi->n_layer);
     free(c.embed);
     for (int v = 0; v < nv; v++) free(var[v].embed);
+    for (int k = 0; k < 5; k++) free(lg.G[k]);
+    free(lg.xd);
     al__ex_free_scratch(c.sc, c.n_threads);
     if (rc) al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
     rc = al__dist_agree(p->dist, rc, err); /* an error on any rank stops every rank here */

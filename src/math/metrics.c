@@ -57,7 +57,10 @@
                            const al_metrics_opts *, al_topn_stats *, double *, double *,           \
                            al_error *);                                                            \
     int f(al_head_vanishing_D)(const double *, const double *, int64_t, int64_t, int, double *,    \
-                               al_error *);
+                               al_error *);                                                        \
+    int f(al__head_metrics_gram)(const double *, const double *, const double *, int64_t, int64_t, \
+                                 const al_metrics_opts *, al_topn_stats *, double *, double *,     \
+                                 al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_METRICS_PROTOS)
 #pragma GCC visibility pop
@@ -1260,9 +1263,23 @@ fail:
     return AL_E_NOMEM;
 }
 
-int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t d,
-                           const al_metrics_opts *o, al_topn_stats *out, double *row_max,
-                           double *row_entropy, al_error *err) {
+#ifndef AL_MV_ISA /* once: in the baseline (or only) copy */
+/* X X^T [L, L] of x[L, d]: the one GEMM every head's metrics start from, single-threaded
+ * OpenBLAS as inside al_head_metrics (the same call, so the same bits). */
+void al__head_gram(const double *x, int64_t L, int64_t d, double *G) {
+    int blas = al__blas_save();
+    blas_single();
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)L, (int)L, (int)d, 1.0, x, (int)d, x,
+                (int)d, 0.0, G, (int)L);
+    al__blas_restore(blas);
+}
+#endif
+
+/* al_head_metrics with the Gram matrix G[L, L] = X X^T of x given (al__head_gram), or NULL
+ * (computed here): callers that evaluate several heads or grids on the same vectors share it. */
+int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double *Gin, int64_t L,
+                                 int64_t d, const al_metrics_opts *o, al_topn_stats *out,
+                                 double *row_max, double *row_entropy, al_error *err) {
     int rc = check_opts(o, d, err);
     if (rc) return rc;
     if (L < 1) return al__err(err, AL_E_INVALID, "metrics: empty head (L = %lld)", (long long)L);
@@ -1304,7 +1321,7 @@ int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t 
     headws h;
     rowws rw;
     accum *acc = al__calloc((size_t)o->n_top, sizeof(accum), "metrics", err);
-    if (!acc || build_headws(&h, L, d, o->distance, 1, err)) {
+    if (!acc || build_headws(&h, L, d, o->distance, Gin == NULL, err)) {
         free(acc);
         free_grid(&g);
         return AL_E_NOMEM;
@@ -1321,8 +1338,11 @@ int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t 
     int blas = al__blas_save(); /* OpenBLAS single-threaded while we run, then as it was */
     blas_single();
     int iL = (int)L, id = (int)d;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, x, id, x, id, 0.0, h.G,
-                iL);
+    if (Gin)
+        h.G = (double *)Gin; /* borrowed: not freed below */
+    else
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, x, id, x, id, 0.0,
+                    h.G, iL);
     if (o->distance) {
         if (causal) { /* S = tril(W) X: reads only columns 0..t of row t */
             memcpy(h.S, x, (size_t)L * (size_t)d * sizeof(double));
@@ -1363,11 +1383,18 @@ int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t 
     free(cg.Gy);
     free(cg.gyd);
     free_rowws(&rw);
+    if (Gin) h.G = NULL;
     free_headws(&h);
     free(acc);
     free_grid(&g);
     al__blas_restore(blas);
     return rc;
+}
+
+int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                           double *row_entropy, al_error *err) {
+    return AL_MV(al__head_metrics_gram)(w, x, NULL, L, d, o, out, row_max, row_entropy, err);
 }
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */
@@ -1431,5 +1458,11 @@ int al_head_metrics(const double *w, const double *x, int64_t L, int64_t d,
 int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head, int causal,
                         double *D, al_error *err) {
     return AL_MV_PICK(al_head_vanishing_D)(q, k, L, d_head, causal, D, err);
+}
+
+int al__head_metrics_gram(const double *w, const double *x, const double *G, int64_t L, int64_t d,
+                          const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                          double *row_entropy, al_error *err) {
+    return AL_MV_PICK(al__head_metrics_gram)(w, x, G, L, d, o, out, row_max, row_entropy, err);
 }
 #endif

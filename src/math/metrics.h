@@ -8,4 +8,13 @@
  * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
 void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp);
 
+/* G[L, L] = X X^T of x[L, d] (single-threaded OpenBLAS: the bits al_head_metrics' own GEMM
+ * gives), for al__head_metrics_gram. */
+void al__head_gram(const double *x, int64_t L, int64_t d, double *G);
+/* al_head_metrics (attnlim.h) with that Gram matrix given (NULL: computed inside): the same
+ * numbers, bit for bit; callers evaluating several grids or heads of one x share the GEMM. */
+int al__head_metrics_gram(const double *w, const double *x, const double *G, int64_t L, int64_t d,
+                          const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                          double *row_entropy, al_error *err);
+
 #endif

@@ -21,10 +21,27 @@
  */
 #include "metrics.h"
 #include "mathx.h"
+#include "mv.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Compiled once per instruction set (mv.h): the per-row loops over d (S, s, ||S - c s||, the
+ * sum-of-norms terms) vectorise with the ISA's width and FMA; al_row_reading and al_head_reading
+ * pick their copy at run time. The names, parsers and binomials are in the baseline copy only. */
+#if defined(AL_MV_ISA) || defined(AL_MV_DISPATCH)
+#define AL_READINGS_PROTOS(f)                                                                      \
+    int f(al_row_reading)(const double *, const double *, int64_t, int64_t,                        \
+                          const al_reading_opts *, al_reading_stats *, al_error *);                \
+    int f(al_head_reading)(const double *, const double *, int64_t, int64_t,                       \
+                           const al_reading_opts *, al_reading_stats *, al_error *);
+#pragma GCC visibility push(hidden) /* the copies: internal, never exported */
+AL_MV_FOR_EACH(AL_READINGS_PROTOS)
+#pragma GCC visibility pop
+#endif
+
+#ifndef AL_MV_ISA
 
 /* ---- names -------------------------------------------------------------------------------- */
 
@@ -108,6 +125,8 @@ int al_exact_check(int64_t n_max, const int *top_n, int n_top, int64_t cap, al_e
     return 0;
 }
 
+#endif /* !AL_MV_ISA */
+
 /* ---- per-call state ------------------------------------------------------------------------- */
 
 typedef struct acc {
@@ -174,6 +193,7 @@ static int rws_build(rws *w, int64_t cap, int64_t d, int nmax, const al_reading_
 /* ||S - c s||, component by component. */
 static double norm_diff(const double *S, double c, const double *s, int64_t d) {
     double t = 0;
+#pragma omp simd reduction(+ : t)
     for (int64_t k = 0; k < d; k++) {
         double e = FMA(-c, s[k], S[k]);
         t = FMA(e, e, t);
@@ -196,6 +216,7 @@ static double distance_of(al_distance_kind kind, const double *a, const double *
         if (mark[i]) continue;
         const double *xi = x + i * d;
         double t2 = 0;
+#pragma omp simd reduction(+ : t2)
         for (int64_t k = 0; k < d; k++) {
             double e = FMA(a[i], xi[k], -s[k]);
             t2 = FMA(e, e, t2);
@@ -414,8 +435,8 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
     return 0;
 }
 
-int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
-                   const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+int AL_MV(al_row_reading)(const double *alpha, const double *x, int64_t n, int64_t d,
+                          const al_reading_opts *o, al_reading_stats *out, al_error *err) {
     int rc = check_opts(o, n, d, err);
     if (rc) return rc;
     if (n < 1 || n > ((int64_t)1 << 24))
@@ -427,8 +448,8 @@ int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
     return run(alpha, 0, x, n, d, 0, o, out, err);
 }
 
-int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
-                    const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_reading_opts *o, al_reading_stats *out, al_error *err) {
     int rc = check_opts(o, L, d, err);
     if (rc) return rc;
     if (L < 1 || L > ((int64_t)1 << 16))
@@ -439,3 +460,17 @@ int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
     if ((rc = check_finite(x, L, d, d, 0, "vectors", err))) return rc;
     return run(w, L, x, L, d, o->causal != 0, o, out, err);
 }
+
+/* ---- one copy of this file per instruction set (mv.h) --------------------------------------- */
+
+#ifdef AL_MV_DISPATCH
+int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
+                   const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+    return AL_MV_PICK(al_row_reading)(alpha, x, n, d, o, out, err);
+}
+
+int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
+                    const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+    return AL_MV_PICK(al_head_reading)(w, x, L, d, o, out, err);
+}
+#endif

@@ -243,3 +243,41 @@ def test_diagnose_equals_one_process(work, mpirun, tmp_path):
         r = launch(mpirun, n, *args, "--out", str(tmp_path / f"np{n}"))
         assert json.loads(r.stdout) == one  # one JSON document: rank 0's
         assert open(tmp_path / f"np{n}" / "diagnose.md").read() == open(tmp_path / "one" / "diagnose.md").read()
+
+
+# --readings over the processes: each rank computes its own heads under every reading on the same
+# forward (the d_model-wide vectors' Gram matrix per layer on every rank), rank 0 merges them
+READINGS = "distance=norm-of-sum;vectors=hidden;vectors=key,distance=sum-vector;temperature-scale=raw"
+
+
+def _strip_paths(x, root):
+    """readings.json without the run's own directory in the paths of each reading's results."""
+    if isinstance(x, dict):
+        return {k: _strip_paths(v, root) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_strip_paths(v, root) for v in x]
+    return x.replace(root, "OUT") if isinstance(x, str) else x
+
+
+@pytest.mark.parametrize("n", [2])
+def test_readings_equal_one_process(work, mpirun, n, tmp_path):
+    args = ["reproduce", "--model", work["model"], "--quick", "--temperatures", "0.001,0.1,10",
+            "--threads", "1", "--quiet", "--readings", READINGS]
+    one, many = str(tmp_path / "one"), str(tmp_path / f"np{n}")
+    run(*args, "--out", one)
+    launch(mpirun, n, *args, "--out", many)
+    files = sorted(os.path.relpath(f, one) for f in glob.glob(os.path.join(one, "**", "*"), recursive=True))
+    assert files == sorted(os.path.relpath(f, many)
+                           for f in glob.glob(os.path.join(many, "**", "*"), recursive=True))
+    names = [f for f in files if f.startswith("readings" + os.sep) and f.endswith(".npy")]
+    assert len({f.split(os.sep)[1] for f in names}) == 4, names  # every reading wrote its arrays
+    for f in (f for f in files if f.endswith(".npy")):  # every reading's arrays, bit for bit
+        x, y = np.load(os.path.join(one, f)), np.load(os.path.join(many, f))
+        assert x.shape == y.shape and x.tobytes() == y.tobytes(), f
+    for f in (f for f in files if f.endswith("results.json")):
+        close_json(json.load(open(os.path.join(many, f))), json.load(open(os.path.join(one, f))))
+    ra = _strip_paths(json.load(open(os.path.join(many, "readings.json"))), many)
+    rb = _strip_paths(json.load(open(os.path.join(one, "readings.json"))), one)
+    assert ra == rb
+    assert open(os.path.join(many, "readings.csv")).read() == open(os.path.join(one, "readings.csv")).read()
+    assert json.load(open(os.path.join(many, "results.json")))["manifest"]["parallel"]["ranks"] == n

@@ -179,6 +179,10 @@ def test_critical_grid_reaches_l_minus_1(work):
 
 VARIANTS = {  # the reading's directory -> (the separate run's options, its experiments)
     "vectors-key": (["--vectors", "key"], "alg1,alg2,alg3,alg4"),
+    # the d_model-wide vectors: one Gram matrix per layer, shared by its heads and readings
+    "vectors-hidden": (["--vectors", "hidden"], "alg1,alg2,alg3,alg4"),
+    "vectors-embedding": (["--vectors", "embedding"], "alg1,alg2,alg3,alg4"),
+    "vectors-residual": (["--vectors", "residual"], "alg1,alg2,alg3,alg4"),
     "distance-norm-of-sum": (["--distance", "norm-of-sum"], "alg1,alg2,alg3"),
     "expectation-mc": (["--expectation", "mc"], "alg1,alg2,alg3"),
     "temperature-scale-raw": (["--temperature-scale", "raw"], "alg5"),
