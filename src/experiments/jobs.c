@@ -362,8 +362,11 @@ static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, do
                         al_error *err) {
     obs_ctx *c = ctx;
     int bad = head_work(c, cap, i, sc, tsec, err);
-    for (int v = 0; v < c->n_var && !bad; v++)
+    for (int v = 0; v < c->n_var && !bad; v++) {
+        if (al__cancelled()) /* a signal stops a head between its readings, on any thread */
+            return al__err(err, AL_E_CANCELLED, "interrupted");
         if (c->var[v].j) bad = head_work(&c->var[v], cap, i, sc, tsec, err);
+    }
     return bad;
 }
 

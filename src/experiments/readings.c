@@ -284,6 +284,27 @@ static void add_entry(cJSON *list, const char *name, int cross, const plan *p, c
     cJSON_AddItemToArray(list, e);
 }
 
+/* "not_evaluated": [{"reading": name, "why": reason}, ...] from the "name: why" lines. */
+static int add_not_evaluated(cJSON *root, const char *lines) {
+    cJSON *arr = cJSON_AddArrayToObject(root, "not_evaluated");
+    if (!arr) return -1;
+    for (const char *l = lines; l && *l;) {
+        const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+        const char *colon = memchr(l, ':', (size_t)(end - l));
+        const char *ws = colon ? colon + (colon + 1 < end && colon[1] == ' ' ? 2 : 1) : end;
+        char name[256], why[1100];
+        snprintf(name, sizeof name, "%.*s", (int)((colon ? colon : end) - l), l);
+        snprintf(why, sizeof why, "%.*s", (int)(end - ws), ws);
+        cJSON *o = cJSON_CreateObject();
+        if (!o) return -1;
+        cJSON_AddItemToArray(arr, o);
+        if (!cJSON_AddStringToObject(o, "reading", name) || !cJSON_AddStringToObject(o, "why", why))
+            return -1;
+        l = nl ? nl + 1 : end;
+    }
+    return 0;
+}
+
 int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
                           const char *skipped, al_error *err) {
     const al__summary *s = &a->s;
@@ -323,7 +344,10 @@ int al__ex_write_readings(const plan *p, const agg *a, const variant *v, int nv,
             cJSON_AddItemToArray(t, cJSON_CreateString(nm));
         }
     }
-    cJSON_AddStringToObject(root, "not_evaluated", skipped && skipped[0] ? skipped : "");
+    if (add_not_evaluated(root, skipped)) {
+        cJSON_Delete(root);
+        return al__err(err, AL_E_NOMEM, "out of memory (readings.json)");
+    }
     char path[4200];
     snprintf(path, sizeof path, "%s/readings.json", p->o.out_dir);
     char *txt = cJSON_Print(root);

@@ -98,7 +98,7 @@ typedef struct run {
     char stale[160];     /* the jobs --resume found saved but stale */
     variant *var;        /* [n_var] --readings: the variants sharing the forward passes */
     int n_var;
-    char skipped[2048];    /* --readings all: the readings that do not apply, and why */
+    char *skipped; /* --readings all: "name: why" per line for each reading left out (heap) */
     al__reading_col *cols; /* [n_var + 1] the report's section */
     double *col_buf;
     char robust[512];
@@ -157,6 +157,18 @@ static void run_fingerprint(run *r) {
 /* --readings: the variants' plans, checked before any work. An explicit list refuses a reading
  * that does not apply (exact over the cap, mc without samples, vectors the model does not give);
  * "all" leaves it out, saying why in r->skipped. */
+/* Appends "name: why\n" to *list (heap, grown as needed; newlines in why become spaces). */
+static int skip_add(char **list, const char *name, const char *why) {
+    size_t n = *list ? strlen(*list) : 0, add = strlen(name) + strlen(why) + 4;
+    char *t = realloc(*list, n + add);
+    if (!t) return -1;
+    snprintf(t + n, add, "%s: %s\n", name, why);
+    for (char *c = t + n; c[1]; c++)
+        if (*c == '\n') *c = ' ';
+    *list = t;
+    return 0;
+}
+
 static int run_variants(run *r, al_error *err) {
     int rc = al__ex_readings_variants(&r->o, &r->var, &r->n_var, err);
     if (rc) return rc;
@@ -178,9 +190,8 @@ static int run_variants(run *r, al_error *err) {
             return al__err_prefix(err, bad, "--readings %s", v->name);
         }
         if (bad) {
-            size_t n = strlen(r->skipped);
-            snprintf(r->skipped + n, sizeof r->skipped - n, "%s%s: %.110s", n ? "; " : "", v->name,
-                     e.msg);
+            if (skip_add(&r->skipped, v->name, e.msg))
+                return al__err(err, AL_E_NOMEM, "out of memory (--readings %s)", v->name);
             al__ex_free_plan(&v->p);
             memset(&v->p, 0, sizeof v->p);
             continue;
@@ -606,6 +617,7 @@ static void run_free(run *r) {
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
     al__ex_free_variants(r->var, r->n_var);
+    free(r->skipped);
     free(r->cols);
     free(r->col_buf);
     free(r->tokens);

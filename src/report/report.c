@@ -7,6 +7,7 @@
 #include "plot.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -777,8 +778,15 @@ static void readings_section(doc *d, const al__summary *s) {
          "under that reading (the cross product is for the critical N only).");
     para(d, "Robust (one verdict under every reading): %s.",
          s->robust && s->robust[0] ? s->robust : "none");
-    if (s->readings_skipped && s->readings_skipped[0])
-        note(d, "Readings left out (they do not apply to this run): %.3000s", s->readings_skipped);
+    if (s->readings_skipped && s->readings_skipped[0]) { /* "name: why" lines, one note each */
+        note(d, "Readings left out (they do not apply to this run):");
+        for (const char *l = s->readings_skipped; *l;) {
+            const char *nl = strchr(l, '\n');
+            int len = (int)(nl ? nl - l : (ptrdiff_t)strlen(l));
+            note(d, "- %.*s", len, l);
+            l = nl ? nl + 1 : l + len;
+        }
+    }
     figure(d, "fig_readings_crit",
            "N_crit / L against L under every reading that ran Algorithm 3, with the paper's 0.06.");
     figure(d, "fig_readings_ratio",

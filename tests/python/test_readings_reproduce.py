@@ -234,7 +234,8 @@ def test_readings_outputs(work, all_run):
         listed = d["holds_under"] + d["does_not_hold_under"] + d["not_testable_under"]
         assert sorted(listed) == sorted(e["name"] for e in rd["readings"]
                                         if key in e["verdicts"])
-    assert "expectation=exact" in rd["not_evaluated"]  # C(16, 7) over the cap: left out
+    left = {x["reading"]: x["why"] for x in rd["not_evaluated"]}  # a list: nothing cut short
+    assert "expectation=exact" in left and left["expectation=exact"]  # C(16, 7) over the cap
     e = next(e for e in rd["readings"] if e["name"] == "distance=norm-of-sum")
     crit = e["critical_n"]
     assert len(crit["ratio"]) == len(crit["L"]) == 3
