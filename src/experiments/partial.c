@@ -326,6 +326,10 @@ static void note_diff(char *msg, size_t size, const cJSON *saved, const cJSON *n
     char da[200], db[200];
     describe(a, sub, da, sizeof da);
     describe(b, sub, db, sizeof db);
+    if (!strcmp(name, "seed") && cJSON_IsString(a) && cJSON_IsString(b)) { /* as given: 1234 */
+        snprintf(da, sizeof da, "%.64s", a->valuestring);
+        snprintf(db, sizeof db, "%.64s", b->valuestring);
+    }
     size_t k = strlen(msg);
     if (k + 1 < size) snprintf(msg + k, size - k, "%s%s %s -> %s", k ? "; " : "", name, da, db);
 }

@@ -411,7 +411,7 @@ def test_resume_other_options(work, tmp_path):
     res = json.load(open(os.path.join(out, "results.json")))
     assert res["manifest"]["resume"] == {"requested": True, "jobs": 6, "reused": 4, "computed": 2, "stale": 2,
                                          "temp_files_removed": 0}
-    assert "2 recomputed: saved with other grids or options, unreadable, of another shape, or not matching their checksum: w0_L64, w1_L64" in r.stderr, r.stderr
+    assert "2 recomputed: saved with other grids or options, unreadable, of another shape, not finite where they must be, or not matching their checksum: w0_L64, w1_L64" in r.stderr, r.stderr
     after = _files(out)
     assert all(after[k] == v for k, v in keep.items())
     for key in ("vanishing", "alg1", "alg3", "alg4", "alg5"):
