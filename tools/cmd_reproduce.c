@@ -28,7 +28,9 @@ static void usage(FILE *f) {
         "  --corpus C          war-and-peace (default) or a text file\n"
         "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
         "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
-        "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
+        "  --windows K|all     windows 0..K-1 of every L (default 1); all: every window of the\n"
+        "                      corpus at the longest L (K = tokens / L); per-head values are "
+        "means\n"
         "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
         "                      x_j; residual: the layer input before its first norm]\n"
         "  --distance D        sum-of-norms (default) | norm-of-sum | sum-vector  [reading:\n"
@@ -214,8 +216,12 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
             o.out_dir = v;
         } else if (!strcmp(a, "--windows")) {
             NEED_VALUE();
-            if (cli_parse_int(v, "--windows", 1, 100000, &n, &err)) goto usage_err;
-            o.windows = (int)n;
+            if (!strcmp(v, "all"))
+                o.windows = AL_WINDOWS_ALL;
+            else if (cli_parse_int(v, "--windows", 1, 100000, &n, &err))
+                goto usage_err;
+            else
+                o.windows = (int)n;
         } else if (!strcmp(a, "--vectors")) {
             NEED_VALUE();
             if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
