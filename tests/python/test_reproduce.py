@@ -544,3 +544,11 @@ def test_windows_all_is_every_window_of_the_corpus(work, tmp_path):
             str(short), "--out", str(tmp_path / "s"), "--threads", "2", check=False)
     assert r.returncode != 0 and "--windows all" in r.stderr and "short.txt" in r.stderr, r.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_distance_figures_show_the_spread_over_windows(work):
+    """With several windows, Fig. 2a and 2b draw dtilde's mean over heads as the median and IQR
+    band over the windows (beside the IQR over heads)."""
+    for fig in ("fig2a.svg", "fig2b.svg"):
+        svg = open(os.path.join(work["out"], fig), encoding="utf-8").read()
+        assert "dtilde, mean over heads: median, IQR over 2 windows" in svg, fig
