@@ -78,6 +78,14 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
         _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s));                                      \
     } while (0)
 
+/* the six row pointers of a tile of mr rows at base (ld ld): rows past mr repeat the last */
+#define ROWS6(p, base, ld, mr)                                                                     \
+    const float *p##0 = (base), *p##1 = (base) + (size_t)(1 < (mr) ? 1 : (mr)-1) * (ld),           \
+                *p##2 = (base) + (size_t)(2 < (mr) ? 2 : (mr)-1) * (ld),                           \
+                *p##3 = (base) + (size_t)(3 < (mr) ? 3 : (mr)-1) * (ld),                           \
+                *p##4 = (base) + (size_t)(4 < (mr) ? 4 : (mr)-1) * (ld),                           \
+                *p##5 = (base) + (size_t)(5 < (mr) ? 5 : (mr)-1) * (ld)
+
 /* L[m, kend] (ld lL) = scale * Q[m, D] (ld ldq) @ K^T, the keys packed in panels of 16:
  * Kp[Tp / 16][D][16] (zero past T). For causal rows only the tiles holding keys
  * j <= r0 + row are computed. */
@@ -89,12 +97,7 @@ static AL_ATTN_TARGET void qk_tiles(float *L, size_t lL, const float *Q, size_t 
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
-        const float *q0 = Q + (size_t)i0 * ldq;
-        const float *q1 = Q + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * ldq;
-        const float *q2 = Q + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * ldq;
-        const float *q3 = Q + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * ldq;
-        const float *q4 = Q + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * ldq;
-        const float *q5 = Q + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * ldq;
+        ROWS6(q, Q + (size_t)i0 * ldq, ldq, mr);
         for (int j0 = 0; j0 < jmax; j0 += 16) {
             ACC_DECL;
             const float *kp = Kp + (size_t)(j0 / 16) * D * 16;
@@ -126,12 +129,7 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
-        const float *w0 = W + (size_t)i0 * lW;
-        const float *w1 = W + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * lW;
-        const float *w2 = W + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * lW;
-        const float *w3 = W + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * lW;
-        const float *w4 = W + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * lW;
-        const float *w5 = W + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * lW;
+        ROWS6(w, W + (size_t)i0 * lW, lW, mr);
         for (int c0 = 0; c0 < D; c0 += 16) {
             ACC_DECL;
             const float *vp = Vp + (size_t)(c0 / 16) * T * 16;
@@ -181,14 +179,6 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
         _mm512_storeu_ps(tile[5], _mm512_mul_ps(z50, s));                                          \
         _mm512_storeu_ps(tile[5] + 16, _mm512_mul_ps(z51, s));                                     \
     } while (0)
-
-/* the six row pointers of a tile of mr rows at base (ld ld): rows past mr repeat the last */
-#define ROWS6(p, base, ld, mr)                                                                     \
-    const float *p##0 = (base), *p##1 = (base) + (size_t)(1 < (mr) ? 1 : (mr)-1) * (ld),           \
-                *p##2 = (base) + (size_t)(2 < (mr) ? 2 : (mr)-1) * (ld),                           \
-                *p##3 = (base) + (size_t)(3 < (mr) ? 3 : (mr)-1) * (ld),                           \
-                *p##4 = (base) + (size_t)(4 < (mr) ? 4 : (mr)-1) * (ld),                           \
-                *p##5 = (base) + (size_t)(5 < (mr) ? 5 : (mr)-1) * (ld)
 
 /* qk_tiles with 512-bit vectors: the same arguments and packing (Kp [Tp / 16][D][16]) */
 static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, size_t ldq,
