@@ -4,7 +4,10 @@
  * a straightforward llm.c-style loop implementation (bench/forward_loops.c).
  *
  * usage: bench_forward [--threads 2] [--T 1024] [--reps 3] [--model PATH] [--no-torch]
- *                      [--no-loops] [--loops-reps 1]
+ *                      [--no-loops] [--loops-reps 1] [--ab R] [--contention R]
+ * --ab R: R rounds of (forward at the best level, at avx2, its matmuls through our tiles and
+ * through OpenBLAS's own threads), medians and per-round ratios. --contention R: R rounds of
+ * (attnlim quiet, beside a forked busy loop, PyTorch the same), medians of --reps forwards.
  * Without --model, a random GPT-2 124M-shape model (12 layers, 12 heads, 768 channels, 1024
  * positions, 50257 tokens) is built in memory in llm.c's layout, which both C implementations
  * read. Not run by the tests.
