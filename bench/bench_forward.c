@@ -4,7 +4,10 @@
  * a straightforward llm.c-style loop implementation (bench/forward_loops.c).
  *
  * usage: bench_forward [--threads 2] [--T 1024] [--reps 3] [--model PATH] [--no-torch]
- *                      [--no-loops] [--loops-reps 1]
+ *                      [--no-loops] [--loops-reps 1] [--ab R] [--contention R]
+ * --ab R: R rounds of (forward at the best level, at avx2, its matmuls through our tiles and
+ * through OpenBLAS's own threads), medians and per-round ratios. --contention R: R rounds of
+ * (attnlim quiet, beside a forked busy loop, PyTorch the same), medians of --reps forwards.
  * Without --model, a random GPT-2 124M-shape model (12 layers, 12 heads, 768 channels, 1024
  * positions, 50257 tokens) is built in memory in llm.c's layout, which both C implementations
  * read. Not run by the tests.
@@ -18,9 +21,14 @@
 #include "model.h"
 #include "touch.h"
 #include "ops.h"
+#include "cpu.h"
 
+#include <cblas.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,11 +112,143 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ---- --ab and --contention: paired rounds, ratios (a loaded machine: see docs/benchmarks.md) ---
+ */
+
+/* one forward with the capture at level isa: wall seconds */
+static double fwd_once(al_model *m, const int32_t *tok, int T, al_capture_request *req,
+                       float *final, al__cpu_isa isa) {
+    al_error err = {0};
+    al__cpu_force(isa);
+    double s = al__now();
+    al_model_forward(m, tok, T, req, NULL, final, &err);
+    double e = al__now() - s;
+    al__cpu_force((al__cpu_isa)-1);
+    return e;
+}
+
+/* the forward's four matmuls per layer: through al__matmul_nt (our tiles over single-threaded
+ * OpenBLAS, blas 0) or one cblas_sgemm each with OpenBLAS's own threads (blas = threads) */
+static double mm_once(const al_model *m, float *xa, float *ya, int T, int blas) {
+    const al__gpt2 *g = m->impl;
+    const int C = g->d_model;
+    if (blas) openblas_set_num_threads(blas);
+    double s = al__now();
+    for (int l = 0; l < g->n_layer; l++) {
+        const al__gpt2_layer *w = &g->layers[l];
+        const float *W[4] = {w->attn_w, w->proj_w, w->fc_w, w->fcproj_w};
+        const int K[4] = {C, C, C, 4 * C}, N[4] = {3 * C, C, 4 * C, C};
+        for (int i = 0; i < 4; i++)
+            if (blas)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N[i], K[i], 1.0f, xa, K[i],
+                            W[i], K[i], 0.0f, ya, N[i]);
+            else
+                al__matmul_nt(ya, xa, W[i], NULL, T, K[i], N[i]);
+    }
+    double e = al__now() - s;
+    if (blas) openblas_set_num_threads(1);
+    return e;
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* --ab R: R rounds of [forward avx512, forward avx2, matmuls (ours), matmuls (OpenBLAS
+ * threads)], wall seconds each; the medians and the medians of the per-round ratios */
+static void ab_rounds(al_model *m, const int32_t *tok, int T, al_capture_request *req, float *final,
+                      int threads, int R) {
+    const int C = ((const al__gpt2 *)m->impl)->d_model;
+    float *xa = calloc((size_t)T * 4 * C, sizeof(float)), *ya = calloc((size_t)T * 4 * C, 4);
+    double *t = calloc((size_t)R * 6, sizeof *t); /* t[k * R + r] */
+    const al__cpu_isa top = al__cpu_detect();
+    for (int r = 0; r < R; r++) {
+        t[0 * R + r] = fwd_once(m, tok, T, req, final, top);
+        t[1 * R + r] = fwd_once(m, tok, T, req, final, AL__CPU_AVX2);
+        t[2 * R + r] = mm_once(m, xa, ya, T, 0);
+        t[3 * R + r] = mm_once(m, xa, ya, T, threads);
+        t[4 * R + r] = t[3 * R + r] / t[0 * R + r]; /* floor / forward */
+        t[5 * R + r] = t[1 * R + r] / t[0 * R + r]; /* avx2 / best */
+        printf("round %d: forward %s %.3f s, avx2 %.3f s | matmuls ours %.3f s, OpenBLAS "
+               "threaded %.3f s\n",
+               r, al__cpu_name(top), t[r], t[R + r], t[2 * R + r], t[3 * R + r]);
+        fflush(stdout);
+    }
+    const char *names[6] = {"forward (best level)",
+                            "forward (avx2)",
+                            "matmuls (ours)",
+                            "matmuls (OpenBLAS threads)",
+                            "ratio matmuls(OpenBLAS)/forward",
+                            "ratio forward avx2/best"};
+    for (int k = 0; k < 6; k++) printf("median %-34s %.3f\n", names[k], median(t + k * R, R));
+    free(t), free(xa), free(ya);
+}
+
+/* a competing single-threaded process (a busy loop, pinned nowhere): its pid */
+static pid_t spin_start(void) {
+    pid_t pid = fork();
+    if (pid == 0)
+        for (volatile unsigned long i = 0;; i++) {
+        }
+    return pid;
+}
+static void spin_stop(pid_t pid) {
+    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+}
+
+/* PyTorch's median of reps forwards (bench/forward_torch.py), 0 if it did not run */
+static double torch_run(const char *dir, int threads, int T, const al_model_info *in, int reps) {
+    char cmd[8192], line[8192] = {0};
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s/forward_torch.py --threads %d --T %d --reps %d --layers %d "
+             "--heads %d --embd %d --vocab %d",
+             dir, threads, T, reps, in->n_layer, in->n_head, in->d_model, in->vocab_size);
+    FILE *p = popen(cmd, "r");
+    double v = 0;
+    if (p && fgets(line, sizeof line, p)) {
+        char *med = strstr(line, "\"median\": ");
+        if (med) v = atof(med + 10);
+    }
+    if (p) pclose(p);
+    return v;
+}
+
+/* --contention R: R rounds of [attnlim quiet, attnlim beside a busy process, and the same for
+ * PyTorch (do_torch)], each the median of reps forwards; the slowdowns */
+static void contention_rounds(al_model *m, const int32_t *tok, int T, al_capture_request *req,
+                              float *final, int threads, int R, int reps, int do_torch,
+                              const char *dir) {
+    double *t = calloc((size_t)R * 6, sizeof *t), *one = calloc((size_t)reps, sizeof *one);
+    const al__cpu_isa top = al__cpu_detect();
+    for (int r = 0; r < R; r++) {
+        for (int busy = 0; busy < 2; busy++) {
+            pid_t pid = busy ? spin_start() : 0;
+            for (int i = 0; i < reps; i++) one[i] = fwd_once(m, tok, T, req, final, top);
+            t[busy * R + r] = median(one, reps);
+            if (do_torch)
+                t[(2 + busy) * R + r] = torch_run(dir, threads, T, al_model_get_info(m), reps);
+            spin_stop(pid);
+        }
+        t[4 * R + r] = t[R + r] / t[r];
+        t[5 * R + r] = t[2 * R + r] > 0 ? t[3 * R + r] / t[2 * R + r] : 0;
+        printf("round %d: attnlim quiet %.3f s, busy %.3f s (%.2fx) | pytorch quiet %.3f s, busy "
+               "%.3f s (%.2fx)\n",
+               r, t[r], t[R + r], t[4 * R + r], t[2 * R + r], t[3 * R + r], t[5 * R + r]);
+        fflush(stdout);
+    }
+    const char *names[6] = {"attnlim quiet", "attnlim busy",     "pytorch quiet",
+                            "pytorch busy",  "attnlim slowdown", "pytorch slowdown"};
+    for (int k = 0; k < 6; k++) printf("median %-18s %.3f\n", names[k], median(t + k * R, R));
+    free(t), free(one);
+}
+
 /* ---- main --------------------------------------------------------------------------------------
  */
 
 int main(int argc, char **argv) {
-    int threads = 2, T = 1024, reps = 3, loops_reps = 1, do_torch = 1, do_loops = 1;
+    int threads = 2, T = 1024, reps = 3, loops_reps = 1, do_torch = 1, do_loops = 1, ab = 0,
+        contention = 0;
     const char *model_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -121,13 +261,18 @@ int main(int argc, char **argv) {
             loops_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model_path = argv[++i];
+        else if (!strcmp(argv[i], "--ab") && i + 1 < argc)
+            ab = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--contention") && i + 1 < argc)
+            contention = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-torch"))
             do_torch = 0;
         else if (!strcmp(argv[i], "--no-loops"))
             do_loops = 0;
         else {
-            fprintf(stderr, "usage: bench_forward [--threads N] [--T T] [--reps R] [--model PATH] "
-                            "[--no-torch] [--no-loops] [--loops-reps R]\n");
+            fprintf(stderr,
+                    "usage: bench_forward [--threads N] [--T T] [--reps R] [--model PATH] "
+                    "[--no-torch] [--no-loops] [--loops-reps R] [--ab R] [--contention R]\n");
             return 2;
         }
     }
@@ -169,6 +314,18 @@ int main(int argc, char **argv) {
     if (al_model_forward(m, tokens, T, &req, NULL, final, &err)) { /* warm-up */
         fprintf(stderr, "bench_forward: %s\n", err.msg);
         return 1;
+    }
+    if (ab || contention) { /* paired rounds only */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", __FILE__);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        if (ab) ab_rounds(m, tokens, T, &req, final, threads, ab);
+        if (contention)
+            contention_rounds(m, tokens, T, &req, final, threads, contention, reps, do_torch, dir);
+        free(ts), free(cs), free(final), free(tokens);
+        al_model_free(m);
+        return 0;
     }
     for (int i = 0; i < reps; i++) {
         double s = al__now(), c = cpu_now();

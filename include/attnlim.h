@@ -788,12 +788,14 @@ enum {
 
 /* Options of al_reproduce. al_repro_defaults fills the paper's settings; every NULL grid
  * means the default grid of METHOD (or the --quick grid when quick is set). */
+#define AL_WINDOWS_ALL (-1) /* al_repro_opts.windows: every window of the corpus */
 typedef struct al_repro_opts {
     const char *model;     /* path or known name; NULL = the best available (al_repro_pick_model) */
     const char *corpus;    /* "war-and-peace" (default, NULL) or a text file; none for a dump */
     const char *data_path; /* explicit data location for al_data_find, or NULL */
     const char *out_dir;   /* where every output goes (created) */
-    int windows;           /* K >= 1: windows 0..K-1 of every L */
+    int windows;           /* K >= 1: windows 0..K-1 of every L; AL_WINDOWS_ALL: every window
+                              of the corpus at the longest L (K = tokens / L) */
     al_vectors vectors;
     const char *normalizer; /* NULL: the model's own softmax weights; else an al_norm_parse name */
     int quick;              /* small grids for tiny test models */

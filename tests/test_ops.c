@@ -64,10 +64,13 @@ static void test_matmul(void **state) {
     (void)state;
     check_matmul(1, 1, 1, 0, 1);
     check_matmul(3, 5, 7, 1, 2);
-    check_matmul(1, 64, 300, 1, 2);    /* one row: split by columns */
-    check_matmul(200, 96, 77, 1, 2);   /* many rows: split by rows */
+    check_matmul(1, 64, 300, 1, 2);    /* one row: column tiles */
+    check_matmul(200, 96, 77, 1, 2);   /* many rows: row x column tiles */
     check_matmul(130, 257, 129, 0, 3); /* odd sizes, more threads than cores */
     check_matmul(200, 96, 77, 1, 1);
+    check_matmul(1000, 32, 17, 1, 2); /* tiles: 2 row parts x 2 column parts (of 16, 1) */
+    check_matmul(40, 70, 500, 1, 2);  /* fewer than 64 rows: 6 column tiles, dynamic */
+    check_matmul(257, 33, 95, 0, 4);  /* 4 row parts x 3 column parts with tails */
     al__set_threads(0);
 }
 

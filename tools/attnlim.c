@@ -147,6 +147,18 @@ static void filter_terminal_output(const char *cmd) {
     }
 }
 
+/* OpenMP threads that spin at a barrier while their partner is descheduled take the core from
+ * it on a shared machine (docs/benchmarks.md): passive waiting unless the user chose a policy.
+ * libgomp reads OMP_WAIT_POLICY in its own initializer, which runs before main: this one runs
+ * before every shared library's (the executable's .preinit_array). */
+static void passive_wait_default(int argc, char **argv, char **envp) {
+    (void)argc, (void)argv, (void)envp;
+    if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+}
+__attribute__((section(".preinit_array"),
+               used)) static void (*const preinit_wait)(int, char **,
+                                                        char **) = passive_wait_default;
+
 int main(int argc, char **argv) {
     filter_terminal_output(argc > 1 ? argv[1] : NULL);
     al_set_network(1); /* the CLI fetches known models and pinned data files when missing */

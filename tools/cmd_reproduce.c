@@ -50,8 +50,9 @@ static const cli_opt opts[] = {
     {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a text file"},
     {O_TEXT, "--text", "PROMPT", "the prompt as the corpus (give --lengths that fit its tokens)"},
     {O_DATA, "--data", "DIR", "where the shared data files are (tokenizer, corpus)"},
-    {O_WINDOWS, "--windows", "K",
-     "windows 0..K-1 of every L (default 1); per-head values are means"},
+    {O_WINDOWS, "--windows", "K|all",
+     "windows 0..K-1 of every L (default 1); all: every window of the\n"
+     "corpus at the longest L (K = tokens / L); per-head values are means"},
     {O_VECTORS, "--vectors", "V",
      "value (default) | key | hidden | residual | embedding  [reading:\n"
      "x_j; residual: the layer input before its first norm]"},
@@ -194,8 +195,12 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         } else if (id == O_OUT) {
             o.out_dir = v;
         } else if (id == O_WINDOWS) {
-            if (cli_parse_int(v, "--windows", 1, 100000, &n, &err)) goto usage_err;
-            o.windows = (int)n;
+            if (!strcmp(v, "all"))
+                o.windows = AL_WINDOWS_ALL;
+            else if (cli_parse_int(v, "--windows", 1, 100000, &n, &err))
+                goto usage_err;
+            else
+                o.windows = (int)n;
         } else if (id == O_VECTORS) {
             if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
         } else if (id == O_DISTANCE) {

@@ -721,7 +721,7 @@ def pick_model() -> str:
 
 
 def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optional[PathLike] = None,
-              data_path: Optional[PathLike] = None, windows: int = 1, vectors: str = "value",
+              data_path: Optional[PathLike] = None, windows: Union[int, str] = 1, vectors: str = "value",
               normalizer: Optional[str] = None, quick: bool = False, resume: bool = False,
               progress: bool = False, quiet: bool = True, threads: int = 0,
               experiments: Optional[Iterable[str]] = None, seed: int = 1234, mc: int = 0,
@@ -738,7 +738,8 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
     (docs/reproduce.md). experiments: names among vanishing, alg1..alg5 (None = all). Grids
     None = METHOD's defaults (or --quick's): lengths L (tokens), top_n / critical_n /
     separability_n N (tokens), temperatures T (> 0, unitless), eps (finite-difference steps).
-    synthetic: None (from the checkpoint), False or True. The readings of METHOD section 9
+    synthetic: None (from the checkpoint), False or True. windows: K (windows 0..K-1 of every L)
+    or "all" (every window of the corpus at the longest L). The readings of METHOD section 9
     (docs/readings.md): vectors, distance (sum-of-norms | norm-of-sum | sum-vector), expectation
     (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
     (shared | fresh); readings: None, "all" or "AXIS=VALUE;..." (every claim under each reading
@@ -755,7 +756,7 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
     o.normalizer = None if normalizer is None else normalizer.encode()
     vec = _c.c_int()
     _call(lib.al_vectors_parse, vectors.encode(), _c.byref(vec))
-    o.vectors, o.windows = vec.value, int(windows)
+    o.vectors, o.windows = vec.value, (-1 if windows == "all" else int(windows))  # AL_WINDOWS_ALL
     _call(lib.al_distance_parse, distance.encode(), _c.byref(vec))
     o.distance = vec.value
     _call(lib.al_expect_parse, expectation.encode(), _c.byref(vec))

@@ -208,6 +208,7 @@ static int agg_alg1(const plan *p, agg *a, al_error *err) {
     for (int i = 0; i < 3; i++) ALLOC(a->a1[i], nL * nh);
     ALLOC(a->a1_mc, nL * nh);
     ALLOC(a->win_a1, (size_t)W * nL);
+    s->a1_win = a->win_a1;
     if (!(s->a1_dtilde = alloc_five(nL, err))) return AL_E_NOMEM;
     if (!(s->a1_E = alloc_five(nL, err))) return AL_E_NOMEM;
     if (!(s->a1_dmax = alloc_five(nL, err))) return AL_E_NOMEM;
@@ -242,6 +243,7 @@ static int agg_alg2(const plan *p, agg *a, al_error *err) {
     size_t nh = (size_t)H;
     for (int i = 0; i < 4; i++) ALLOC(a->a2[i], p->nN2 * nh);
     ALLOC(a->win_a2, (size_t)W * p->nN2);
+    s->a2_win = a->win_a2;
     if (!(s->a2_dtilde = alloc_five(p->nN2, err))) return AL_E_NOMEM;
     if (!(s->a2_E = alloc_five(p->nN2, err))) return AL_E_NOMEM;
     if (!(s->a2_dmax = alloc_five(p->nN2, err))) return AL_E_NOMEM;

@@ -254,8 +254,9 @@ static int run_setup_root(run *r, al_error *err) {
     int rc;
     if (r->n_own) /* a dump's tokens: the corpus identity is the SHA-256 of the int32 ids */
         al_sha256_buf(r->own, sizeof(int32_t) * (size_t)r->n_own, r->corpus_sha);
-    else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
-             (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len, err)))
+    else if (!r->text && ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
+                          (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len,
+                                               err)))) /* (--windows all loaded it already) */
         return rc;
     if (!r->n_own) al_sha256_buf(r->text, r->text_len, r->corpus_sha);
     run_fingerprint(r);
@@ -267,7 +268,8 @@ static int run_setup_root(run *r, al_error *err) {
         return al__err(err, AL_E_NOMEM, "out of memory (run options)");
     if (o->resume && (rc = al__ex_check_run_options(&r->p, r->run_opts, err))) return rc;
     if (!r->n_own)
-        rc = al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err);
+        rc = r->tokens ? 0
+                       : al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err);
     else if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
         rc = AL_E_NOMEM;
     else
@@ -275,6 +277,38 @@ static int run_setup_root(run *r, al_error *err) {
             r->n_tokens = (size_t)r->n_own;
     if (rc || (rc = run_check_tokens(r, err))) return rc;
     return run_sweep(r, err);
+}
+
+/* --windows all (AL_WINDOWS_ALL): K = every window of the corpus at the longest L of the plan,
+ * floor(tokens / L); rank 0 tokenizes the corpus (kept for its setup) and sends K to the others.
+ * A dump's tokens refuse the option before (al__ex_own_tokens_opts). */
+static int run_windows_all(run *r, al_error *err) {
+    al_repro_opts o1 = r->o;
+    o1.windows = 1;
+    plan p1;
+    int rc = al__ex_build_plan(&p1, &o1, r->mi, err), maxL = 0;
+    for (int i = 0; !rc && i < p1.n_jobs; i++) maxL = p1.jobs[i].L > maxL ? p1.jobs[i].L : maxL;
+    al__ex_free_plan(&p1);
+    int32_t K = 0;
+    if (!rc && r->root) {
+        rc = al_model_tokenizer(r->m, &r->tk, err);
+        if (!rc) rc = al_corpus_load(r->o.corpus, r->o.data_path, &r->text, &r->text_len, err);
+        if (!rc) rc = al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err);
+        if (!rc && maxL > 0)
+            K = (int32_t)(r->n_tokens / (size_t)maxL > 100000 ? 100000
+                                                              : r->n_tokens / (size_t)maxL);
+        if (!rc && K < 1)
+            rc = al__err(err, AL_E_INVALID,
+                         "--windows all: %s has %zu tokens, not one window of L = %d",
+                         r->o.corpus ? r->o.corpus : "war-and-peace", r->n_tokens, maxL);
+    }
+    if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
+    if ((rc = al__dist_bcast(r->dist, &K, sizeof K, err))) return rc;
+    r->o.windows = (int)K;
+    if (r->root && !r->o.quiet && r->o.progress)
+        al__log(AL_LOG_NOTE, "attnlim reproduce: --windows all: %d windows of L = %d", (int)K,
+                maxL);
+    return 0;
 }
 
 /* Every rank: the model (rank 0 opens it first: a known name fetched on first use is in place
@@ -291,10 +325,12 @@ static int run_setup(run *r, al_error *err) {
     if (!rc) {
         r->mi = al_model_get_info(r->m);
         if (r->o.windows > 1) snprintf(r->wopt, sizeof r->wopt, "--windows %d", r->o.windows);
+        if (r->o.windows == AL_WINDOWS_ALL) snprintf(r->wopt, sizeof r->wopt, "--windows all");
         rc = al__ex_own_tokens_opts(r->m, r->given->corpus, r->wopt[0] ? r->wopt : NULL, &r->o,
                                     &r->own_L, &r->own, &r->n_own, r->own_label,
                                     sizeof r->own_label, err);
     }
+    if (!rc && r->o.windows == AL_WINDOWS_ALL) rc = run_windows_all(r, err);
     if (!rc) rc = al__ex_build_plan(&r->p, &r->o, r->mi, err);
     if (!rc && r->n_own) rc = al__ex_own_tokens_preflight(&r->p, r->m, err);
     if (!rc) rc = run_variants(r, err);

@@ -48,8 +48,8 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
 /* The two products of a task as register-tiled AVX2 kernels on the packed keys and values
  * (6 rows x 16 columns of accumulators). They skip the tiles above the causal diagonal, which
  * sgemm cannot, and avoid re-packing the keys for every block. Compiled for AVX2 + FMA by their
- * target attribute and used when al__cpu_level() (cpu.h) is avx2 or avx512 (no 512-bit tiles
- * yet: the AVX-512 level runs these); else the two sgemms below. */
+ * target attribute and used when al__cpu_level() (cpu.h) is avx2 (avx512: the 512-bit forms
+ * below); else the two sgemms of al__attention_ws. */
 
 /* 12 named accumulators (6 rows x 2 vectors): named so that they stay in registers */
 #define ACC_DECL                                                                                   \
@@ -78,6 +78,14 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
         _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s));                                      \
     } while (0)
 
+/* the six row pointers of a tile of mr rows at base (ld ld): rows past mr repeat the last */
+#define ROWS6(p, base, ld, mr)                                                                     \
+    const float *p##0 = (base), *p##1 = (base) + (size_t)(1 < (mr) ? 1 : (mr)-1) * (ld),           \
+                *p##2 = (base) + (size_t)(2 < (mr) ? 2 : (mr)-1) * (ld),                           \
+                *p##3 = (base) + (size_t)(3 < (mr) ? 3 : (mr)-1) * (ld),                           \
+                *p##4 = (base) + (size_t)(4 < (mr) ? 4 : (mr)-1) * (ld),                           \
+                *p##5 = (base) + (size_t)(5 < (mr) ? 5 : (mr)-1) * (ld)
+
 /* L[m, kend] (ld lL) = scale * Q[m, D] (ld ldq) @ K^T, the keys packed in panels of 16:
  * Kp[Tp / 16][D][16] (zero past T). For causal rows only the tiles holding keys
  * j <= r0 + row are computed. */
@@ -89,12 +97,7 @@ static AL_ATTN_TARGET void qk_tiles(float *L, size_t lL, const float *Q, size_t 
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
-        const float *q0 = Q + (size_t)i0 * ldq;
-        const float *q1 = Q + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * ldq;
-        const float *q2 = Q + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * ldq;
-        const float *q3 = Q + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * ldq;
-        const float *q4 = Q + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * ldq;
-        const float *q5 = Q + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * ldq;
+        ROWS6(q, Q + (size_t)i0 * ldq, ldq, mr);
         for (int j0 = 0; j0 < jmax; j0 += 16) {
             ACC_DECL;
             const float *kp = Kp + (size_t)(j0 / 16) * D * 16;
@@ -126,12 +129,7 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
-        const float *w0 = W + (size_t)i0 * lW;
-        const float *w1 = W + (size_t)(i0 + (1 < mr ? 1 : mr - 1)) * lW;
-        const float *w2 = W + (size_t)(i0 + (2 < mr ? 2 : mr - 1)) * lW;
-        const float *w3 = W + (size_t)(i0 + (3 < mr ? 3 : mr - 1)) * lW;
-        const float *w4 = W + (size_t)(i0 + (4 < mr ? 4 : mr - 1)) * lW;
-        const float *w5 = W + (size_t)(i0 + (5 < mr ? 5 : mr - 1)) * lW;
+        ROWS6(w, W + (size_t)i0 * lW, lW, mr);
         for (int c0 = 0; c0 < D; c0 += 16) {
             ACC_DECL;
             const float *vp = Vp + (size_t)(c0 / 16) * T * 16;
@@ -146,6 +144,120 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
             }
             ACC_STORE(tile, one);
             int nc = D - c0 < 16 ? D - c0 : 16;
+            for (int r = 0; r < mr; r++)
+                memcpy(O + (size_t)(i0 + r) * ldo + c0, tile[r], (size_t)nc * sizeof(float));
+        }
+    }
+}
+
+/* The same two products with AVX-512 F: 6 rows x 32 columns of accumulators (two 16-float
+ * panels side by side; a lone last panel takes the 16-column form). Compiled by their target
+ * attribute (no -march needed) and used when al__cpu_level() is avx512. */
+#define AL_ATTN_AVX512    1
+#define AL_ATTN_TARGET512 __attribute__((target("avx512f,avx2,fma")))
+#define Z_DECL                                                                                     \
+    __m512 z00 = _mm512_setzero_ps(), z01 = z00, z10 = z00, z11 = z00, z20 = z00, z21 = z00,       \
+           z30 = z00, z31 = z00, z40 = z00, z41 = z00, z50 = z00, z51 = z00
+#define Z_FMA(r, p, x0, x1)                                                                        \
+    do {                                                                                           \
+        __m512 b_ = _mm512_set1_ps(*(p));                                                          \
+        z##r##0 = _mm512_fmadd_ps(b_, x0, z##r##0);                                                \
+        z##r##1 = _mm512_fmadd_ps(b_, x1, z##r##1);                                                \
+    } while (0)
+#define Z_STORE(tile, s)                                                                           \
+    do {                                                                                           \
+        _mm512_storeu_ps(tile[0], _mm512_mul_ps(z00, s));                                          \
+        _mm512_storeu_ps(tile[0] + 16, _mm512_mul_ps(z01, s));                                     \
+        _mm512_storeu_ps(tile[1], _mm512_mul_ps(z10, s));                                          \
+        _mm512_storeu_ps(tile[1] + 16, _mm512_mul_ps(z11, s));                                     \
+        _mm512_storeu_ps(tile[2], _mm512_mul_ps(z20, s));                                          \
+        _mm512_storeu_ps(tile[2] + 16, _mm512_mul_ps(z21, s));                                     \
+        _mm512_storeu_ps(tile[3], _mm512_mul_ps(z30, s));                                          \
+        _mm512_storeu_ps(tile[3] + 16, _mm512_mul_ps(z31, s));                                     \
+        _mm512_storeu_ps(tile[4], _mm512_mul_ps(z40, s));                                          \
+        _mm512_storeu_ps(tile[4] + 16, _mm512_mul_ps(z41, s));                                     \
+        _mm512_storeu_ps(tile[5], _mm512_mul_ps(z50, s));                                          \
+        _mm512_storeu_ps(tile[5] + 16, _mm512_mul_ps(z51, s));                                     \
+    } while (0)
+
+/* qk_tiles with 512-bit vectors: the same arguments and packing (Kp [Tp / 16][D][16]) */
+static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, size_t ldq,
+                                          const float *Kp, int m, int kend, int D, float scale,
+                                          int causal, int r0) {
+    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+    float tile[6][32];
+    for (int i0 = 0; i0 < m; i0 += 6) {
+        int mr = m - i0 < 6 ? m - i0 : 6;
+        int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
+        ROWS6(q, Q + (size_t)i0 * ldq, ldq, mr);
+        for (int j0 = 0; j0 < jmax; j0 += 32) {
+            Z_DECL;
+            const float *ka = Kp + (size_t)(j0 / 16) * D * 16, *kb = ka + (size_t)D * 16;
+            if (j0 + 16 < jmax) { /* two panels */
+                for (int d = 0; d < D; d++) {
+                    __m512 k0 = _mm512_loadu_ps(ka + 16 * d), k1 = _mm512_loadu_ps(kb + 16 * d);
+                    Z_FMA(0, q0 + d, k0, k1);
+                    Z_FMA(1, q1 + d, k0, k1);
+                    Z_FMA(2, q2 + d, k0, k1);
+                    Z_FMA(3, q3 + d, k0, k1);
+                    Z_FMA(4, q4 + d, k0, k1);
+                    Z_FMA(5, q5 + d, k0, k1);
+                }
+            } else { /* the last panel alone: the second half stays zero */
+                for (int d = 0; d < D; d++) {
+                    __m512 k0 = _mm512_loadu_ps(ka + 16 * d);
+                    Z_FMA(0, q0 + d, k0, zero);
+                    Z_FMA(1, q1 + d, k0, zero);
+                    Z_FMA(2, q2 + d, k0, zero);
+                    Z_FMA(3, q3 + d, k0, zero);
+                    Z_FMA(4, q4 + d, k0, zero);
+                    Z_FMA(5, q5 + d, k0, zero);
+                }
+            }
+            Z_STORE(tile, sc);
+            int nj = kend - j0 < 32 ? kend - j0 : 32;
+            for (int r = 0; r < mr; r++)
+                memcpy(L + (size_t)(i0 + r) * lL + j0, tile[r], (size_t)nj * sizeof(float));
+        }
+    }
+}
+
+/* wv_tiles with 512-bit vectors: the same arguments and packing (Vp [Dp / 16][T][16]) */
+static AL_ATTN_TARGET512 void wv_tiles512(float *O, size_t ldo, const float *W, size_t lW,
+                                          const float *Vp, int T, int m, int kend, int D,
+                                          int causal, int r0) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    float tile[6][32];
+    for (int i0 = 0; i0 < m; i0 += 6) {
+        int mr = m - i0 < 6 ? m - i0 : 6;
+        int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
+        ROWS6(w, W + (size_t)i0 * lW, lW, mr);
+        for (int c0 = 0; c0 < D; c0 += 32) {
+            Z_DECL;
+            const float *va = Vp + (size_t)(c0 / 16) * T * 16, *vb = va + (size_t)T * 16;
+            if (c0 + 16 < D) {
+                for (int j = 0; j < jmax; j++) {
+                    __m512 v0 = _mm512_loadu_ps(va + 16 * j), v1 = _mm512_loadu_ps(vb + 16 * j);
+                    Z_FMA(0, w0 + j, v0, v1);
+                    Z_FMA(1, w1 + j, v0, v1);
+                    Z_FMA(2, w2 + j, v0, v1);
+                    Z_FMA(3, w3 + j, v0, v1);
+                    Z_FMA(4, w4 + j, v0, v1);
+                    Z_FMA(5, w5 + j, v0, v1);
+                }
+            } else {
+                for (int j = 0; j < jmax; j++) {
+                    __m512 v0 = _mm512_loadu_ps(va + 16 * j);
+                    Z_FMA(0, w0 + j, v0, zero);
+                    Z_FMA(1, w1 + j, v0, zero);
+                    Z_FMA(2, w2 + j, v0, zero);
+                    Z_FMA(3, w3 + j, v0, zero);
+                    Z_FMA(4, w4 + j, v0, zero);
+                    Z_FMA(5, w5 + j, v0, zero);
+                }
+            }
+            Z_STORE(tile, one);
+            int nc = D - c0 < 32 ? D - c0 : 32;
             for (int r = 0; r < mr; r++)
                 memcpy(O + (size_t)(i0 + r) * ldo + c0, tile[r], (size_t)nc * sizeof(float));
         }
@@ -295,11 +407,11 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                           "attention variant scratch", err)))
         return rc;
 
-    int tiles = 0; /* the AVX2 tile kernels (1) or sgemm (0) */
+    int tiles = 0; /* the AVX-512 (2) or AVX2 (1) tile kernels, or sgemm (0) */
     float *Kt = NULL, *Vp = NULL;
     size_t Tp = 0, Dp = 0;
 #ifdef AL_ATTN_AVX2
-    tiles = al__cpu_level() >= AL__CPU_AVX2;
+    tiles = al__cpu_level() >= AL__CPU_AVX512 ? 2 : al__cpu_level() >= AL__CPU_AVX2;
     /* keys in panels Kt [G, Tp / 16, D, 16] (zero-padded to Tp = T rounded up to 16) and values
      * in panels Vp [G, Dp / 16, T, 16] (zero-padded to Dp = D rounded up to 16), packed once
      * per layer */
@@ -361,7 +473,10 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             else if (L != scr)
                 W = scr + (size_t)B * T, lW = (size_t)kend;
 #ifdef AL_ATTN_AVX2
-            if (tiles)
+            if (tiles == 2)
+                qk_tiles512(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
+                            Kt + (size_t)g * D * Tp, m, kend, D, scale, a->causal, r0);
+            else if (tiles)
                 qk_tiles(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
                          Kt + (size_t)g * D * Tp, m, kend, D, scale, a->causal, r0);
             else
@@ -395,7 +510,10 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     for (int j = n; j < T; j++) Li[j] = -INFINITY;
             }
 #ifdef AL_ATTN_AVX2
-            if (tiles)
+            if (tiles == 2)
+                wv_tiles512(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW,
+                            Vp + (size_t)g * Dp * T, T, m, kend, D, a->causal, r0);
+            else if (tiles)
                 wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW,
                          Vp + (size_t)g * Dp * T, T, m, kend, D, a->causal, r0);
             else

@@ -46,23 +46,49 @@ static int split_five(const al_five *f, int n, fivecols *c, al_error *err) {
     return 0;
 }
 
-/* fig2a / fig2b: dtilde, E and dmax (mean over heads, interquartile band) against x. */
+/* Over the W windows of win [W, n] (per window the mean over heads; non-finite ones left out),
+ * per column: c->mean the median, c->q1, c->q3 the quartiles (NaN where no window has one). */
+static int window_spread(const double *win, int W, int n, fivecols *c, al_error *err) {
+    c->mean = al__malloc(sizeof(double) * (size_t)(n ? n : 1) * 3 + sizeof(double) * (size_t)W,
+                         "figure", err);
+    if (!c->mean) return AL_E_NOMEM;
+    c->q1 = c->mean + n, c->q3 = c->mean + 2 * n;
+    double *col = c->mean + 3 * n; /* [W] */
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int w = 0; w < W; w++)
+            if (isfinite(win[(size_t)w * n + i])) col[k++] = win[(size_t)w * n + i];
+        al_five f = {.median = NAN, .q1 = NAN, .q3 = NAN};
+        if (k) al_five_number(col, (size_t)k, &f, NULL);
+        c->mean[i] = f.median, c->q1[i] = f.q1, c->q3[i] = f.q3;
+    }
+    return 0;
+}
+
+/* fig2a / fig2b: dtilde, E and dmax (mean over heads, interquartile band) against x; with
+ * several windows also dtilde's mean over heads as the median and IQR band over the windows
+ * (win [s->windows, n]). */
 static int fig_distance(const al__summary *s, const char *name, const char *title,
                         const char *subtitle, const char *xlabel, const int *xi, int n,
-                        const al_five *dt, const al_five *E, const al_five *dm, al_error *err) {
+                        const al_five *dt, const al_five *E, const al_five *dm, const double *win,
+                        al_error *err) {
     if (n <= 0) return 0;
     double *x = al__malloc(sizeof(double) * (size_t)n, "figure", err);
     if (!x) return AL_E_NOMEM;
     for (int i = 0; i < n; i++) x[i] = xi[i];
-    fivecols a, b, c;
-    int rc = split_five(dt, n, &a, err);
+    fivecols a, b, c, wv = {0};
+    int rc = split_five(dt, n, &a, err), nw = win && s->windows > 1;
     if (!rc) rc = split_five(E, n, &b, err);
     if (!rc) rc = split_five(dm, n, &c, err);
+    if (!rc && nw) rc = window_spread(win, s->windows, n, &wv, err);
     if (rc) {
         free(x);
         return rc;
     }
-    al__series se[3] = {
+    char wlabel[96];
+    snprintf(wlabel, sizeof wlabel, "dtilde, mean over heads: median, IQR over %d windows",
+             s->windows);
+    al__series se[4] = {
         {.label = "dtilde: true distance (mean, IQR over heads)",
          .n = n,
          .x = x,
@@ -85,6 +111,14 @@ static int fig_distance(const al__summary *s, const char *name, const char *titl
          .y = c.mean,
          .style = AL__S_DASHED | AL__S_MARKERS,
          .color = 3},
+        {.label = wlabel,
+         .n = n,
+         .x = x,
+         .y = wv.mean,
+         .lo = wv.q1,
+         .hi = wv.q3,
+         .style = AL__S_DASHED,
+         .color = 2},
     };
     double all[3 * 64];
     int k = 0;
@@ -100,13 +134,14 @@ static int fig_distance(const al__summary *s, const char *name, const char *titl
                   .xmax = NAN,
                   .ymin = NAN,
                   .ymax = NAN,
-                  .n_series = 3,
+                  .n_series = 3 + nw,
                   .series = se,
                   .n_xticks = n,
                   .xticks = x};
     char path[4200];
     fig_path(s, name, path, sizeof path);
     rc = al__plot_write(&p, path, err);
+    free(wv.mean);
     free(a.mean);
     free(b.mean);
     free(c.mean);
@@ -572,13 +607,13 @@ int al__report_figures(const al__summary *s, al_error *err) {
     if (s->experiments & (1u << 1)) {
         snprintf(sub, sizeof sub, "N = 5, vectors = %s, %d window(s)", s->vectors, s->windows);
         rc = fig_distance(s, "fig2a", "Fig. 2a: distance against context length", sub, "L (tokens)",
-                          s->Ls, s->nL, s->a1_dtilde, s->a1_E, s->a1_dmax, err);
+                          s->Ls, s->nL, s->a1_dtilde, s->a1_E, s->a1_dmax, s->a1_win, err);
     }
     if (!rc && (s->experiments & (1u << 2))) {
         snprintf(sub, sizeof sub, "L = %d, vectors = %s, %d window(s)", s->long_L, s->vectors,
                  s->windows);
         rc = fig_distance(s, "fig2b", "Fig. 2b: distance against top-N", sub, "N (selected tokens)",
-                          s->N2, s->nN2, s->a2_dtilde, s->a2_E, s->a2_dmax, err);
+                          s->N2, s->nN2, s->a2_dtilde, s->a2_E, s->a2_dmax, s->a2_win, err);
     }
     if (!rc && (s->experiments & (1u << 3))) rc = fig2c(s, err);
     if (!rc && (s->experiments & (1u << 4))) rc = fig3(s, err);

@@ -53,10 +53,12 @@ typedef struct al__summary {
     int nL;
     const int *Ls;                       /* [nL] */
     al_five *a1_dtilde, *a1_E, *a1_dmax; /* [nL] */
+    const double *a1_win; /* [windows, nL] per window the mean over heads of dtilde, or NULL */
     /* Algorithm 2 (L = long_L) */
     int nN2;
     const int *N2;                       /* [nN2] */
     al_five *a2_dtilde, *a2_E, *a2_dmax; /* [nN2] */
+    const double *a2_win;                /* [windows, nN2] as a1_win, or NULL */
     /* Algorithm 3 */
     int nN3;
     const int *N3;                  /* [nN3] */

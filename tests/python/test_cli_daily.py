@@ -154,3 +154,15 @@ def test_capture_says_its_size_first_and_dry_run_only_that(tiny, tmp_path):
     est = float(value) * {"kB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
     got = sum(f.stat().st_size for f in out.glob("*.npy"))
     assert abs(est - got) <= 0.01 * got, (est, got)
+
+
+def test_openmp_waits_passively_unless_the_user_chose():
+    """On a shared machine, threads spinning at a barrier take the core of a descheduled
+    partner: the CLI defaults OMP_WAIT_POLICY to PASSIVE before libgomp reads it. libgomp's own
+    report of its settings (OMP_DISPLAY_ENV) is the witness; a policy the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["OMP_DISPLAY_ENV"] = "true"
+    r = run("--version", env=env)
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in r.stderr, r.stderr
+    r = run("--version", env={**env, "OMP_WAIT_POLICY": "active"})
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in r.stderr, r.stderr

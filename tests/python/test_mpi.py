@@ -281,3 +281,20 @@ def test_readings_equal_one_process(work, mpirun, n, tmp_path):
     assert ra == rb
     assert open(os.path.join(many, "readings.csv")).read() == open(os.path.join(one, "readings.csv")).read()
     assert json.load(open(os.path.join(many, "results.json")))["manifest"]["parallel"]["ranks"] == n
+
+
+def test_windows_all_under_mpi(work, mpirun, tmp_path):
+    """--windows all: rank 0 counts the windows and sends the count; -np 2 gives the plain
+    process's results (the count itself is checked against HF tokenizers in test_reproduce)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("Well, Prince, so Genoa and Lucca are now just family estates. " * 40,
+                      encoding="utf-8")
+    opts = ["--quick", "--windows", "all", "--corpus", str(corpus), "--temperatures", "0.1",
+            "--threads", "1", "--quiet", "--experiments", "vanishing,alg2"]
+    run("reproduce", "--model", work["model"], *opts, "--out", str(tmp_path / "one"))
+    launch(mpirun, 2, "reproduce", "--model", work["model"], *opts, "--out", str(tmp_path / "np2"))
+    one = json.load(open(tmp_path / "one" / "results.json"))
+    two = json.load(open(tmp_path / "np2" / "results.json"))
+    assert one["manifest"]["windows"]["count"] >= 2
+    assert two["manifest"]["windows"]["count"] == one["manifest"]["windows"]["count"]
+    close_json(two, one)

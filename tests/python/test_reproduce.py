@@ -504,3 +504,51 @@ def test_diagnose(work, tmp_path):
         assert set(item["flags"]) == want
     r = run("diagnose", "--model", work["model"], "--length", "4096", check=False)
     assert r.returncode != 0 and "4096" in r.stderr
+
+
+def _gpt2_ids(text):
+    """HF tokenizers' GPT-2 BPE ids of text (the shared encoder.json and vocab.bpe)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    data = os.path.join(os.environ["ATTNLIM_SOURCE_DIR"], "..", "shared", "data", "gpt2")
+    tk = Tokenizer(models.BPE.from_file(os.path.join(data, "encoder.json"),
+                                        os.path.join(data, "vocab.bpe")))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return tk.encode(text).ids
+
+
+def test_windows_all_is_every_window_of_the_corpus(work, tmp_path):
+    """--windows all: K = floor(tokens / longest L) windows, the tokens counted by HF tokenizers;
+    the same run as --windows K; a corpus without one window is refused by name."""
+    text = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
+            "But I warn you, if you don't tell me that this means war, if you still try to "
+            "defend the infamies and horrors perpetrated by that Antichrist, I really believe "
+            "he is Antichrist, I will have nothing more to do with you. ") * 3
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(text, encoding="utf-8")
+    K = len(_gpt2_ids(text)) // 64  # --quick: L = 16, 32, 64
+    assert K >= 2
+    out = tmp_path / "all"
+    r = run("reproduce", "--model", work["model"], "--quick", "--windows", "all", "--corpus",
+            str(corpus), "--out", str(out), "--threads", "2", "--experiments", "vanishing")
+    res = json.load(open(out / "results.json"))
+    assert res["manifest"]["windows"]["count"] == K, (res["manifest"]["windows"], r.stderr)
+    outk = tmp_path / "k"
+    run("reproduce", "--model", work["model"], "--quick", "--windows", str(K), "--corpus",
+        str(corpus), "--out", str(outk), "--threads", "2", "--experiments", "vanishing")
+    resk = json.load(open(outk / "results.json"))
+    assert res["vanishing"] == resk["vanishing"]
+    short = tmp_path / "short.txt"
+    short.write_text("Too short for a window.", encoding="utf-8")
+    r = run("reproduce", "--model", work["model"], "--quick", "--windows", "all", "--corpus",
+            str(short), "--out", str(tmp_path / "s"), "--threads", "2", check=False)
+    assert r.returncode != 0 and "--windows all" in r.stderr and "short.txt" in r.stderr, r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_distance_figures_show_the_spread_over_windows(work):
+    """With several windows, Fig. 2a and 2b draw dtilde's mean over heads as the median and IQR
+    band over the windows (beside the IQR over heads)."""
+    for fig in ("fig2a.svg", "fig2b.svg"):
+        svg = open(os.path.join(work["out"], fig), encoding="utf-8").read()
+        assert "dtilde, mean over heads: median, IQR over 2 windows" in svg, fig
