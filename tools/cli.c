@@ -484,6 +484,12 @@ const char CLI_ATTN_USAGE[] =
     "  --attention-layers LIST, --attention-heads LIST  the layers / query heads modified\n"
     "                      (default all)\n";
 
+int cli_normalizer_moved(const char *cmd) {
+    return cli_usage_error(cmd, "--normalizer is reproduce's and diagnose's re-normalisation of "
+                                "captured logits; the normalizer inside the model's forward is "
+                                "--attention-normalizer M (docs/guidelines.md)");
+}
+
 int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err) {
     al_attn_variant probe = {0};
     al_norm nm;

@@ -77,6 +77,10 @@ int cli_parse_double_list(const char *s, const char *what, double **out, int *n,
 int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err);
 /* Their --help lines. */
 extern const char CLI_ATTN_USAGE[];
+/* The usage error (returns 2) of a command where --normalizer is not taken (perplexity, capture,
+ * train): --normalizer only ever means re-normalising captured logits (reproduce, diagnose); the
+ * normalizer inside the model's forward is --attention-normalizer everywhere. */
+int cli_normalizer_moved(const char *cmd);
 /* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an
  * error naming what). */
 int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err);

@@ -18,8 +18,9 @@ static void usage(FILE *f) {
            "\"attnlim_normalizer\"), DIR/state.bin (for --resume) and DIR/log.jsonl.\n"
            "\n"
            "model:      --layers L (4) --heads H (4) --embd C (128) --ctx N (256)\n"
-           "normalizer: --normalizer softmax|sparsemax|entmax15|entmax|ssmax|sa-softmax|\n"
-           "            sa-softmax-norm (softmax) --temperature T (1) --alpha A (entmax, 1.5)\n"
+           "normalizer: --attention-normalizer softmax|sparsemax|entmax15|entmax|ssmax|\n"
+           "            sa-softmax|sa-softmax-norm (softmax) --temperature T (1) --alpha A "
+           "(entmax, 1.5)\n"
            "            --ssmax-s S (0.43) --ssmax-learn (s learnable per layer and head)\n"
            "data:       --corpus war-and-peace|FILE (war-and-peace: METHOD's body) --data-dir DIR\n"
            "            --tokenizer bytes|gpt2 (bytes) --val-frac F (0.1: the held-out tail)\n"
@@ -122,6 +123,8 @@ int cmd_train(int argc, char **argv) {
             o.fixed_batch = 1;
         else if (!strcmp(a, "--ssmax-learn"))
             o.cfg.ssmax_learn = 1;
+        else if (!strcmp(a, "--normalizer"))
+            return cli_normalizer_moved("train");
         else if (i + 1 >= argc)
             return cli_usage_error("train", "unknown option or missing value: '%s'", a);
         else if (!strcmp(a, "--out"))
@@ -136,7 +139,7 @@ int cmd_train(int argc, char **argv) {
             o.init = argv[++i];
         else if (!strcmp(a, "--dump"))
             o.dump = argv[++i];
-        else if (!strcmp(a, "--normalizer"))
+        else if (!strcmp(a, "--attention-normalizer"))
             norm_name = argv[++i];
         else {
             int k = -1;
@@ -171,7 +174,7 @@ int cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "--embd %d is not a multiple of --heads %d", o.cfg.n_embd,
                                o.cfg.n_head);
     if (o.cfg.ssmax_learn && o.cfg.norm.kind != AL_NORM_SSMAX)
-        return cli_usage_error("train", "--ssmax-learn is for --normalizer ssmax");
+        return cli_usage_error("train", "--ssmax-learn is for --attention-normalizer ssmax");
     if (threads) al__set_threads(threads);
     o.progress = !quiet && isatty(2);
     al__tr_summary s;

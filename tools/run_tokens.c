@@ -196,7 +196,7 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
             return cli_usage_error(cmd, "--text: too many prompts");
         return 1;
     }
-    int r = run_attn_arg(cmd, argc, argv, i, o, 1);
+    int r = run_attn_arg(cmd, argc, argv, i, o);
     if (r) return r;
     const char **str = !strcmp(a, "--model")    ? &o->model
                        : !strcmp(a, "--tokens") ? &o->tokens
@@ -245,15 +245,14 @@ const char RUN_ATTN_USAGE[] =
     "  --attention-layers SET, --attention-heads SET\n"
     "                    the layers / query heads modified (0,3,5-7 or all, the default)\n";
 
-int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o,
-                 int allow_normalizer) {
+int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
     const char *a = argv[*i];
-    const char **str = !strcmp(a, "--attention")                        ? &o->attention
-                       : !strcmp(a, "--attention-normalizer")           ? &o->normalizer
-                       : allow_normalizer && !strcmp(a, "--normalizer") ? &o->normalizer
-                       : !strcmp(a, "--attention-layers")               ? &o->attn_layers
-                       : !strcmp(a, "--attention-heads")                ? &o->attn_heads
-                                                                        : NULL;
+    if (!strcmp(a, "--normalizer")) return cli_normalizer_moved(cmd);
+    const char **str = !strcmp(a, "--attention")              ? &o->attention
+                       : !strcmp(a, "--attention-normalizer") ? &o->normalizer
+                       : !strcmp(a, "--attention-layers")     ? &o->attn_layers
+                       : !strcmp(a, "--attention-heads")      ? &o->attn_heads
+                                                              : NULL;
     if (!str) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "missing value after '%s'", a);
     *str = argv[++*i];

@@ -55,10 +55,11 @@ int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
  * min_length (required with --corpus) (2 after a usage error); applies --threads. */
 int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what);
 
-/* The variant options alone (--attention, --normalizer, --attention-normalizer,
- * --attention-layers, --attention-heads): as run_opts_arg; allow_normalizer = 0 refuses the
- * plain --normalizer (commands where it means re-normalising captured logits). */
-int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o, int allow_normalizer);
+/* The variant options alone (--attention, --attention-normalizer, --attention-layers,
+ * --attention-heads): as run_opts_arg. The plain --normalizer is a usage error pointing to
+ * --attention-normalizer (cli_normalizer_moved: --normalizer only ever means re-normalising
+ * captured logits, in reproduce and diagnose). */
+int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
 /* Parses the variant options against m's layers and heads and sets it on m
  * (al_model_set_attention); nothing given: the model's own attention. */
 int run_attn_apply(al_model *m, const run_opts *o, al_error *err);

@@ -30,14 +30,14 @@ LR, WD, CLIP, B1, B2 = 1e-3, 0.1, 1.0, 0.9, 0.95
 CASES = {  # name: (attnlim options, torch normalizer spec)
     "softmax": ([], ("softmax", 1.0)),
     "softmax-T0.5": (["--temperature", "0.5"], ("softmax", 0.5)),
-    "sparsemax": (["--normalizer", "sparsemax"], ("sparsemax", 1.0)),
-    "entmax15": (["--normalizer", "entmax15"], ("entmax15", 1.0)),
-    "entmax-a1.3": (["--normalizer", "entmax", "--alpha", "1.3"], ("entmax", 1.3)),
-    "ssmax-fixed": (["--normalizer", "ssmax", "--ssmax-s", "0.7"], ("ssmax", 0.7, False)),
-    "ssmax-learn": (["--normalizer", "ssmax", "--ssmax-s", "0.7", "--ssmax-learn"],
+    "sparsemax": (["--attention-normalizer", "sparsemax"], ("sparsemax", 1.0)),
+    "entmax15": (["--attention-normalizer", "entmax15"], ("entmax15", 1.0)),
+    "entmax-a1.3": (["--attention-normalizer", "entmax", "--alpha", "1.3"], ("entmax", 1.3)),
+    "ssmax-fixed": (["--attention-normalizer", "ssmax", "--ssmax-s", "0.7"], ("ssmax", 0.7, False)),
+    "ssmax-learn": (["--attention-normalizer", "ssmax", "--ssmax-s", "0.7", "--ssmax-learn"],
                     ("ssmax", 0.7, True)),
-    "sa-softmax": (["--normalizer", "sa-softmax"], ("sa-softmax", 1.0)),
-    "sa-softmax-norm": (["--normalizer", "sa-softmax-norm"], ("sa-softmax-norm", 1.0)),
+    "sa-softmax": (["--attention-normalizer", "sa-softmax"], ("sa-softmax", 1.0)),
+    "sa-softmax-norm": (["--attention-normalizer", "sa-softmax-norm"], ("sa-softmax-norm", 1.0)),
 }
 
 
@@ -221,10 +221,10 @@ def test_softmax_checkpoint_in_transformers(corpus, tmp_path):
 def test_resume_is_bit_for_bit(corpus, tmp_path):
     _, cpath, _ = corpus
     a = base_args(cpath, tmp_path / "a") + ["--steps", "6", "--warmup", "2", "--eval-every", "2",
-                                            "--normalizer", "entmax15"]
+                                            "--attention-normalizer", "entmax15"]
     run(*a)
     b = base_args(cpath, tmp_path / "b") + ["--steps", "6", "--warmup", "2", "--eval-every", "2",
-                                            "--normalizer", "entmax15"]
+                                            "--attention-normalizer", "entmax15"]
     run(*b, "--stop-after", "3")
     assert json.loads((tmp_path / "b" / "config.json").read_text())["attnlim_train"]["step"] == 3
     with open(tmp_path / "b" / "log.jsonl", "a") as f:  # a line past the state (a crash after it)
@@ -257,9 +257,9 @@ def test_loss_falls_on_a_fixed_batch(corpus, tmp_path):
     assert losses[-1] < 0.7 * losses[0]
 
 
-@pytest.mark.parametrize("opts", [["--normalizer", "sparsemax"],
-                                  ["--normalizer", "entmax", "--alpha", "1.3"],
-                                  ["--normalizer", "ssmax", "--ssmax-s", "0.6"]])
+@pytest.mark.parametrize("opts", [["--attention-normalizer", "sparsemax"],
+                                  ["--attention-normalizer", "entmax", "--alpha", "1.3"],
+                                  ["--attention-normalizer", "ssmax", "--ssmax-s", "0.6"]])
 def test_other_commands_run_the_trained_normalizer(corpus, tmp_path, opts):
     """The GPT-2 loader runs a checkpoint with the normalizer it was trained with (config.json's
     attnlim_normalizer through the forward's attention variants): perplexity's NLL over T + 1
@@ -281,7 +281,7 @@ def test_other_commands_run_the_trained_normalizer(corpus, tmp_path, opts):
            "--length", str(T + 1), "--json"]
     nll = json.loads(run(*ppl).stdout)["nll"]
     assert abs(nll - D["loss"][0]) < 1e-5, (nll, D["loss"][0])
-    soft = json.loads(run(*ppl, "--normalizer", "softmax").stdout)["nll"]
+    soft = json.loads(run(*ppl, "--attention-normalizer", "softmax").stdout)["nll"]
     assert abs(soft - nll) > 1e-4, (soft, nll)
     import attnlim
     w = attnlim.Model(str(tmp_path / "a")).forward(D["tokens"][0], capture=("weights",))
@@ -291,9 +291,9 @@ def test_other_commands_run_the_trained_normalizer(corpus, tmp_path, opts):
 
 
 @pytest.mark.parametrize("opts, why", [
-    (["--normalizer", "sa-softmax"], "sum to 1"),
+    (["--attention-normalizer", "sa-softmax"], "sum to 1"),
     (["--temperature", "0.5"], "temperature"),
-    (["--normalizer", "ssmax", "--ssmax-learn"], "per head")])
+    (["--attention-normalizer", "ssmax", "--ssmax-learn"], "per head")])
 def test_other_commands_refuse_what_the_forward_cannot_run(corpus, tmp_path, opts, why):
     _, cpath, _ = corpus
     run(*base_args(cpath, tmp_path / "r"), "--steps", "2", *opts)
@@ -308,13 +308,13 @@ def test_errors(corpus, tmp_path):
     run(*a, "--steps", "1")
     p = run(*a, "--steps", "1", check=False)  # the directory holds a run
     assert p.returncode == 1 and "--resume" in p.stderr
-    p = run(*a, "--steps", "1", "--resume", "--normalizer", "sparsemax", check=False)
+    p = run(*a, "--steps", "1", "--resume", "--attention-normalizer", "sparsemax", check=False)
     assert p.returncode == 1 and "state.bin" in p.stderr
     p = run(*a[:2], str(tmp_path / "x"), *a[3:], "--ssmax-learn", check=False)
     assert p.returncode == 2 and "ssmax" in p.stderr
     p = run(*a[:2], str(tmp_path / "y"), *a[3:], "--seq", "17", check=False)
     assert p.returncode == 2 and "--ctx" in p.stderr
-    p = run(*a[:2], str(tmp_path / "z"), *a[3:], "--normalizer", "bogus", check=False)
+    p = run(*a[:2], str(tmp_path / "z"), *a[3:], "--attention-normalizer", "bogus", check=False)
     assert p.returncode == 2 and "bogus" in p.stderr
     p = run(*a[:2], str(tmp_path / "w"), *a[3:], "--init", str(tmp_path / "nothing"), check=False)
     assert p.returncode == 1 and "nothing" in p.stderr
