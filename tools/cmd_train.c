@@ -38,8 +38,9 @@ static void usage(FILE *f) {
            "            --threads N --quiet --json\n"
            "\n"
            "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
-           "transformers load them. The other commands refuse checkpoints of other normalizers\n"
-           "(their forward runs softmax attention only).\n");
+           "transformers load them. Every other command runs a checkpoint of another normalizer\n"
+           "(any temperature, a learnt ssmax s per head, sa-softmax) with that normalizer as\n"
+           "the model's own attention (--attention-normalizer overrides it).\n");
 }
 
 typedef struct numopt {

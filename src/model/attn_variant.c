@@ -165,11 +165,20 @@ void al__attn_clear(al_model *m) {
     free(m->attn_heads);
     m->attn_layers = m->attn_heads = NULL;
     memset(&m->attn, 0, sizeof m->attn);
-    m->attn_on = 0;
+    m->attn_on = m->attn_is_own = 0;
     if (m->own_on) { /* the normalizer the model was trained with */
         m->attn = m->own;
-        m->attn_on = 1;
+        m->attn_on = m->attn_is_own = 1;
     }
+}
+
+void al__attn_set_own(al_model *m, const al_norm *nm, float *s_per_head) {
+    free(m->own_s);
+    m->own_s = s_per_head;
+    memset(&m->own, 0, sizeof m->own);
+    m->own.rule = AL_ATTN_DENSE, m->own.norm = *nm;
+    m->own_on = 1;
+    al__attn_clear(m);
 }
 
 /* A copy of mask[n] (NULL stays NULL). */
@@ -222,6 +231,7 @@ int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err)
     m->attn.layers = m->attn_layers = ml;
     m->attn.heads = m->attn_heads = mh;
     m->attn_on = 1;
+    m->attn_is_own = 0;
     return 0;
 }
 

@@ -243,3 +243,44 @@ int al__tr_load_init(al__tr_model *m, const char *path, al_error *err) {
     al__st_close(st);
     return rc ? al__err_prefix(err, rc, "--init %s", path) : 0;
 }
+
+int al__tr_init_ssmax_s(al__tr_model *m, const char *path, al_error *err) {
+    float *s = al__tr_ssmax_s(m, m->params);
+    if (!s) return 0;
+    char cfg[4096 + 16];
+    snprintf(cfg, sizeof cfg, "%s", path);
+    if (!al__is_dir(path)) {
+        char *slash = strrchr(cfg, '/');
+        if (slash)
+            slash[1] = 0;
+        else
+            cfg[0] = 0;
+        snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), "config.json");
+    } else
+        snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), "/config.json");
+    char *text;
+    size_t len;
+    if (al__read_file(cfg, 1 << 20, &text, &len, NULL)) return 0; /* no config: s as started */
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer");
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(n, "s_per_head"), *row, *x;
+    int L = m->cfg.n_layer, H = m->cfg.n_head, k = 0, bad = 0;
+    if (rows && (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != L)) bad = 1;
+    const cJSON *rs = bad ? NULL : rows;
+    cJSON_ArrayForEach(row, rs) {
+        bad |= !cJSON_IsArray(row) || cJSON_GetArraySize(row) != H;
+        const cJSON *cs = bad ? NULL : row;
+        cJSON_ArrayForEach(x, cs) {
+            bad |= !cJSON_IsNumber(x) || !(x->valuedouble > 0);
+            if (!bad) s[k++] = (float)x->valuedouble;
+        }
+    }
+    cJSON_Delete(j);
+    if (bad)
+        return al__err(err, AL_E_FORMAT,
+                       "--init %s: attnlim_normalizer.s_per_head is not %d rows of %d positive "
+                       "numbers",
+                       cfg, L, H);
+    return 0;
+}

@@ -114,6 +114,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
         at.mod = al__model_attn(m);
+        at.ssmax_s = m->attn_is_own && m->own_s ? m->own_s + (size_t)l * H : NULL;
         at.residual = a->x; /* the layer input, before ln_1 */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
