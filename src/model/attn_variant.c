@@ -172,6 +172,14 @@ void al__attn_clear(al_model *m) {
     }
 }
 
+int al__model_own_norm(const al_model *m, int layer, int head, al_norm *out) {
+    if (!m || !m->attn_on || !m->attn_is_own) return 0;
+    *out = m->own.norm;
+    if (m->own_s && layer >= 0 && head >= 0 && layer < m->info.n_layer && head < m->info.n_head)
+        out->ssmax_s = m->own_s[(size_t)layer * m->info.n_head + head];
+    return 1;
+}
+
 void al__attn_set_own(al_model *m, const al_norm *nm, float *s_per_head) {
     free(m->own_s);
     m->own_s = s_per_head;

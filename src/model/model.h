@@ -115,6 +115,9 @@ void al__attn_clear(al_model *m);
  * normalizer a checkpoint was trained with) the model's own attention; s_per_head [n_layer *
  * n_head] (malloc'ed, owned by m from here; NULL: nm's one s) the ssmax s of each head. */
 void al__attn_set_own(al_model *m, const al_norm *nm, float *s_per_head);
+/* 1 when the attention in force is the model's own trained normalizer (not softmax, not a
+ * caller's variant), *out then that normalizer of (layer, head) (its own ssmax s); else 0. */
+int al__model_own_norm(const al_model *m, int layer, int head, al_norm *out);
 
 /* Family openers call this for a tensor holding NaN/Inf values: prints
  * "attnlim: warning: FILE: tensor NAME has N NaN/Inf values (first at flat index I)" on stderr

@@ -360,3 +360,30 @@ def test_checkpoints_run_in_other_commands(corpus, tmp_path):
     p = run("perplexity", "--model", str(tmp_path / "bytes"), "--tokens", str(tmp_path / "ids.txt"),
             "--length", "12", "--json")
     assert 1 < json.loads(p.stdout)["perplexity"] < 256
+
+
+def test_byte_level_checkpoint_tokenizes_as_trained(corpus, tmp_path):
+    """A byte-level run's checkpoint carries vocab.json + merges.txt (the GPT-2 byte-to-character
+    map, id = byte, no merges): every command tokenizes a corpus into its bytes, as the trainer
+    did. Against Python's bytes and HF's GPT2Tokenizer on the same files; perplexity over
+    --corpus equals perplexity over those ids given with --tokens."""
+    _, cpath, _ = corpus
+    run(*base_args(cpath, tmp_path / "r"), "--steps", "1", "--tokenizer", "bytes")
+    text = "Natasha é 日本 \x01\x7f tabs\tand\r\nnewlines\n"
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    ours = [int(x) for x in run("tokenize", "--model", str(tmp_path / "r"), "--corpus",
+                                str(tmp_path / "t.txt")).stdout.split()]
+    assert ours == list(text.encode("utf-8"))
+    from transformers import GPT2Tokenizer
+    hf = GPT2Tokenizer(str(tmp_path / "r" / "vocab.json"), str(tmp_path / "r" / "merges.txt"))
+    assert hf(text)["input_ids"] == ours
+    ids = list(open(cpath, "rb").read()[:T + 1])
+    (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)))
+    a = json.loads(run("perplexity", "--model", str(tmp_path / "r"), "--corpus", cpath, "--length",
+                       str(T + 1), "--json").stdout)["nll"]
+    b = json.loads(run("perplexity", "--model", str(tmp_path / "r"), "--tokens",
+                       str(tmp_path / "ids.txt"), "--length", str(T + 1), "--json").stdout)["nll"]
+    assert a == b
+    (tmp_path / "r" / "vocab.json").unlink()
+    p = run("info", "--model", str(tmp_path / "r"), check=False)
+    assert p.returncode == 1 and "vocab.json" in p.stderr and "bytes" in p.stderr, p.stderr

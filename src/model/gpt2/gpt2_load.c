@@ -173,7 +173,7 @@ static int check_normalizer(const cJSON *v, const char *cfg, const al__gpt2_cfg 
 
 /* Reads config.json (in the directory, or beside the file) into c; name gets a model name. */
 static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t name_cap, al_norm *own,
-                       int *has_own, float **s_per_head, al_error *err) {
+                       int *has_own, float **s_per_head, int *bytes_tok, al_error *err) {
     char cfg[4096 + 16];
     struct stat s;
     if (stat(path, &s) == 0 && S_ISDIR(s.st_mode))
@@ -225,6 +225,9 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
         rc = al__err(err, AL_E_UNSUPPORTED, "%s: model_type is not gpt2", cfg);
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer")))
         rc = check_normalizer(v, cfg, c, own, has_own, s_per_head, err);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_tokenizer")) &&
+        cJSON_IsString(v) && !strcmp(v->valuestring, "bytes"))
+        *bytes_tok = 1;
     if (!rc) {
         v = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
         if (cJSON_IsString(v) && v->valuestring[0])
@@ -292,16 +295,39 @@ static int check_lm_head(const al__safetensors *st, const al__st_tensor *wte, co
     return 0;
 }
 
+/* A byte-level checkpoint's tokenizer: vocab.json + merges.txt beside config.json. */
+static int byte_tokenizer_dir(al_model *m, const char *path, al_error *err) {
+    al__gpt2 *g = m->impl;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    struct stat s;
+    if (!(stat(path, &s) == 0 && S_ISDIR(s.st_mode))) {
+        char *slash = strrchr(dir, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    }
+    char f[4096 + 32];
+    snprintf(f, sizeof f, "%s/vocab.json", dir);
+    if (stat(f, &s) != 0)
+        return al__err(err, AL_E_NOTFOUND,
+                       "%s: config.json says attnlim_tokenizer \"bytes\" but %s is missing (an "
+                       "attnlim train checkpoint writes it)",
+                       path, f);
+    if (!(g->tok_dir = strdup(dir))) return al__err(err, AL_E_NOMEM, "out of memory");
+    return 0;
+}
+
 int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err) {
     al__gpt2_cfg c;
     char name[128];
     al_norm own;
     int has_own = 0;
     float *s_per_head = NULL;
-    int rc = read_config(path, &c, name, sizeof name, &own, &has_own, &s_per_head, err);
+    int bytes_tok = 0;
+    int rc = read_config(path, &c, name, sizeof name, &own, &has_own, &s_per_head, &bytes_tok, err);
     al__safetensors *st = NULL;
     if (!rc) rc = al__st_open(path, &st, err);
     if (!rc) rc = al__gpt2_from_safetensors(m, st, &c, path, name, err);
+    if (!rc && bytes_tok) rc = byte_tokenizer_dir(m, path, err);
     if (rc || !has_own) {
         free(s_per_head);
         return rc;
