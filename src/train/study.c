@@ -374,6 +374,71 @@ int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const 
     return rc;
 }
 
+/* ---- the library's reproduce and diagnose on each checkpoint ------------------------------- */
+
+/* DIR/results.json's verdicts as [{key, verdict, measured}] (NULL when unreadable). */
+static cJSON *repro_verdicts(const char *rdir, al_error *err) {
+    char path[4096 + 64], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/results.json", rdir);
+    if (al__read_file(path, (size_t)1 << 30, &text, &len, err)) return NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len), *out = cJSON_CreateArray();
+    free(text);
+    const cJSON *v, *vd = cJSON_GetObjectItemCaseSensitive(j, "verdicts");
+    cJSON_ArrayForEach(v, vd) {
+        cJSON *it = cJSON_CreateObject();
+        static const char *keep[] = {"key", "claim", "verdict", "measured"};
+        for (int k = 0; k < 4; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, keep[k]);
+            if (cJSON_IsString(x)) cJSON_AddStringToObject(it, keep[k], x->valuestring);
+        }
+        cJSON_AddItemToArray(out, it);
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
+/* `attnlim reproduce --readings all` (al_reproduce) into DIR/reproduce and `attnlim diagnose`
+ * (al_diagnose) into DIR/diagnose on the run's checkpoint, loaded as every command loads it (its
+ * normalizer the model's own attention; its tokenizer the run's); their verdicts and flag counts
+ * into run's "reproduce" and "diagnose". A finished reproduce (results.json) is reused. */
+static int study_library(const al__study_opts *o, const char *dir, cJSON *run, al_error *err) {
+    char rdir[4096 + 64], ddir[4096 + 64], res[4096 + 96];
+    snprintf(rdir, sizeof rdir, "%s/reproduce", dir);
+    snprintf(ddir, sizeof ddir, "%s/diagnose", dir);
+    snprintf(res, sizeof res, "%s/results.json", rdir);
+    int rc = 0;
+    if (!al__is_file(res)) {
+        al_repro_opts r;
+        al_repro_defaults(&r);
+        r.model = dir, r.corpus = o->base.corpus, r.data_path = o->base.data_path;
+        r.out_dir = rdir, r.windows = 1, r.readings = "all", r.resume = 1;
+        r.lengths = o->crit_L, r.n_lengths = o->n_crit_L, r.long_length = o->base.T;
+        r.quiet = !o->progress, r.progress = o->progress ? 2 : 0;
+        if ((rc = al_reproduce(&r, err))) return al__err_prefix(err, rc, "reproduce");
+    }
+    cJSON *vd = repro_verdicts(rdir, err);
+    if (!vd) return al__err_prefix(err, err ? err->code : AL_E_IO, "reproduce");
+    cJSON *rj = cJSON_AddObjectToObject(run, "reproduce");
+    cJSON_AddStringToObject(rj, "dir", "reproduce");
+    cJSON_AddItemToObject(rj, "verdicts", vd);
+    al_diag_opts d = {.model = dir,
+                      .corpus = o->base.corpus,
+                      .data_path = o->base.data_path,
+                      .out_dir = ddir,
+                      .length = o->base.T};
+    char *json = NULL;
+    if ((rc = al_diagnose(&d, &json, err))) return al__err_prefix(err, rc, "diagnose");
+    cJSON *dj = cJSON_Parse(json);
+    free(json);
+    cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(dj, "summary");
+    cJSON_Delete(dj);
+    cJSON *dd = cJSON_AddObjectToObject(run, "diagnose");
+    cJSON_AddStringToObject(dd, "dir", "diagnose");
+    if (sum) cJSON_AddItemToObject(dd, "summary", sum);
+    return 0;
+}
+
 /* ---- the runs ------------------------------------------------------------------------------ */
 
 int al__study_run(const al__study_opts *o, al_error *err) {
@@ -403,6 +468,11 @@ int al__study_run(const al__study_opts *o, al_error *err) {
         }
         if (o->progress) al__log(AL_LOG_NOTE, "study: diagnosing %s", sn->name);
         if ((rc = al__study_diagnose(o, sn, dir, &runs[k], err))) break;
+        if (o->progress) al__log(AL_LOG_NOTE, "study: reproduce and diagnose on %s", sn->name);
+        if ((rc = study_library(o, dir, runs[k], err))) {
+            al__err_prefix(err, rc, "study: %s", sn->name);
+            break;
+        }
         char *text = cJSON_Print(runs[k]);
         char path[4096 + 96];
         snprintf(path, sizeof path, "%s/diag.json", dir);
