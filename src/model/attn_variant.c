@@ -302,6 +302,15 @@ cJSON *al__attn_json(const al_model *m) {
     al_attn_norm_name(&v->norm, buf, sizeof buf);
     cJSON_AddStringToObject(o, "normalizer", buf);
     cJSON_AddBoolToObject(o, "modified", al__model_attn(m) != NULL);
+    if (v->norm.temperature != 1.0) cJSON_AddNumberToObject(o, "temperature", v->norm.temperature);
+    if (m->attn_is_own) { /* the normalizer the checkpoint was trained with */
+        cJSON_AddBoolToObject(o, "trained", 1);
+        if (m->own_s) {
+            cJSON *a = cJSON_AddArrayToObject(o, "ssmax_s_per_head");
+            for (int i = 0; i < m->info.n_layer * m->info.n_head; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(m->own_s[i]));
+        }
+    }
     cJSON_AddItemToObject(o, "layers", mask_json(v->layers, m->info.n_layer));
     cJSON_AddItemToObject(o, "heads", mask_json(v->heads, m->info.n_head));
     cJSON_AddStringToObject(
