@@ -33,7 +33,7 @@ static void usage(FILE *f) {
         "topk-frac:0.06,topk-sqrt:1,topk-sqrt:2,topk-log:2,topk-log:4\n"
         "  --normalizers LIST default sparsemax,entmax15,entmax:1.25,ssmax (dense, every layer)\n"
         "  --reproduce DIR    a reproduce output of the same model: its Algorithm 3 critical N\n"
-        "  --monitor-length L the L of the per-layer monitoring (default the largest L <= 1024;\n"
+        "  --monitor-length L the per-layer monitoring at that L only (default: at every L;\n"
         "                     -1: off); --monitor-n N: N of N_s/N (default 16)\n"
         "  --resume           reuse the (L, variant) results in DIR/partial of the same model,\n"
         "                     corpus and K\n"
