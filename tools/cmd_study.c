@@ -24,9 +24,9 @@ static void usage(FILE *f) {
            "  --normalizers LIST  (softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax;\n"
            "                      ssmax: s learnable per head, ssmax-fixed[:S]: fixed)\n"
            "  --scale F           multiply the steps by F (default 1: about an hour on 2 cores)\n"
-           "  --steps N (200) --lr X (2e-3) --warmup N (20) --layers L (4) --heads H (4)\n"
+           "  --steps N (600) --lr X (2e-3) --warmup N (60) --layers L (4) --heads H (4)\n"
            "  --embd C (128) --ctx N (1024) --batch B (2) --seq T (the context) --seed S (1)\n"
-           "  --corpus war-and-peace|FILE --tokenizer bytes|gpt2 (bytes) --eval-every K (25)\n"
+           "  --corpus war-and-peace|FILE --tokenizer bytes|gpt2 (bytes) --eval-every K (50)\n"
            "  --windows W (2: held-out windows diagnosed) --crit-L LIST (128,256,512,1024)\n"
            "  --threads N --quiet --json\n");
 }

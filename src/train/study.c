@@ -23,12 +23,14 @@
 void al__study_defaults(al__study_opts *o) {
     memset(o, 0, sizeof *o);
     al__tr_run_defaults(&o->base);
-    /* about an hour on 2 cores for the six runs and their diagnostics (docs/training.md) */
+    /* about an hour of a quiet 2-core machine for the six runs, their diagnostics and the
+     * library's reproduce and diagnose: 600 steps from the CPU seconds of short runs
+     * (docs/training.md, docs/findings.md) */
     o->base.cfg.n_layer = 4, o->base.cfg.n_head = 4, o->base.cfg.n_embd = 128;
     o->base.cfg.n_ctx = 1024;
     o->base.B = 2, o->base.T = 1024;
-    o->base.opt.steps = 200, o->base.opt.warmup = 20, o->base.opt.lr = 2e-3;
-    o->base.eval_every = 25, o->base.val_windows = 4;
+    o->base.opt.steps = 600, o->base.opt.warmup = 60, o->base.opt.lr = 2e-3;
+    o->base.eval_every = 50, o->base.val_windows = 4;
     o->windows = 2;
     int L[] = {128, 256, 512, 1024};
     memcpy(o->crit_L, L, sizeof L);
