@@ -230,8 +230,9 @@ AL_API int al_norm_vjp(const al_norm *nm, const double *z, int64_t n, const doub
 AL_API int al_norm_jacobian(const al_norm *nm, const double *z, int64_t n, double *J,
                             al_error *err);
 /* Largest singular value of J: exact (secular equation, 1e-12 relative or better) for softmax,
- * sparsemax, entmax and ssmax; Lanczos on J^T J (1e-6 relative or better) for the sa-softmax forms,
- * with J scaled to entries of order 1 first (so J^T J neither overflows nor underflows). z as
+ * sparsemax, entmax and ssmax; for the sa-softmax forms (a diagonal plus a rank of at most 4)
+ * a bisection on the inertia of J^T J - lambda, O(n) (1e-8 relative or better), with J scaled
+ * to entries of order 1 first (so J^T J neither overflows nor underflows). z as
  * al_norm_forward; a norm (or, for the sa forms, an entry of J) beyond the double range is
  * AL_E_RANGE. al_norm_frobenius_norm likewise. */
 AL_API int al_norm_spectral_norm(const al_norm *nm, const double *z, int64_t n, double *out,

@@ -157,6 +157,68 @@ static void markup_text(const char *s, char *out, size_t cap, int md) {
     out[k] = 0;
 }
 
+int al__html_escape(al__afile *f, const char *s, al_error *err) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        char buf[4];
+        size_t len, plen;
+        const char *piece = markup_piece(u + i, n - i, 0, &len, buf, &plen);
+        al__afile_write(f, piece, plen, err);
+        i += len;
+    }
+    return f->failed ? AL_E_IO : 0;
+}
+
+int al__json_string_html(al__afile *f, const char *s, size_t n, al_error *err) {
+    const unsigned char *u = (const unsigned char *)s;
+    al__afile_write(f, "\"", 1, err);
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = al__utf8_next(u + i, n - i, &cp);
+        char esc[8];
+        const char *rep = NULL;
+        if (cp == AL__BAD_UTF8)
+            rep = "\\ufffd";
+        else if (cp == '"')
+            rep = "\\\"";
+        else if (cp == '\\')
+            rep = "\\\\";
+        else if (cp == '\n')
+            rep = "\\n";
+        else if (cp < 0x20 || cp == '<' || cp == '>' || cp == '&' || cp == 0x7F) {
+            snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+            rep = esc;
+        } else if (cp == 0x2028 || cp == 0x2029)
+            rep = cp == 0x2028 ? "\\u2028" : "\\u2029";
+        if (rep)
+            al__afile_write(f, rep, strlen(rep), err);
+        else
+            al__afile_write(f, u + i, len, err);
+        i += len;
+    }
+    al__afile_write(f, "\"", 1, err);
+    return f->failed ? AL_E_IO : 0;
+}
+
+char *al__utf8_valid(const char *s) {
+    size_t n = strlen(s), k = 0;
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = al__utf8_next(u + i, n - i, &cp);
+        if (cp == AL__BAD_UTF8)
+            memcpy(out + k, "\xEF\xBF\xBD", 3), k += 3;
+        else
+            memcpy(out + k, u + i, len), k += len;
+        i += len;
+    }
+    out[k] = 0;
+    return out;
+}
+
 void al__html_text(const char *s, char *out, size_t cap) {
     markup_text(s, out, cap, 0);
 }

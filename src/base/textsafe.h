@@ -37,6 +37,18 @@ void al__xml_text(const char *s, char *out, size_t cap);
  * formed (emphasis and code spans are left: they change how text looks, not what it is); newline
  * and tab as a space; invalid UTF-8 and controls as U+FFFD. Up to 3 bytes per input byte. */
 void al__md_text(const char *s, char *out, size_t cap);
+/* The streaming forms, for writers of whole pages (report.html, the explorer): s as HTML text
+ * (al__html_text's escaping: newline and tab kept) written to f. */
+struct al__afile;
+struct al_error;
+int al__html_escape(struct al__afile *f, const char *s, struct al_error *err);
+/* s[n] as a JSON string literal (with the quotes) that is also safe inside an HTML <script>
+ * element: < > & as \u003c \u003e \u0026, U+2028/9, DEL and C0 controls as \uXXXX (\n and
+ * \t as \n \t), invalid UTF-8 as \ufffd. */
+int al__json_string_html(struct al__afile *f, const char *s, size_t n, struct al_error *err);
+/* s (NUL-terminated) as valid UTF-8: every byte that does not begin a valid sequence becomes
+ * U+FFFD. malloc'ed; NULL when out of memory. */
+char *al__utf8_valid(const char *s);
 /* cJSON_Print (pretty) / cJSON_PrintUnformatted, repaired as above: every JSON attnlim writes
  * goes through it. malloc'ed (free()); NULL when out of memory. */
 struct cJSON;
@@ -46,7 +58,6 @@ char *al__json_print(const struct cJSON *j, int pretty);
  * (every JSON input checks this after parsing; the message names the key and the file). */
 const char *al__json_duplicate_key(const struct cJSON *j);
 /* 0, or AL_E_FORMAT naming path and the duplicate key. */
-struct al_error;
 int al__json_check_unique(const struct cJSON *j, const char *path, struct al_error *err);
 
 #endif

@@ -68,6 +68,10 @@ typedef struct plan {
     al_norm nm;
     int have_nm;          /* re-normalise logits with nm */
     char fingerprint[65]; /* of everything that changes a job's numbers (but window and L) */
+    /* given grid values that apply to no L (--top-n, --critical-n, --separability-n): reported
+     * on stderr and in results.json (issue 12: never dropped silently); the first 32 of each */
+    int dropped[3][32], n_dropped[3];
+    unsigned empty_exp; /* experiments of the default set left with nothing to compute */
     /* what --resume did: jobs reused / computed, of which saved but not matching, and the temp
      * files of interrupted runs removed at the start */
     int n_reused, n_recomputed, n_stale, n_swept;

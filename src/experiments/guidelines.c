@@ -75,6 +75,34 @@ static int plan_length(guide *g, glen *gl, al_error *err) {
     return rc;
 }
 
+/* --k values at or above a length are left out there (top-k of every key is dense): said on
+ * stderr, naming the lengths; a --k whose every value applies to no length is refused. */
+static int check_k_apply(const al_guide_opts *o, const int *Ls, int n, al_error *err) {
+    if (!o->k) return 0;
+    int used = 0;
+    for (int i = 0; i < o->n_k; i++) {
+        char at[160] = "";
+        size_t m = 0;
+        int left = 0;
+        for (int l = 0; l < n; l++)
+            if (o->k[i] >= Ls[l]) {
+                left++;
+                if (m + 16 < sizeof at)
+                    m += (size_t)snprintf(at + m, sizeof at - m, "%s%d", m ? ", " : "", Ls[l]);
+            }
+        used += left < n;
+        if (left)
+            al__log(AL_LOG_WARNING,
+                    "attnlim guidelines: --k %d: left out at L = %s%s (k must be below L)", o->k[i],
+                    at, m + 16 >= sizeof at ? ", ..." : "");
+    }
+    if (!used)
+        return al__err(err, AL_E_INVALID,
+                       "--k: every value is >= every length (k must be below L): no top-k "
+                       "variant would run");
+    return 0;
+}
+
 static int build_plan(guide *g, al_error *err) {
     const al_guide_opts *o = &g->o;
     int def[5] = {128, 256, 512, 1024, 2048}, nd = g->mi->n_ctx >= 2048 ? 5 : 4;
@@ -93,7 +121,7 @@ static int build_plan(guide *g, al_error *err) {
         int rc = plan_length(g, &g->len[i], err);
         if (rc) return rc;
     }
-    return 0;
+    return check_k_apply(o, Ls, n, err);
 }
 
 static void free_guide(guide *g) {
@@ -464,8 +492,6 @@ int al_guidelines(const al_guide_opts *opts, al_error *err) {
     if (g.o.threads > 0) al__set_threads(g.o.threads);
     int lock = -1, rc = 0;
     if (!g.o.model) rc = al__err(err, AL_E_INVALID, "guidelines: --model is required");
-    if (!rc) rc = al__mkdirs(g.o.out_dir, err);
-    if (!rc) rc = al__ex_lock_out_dir(g.o.out_dir, &lock, err);
     if (!rc) rc = al_model_open(g.o.model, &g.m, err);
     if (!rc) rc = al_model_hash(g.m, err);
     if (!rc) {
@@ -478,6 +504,10 @@ int al_guidelines(const al_guide_opts *opts, al_error *err) {
     }
     if (!rc) rc = build_plan(&g, err);
     if (!rc) rc = load_tokens(&g, err);
+    /* the output directory only once the options and inputs are known good: a refused run
+     * leaves nothing behind */
+    if (!rc) rc = al__mkdirs(g.o.out_dir, err);
+    if (!rc) rc = al__ex_lock_out_dir(g.o.out_dir, &lock, err);
     if (!rc) fingerprint(&g);
     char pdir[4200];
     snprintf(pdir, sizeof pdir, "%s/partial", g.o.out_dir);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -109,8 +110,28 @@ int al__ex_save_job(const plan *p, const job *j, al_error *err) {
     return al__write_file_atomic(path, buf, (size_t)len, err);
 }
 
+/* What a saved array may hold, whatever its checksum says (a done.json rewritten to match
+ * is no proof): NaN only as the "not computed" marker of the arrays that use one (dmax under
+ * --readings, E_mc / E_mc_se without Monte Carlo, the separability and finite-difference
+ * readings), never +-Inf in the per-head readings, and nothing non-finite in the vanishing
+ * readings and Algorithm 5's spectral norms, which every completed job has in full. */
+static int finite_where_needed(const named_arr *a) {
+    static const char *const all_finite[] = {"van_max", "van_entropy", "van_D", "alg5_spec"};
+    static const char *const no_inf[] = {"dtilde", "dmax", "E", "E_mc", "E_mc_se"};
+    int strict = 0, inf = 0;
+    for (size_t k = 0; k < sizeof all_finite / sizeof *all_finite; k++)
+        strict |= !strcmp(a->name, all_finite[k]);
+    for (size_t k = 0; k < sizeof no_inf / sizeof *no_inf; k++) inf |= !strcmp(a->name, no_inf[k]);
+    size_t count = (size_t)(a->shape[0] * a->shape[1]);
+    for (size_t i = 0; i < count; i++) {
+        double x = a->data[i];
+        if ((strict && !isfinite(x)) || (inf && isinf(x))) return 0;
+    }
+    return 1;
+}
+
 /* 1: loaded; 0: not there; -1: saved but stale (another key, unreadable arrays, a shape or the
- * checksum of the arrays not the saved one): recompute.
+ * checksum of the arrays not the saved one, or a value not finite where it must be): recompute.
  * Errors in the files only make it stale. */
 int al__ex_load_job(const plan *p, job *j) {
     char dir[4096], path[4200], key[65];
@@ -153,6 +174,7 @@ int al__ex_load_job(const plan *p, job *j) {
             memcpy(a[i].data, arr.data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]));
         al_array_free(&arr);
     }
+    for (int i = 0; i < n && ok; i++) ok = finite_where_needed(&a[i]);
     if (ok) { /* the arrays are the ones saved: not changed, cut or poisoned since */
         char got[65];
         arrays_sha(a, n, got);
@@ -262,7 +284,9 @@ cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *co
         cJSON_AddStringToObject(r, "normalizer", p->o.normalizer);
     else
         cJSON_AddStringToObject(r, "normalizer", "none (the model's own softmax weights)");
-    cJSON_AddNumberToObject(r, "seed", (double)p->o.seed);
+    char seed[24]; /* exact, as a string: a double would keep 15-17 digits of a 64-bit seed */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->o.seed);
+    cJSON_AddStringToObject(r, "seed", seed);
     cJSON_AddNumberToObject(r, "mc_samples", p->o.mc_samples);
     cJSON *att = cJSON_AddObjectToObject(r, "attention"); /* the variant inside the forward */
     cJSON_AddStringToObject(att, "rule", p->o.attention.rule ? p->o.attention.rule : "dense");

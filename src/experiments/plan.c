@@ -1,6 +1,7 @@
 /* plan.c: options and grids of `attnlim reproduce`, and its plan: the (window, L) jobs and their
  * grids (METHOD sections 2-6). */
 #include "experiments.h"
+#include "hooks.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -215,29 +216,78 @@ static const int *pick(const int *given, int n_given, int quick, const int *q, i
     return *n = ndef, def;
 }
 
-/* A grid the user gave whose every value is >= the L it applies to leaves its experiment
- * empty: refused, naming the values and L (issue 12), instead of an empty result and exit 0. */
-static int check_grids_apply(const plan *p, const al_repro_opts *o, al_error *err) {
+/* The names of the grids whose values can apply to no L, in plan.dropped order. */
+static const char *const al__ex_grid_flags[3] = {"--top-n", "--critical-n", "--separability-n"};
+
+/* Given grid values that apply to no L are recorded (p->dropped) and reported; a grid left
+ * with none, or an experiment asked for by --experiments left with nothing to compute, is
+ * refused naming the values and L (issue 12), instead of an empty result and exit 0. An
+ * experiment of the default set that cannot run at these lengths is reported and recorded. */
+static int check_grids_apply(plan *p, const al_repro_opts *o, al_error *err) {
     const unsigned exp = o->experiments ? (o->experiments & AL_EXP_ALL) : AL_EXP_ALL;
     int maxL = 0;
     for (int i = 0; i < p->nL; i++) maxL = p->Ls[i] > maxL ? p->Ls[i] : maxL;
     int crit_ok = 0;
-    for (int i = 0; i < p->nN3 && !crit_ok; i++) crit_ok = p->N3[i] < maxL;
+    for (int i = 0; i < p->nN3; i++) crit_ok += p->N3[i] < maxL;
     struct {
         unsigned bit;
         const int *given;
-        int n_kept;
-        const char *flag;
-        int L;
-    } g[3] = {{AL_EXP_ALG2, o->top_n, p->nN2, "--top-n", p->long_L},
-              {AL_EXP_ALG3, o->critical_n, crit_ok, "--critical-n", maxL},
-              {AL_EXP_ALG4, o->separability_n, p->nN4, "--separability-n", p->long_L}};
+        int n_given, n_kept, L;
+    } g[3] = {{AL_EXP_ALG2, o->top_n, o->n_top_n, p->nN2, p->long_L},
+              {AL_EXP_ALG3, o->critical_n, o->n_critical_n, crit_ok, maxL},
+              {AL_EXP_ALG4, o->separability_n, o->n_separability_n, p->nN4, p->long_L}};
     for (int i = 0; i < 3; i++)
-        if ((exp & g[i].bit) && g[i].given && g[i].n_kept == 0)
+        for (int q = 0; g[i].given && q < g[i].n_given; q++)
+            if (g[i].given[q] < 1)
+                return al__err(err, AL_E_INVALID, "%s: %d is not an N >= 1", al__ex_grid_flags[i],
+                               g[i].given[q]);
+    for (int i = 0; i < 3; i++) {
+        p->n_dropped[i] = 0;
+        if (!(exp & g[i].bit) || !g[i].given) continue;
+        char list[200] = "";
+        size_t k = 0;
+        for (int q = 0; q < g[i].n_given; q++) {
+            if (g[i].given[q] < g[i].L) continue;
+            if (p->n_dropped[i] < 32) p->dropped[i][p->n_dropped[i]] = g[i].given[q];
+            if (k + 16 < sizeof list)
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", k ? ", " : "",
+                                      g[i].given[q]);
+            p->n_dropped[i]++;
+        }
+        if (g[i].n_kept == 0)
             return al__err(err, AL_E_INVALID,
                            "%s: every value is >= L = %d (N must be below the window length): "
                            "its experiment would be empty",
-                           g[i].flag, g[i].L);
+                           al__ex_grid_flags[i], g[i].L);
+        if (p->n_dropped[i] && p->rank == 0)
+            al__log(AL_LOG_WARNING,
+                    "attnlim reproduce: %s: %d value%s dropped (%s%s): N must be below L = %d; "
+                    "%s/results.json lists them (options.grid_values_dropped)",
+                    al__ex_grid_flags[i], p->n_dropped[i], p->n_dropped[i] > 1 ? "s" : "", list,
+                    k + 16 >= sizeof list ? ", ..." : "", g[i].L, o->out_dir ? o->out_dir : ".");
+    }
+    /* what each experiment needs of the lengths */
+    unsigned none = 0;
+    if (maxL <= ALG1_N) none |= AL_EXP_ALG1;
+    if (p->nN2 == 0) none |= AL_EXP_ALG2;
+    if (crit_ok == 0) none |= AL_EXP_ALG3;
+    if (p->nN4 == 0) none |= AL_EXP_ALG4;
+    none &= exp;
+    static const char *const en[6] = {"vanishing", "alg1", "alg2", "alg3", "alg4", "alg5"};
+    for (int e = 0; e < 6; e++) {
+        if (!(none & (1u << e))) continue;
+        if (o->experiments)
+            return al__err(err, AL_E_INVALID,
+                           "--experiments %s: nothing to compute at these lengths (the longest "
+                           "L = %d leaves it no N below L)",
+                           en[e], maxL);
+        if (p->rank == 0)
+            al__log(AL_LOG_WARNING,
+                    "attnlim reproduce: experiment %s has nothing to compute at these lengths "
+                    "(the longest L = %d; results.json: options.experiments_empty)",
+                    en[e], maxL);
+    }
+    p->empty_exp = none;
     return 0;
 }
 

@@ -453,7 +453,7 @@ static int run_jobs(run *r, al_error *err) {
     if (p->n_stale)
         snprintf(stale, sizeof stale,
                  " (%d recomputed: saved with other grids or options, unreadable, of another "
-                 "shape, or not matching their checksum: %s)",
+                 "shape, not finite where they must be, or not matching their checksum: %s)",
                  p->n_stale, r->stale);
     al__log(AL_LOG_NOTE,
             "attnlim reproduce: --resume: reused %d and computed %d of %d (window, L) jobs in "

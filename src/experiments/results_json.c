@@ -118,6 +118,18 @@ static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     for (int i = 0; i < 6; i++)
         if (p->exp & (1u << i)) cJSON_AddItemToArray(ex, cJSON_CreateString(en[i]));
     cJSON_AddNumberToObject(op, "threads", p->o.threads > 0 ? p->o.threads : omp_get_max_threads());
+    /* what the options asked for that could not apply (never dropped silently: issue 12) */
+    cJSON *dr = cJSON_AddObjectToObject(op, "grid_values_dropped");
+    static const char *const gn[3] = {"top_n", "critical_n", "separability_n"};
+    for (int i = 0; i < 3; i++)
+        if (p->n_dropped[i])
+            cJSON_AddItemToObject(
+                dr, gn[i],
+                al__ex_jarr_i(p->dropped[i],
+                              (size_t)(p->n_dropped[i] < 32 ? p->n_dropped[i] : 32)));
+    cJSON *em = cJSON_AddArrayToObject(op, "experiments_empty");
+    for (int i = 0; i < 6; i++)
+        if (p->empty_exp & (1u << i)) cJSON_AddItemToArray(em, cJSON_CreateString(en[i]));
 }
 
 /* manifest.versions, timings, resume, parallel: how the run went */

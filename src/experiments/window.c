@@ -3,7 +3,7 @@
  * normalizer's, re-normalised from the logits, when --normalizer is given) and the tokens'
  * strings; the curves against N of every head. Written to explorer_weights.npy and the
  * "explorer" section of results.json. */
-#include "escape.h"
+#include "textsafe.h"
 #include "experiments.h"
 
 #include <math.h>

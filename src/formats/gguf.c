@@ -531,8 +531,30 @@ int al__gguf_get_i32_array(const al__gguf *g, const char *key, int32_t **vals, i
     return 0;
 }
 
-int al__gguf_load_f32(const al__gguf *g, const char *name, int n_dims, const int64_t *ne,
-                      float *dst, al_error *err) {
+int al__gguf_get_f32_array(const al__gguf *g, const char *key, float **vals, int64_t *n,
+                           al_error *err) {
+    *vals = NULL;
+    *n = 0;
+    const al__gguf_kv *kv;
+    int rc = get_array(g, key, &kv, err);
+    if (rc) return rc;
+    if (kv->arr_type != AL_GGUF_F32 && kv->arr_type != AL_GGUF_F64)
+        return al__err(err, AL_E_FORMAT, "%s: array '%s' does not hold floats", g->name, key);
+    float *out = al__malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *out, "GGUF float array", err);
+    if (!out) return AL_E_NOMEM;
+    size_t es = scalar_size(kv->arr_type);
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        al__gguf_kv tmp = {.type = kv->arr_type};
+        decode_scalar(&tmp, kv->arr_data + i * es);
+        out[i] = (float)tmp.v.f;
+    }
+    *vals = out;
+    *n = (int64_t)kv->arr_n;
+    return 0;
+}
+
+int al__gguf_check_f32(const al__gguf *g, const char *name, int n_dims, const int64_t *ne,
+                       al_error *err) {
     const al__gguf_tensor *t = al__gguf_tensor_find(g, name);
     if (!t) return al__err(err, AL_E_NOTFOUND, "%s: tensor '%s' is missing", g->name, name);
     int ok = 1;
@@ -551,7 +573,15 @@ int al__gguf_load_f32(const al__gguf *g, const char *name, int n_dims, const int
     if (!al__ggml_can_dequant(t->type))
         return al__err(err, AL_E_UNSUPPORTED, "%s: tensor '%s' has type %s, which is not supported",
                        g->name, name, al__ggml_type_name(t->type));
-    int rc = al__ggml_dequant(t->type, t->data, t->nbytes, t->n_elem, dst, err);
+    return 0;
+}
+
+int al__gguf_load_f32(const al__gguf *g, const char *name, int n_dims, const int64_t *ne,
+                      float *dst, al_error *err) {
+    int rc = al__gguf_check_f32(g, name, n_dims, ne, err);
+    if (rc) return rc;
+    const al__gguf_tensor *t = al__gguf_tensor_find(g, name);
+    rc = al__ggml_dequant(t->type, t->data, t->nbytes, t->n_elem, dst, err);
     if (rc) return al__err_prefix(err, (al_code)rc, "%s: tensor '%s'", g->name, name);
     return 0;
 }

@@ -119,6 +119,9 @@ int al__gguf_get_str_array(const al__gguf *g, const char *key, char ***strs, int
 /* An array of integers as int32 (*vals malloc'ed). */
 int al__gguf_get_i32_array(const al__gguf *g, const char *key, int32_t **vals, int64_t *n,
                            al_error *err);
+/* An array of F32 or F64 as float (*vals malloc'ed). */
+int al__gguf_get_f32_array(const al__gguf *g, const char *key, float **vals, int64_t *n,
+                           al_error *err);
 
 const al__gguf_tensor *al__gguf_tensor_find(const al__gguf *g, const char *name);
 
@@ -136,5 +139,10 @@ int al__ggml_dequant(uint32_t type, const void *src, size_t src_bytes, int64_t n
  * errors name the tensor, the file and the fault (absent, wrong shape, unsupported type). */
 int al__gguf_load_f32(const al__gguf *g, const char *name, int n_dims, const int64_t *ne,
                       float *dst, al_error *err);
+/* Its checks alone (present, these dims, a supported type): loaders check every tensor before
+ * they allocate the weights (a config claiming more than the file holds is a tensor mismatch,
+ * never an attempt at terabytes). */
+int al__gguf_check_f32(const al__gguf *g, const char *name, int n_dims, const int64_t *ne,
+                       al_error *err);
 
 #endif

@@ -507,8 +507,8 @@ static void shape_str(int ndim, const int64_t *shape, char *out, size_t cap) {
     if (k < cap) snprintf(out + k, cap - k, "]");
 }
 
-int al__st_load_f32(const al__safetensors *st, const char *name, int ndim, const int64_t *shape,
-                    float *dst, al_error *err) {
+int al__st_check_f32(const al__safetensors *st, const char *name, int ndim, const int64_t *shape,
+                     al_error *err) {
     const al__st_tensor *t = al__st_find(st, name);
     if (!t)
         return al__err(err, AL_E_NOTFOUND, "%s: tensor %s is missing",
@@ -522,5 +522,11 @@ int al__st_load_f32(const al__safetensors *st, const char *name, int ndim, const
         return al__err(err, AL_E_FORMAT, "%s: expected %s, file has %s (%s)", name, want, have,
                        t->file);
     }
-    return al__st_to_f32(t, dst, err);
+    return 0;
+}
+
+int al__st_load_f32(const al__safetensors *st, const char *name, int ndim, const int64_t *shape,
+                    float *dst, al_error *err) {
+    int rc = al__st_check_f32(st, name, ndim, shape, err);
+    return rc ? rc : al__st_to_f32(al__st_find(st, name), dst, err);
 }

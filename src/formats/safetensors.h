@@ -42,6 +42,9 @@ const al__st_tensor *al__st_find(const al__safetensors *st, const char *name); /
  * (converting from f16/bf16/f64); the error names the tensor and the file. */
 int al__st_load_f32(const al__safetensors *st, const char *name, int ndim, const int64_t *shape,
                     float *dst, al_error *err);
+/* Its checks alone (present, this shape), for checking every tensor before allocating. */
+int al__st_check_f32(const al__safetensors *st, const char *name, int ndim, const int64_t *shape,
+                     al_error *err);
 
 /* Parses one safetensors image buf[len] (8-byte LE header length, JSON header, data) without
  * touching any file: the entry point of the fuzz harness. name is used in messages and stored

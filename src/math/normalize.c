@@ -18,8 +18,9 @@
  * whose largest root lies strictly between the largest two distinct entries of g (if the
  * largest entry is repeated, lambda_max is that entry exactly). rank1_spectral solves it with
  * a safeguarded rational (two-pole) iteration, shifted to the nearer pole so that the root
- * keeps full relative accuracy. The sa-softmax forms have no such structure: Lanczos with full
- * reorthogonalisation on J^T J, built on jvp/vjp, until the Ritz residual is below 1e-10.
+ * keeps full relative accuracy. The sa-softmax forms are a diagonal plus a rank of at most 4
+ * (not symmetric): their norm is a bisection on the inertia of J^T J - lambda, counted in O(n)
+ * through the low-rank part (sa_spectral).
  *
  * 1.5-entmax and sparsemax thresholds are exact: tau is the closed form over the support, and
  * the support is found by a selection (quickselect on the values, expected O(n)) of the same
@@ -880,7 +881,8 @@ double AL_MV(al_norm_rank1_spectral)(const double *g, int64_t n) {
     return near2 ? d2 + u : d1 - u;
 }
 
-/* ---- Lanczos on J^T J for the sa forms ------------------------------------------------------- */
+/* ---- Lanczos on J^T J for the sa forms: a first guess, checked by the inertia count below
+ * ----------------------------------------------------- */
 
 /* LAPACK (in OpenBLAS): eigenvalues/vectors of a symmetric tridiagonal matrix. */
 extern void dstev_(const char *jobz, const int *n, double *d, double *e, double *z, const int *ldz,
@@ -899,27 +901,10 @@ static double tridiag_top(const double *al, const double *be, int k, double *s, 
     return d[k - 1];
 }
 
-/* The largest row the sa forms' Lanczos takes: its restarts grow with n (about n^2.6: 29 s at
- * n = 128k), so longer rows are refused rather than left running (docs/reliability.md). */
-#define AL_SA_SPECTRAL_MAX_N 65536
-
-static int sa_spectral(const lin *L, double *out, al_error *err) {
+/* The largest Ritz value of J^T J (a lower bound of sigma_max^2) after at most 3 restarts of
+ * a basis of at most 160 vectors and ~32 MB; NaN on failure. */
+static double sa_lanczos(const lin *L, al_error *err) {
     int64_t n = L->n;
-    if (n > AL_SA_SPECTRAL_MAX_N)
-        return al__err(err, AL_E_INVALID,
-                       "%s: the spectral norm of the Jacobian is computed for rows of up to %d "
-                       "logits (Lanczos, super-linear in n); n = %lld refused",
-                       kind_names[L->kind], AL_SA_SPECTRAL_MAX_N, (long long)n);
-    if (L->scale == 0) { /* J = 0 */
-        *out = 0;
-        return 0;
-    }
-    if (n == 1) {
-        double J;
-        lin_dense(L, &J);
-        *out = fabs(J);
-        return 0;
-    }
     /* basis of at most 160 vectors and ~32 MB (restarts make up for a short basis) */
     int64_t mlim = (int64_t)4000000 / n;
     int mcap = (int)(n < 160 ? n : 160);
@@ -927,7 +912,7 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
     size_t nn = (size_t)n;
     size_t need = nn * (size_t)(mcap + 3) + (size_t)mcap * (size_t)mcap + 8 * (size_t)mcap + 8;
     double *mem = al__malloc(need * sizeof(double), "Lanczos basis", err);
-    if (!mem) return AL_E_NOMEM;
+    if (!mem) return NAN;
     double *V = mem;                                        /* [mcap + 1, n] */
     double *w = V + nn * (size_t)(mcap + 1);                /* [n] */
     double *tmp = w + nn;                                   /* [n] */
@@ -940,7 +925,7 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
     double theta = 0, best = 0, anorm = 0;
     const double tol = 1e-8; /* Ritz residual / theta: |sigma^2 - theta| <= 1e-8 theta */
     int done = 0;
-    for (int restart = 0; restart < 30 && !done; restart++) {
+    for (int restart = 0; restart < 3 && !done; restart++) {
         double nv = sqrt(dot(V, V, n));
         if (!(nv > 0)) break;
         for (int64_t i = 0; i < n; i++) V[i] /= nv;
@@ -999,10 +984,175 @@ static int sa_spectral(const lin *L, double *out, al_error *err) {
     }
     if (theta > best || !isfinite(theta)) best = theta;
     free(mem);
-    /* A is scaled to entries of at most 2 (largest >= 1): a non-finite value is a fault */
-    if (!isfinite(best))
-        return al__err(err, AL_E_RANGE, "%s: Lanczos failed (non-finite)", kind_names[L->kind]);
-    double r = L->scale * sqrt(best > 0 ? best : 0);
+    return best;
+}
+
+/* ---- the spectral norm of the sa forms: inertia bisection on A^T A ----------------------------
+ */
+
+/* The scaled operator (struct lin) is a diagonal plus a rank of at most 4:
+ *     A = diag(d) - X Y^T,   X = [rho, e_top, bm, bM], Y = [s, rt, e_m, e_M]   [n, k]
+ * (d_i = a_i + rho_i, d_top = a_top + dt; bm, bM only for an active min / max). So
+ *     B = A^T A = D^2 + U C U^T,   U = [Y, D X]   [n, 2k],   C = [[X^T X, -I], [-I, 0]],
+ * and, for lambda not a d_i^2, Haynsworth's inertia additivity on [[D^2 - lambda, U], [U^T,
+ * -C^-1]] (-C^-1 = [[0, I], [I, X^T X]] has k positive eigenvalues) counts the eigenvalues of B
+ * above lambda in O(n k^2):
+ *     #{eig B > lambda} = #{d_i^2 > lambda} + #pos(H(lambda)) - k,
+ *     H(lambda) = [[0, I], [I, X^T X]] - U^T (D^2 - lambda)^-1 U   [2k, 2k].
+ * sigma_max(A)^2 is the largest lambda where the count is >= 1: bisection between
+ * trace(B) / (4n) and trace(B) (sigma_max^2 <= trace <= rank sigma_max^2), geometric while the
+ * bracket spans more than a factor 2, to a relative width of 4 eps: about 60 counts, so the
+ * whole norm is O(n) (the Lanczos it replaces grew as n^2.6: 29 s at n = 128k). */
+#define SA_MAXK 4
+
+extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+                   double *w, double *work, const int *lwork, int *info, size_t, size_t);
+
+typedef struct sa_ops {
+    int k;                       /* rank of X Y^T: 2 (sa-softmax) to 4 */
+    int64_t t, m, M;             /* the top, the active min and max (-1: none) */
+    double G[SA_MAXK * SA_MAXK]; /* X^T X */
+} sa_ops;
+
+static double sa_d(const lin *L, int64_t i) {
+    return i == L->top ? L->a[i] + L->dt : L->a[i] + L->rho[i];
+}
+
+/* X_i [k] and Y_i [k]: row i of X and Y. */
+static void sa_rows(const lin *L, const sa_ops *o, int64_t i, double *x, double *y) {
+    x[0] = L->rho[i]; /* rho[top] = 0 */
+    y[0] = L->p[i];
+    x[1] = i == o->t;
+    y[1] = L->rt[i]; /* rt[top] = 0 */
+    int c = 2;
+    double au = L->a[i], w = L->g[i];
+    if (o->m >= 0) x[c] = au * (1 - w), y[c] = i == o->m, c++;
+    if (o->M >= 0) x[c] = au * w, y[c] = i == o->M, c++;
+}
+
+static void sa_ops_build(const lin *L, sa_ops *o) {
+    o->t = L->top;
+    o->m = L->inf.mact ? L->inf.imin : -1;
+    o->M = L->inf.Mact ? L->inf.imax : -1;
+    o->k = 2 + (o->m >= 0) + (o->M >= 0);
+    memset(o->G, 0, sizeof o->G);
+    double x[SA_MAXK], y[SA_MAXK];
+    for (int64_t i = 0; i < L->n; i++) {
+        sa_rows(L, o, i, x, y);
+        for (int a = 0; a < o->k; a++)
+            for (int b = 0; b < o->k; b++) o->G[a * SA_MAXK + b] += x[a] * x[b];
+    }
+}
+
+/* trace(B) = sum_j |A e_j|^2, |A e_j|^2 = d_j^2 - 2 d_j (X_j . Y_j) + Y_j G Y_j^T. */
+static double sa_trace(const lin *L, const sa_ops *o) {
+    double tr = 0, x[SA_MAXK], y[SA_MAXK];
+    for (int64_t j = 0; j < L->n; j++) {
+        sa_rows(L, o, j, x, y);
+        double d = sa_d(L, j), xy = 0, yGy = 0;
+        for (int a = 0; a < o->k; a++) {
+            xy += x[a] * y[a];
+            for (int b = 0; b < o->k; b++) yGy += y[a] * o->G[a * SA_MAXK + b] * y[b];
+        }
+        double c = d * d - 2 * d * xy + yGy;
+        tr += c > 0 ? c : 0;
+    }
+    return tr;
+}
+
+/* #{eig B > lam} (lam > 0 and no d_i^2 equal to it: the caller nudges it); -1 if LAPACK fails. */
+static int64_t sa_count_above(const lin *L, const sa_ops *o, double lam) {
+    const int k = o->k, K = 2 * k;
+    double H[4 * SA_MAXK * SA_MAXK] = {0}, u[2 * SA_MAXK], x[SA_MAXK], y[SA_MAXK];
+    int64_t above = 0;
+    for (int64_t i = 0; i < L->n; i++) {
+        double d = sa_d(L, i), e = d * d - lam;
+        above += e > 0;
+        sa_rows(L, o, i, x, y);
+        double inv = 1.0 / e;
+        for (int a = 0; a < k; a++) u[a] = y[a], u[k + a] = d * x[a];
+        for (int a = 0; a < K; a++) {
+            double ua = u[a] * inv;
+            if (ua == 0) continue;
+            for (int b = a; b < K; b++) H[a * K + b] -= ua * u[b];
+        }
+    }
+    for (int a = 0; a < k; a++) {
+        H[a * K + k + a] += 1;
+        for (int b = a; b < k; b++) H[(k + a) * K + k + b] += o->G[a * SA_MAXK + b];
+    }
+    for (int a = 0; a < K; a++) /* column-major for LAPACK: fill the lower part too */
+        for (int b = 0; b < a; b++) H[a * K + b] = H[b * K + a];
+    double ev[2 * SA_MAXK], work[64];
+    int n2 = K, lw = 64, info = 0;
+    dsyev_("N", "U", &n2, H, &n2, ev, work, &lw, &info, 1, 1);
+    if (info != 0) return -1;
+    for (int a = 0; a < K; a++) above += ev[a] > 0;
+    return above - k;
+}
+
+/* Is lam a d_i^2? Then the count's pivot would divide by 0. */
+static int sa_is_pole(const lin *L, double lam) {
+    for (int64_t i = 0; i < L->n; i++) {
+        double d = sa_d(L, i);
+        if (d * d == lam) return 1;
+    }
+    return 0;
+}
+
+static int sa_spectral(const lin *L, double *out, al_error *err) {
+    int64_t n = L->n;
+    if (L->scale == 0) { /* J = 0 */
+        *out = 0;
+        return 0;
+    }
+    if (n == 1) {
+        double J;
+        lin_dense(L, &J);
+        *out = fabs(J);
+        return 0;
+    }
+    sa_ops o;
+    sa_ops_build(L, &o);
+    double hi = sa_trace(L, &o) * (1 + 1e-12), lo = hi / (4.0 * (double)n);
+    if (!isfinite(hi))
+        return al__err(err, AL_E_RANGE, "%s: the spectral norm failed (non-finite trace)",
+                       kind_names[L->kind]);
+    if (!(hi > 0)) { /* B = 0 up to rounding */
+        *out = 0;
+        return 0;
+    }
+    /* A short Lanczos (bounded work) usually lands on sigma^2 to a few ulps; its Ritz value is
+     * a lower bound, and one count proves it within 1e-10 (none above theta (1 + 1e-10)). Else
+     * that point is a valid lower end of the bisection. */
+    al_error le = {0};
+    double theta = sa_lanczos(L, &le), top = theta * (1 + 1e-10);
+    if (isfinite(theta) && theta > lo && top < hi) {
+        while (sa_is_pole(L, top)) top = nextafter(top, hi);
+        int64_t c = sa_count_above(L, &o, top);
+        if (c == 0) {
+            *out = L->scale * sqrt(theta);
+            return isfinite(*out)
+                       ? 0
+                       : al__err(err, AL_E_RANGE, "%s: the spectral norm exceeds the double range",
+                                 kind_names[L->kind]);
+        }
+        if (c > 0) lo = top;
+    }
+    for (int it = 0; it < 400 && hi - lo > 4 * DBL_EPSILON * hi; it++) {
+        double mid = hi > 2 * lo ? sqrt(lo) * sqrt(hi) : lo + 0.5 * (hi - lo);
+        while (sa_is_pole(L, mid) && mid < hi) mid = nextafter(mid, hi);
+        if (!(mid > lo && mid < hi)) break;
+        int64_t c = sa_count_above(L, &o, mid);
+        if (c < 0)
+            return al__err(err, AL_E_RANGE, "%s: the spectral norm failed (LAPACK dsyev)",
+                           kind_names[L->kind]);
+        if (c >= 1)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double r = L->scale * sqrt(lo + 0.5 * (hi - lo));
     if (!isfinite(r))
         return al__err(err, AL_E_RANGE, "%s: the spectral norm exceeds the double range",
                        kind_names[L->kind]);

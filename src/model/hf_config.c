@@ -142,5 +142,10 @@ cJSON *al__arch_json(const char *arch, int n_head, int n_kv_head, const al__rope
     cJSON_AddNumberToObject(ro, "rotary_dims", r->dim);
     cJSON_AddNumberToObject(ro, "rotary_fraction", (double)r->dim / d_head);
     if (r->type != AL__ROPE_DEFAULT) cJSON_AddNumberToObject(ro, "factor", r->factor);
+    if (r->freq_factors) {
+        cJSON *ff = cJSON_AddArrayToObject(ro, "freq_factors"); /* GGUF rope_freqs.weight */
+        for (int i = 0; i < r->dim / 2; i++)
+            cJSON_AddItemToArray(ff, cJSON_CreateNumber(r->freq_factors[i]));
+    }
     return o;
 }

@@ -166,6 +166,10 @@ int al__bert_open_safetensors(al_model *m, const char *path, al_error *err); /* 
 /* GPT-NeoX (Pythia) from an HF directory, or a GGUF of architecture gptneox. */
 int al__neox_open_hf(al_model *m, const char *path, al_error *err);
 int al__neox_open_gguf(al_model *m, const char *path, al_error *err);
+/* The tokenizer of a GGUF file from its tokenizer.ggml.* metadata (gguf_tokenizer.c); vocab > 0:
+ * the token count the model's embedding has (checked). The fuzz entry point of that metadata. */
+struct al__gguf;
+int al__gguf_tokenizer(const struct al__gguf *g, int vocab, al_tokenizer **out, al_error *err);
 
 /* An attention dump (docs/dumps.md, src/dump.c): dir holds manifest.json. Validates the
  * manifest and every array it names (shapes, dtypes, finite values) before returning. */

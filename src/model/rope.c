@@ -47,7 +47,7 @@ static void llama3_inv_freq(const al__rope *r, double *inv) {
     }
 }
 
-void al__rope_inv_freq(const al__rope *r, int T, double *inv, double *scale) {
+static void rope_inv_freq_type(const al__rope *r, int T, double *inv, double *scale) {
     double base = r->base;
     *scale = 1.0;
     if (r->type == AL__ROPE_YARN) {
@@ -64,6 +64,11 @@ void al__rope_inv_freq(const al__rope *r, int T, double *inv, double *scale) {
         inv[i] = pow(base, -2.0 * i / r->dim);
         if (r->type == AL__ROPE_LINEAR) inv[i] /= r->factor;
     }
+}
+
+void al__rope_inv_freq(const al__rope *r, int T, double *inv, double *scale) {
+    rope_inv_freq_type(r, T, inv, scale);
+    for (int i = 0; r->freq_factors && i < r->dim / 2; i++) inv[i] /= r->freq_factors[i];
 }
 
 /* cos/sin of every (position, frequency) pair: tab [T, dim/2, 2], computed in double. */

@@ -23,6 +23,9 @@ typedef struct al__rope {
     double attn_factor; /* yarn: attention_factor (0 = 0.1 ln(factor) + 1) */
     double beta_fast;   /* yarn (default 32) */
     double beta_slow;   /* yarn (default 1) */
+    /* [dim/2] or NULL: every inverse frequency divided by its factor after the type's rule
+     * (GGUF rope_freqs.weight: llama.cpp's converter stores Llama 3.1's rule so) */
+    const float *freq_factors;
 } al__rope;
 
 /* inv[dim/2]: the inverse frequencies for a forward of T tokens; *scale multiplies cos and

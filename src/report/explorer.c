@@ -4,7 +4,7 @@
  * metric row, the sparklines and the pattern from it with createElement/textContent only. */
 #include "explorer.h"
 
-#include "escape.h"
+#include "textsafe.h"
 
 #include <math.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * per metric; choosing a head (click, or Enter/arrows on the focused grid) shows its row of
  * metrics, its flags, a sparkline per curve against N and its attention pattern over a short
  * window with the token strings (hover, or arrows on the pattern, show the weight). Every
- * string is escaped (escape.h); the script writes strings with textContent only.
+ * string is escaped (textsafe.h); the script writes strings with textContent only.
  * H = n_layer * n_head heads, head index = layer * n_head + head. */
 #ifndef AL_EXPLORER_H
 #define AL_EXPLORER_H

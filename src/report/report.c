@@ -4,7 +4,6 @@
 #include "report.h"
 #include "textsafe.h"
 
-#include "escape.h"
 #include "plot.h"
 
 #include <math.h>

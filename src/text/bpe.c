@@ -381,6 +381,58 @@ static int build_merges(al__bpe *b, const char *const *merges, int n_merges, con
     return rc;
 }
 
+/* A candidate merge of build_merges_scored: the pair, the merged token, its place in the order. */
+typedef struct scored_pair {
+    float score, sl, sr; /* of the merged token, of the left and right tokens */
+    int32_t l, r, id, seq;
+} scored_pair;
+
+/* transformers' order: the merged token's score, highest first; within a token, the left and
+ * then the right token's score, highest first; ties in vocabulary, then split, order. */
+static int cmp_scored(const void *a, const void *b) {
+    const scored_pair *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    if (x->sl != y->sl) return x->sl > y->sl ? -1 : 1;
+    if (x->sr != y->sr) return x->sr > y->sr ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* SentencePiece vocabularies (scores, no merges): every split of token t at a character
+ * boundary into two tokens l + r is the merge (l, r) -> t, ranked as cmp_scored orders them. */
+static int build_merges_scored(al__bpe *b, const float *scores, al_error *err) {
+    size_t n = 0, cap = 1024;
+    scored_pair *v = al__malloc(cap * sizeof *v, "merges from scores", err);
+    if (!v) return AL_E_NOMEM;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const unsigned char *p = b->pool + b->off[t];
+        size_t len = b->off[t + 1] - b->off[t];
+        if (!(scores[t] == scores[t]) || tok_lookup(b, p, len) != t) continue; /* NaN, duplicate */
+        for (size_t k = 1; k < len; k++) {
+            if ((p[k] & 0xC0) == 0x80) continue; /* inside a character */
+            int32_t l = tok_lookup(b, p, k), r = tok_lookup(b, p + k, len - k);
+            if (l < 0 || r < 0) continue;
+            if (n == cap) {
+                scored_pair *g = realloc(v, (cap *= 2) * sizeof *v);
+                if (!g) {
+                    free(v);
+                    return al__err(err, AL_E_NOMEM, "out of memory building merges from scores");
+                }
+                v = g;
+            }
+            v[n] = (scored_pair){scores[t], scores[l], scores[r], l, r, t, (int32_t)n};
+            n++;
+        }
+    }
+    qsort(v, n, sizeof *v, cmp_scored);
+    b->merge_cap = pow2_at_least(n * 2 + 2);
+    b->merge_hash = al__calloc(b->merge_cap, sizeof *b->merge_hash, "merge table", err);
+    for (size_t i = 0; b->merge_hash && i < n; i++)
+        merge_insert(b, v[i].l, v[i].r, (int32_t)i, v[i].id);
+    free(v);
+    return b->merge_hash ? 0 : AL_E_NOMEM;
+}
+
 int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *const *merges,
                         int n_merges, const int *merge_lines, const char *merges_name,
                         const al__bpe_opts *o, al__bpe **out, al_error *err) {
@@ -408,8 +460,9 @@ int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *con
     build_byte_map(b->b2u, b->u2b);
     int rc = build_tokens(b, tokens, n_tokens, err);
     if (!rc)
-        rc = build_merges(b, merges, n_merges, merge_lines, merges_name ? merges_name : "merges",
-                          err);
+        rc = o->scores && n_merges == 0 ? build_merges_scored(b, o->scores, err)
+                                        : build_merges(b, merges, n_merges, merge_lines,
+                                                       merges_name ? merges_name : "merges", err);
     for (int i = 0; !rc && i < o->n_splits; i++) {
         rc = compile_pattern(o->splits[i], &b->re[i], err);
         if (!rc) b->n_re++;

@@ -819,6 +819,157 @@ int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **
     return 0;
 }
 
+/* ---- from fields (GGUF metadata) ------------------------------------------------------------- */
+
+#define LLAMA3_PATTERN                                                                             \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define QWEN2_PATTERN                                                                              \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"      \
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+/* GGUF pre-tokenizer names (llama.cpp's tokenizer.ggml.pre) as the HF pipelines of the
+ * tokenizer.json files they come from: the Split patterns (as those files spell them) before
+ * ByteLevel, the NFC normalizer where the file has it (Qwen2; GPT-NeoX-20B's, which OLMo and
+ * Pythia share), ignore_merges and BOS by default where the file says so (Llama 3). */
+typedef struct pre_def {
+    const char *names[3];
+    const char *pats[2];
+    int nfc, ignore_merges, bos;
+} pre_def;
+static const pre_def PRES[] = {
+    {{"default", "gpt-2", "gpt2"}, {GPT2_PATTERN, NULL}, 0, 0, 0},
+    {{"llama-bpe", "llama3", "llama-v3"}, {LLAMA3_PATTERN, NULL}, 0, 1, 1},
+    {{"qwen2", NULL, NULL}, {QWEN2_PATTERN, NULL}, 1, 0, 0},
+    {{"smollm", NULL, NULL}, {"\\p{N}", GPT2_PATTERN}, 0, 0, 0},
+    {{"olmo", NULL, NULL}, {GPT2_PATTERN, NULL}, 1, 0, 0},
+};
+
+const char *al__hftok_pre_names(void) {
+    return "default, gpt-2, gpt2, llama-bpe, llama3, llama-v3, qwen2, smollm, olmo";
+}
+
+static const pre_def *pre_find(const char *name) {
+    for (size_t i = 0; i < sizeof PRES / sizeof *PRES; i++)
+        for (int k = 0; k < 3; k++)
+            if (PRES[i].names[k] && !strcmp(PRES[i].names[k], name ? name : "default"))
+                return &PRES[i];
+    return NULL;
+}
+
+/* The normalizer and pre-tokenizer of the spec's model into t and p. */
+static int spec_pipeline(al__hftok *t, pipe *p, const al__tok_spec *s, const pre_def *pd,
+                         al_error *err) {
+    norm_step *n = t->norm;
+    if (!pd) { /* SentencePiece: (prefix) ▁ for every space, one piece per segment */
+        if (s->add_space_prefix) n[t->n_norm].kind = N_PREPEND, n[t->n_norm++].a = dup("\u2581");
+        n[t->n_norm].kind = N_REPLACE, n[t->n_norm].a = dup(" "), n[t->n_norm++].b = dup("\u2581");
+        for (int i = 0; i < t->n_norm; i++)
+            if (!n[i].a || (n[i].kind == N_REPLACE && !n[i].b))
+                return al__err(err, AL_E_NOMEM, "out of memory");
+        return 0;
+    }
+    if (pd->nfc) n[t->n_norm++].kind = N_NFC;
+    p->byte_level = 1;
+    int rc = 0;
+    for (int i = 0; i < 2 && pd->pats[i] && !rc; i++)
+        rc = add_split(p, to_pcre2(pd->pats[i], s->name, err), s->name, err);
+    return rc;
+}
+
+/* GGUF token types 2 (unknown), 3 (control), 4 (user-defined): added tokens, matched in the
+ * raw text as HF matches its added tokens (special unless user-defined). */
+static int spec_added(al__hftok *t, const al__tok_spec *s, al_error *err) {
+    int n = 0;
+    for (int i = 0; s->types && i < s->n_tokens; i++)
+        n += s->types[i] >= 2 && s->types[i] <= 4 && s->tokens[i][0];
+    if (n > MAX_ADDED)
+        return al__err(err, AL_E_UNSUPPORTED, "%s: %d control/user-defined tokens (at most %d)",
+                       s->name, n, MAX_ADDED);
+    t->added = al__calloc((size_t)(n ? n : 1), sizeof *t->added, "added tokens", err);
+    if (!t->added) return AL_E_NOMEM;
+    for (int i = 0; s->types && i < s->n_tokens; i++) {
+        if (!(s->types[i] >= 2 && s->types[i] <= 4 && s->tokens[i][0])) continue;
+        added_tok *a = &t->added[t->n_added];
+        size_t len = strlen(s->tokens[i]);
+        if (al__utf8_valid_len((const unsigned char *)s->tokens[i], len) != len)
+            return al__err(err, AL_E_FORMAT, "%s: token %d (type %d) is not valid UTF-8", s->name,
+                           i, s->types[i]);
+        if (!(a->text = dup(s->tokens[i]))) return al__err(err, AL_E_NOMEM, "out of memory");
+        a->len = len, a->id = i, a->special = s->types[i] != 4;
+        t->n_added++;
+    }
+    return 0;
+}
+
+/* BOS / EOS: the ids (checked) and whether to add them (the file's flag, else the default). */
+static int spec_bos_eos(al__hftok *t, const al__tok_spec *s, const pre_def *pd, al_error *err) {
+    int32_t ids[2] = {s->bos_id, s->eos_id};
+    int flag[2] = {s->add_bos, s->add_eos};
+    const char *what[2] = {"bos", "eos"};
+    for (int k = 0; k < 2; k++) {
+        if (ids[k] < -1 || ids[k] >= s->n_tokens)
+            return al__err(err, AL_E_FORMAT, "%s: %s_token_id %d is outside the %d tokens", s->name,
+                           what[k], ids[k], s->n_tokens);
+        if (flag[k] > 0 && ids[k] < 0)
+            return al__err(err, AL_E_FORMAT, "%s: add_%s_token is true but there is no %s_token_id",
+                           s->name, what[k], what[k]);
+    }
+    t->bos_id = ids[0], t->eos_id = ids[1];
+    t->add_bos = (flag[0] >= 0 ? flag[0] : !pd || pd->bos) && ids[0] >= 0;
+    t->add_eos = flag[1] > 0 && ids[1] >= 0;
+    return 0;
+}
+
+int al__hftok_from_spec(const al__tok_spec *s, al__hftok **out, al_error *err) {
+    *out = NULL;
+    int sp = s->model && !strcmp(s->model, "llama"), bl = s->model && !strcmp(s->model, "gpt2");
+    if (!sp && !bl)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: tokenizer model '%.64s' is not supported ('llama' SentencePiece-style "
+                       "BPE, 'gpt2' byte-level BPE are)",
+                       s->name, s->model ? s->model : "");
+    const pre_def *pd = bl ? pre_find(s->pre) : NULL;
+    if (bl && !pd)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: tokenizer pre-tokenizer '%.64s' is not supported (%s are)", s->name,
+                       s->pre, al__hftok_pre_names());
+    if (sp && !s->scores)
+        return al__err(err, AL_E_FORMAT, "%s: a 'llama' tokenizer without tokenizer.ggml.scores",
+                       s->name);
+    if (bl && s->n_merges <= 0)
+        return al__err(err, AL_E_FORMAT, "%s: a 'gpt2' tokenizer without tokenizer.ggml.merges",
+                       s->name);
+    if (s->unk_id < -1 || s->unk_id >= s->n_tokens)
+        return al__err(err, AL_E_FORMAT, "%s: unknown_token_id %d is outside the %d tokens",
+                       s->name, s->unk_id, s->n_tokens);
+    al__hftok *t = al__calloc(1, sizeof *t, "tokenizer", err);
+    if (!t) return AL_E_NOMEM;
+    snprintf(t->name, sizeof t->name, "%s", s->name);
+    pipe p = {0};
+    int rc = spec_pipeline(t, &p, s, pd, err);
+    al__bpe_opts o = {.raw_tokens = sp,
+                      .byte_fallback = sp,
+                      .fuse_unk = sp,
+                      .unk_id = sp ? s->unk_id : -1,
+                      .ignore_merges = pd && pd->ignore_merges,
+                      .scores = sp ? s->scores : NULL};
+    o.splits = (const char *const *)p.splits, o.n_splits = p.n_splits;
+    if (!rc)
+        rc = al__bpe_create_opts(s->tokens, s->n_tokens, sp ? NULL : s->merges,
+                                 sp ? 0 : s->n_merges, NULL, s->name, &o, &t->bpe, err);
+    t->vocab_size = s->n_tokens, t->raw = sp;
+    if (!rc) rc = spec_added(t, s, err);
+    if (!rc) rc = spec_bos_eos(t, s, pd, err);
+    for (int i = 0; i < p.n_splits; i++) free(p.splits[i]);
+    if (rc) {
+        al__hftok_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
 int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err) {
     *out = NULL;
     char path[4200], *text;

@@ -34,6 +34,10 @@ typedef struct al__bpe_opts {
     int n_splits;
     int raw_tokens, byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;
+    /* [n_tokens] or NULL: without merges, SentencePiece's rule (GGUF "llama" vocabularies):
+     * every split of a token into two tokens is a merge, ranked by the merged token's score
+     * (highest first), as transformers' SentencePiece/GGUF converters order them */
+    const float *scores;
 } al__bpe_opts;
 int al__bpe_create_opts(const char *const *tokens, int n_tokens, const char *const *merges,
                         int n_merges, const int *merge_lines, const char *merges_name,
@@ -76,6 +80,30 @@ int al__hftok_vocab_size(const al__hftok *t);
 void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos);
 void al__hftok_free(al__hftok *t);
 int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err);
+/* A tokenizer pipeline given field by field: GGUF metadata (src/model/gguf_tokenizer.c reads
+ * it). model "llama": SentencePiece-style BPE (raw tokens, scores, byte fallback, ▁ for spaces,
+ * add_space_prefix); model "gpt2": byte-level BPE with merges and the pre-tokenizer pre, whose
+ * Split patterns are those of the HF tokenizer.json files of the family (one table,
+ * hf_tokenizer.c). types: GGUF token types (2 unknown, 3 control, 4 user-defined become
+ * added tokens, special unless user-defined). Arrays: [n_tokens] each, merges [n_merges]. */
+typedef struct al__tok_spec {
+    const char *name;  /* for messages (the GGUF file) */
+    const char *model; /* "llama" or "gpt2" */
+    const char *pre;   /* gpt2: the pre-tokenizer name (NULL: "default") */
+    const char *const *tokens;
+    int n_tokens;
+    const char *const *merges;
+    int n_merges;
+    const float *scores;            /* llama: required */
+    const int32_t *types;           /* or NULL */
+    int add_space_prefix;           /* llama: prepend ▁ to every segment */
+    int32_t unk_id, bos_id, eos_id; /* -1 none */
+    int add_bos, add_eos;           /* -1: the model's default (llama: BOS; llama3: BOS) */
+} al__tok_spec;
+int al__hftok_from_spec(const al__tok_spec *s, al__hftok **out, al_error *err);
+/* The names al__hftok_from_spec takes as pre, for messages: "gpt-2, llama-bpe, ...". */
+const char *al__hftok_pre_names(void);
+
 /* dir/tokenizer.json (+ tokenizer_config.json) parsed into an engine (hf_tokenizer.c). */
 int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err);
 

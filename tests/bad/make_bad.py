@@ -203,20 +203,23 @@ def gkv(key, value):
     return gstr(key) + struct.pack("<I", 4) + struct.pack("<I", value)
 
 
-def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
-    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values."""
+def llama_gguf(edit=None, kv_extra=(), tensor_extra=(), kv_raw=(), kv_override=None):
+    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values;
+    kv_raw: encoded metadata entries (garr) appended to the rest; kv_override {key: value}
+    replaces metadata values in place."""
     g = np.random.default_rng(11)
     kv = [("general.architecture", "llama"), ("general.name", "tiny-bad"), ("llama.block_count", 1),
           ("llama.context_length", 16), ("llama.embedding_length", 8), ("llama.feed_forward_length", 16),
           ("llama.attention.head_count", 2), ("llama.attention.head_count_kv", 2),
           ("llama.rope.freq_base", 10000.0), ("llama.attention.layer_norm_rms_epsilon", 1e-5),
           ("llama.rope.dimension_count", 4)] + list(kv_extra)
+    kv = [(k, (kv_override or {}).get(k, v)) for k, v in kv]
     shapes = [("token_embd.weight", (16, 8)), ("blk.0.attn_norm.weight", (8,)), ("blk.0.attn_q.weight", (8, 8)),
               ("blk.0.attn_k.weight", (8, 8)), ("blk.0.attn_v.weight", (8, 8)),
               ("blk.0.attn_output.weight", (8, 8)), ("blk.0.ffn_norm.weight", (8,)),
               ("blk.0.ffn_gate.weight", (16, 8)), ("blk.0.ffn_up.weight", (16, 8)),
               ("blk.0.ffn_down.weight", (8, 16)), ("output_norm.weight", (8,))] + list(tensor_extra)
-    kvs = b"".join(gkv(k, v) for k, v in kv)
+    kvs = b"".join(gkv(k, v) for k, v in kv) + b"".join(kv_raw)
     infos, blobs, off = b"", b"", 0
     for name, shape in shapes:
         a = (g.standard_normal(shape) * 0.3).astype("<f4")
@@ -227,7 +230,7 @@ def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
         infos += struct.pack("<IQ", 0, off)
         blobs += raw
         off += len(raw)
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(kv))
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(kv) + len(kv_raw))
     pre = head + kvs + infos
     pad = b"\0" * (-len(pre) % 32)
     s1 = len(head)
@@ -236,6 +239,11 @@ def llama_gguf(edit=None, kv_extra=(), tensor_extra=()):
     s4 = s3 + len(pad)
     return pre + pad + blobs, {"header": (0, s1), "kv": (s1, s2), "tensor_info": (s2, s3),
                                "padding": (s3, s4), "data": (s4, s4 + len(blobs))}
+
+
+def llama_gguf_kv(*overrides):
+    """The tiny Llama GGUF with some metadata values replaced (same keys, same order)."""
+    return llama_gguf(kv_override=dict(overrides))[0]
 
 
 good_gguf, sec = llama_gguf()
@@ -259,6 +267,34 @@ def put(tensor, index, value):
 w("gguf/nan_f32.gguf", llama_gguf(edit=put("token_embd.weight", 9, np.nan))[0])
 w("gguf/inf_f32.gguf", llama_gguf(edit=put("blk.0.attn_norm.weight", 2, -np.inf))[0])
 
+
+
+# GGUF tokenizer metadata and RoPE scaling faults (src/model/gguf_tokenizer.c, llama.c)
+def garr(key, values, kind):
+    """An encoded array entry: kind 'str', 'i32' or 'f32'."""
+    code = {"str": 8, "i32": 5, "f32": 6}[kind]
+    body = b"".join(gstr(v) if kind == "str" else struct.pack("<i" if kind == "i32" else "<f", v) for v in values)
+    return gstr(key) + struct.pack("<IIQ", 9, code, len(values)) + body
+
+
+def tok_gguf(name, model="gpt2", pre=None, n_tok=16, n_types=16, n_scores=None):
+    kvs = [("tokenizer.ggml.model", model)] + ([("tokenizer.ggml.pre", pre)] if pre else [])
+    raw = [garr("tokenizer.ggml.tokens", [chr(97 + i) for i in range(n_tok)], "str"),
+           garr("tokenizer.ggml.token_type", [1] * n_types, "i32")]
+    if n_scores is not None:
+        raw.append(garr("tokenizer.ggml.scores", [-float(i) for i in range(n_scores)], "f32"))
+    w("gguf/%s.gguf" % name, llama_gguf(kv_extra=kvs, kv_raw=raw)[0])
+
+
+tok_gguf("tokenizer_unknown_model", model="t5")
+tok_gguf("tokenizer_unknown_pre", pre="deepseek-coder")
+tok_gguf("tokenizer_types_length", n_types=15)
+tok_gguf("tokenizer_scores_length", model="llama", n_scores=3)
+tok_gguf("tokenizer_tokens_vs_vocab", model="llama", n_tok=12, n_types=12, n_scores=12)
+w("gguf/rope_freqs_shape.gguf", llama_gguf(tensor_extra=[("rope_freqs.weight", (3,))])[0])
+w("gguf/rope_unknown_scaling.gguf", llama_gguf(kv_extra=[("llama.rope.scaling.type", "longrope")])[0])
+w("gguf/rope_yarn_no_factor.gguf", llama_gguf(kv_extra=[("llama.rope.scaling.type", "yarn")])[0])
+
 # ---- tokenizer files and text ----------------------------------------------------------------
 w("vocab/bad_json/encoder.json", '{"a": 0, "b": ')
 w("vocab/bad_json/vocab.bpe", "#version: 0.2\na b\n")
@@ -274,7 +310,6 @@ w("text/not_utf8.txt", b"The quick brown fox \xff jumps over the lazy dog, twice
 w("text/ids_small.txt", "0 1 2 3 4 5 6 7\n")
 # hostile sizes (issue 12, class 11): a row longer than the sa-softmax spectral norm takes, and one
 # whose dense Jacobian (--full) would need 1.15 GB
-w("text/row_70000.txt", " ".join(["0"] * 70000) + "\n")
 w("text/row_12000.txt", " ".join(["0"] * 12000) + "\n")
 
 # ---- duplicated names --------------------------------------------------------------------------
@@ -425,6 +460,13 @@ negw = dw.copy()
 negw[0, 3, 0] -= 0.25
 negw[0, 3, 1] += 0.25
 dump_dir("dump/weights_negative", DM, dict(DA, **{"layer0.weights.npy": negw}))
+# masked entries (above the diagonal of a causal dump) must be 0, whatever the normalizer
+mkw = dw.copy()
+mkw[0, 1, 3] = 0.125
+dump_dir("dump/weights_masked_nonzero", DM, dict(DA, **{"layer0.weights.npy": mkw}))
+mkn = dw.copy()
+mkn[0, 2, 3] = np.nan
+dump_dir("dump/weights_masked_nan", dict(DM, weights_sum_to_one=False), dict(DA, **{"layer0.weights.npy": mkn}))
 
 # ---- Llama-family HF directories (config.json faults; a tiny valid model for the tokenizer) ---
 LC = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8,
@@ -467,5 +509,36 @@ llama_dir("tokenizer_unigram", LC, llama_tensors(), json.dumps(dict(TOK, model={
 llama_dir("tokenizer_bad_json", LC, llama_tensors(), '{"model": {"type": "BPE", ')
 llama_dir("tokenizer_id_gap", LC, llama_tensors(),
           json.dumps(dict(TOK, model=dict(TOK["model"], vocab={chr(97 + i): 2 * i for i in range(16)}))))
+
+# ---- class 5 (issue 12): configs claiming more than the file holds get the tensor mismatch,
+# never an attempt at hundreds of GB (hidden 65536, intermediate 2^20: ~800 GB of float32)
+HUGE = dict(hidden_size=65536, num_attention_heads=512, intermediate_size=1 << 20,
+            max_position_embeddings=1 << 20)
+llama_dir("llama_claims_terabytes", dict(LC, **HUGE), llama_tensors())
+qt = llama_tensors()
+qt.update({"model.layers.0.self_attn.q_proj.bias": np.zeros(8, np.float32),
+           "model.layers.0.self_attn.k_proj.bias": np.zeros(4, np.float32),
+           "model.layers.0.self_attn.v_proj.bias": np.zeros(4, np.float32)})
+llama_dir("qwen2_claims_terabytes", dict(LC, model_type="qwen2", architectures=["Qwen2ForCausalLM"], **HUGE), qt)
+NX = {"model_type": "gpt_neox", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "max_position_embeddings": 16, "rotary_pct": 0.5, "layer_norm_eps": 1e-5,
+      "use_parallel_residual": True, "tie_word_embeddings": False}
+nt = {"gpt_neox.embed_in.weight": (16, 8), "gpt_neox.final_layer_norm.weight": (8,),
+      "gpt_neox.final_layer_norm.bias": (8,), "embed_out.weight": (16, 8)}
+for sfx, shp in (("input_layernorm.weight", (8,)), ("input_layernorm.bias", (8,)),
+                 ("post_attention_layernorm.weight", (8,)), ("post_attention_layernorm.bias", (8,)),
+                 ("attention.query_key_value.weight", (24, 8)), ("attention.query_key_value.bias", (24,)),
+                 ("attention.dense.weight", (8, 8)), ("attention.dense.bias", (8,)),
+                 ("mlp.dense_h_to_4h.weight", (12, 8)), ("mlp.dense_h_to_4h.bias", (12,)),
+                 ("mlp.dense_4h_to_h.weight", (8, 12)), ("mlp.dense_4h_to_h.bias", (8,))):
+    nt["gpt_neox.layers.0." + sfx] = shp
+nt = {k: (rng.standard_normal(v) * 0.3).astype(np.float32) for k, v in nt.items()}
+llama_dir("neox_claims_terabytes", dict(NX, **HUGE), nt)
+w("gguf/claims_huge_ffn.gguf", llama_gguf_kv(("llama.feed_forward_length", 1 << 20),
+                                            ("llama.embedding_length", 65536),
+                                            ("llama.attention.head_count", 512),
+                                            ("llama.attention.head_count_kv", 512),
+                                            ("llama.rope.dimension_count", 128)))
+dump_dir("dump/claims_huge_T", dict(DM, T=1 << 20), DA)
 w("text/letters.txt", "abcdefghijklmnop " * 8)
 print("wrote", OUT)

@@ -1,6 +1,7 @@
 /* fuzz_cli_args.c: libFuzzer harness for the CLI's option value parsers (tools/cli.c:
- * cli_parse_int, cli_parse_double, cli_parse_int_list, cli_parse_double_list). tools/cli.c is
- * compiled into this harness (#include below): the functions are not part of the library.
+ * cli_parse_int, cli_parse_double, cli_parse_int_list, cli_parse_double_list, cli_parse_u64).
+ * tools/cli.c is compiled into this harness (#include below): the functions are not part of the
+ * library.
  *
  * Input: byte 0 picks the parser (and, for cli_parse_int, the bounds); the rest, up to the
  * first NUL, is the option value (argv strings hold no NUL).
@@ -22,7 +23,8 @@
  *    here). A list past the cap must be refused before it is built: no accepted list takes
  *    more than 4 MB, and the harness runs under the default -rss_limit_mb=2048 (a parser
  *    without the cap built gigabytes from a few hundred bytes of input);
- *  - cli_parse_double_list: accepted lists are non-empty and finite. */
+ *  - cli_parse_double_list: accepted lists are non-empty and finite;
+ *  - cli_parse_u64 (seeds): see fuzz_u64. */
 #include "../../tools/cli.c"
 
 #include <ctype.h>
@@ -214,6 +216,28 @@ static void fuzz_double_list(const char *s) {
     }
 }
 
+/* cli_parse_u64 (seeds): accepted exactly when the value is one or more decimal digits and
+ * nothing else (no sign, space, exponent) of value <= 2^64 - 1, computed here in 128 bits; the
+ * value is that one; a rejection names the option and leaves *out alone. */
+static void fuzz_u64(const char *s) {
+    uint64_t v = 777;
+    al_error err = {0};
+    int rc = cli_parse_u64(s, "--seed", &v, &err);
+    int ok = *s != 0, big = 0;
+    unsigned __int128 want = 0;
+    for (const char *p = s; *p && ok; p++) {
+        if (*p < '0' || *p > '9')
+            ok = 0;
+        else if (!big && (want = want * 10 + (unsigned)(*p - '0')) > (unsigned __int128)UINT64_MAX)
+            big = 1;
+    }
+    if (ok && !big) {
+        if (rc != 0 || v != (uint64_t)want) abort();
+    } else {
+        if (rc == 0 || v != 777 || !strstr(err.msg, "--seed")) abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     size_t n = strnlen((const char *)data + 1, size - 1);
@@ -232,7 +256,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_int_list(s);
         break;
     default:
-        fuzz_double_list(s);
+        if (data[0] & 4)
+            fuzz_u64(s);
+        else
+            fuzz_double_list(s);
         break;
     }
     free(s);

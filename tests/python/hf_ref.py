@@ -60,6 +60,18 @@ def first_norm(model, l):
     return base.layers[l].input_layernorm
 
 
+def diffs(ref, out, got, n_layer):
+    """Max differences of our forward (got) from transformers' (ref, out): hidden states (the
+    first norm's input of each layer), attention weights, final hidden, relative logits."""
+    d = {"hidden": max(float(np.abs(got["hidden"][l] - first_norm(ref, l)(out.hidden_states[l])[0].numpy()).max())
+                       for l in range(n_layer)),
+         "weights": max(float(np.abs(got["weights"][l] - out.attentions[l][0].numpy()).max()) for l in range(n_layer)),
+         "final": float(np.abs(got["final"] - out.hidden_states[-1][0].numpy()).max())}
+    lg = out.logits[0].numpy()
+    d["logits"] = float(np.abs(got["logits"] - lg).max() / np.abs(lg).max())
+    return d
+
+
 def compare(path, cls, tokens):
     ref, out = reference(path, cls, tokens)
     c = test_llama.CModel(path)

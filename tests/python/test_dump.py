@@ -373,8 +373,9 @@ def test_write_dump_faults(tmp_path):
 
 
 def test_masked_entries_are_ignored(tmp_path):
-    # a hand-written causal dump (np.save, no write_dump) whose masked entries hold junk (NaN,
-    # torch.finfo.min-style values): read as capture writes them, so the report is the clean one's
+    # a hand-written causal dump (np.save, no write_dump) whose masked logits hold junk
+    # (torch.finfo.min-style values): read as capture writes them, so the report is the clean
+    # one's; masked weights must be 0 (issue 12, class 8): junk there is refused
     rng = np.random.default_rng(5)
     Tm = 12
     q, k, v = (rng.standard_normal((2, Tm, 4)) for _ in range(3))
@@ -385,7 +386,7 @@ def test_masked_entries_are_ignored(tmp_path):
     man = {"schema": "attnlim.dump/1", "T": Tm,
            "model": {"n_layer": 1, "n_head": 2, "d_head": 4, "causal": True}}
     reports = []
-    for name, junk_z, junk_w in (("clean", -np.inf, 0.0), ("junk", -3.4e38, np.nan)):
+    for name, junk_z, junk_w in (("clean", -np.inf, 0.0), ("junk", -3.4e38, -0.0)):
         d = tmp_path / name
         d.mkdir()
         (d / "manifest.json").write_text(json.dumps(man))
@@ -397,6 +398,12 @@ def test_masked_entries_are_ignored(tmp_path):
             c = m.forward(np.arange(Tm), capture=("logits", "weights")).captures[0]
             assert np.isneginf(c["logits"][:, upper]).all() and (c["weights"][:, upper] == 0).all()
     assert reports[0]["heads"] == reports[1]["heads"]
+    # a masked weight that is not 0 (NaN, or a value of a normalizer that ignored the mask)
+    for junk in (np.nan, 1e-3):
+        np.save(tmp_path / "junk" / "layer0.weights.npy", np.where(upper, junk, w))
+        r = run("diagnose", "--model", tmp_path / "junk", check=False)
+        assert r.returncode == 1 and ("layer0.weights.npy: layer 0, head 0, row 0: masked weight at column 1 "
+                                      "(above the diagonal of a causal dump) is %g, not 0" % junk) in r.stderr
     # below the diagonal a NaN is refused, naming the file and the position
     bad = w.copy()
     bad[1, 5, 2] = np.nan

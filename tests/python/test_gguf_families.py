@@ -84,10 +84,12 @@ def test_gguf_family(tmp_path, arch):
         assert got["window"] == {0: 8, 1: 0, 2: 8}
 
 
-def convert_neox(hf_dir, cfg, out):
+def convert_neox(hf_dir, cfg, out, more_kv=None):
     """As llama.cpp's GPTNeoXModel converter: query_key_value rows [H, 3, d] regrouped as
-    [q; k; v] blocks."""
+    [q; k; v] blocks. more_kv(writer): more metadata (a tokenizer)."""
     w = gguf.GGUFWriter(str(out), "gptneox")
+    if more_kv:
+        more_kv(w)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -133,11 +135,4 @@ def test_gguf_gptneox(tmp_path, parallel):
         assert m.info.family == b"gpt_neox"
     finally:
         m.close()
-    L = cfg.num_hidden_layers
-    res = {"hidden": max(float(np.abs(got["hidden"][l] - hf_ref.first_norm(ref, l)(out.hidden_states[l])[0].numpy()).max())
-                         for l in range(L)),
-           "weights": max(float(np.abs(got["weights"][l] - out.attentions[l][0].numpy()).max()) for l in range(L)),
-           "final": float(np.abs(got["final"] - out.hidden_states[-1][0].numpy()).max())}
-    lg = out.logits[0].numpy()
-    res["logits"] = float(np.abs(got["logits"] - lg).max() / np.abs(lg).max())
-    check(res)
+    check(hf_ref.diffs(ref, out, got, cfg.num_hidden_layers))

@@ -203,7 +203,7 @@ def _s(x):
 
 
 def _value(v):
-    """(type code, bytes) of a python value: str, bool, int (u32), float (f32), list of str/int."""
+    """(type code, bytes) of a python value: str, bool, int (u32), float (f32), list of str/float/int."""
     if isinstance(v, str):
         return 8, _s(v)
     if isinstance(v, bool):
@@ -214,6 +214,8 @@ def _value(v):
         return 6, struct.pack("<f", v)
     if isinstance(v, list) and all(isinstance(e, str) for e in v):
         return 9, struct.pack("<IQ", 8, len(v)) + b"".join(_s(e) for e in v)
+    if isinstance(v, list) and v and all(isinstance(e, float) for e in v):
+        return 9, struct.pack("<IQ", 6, len(v)) + b"".join(struct.pack("<f", e) for e in v)
     if isinstance(v, list):
         return 9, struct.pack("<IQ", 5, len(v)) + b"".join(struct.pack("<i", e) for e in v)
     raise TypeError(v)
@@ -611,9 +613,9 @@ def test_unsupported_named(tmp_path):
     tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=50, arch="falcon")
     msg = open_error(p)
     assert "falcon" in msg and "not supported" in msg and str(p) in msg
-    tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=50, extra_kv={"llama.rope.scaling.type": "yarn"})
+    tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=50, extra_kv={"llama.rope.scaling.type": "longrope"})
     msg = open_error(p)
-    assert "'yarn'" in msg and "not supported" in msg
+    assert "'longrope'" in msg and "not supported" in msg
     tiny_model(p, C=64, H=4, G=3, n_layer=1, F=64, V=50)
     assert "head_count_kv 3" in open_error(p)
 
@@ -624,12 +626,12 @@ def test_unsupported_type_and_tokenizer(tmp_path):
     msg = open_error(p)
     assert "Q2_K" in msg and "blk.0.ffn_up.weight" in msg and "not supported" in msg
     tiny_model(p, C=64, H=4, G=2, n_layer=1, F=64, V=3,
-               extra_kv={"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a", "b", "c"]})
+               extra_kv={"tokenizer.ggml.model": "t5", "tokenizer.ggml.tokens": ["a", "b", "c"]})
     m = CModel(p)
     try:
         with pytest.raises(RuntimeError) as e:
             m.tokenize(b"abc")
-        assert "'llama'" in str(e.value) and "not supported" in str(e.value)
+        assert "'t5'" in str(e.value) and "not supported" in str(e.value)
         with pytest.raises(RuntimeError) as e:
             m.forward([0] * 129)  # context 128
         assert "context" in str(e.value)

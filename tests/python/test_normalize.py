@@ -278,7 +278,7 @@ def test_spectral_norm_vs_svd(lib, kind):
         f = norm(lib, "al_norm_frobenius_norm", kind, z, T=T, alpha=alpha)
         # the SVD is accurate to n eps ||J||; J's terms are of size c (1 + max|z/T|)
         floor = 1e-14 * len(z) * (1 + (0 if exact else np.abs(z / T).max())) / T
-        assert abs(s - sv) <= (1e-9 if exact else 1e-6) * sv + floor, (kind, len(z), T, s, sv)
+        assert abs(s - sv) <= (1e-9 if exact else 1e-8) * sv + floor, (kind, len(z), T, s, sv)
         assert abs(f - np.linalg.norm(R)) <= 1e-9 * np.linalg.norm(R) + floor
 
 
@@ -484,13 +484,69 @@ def test_rank1_spectral_vs_high_precision(lib):
 
 @pytest.mark.parametrize("kind", ["sa-softmax", "sa-softmax-norm"])
 def test_sa_spectral_clustered_spectrum(lib, kind):
-    """Near-uniform rows give a tightly clustered spectrum (the hard case for Lanczos)."""
+    """Near-uniform rows give a tightly clustered spectrum (the hard case for Lanczos, which the
+    inertia bisection replaced)."""
     rng = np.random.default_rng(10)
     for n, sd in [(256, 1e-3), (256, 0.05), (200, 0.1), (64, 1e-6)]:
         z = rng.normal(size=n) * sd
         sv = np.linalg.svd(ref_jacobian(kind, z), compute_uv=False)[0]
         s = norm(lib, "al_norm_spectral_norm", kind, z)
-        assert abs(s - sv) <= 1e-6 * sv + 1e-14 * n, (kind, n, sd, s, sv)
+        assert abs(s - sv) <= 1e-8 * sv + 1e-14 * n, (kind, n, sd, s, sv)
+
+
+def _sa_operator(kind, z, T=1.0):
+    """J of the sa forms as a scipy LinearOperator from METHOD 7 (numpy, O(n) per product):
+    sa-softmax J = c (diag(s + q) - q s^T), q = x s; sa-softmax-norm J = c (diag(s) dw/dx +
+    diag(w) (diag(s) - s s^T)), w = (x - m) / (M - m)."""
+    import scipy.sparse.linalg as sla
+    c = 1.0 / T
+    x = c * np.asarray(z, float)
+    s = scipy.special.softmax(x)
+    n = len(x)
+    if kind == "sa-softmax":
+        q = x * s
+        mv = lambda v: c * ((s + q) * v - q * (s @ v))
+        rmv = lambda u: c * ((s + q) * u - s * (q @ u))
+    else:
+        m, M = min(x.min(), 0.0), max(0.0, x.max())
+        R, w = M - m, (x - m) / (M - m)
+        im = int(np.argmin(x)) if x.min() < 0 else None
+        iM = int(np.argmax(x)) if x.max() > 0 else None
+
+        def mv(v):
+            vm = v[im] if im is not None else 0.0
+            vM = v[iM] if iM is not None else 0.0
+            return c * (s * (v - vm - w * (vM - vm)) / R + w * (s * v - s * (s @ v)))
+
+        def rmv(u):
+            su, wu = s * u, w * u
+            out = su / R
+            if im is not None:
+                out[im] -= np.sum(su * (1 - w)) / R
+            if iM is not None:
+                out[iM] -= np.sum(su * w) / R
+            return c * (out + s * wu - s * (s @ wu))
+    flat = lambda f: (lambda v: f(np.ravel(v)))
+    return sla.LinearOperator((n, n), matvec=flat(mv), rmatvec=flat(rmv), dtype=np.float64)
+
+
+@pytest.mark.parametrize("kind", ["sa-softmax", "sa-softmax-norm"])
+def test_sa_spectral_long_rows_vs_arpack(lib, kind):
+    """issue 12, class 11: rows far above the old limit (65536, where Lanczos took ~n^2.6) get
+    their norm (O(n): inertia bisection), equal to ARPACK's on an independent numpy operator."""
+    import scipy.sparse.linalg as sla
+    rng = np.random.default_rng(3)
+    for n, sd, T in [(1 << 18, 2.0, 1.0), (100000, 0.3, 0.7)]:
+        z = rng.normal(size=n) * sd
+        ref = sla.svds(_sa_operator(kind, z, T), k=1, tol=1e-12, return_singular_vectors=False)[0]
+        s = norm(lib, "al_norm_spectral_norm", kind, z, T=T)
+        assert abs(s - ref) <= 1e-10 * ref, (kind, n, s, ref)
+    # the operator itself against the dense reference at a small n
+    z = rng.normal(size=50)
+    R = ref_jacobian(kind, z, T=0.8)
+    v = rng.normal(size=50)
+    np.testing.assert_allclose(_sa_operator(kind, z, 0.8) @ v, R @ v, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(_sa_operator(kind, z, 0.8).rmatvec(v), R.T @ v, rtol=1e-12, atol=1e-15)
 
 
 # ---- sa forms at extreme scales -------------------------------------------------------------
@@ -577,7 +633,7 @@ SA_EXTREME = [
 def test_sa_extreme_scales_vs_decimal_svd(lib, kind, z, T):
     """Spectral and Frobenius norms and the dense Jacobian of the sa forms at scales where J^T J
     (or J itself) leaves the double range, against central differences in decimal arithmetic and
-    a scaled SVD: the norms agree to 1e-6 (spectral, the documented Lanczos accuracy) and 1e-12
+    a scaled SVD: the norms agree to 1e-6 (spectral) and 1e-12
     (Frobenius); where the true Jacobian has entries beyond DBL_MAX, every call is a range error."""
     import sys
     J, ctx = _sa_jacobian_decimal(kind, z, T)

@@ -65,3 +65,57 @@ def test_seed_recorded_exactly(fresh, tmp_path):
         "--lengths", "16", "--seed", "18446744073709551615", "--out", out)
     res = json.load(open(out / "results.json"))
     assert res["manifest"]["options"]["seed"] == 18446744073709551615
+    # and in partial/run.json (what --resume compares), as the exact decimal string
+    assert json.load(open(out / "partial" / "run.json"))["seed"] == "18446744073709551615"
+
+
+ORDER = ["dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper", "van_max",
+         "van_entropy", "van_D", "alg5_fd", "alg5_spec"]  # al__ex_job_arrays (partial.c)
+
+
+@pytest.mark.parametrize("array,value", [("E", np.inf), ("dtilde", -np.inf)])
+def test_nonfinite_partial_with_forged_checksum_is_recomputed(fresh, tmp_path, array, value):
+    """issue 12, class 10: a saved array that is not finite where it must be is recomputed even
+    when done.json's checksum was rewritten to match it (the checksum proves only that nothing
+    changed since it was written). The checksum is recomputed here independently (hashlib)."""
+    import hashlib
+    out = tmp_path / "out"
+    shutil.copytree(fresh / "ref", out)
+    job = next(j for j in sorted(os.listdir(out / "partial"))
+               if j.startswith("w0_L") and os.path.exists(out / "partial" / j / (array + ".npy")))
+    jd = out / "partial" / job
+    a = np.load(jd / (array + ".npy"))
+    a.flat[0] = value
+    np.save(jd / (array + ".npy"), a)
+    present = [n for n in ORDER if os.path.exists(jd / (n + ".npy"))]
+    cat = "".join(hashlib.sha256(np.ascontiguousarray(np.load(jd / (n + ".npy")), "<f8").tobytes()).hexdigest()
+                  for n in present)
+    done = json.load(open(jd / "done.json"))
+    done["arrays_sha256"] = hashlib.sha256(cat.encode()).hexdigest()
+    (jd / "done.json").write_text(json.dumps(done))
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--experiments", "alg1,alg2", "--resume",
+            "--out", out)
+    assert "not finite where they must be" in r.stderr and job in r.stderr, r.stderr
+    assert "computed 1 of" in r.stderr, r.stderr
+    assert results(out) == results(fresh / "ref")
+
+
+def test_dropped_grid_values_are_reported(fresh, tmp_path):
+    """issue 12, class 9: given grid values that apply to no L are named on stderr and listed in
+    results.json (options.grid_values_dropped), the rest run; an experiment of the default set
+    with nothing to compute at the lengths is named too (options.experiments_empty)."""
+    out = tmp_path / "g"
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--quiet", "--experiments", "alg2,alg4",
+            "--lengths", "16,32", "--long-length", "32", "--top-n", "4,8,40,64", "--separability-n", "2,100",
+            "--out", out)
+    assert "--top-n: 2 values dropped (40, 64): N must be below L = 32" in r.stderr, r.stderr
+    assert "--separability-n: 1 value dropped (100)" in r.stderr, r.stderr
+    op = json.load(open(out / "results.json"))["manifest"]["options"]
+    assert op["grid_values_dropped"] == {"top_n": [40, 64], "separability_n": [100]}
+    assert op["top_n"] == [4, 8] and op["separability_n"] == [2] and op["experiments_empty"] == []
+    out2 = tmp_path / "e"
+    r = run("reproduce", "--model", fresh / "m", "--quick", "--quiet", "--lengths", "4", "--long-length", "4",
+            "--out", out2)
+    assert "experiment alg1 has nothing to compute at these lengths (the longest L = 4" in r.stderr, r.stderr
+    op = json.load(open(out2 / "results.json"))["manifest"]["options"]
+    assert op["experiments_empty"] == ["alg1"] and op["grid_values_dropped"] == {}

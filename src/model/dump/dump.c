@@ -3,7 +3,8 @@
  * A dump is a directory: manifest.json and, for every stored layer l and array kind, the file
  * layer{l}.{q,k,v,logits,weights,hidden,embed}.npy (float32 or float64, C order):
  *   q, k, v          [n_heads, T, d_head]  (k, v: the key/value head each query head reads)
- *   logits, weights  [n_heads, T, T]       masked entries (j > t, causal) are ignored on read
+ *   logits, weights  [n_heads, T, T]       masked entries (j > t, causal): weights must hold 0,
+ *                                          logits anything (ignored; handed on as -inf)
  *   hidden, embed    [T, d_model]
  * n_heads = the stored heads, in increasing order. `attnlim capture` writes exactly this, so a
  * capture directory is a dump as it is; attnlim.write_dump writes the "attnlim.dump/1" schema.
@@ -372,36 +373,48 @@ static double at(const al_array *a, size_t i) {
 
 /* Reads layer l's array of kind w and checks it against the manifest: the reader's checks
  * (a .npy of float32 or float64), the shape, and finite values outside the causal mask. */
-/* Stored weights are what they claim: every visible entry >= 0 and every row summing to 1
- * within AL__DUMP_SUM_TOL (float32 rounding of rows of thousands of keys stays far below it),
- * unless the manifest says "weights_sum_to_one": false. The first bad row is named. */
+/* Stored weights are what they claim: every masked entry (above the diagonal of a causal dump)
+ * exactly 0, every visible entry >= 0 and every row summing to 1 within AL__DUMP_SUM_TOL
+ * (float32 rounding of rows of thousands of keys stays far below it); the manifest's
+ * "weights_sum_to_one": false (a normalizer that is not a distribution, sa-softmax) drops only
+ * the two last. The first bad row is named with its layer, head and row. */
 #define AL__DUMP_SUM_TOL 1e-3
-static int check_distribution(const dump_impl *p, const al_array *a, const char *path,
+static int check_distribution(const dump_impl *p, const al_array *a, int l, const char *path,
                               al_error *err) {
     const al__dump_desc *d = &p->d;
     const size_t T = (size_t)d->T;
     for (size_t r = 0; r < (size_t)d->n_heads * T; r++) {
         size_t t = r % T, n = d->causal ? t + 1 : T;
-        double sum = 0, mn = INFINITY;
-        size_t neg = 0;
+        double sum = 0, mn = INFINITY, mk = 0;
+        size_t neg = 0, mc = T;
         for (size_t c = 0; c < n; c++) {
             double x = at(a, r * T + c);
             sum += x;
             if (x < mn) mn = x, neg = c;
         }
-        if (mn < 0 || fabs(sum - 1) > AL__DUMP_SUM_TOL) {
-            char what[96];
-            if (mn < 0)
-                snprintf(what, sizeof what, "weight %g at column %zu is negative", mn, neg);
-            else
-                snprintf(what, sizeof what, "the row sums to %.9g, not 1 (within %g)", sum,
-                         AL__DUMP_SUM_TOL);
-            return al__err(err, AL_E_FORMAT,
-                           "%s: head %d, row %zu: %s; stored attention weights must be rows of a "
-                           "distribution (a normalizer that is not one is declared with "
-                           "\"weights_sum_to_one\": false in manifest.json)",
-                           path, d->heads[r / T], t, what);
-        }
+        for (size_t c = n; c < T && mc == T; c++) /* masked: exactly 0 (NaN included) */
+            if (!((mk = at(a, r * T + c)) == 0)) mc = c;
+        char what[160];
+        if (mc < T)
+            snprintf(what, sizeof what,
+                     "masked weight at column %zu (above the diagonal of a causal dump) is %g, "
+                     "not 0",
+                     mc, mk);
+        else if (d->weights_free)
+            continue;
+        else if (mn < 0)
+            snprintf(what, sizeof what, "weight %g at column %zu is negative", mn, neg);
+        else if (fabs(sum - 1) > AL__DUMP_SUM_TOL)
+            snprintf(what, sizeof what, "the row sums to %.9g, not 1 (within %g)", sum,
+                     AL__DUMP_SUM_TOL);
+        else
+            continue;
+        return al__err(err, AL_E_FORMAT,
+                       "%s: layer %d, head %d, row %zu: %s; stored attention weights must be rows "
+                       "of a distribution, zero where masked (a normalizer that is not a "
+                       "distribution is declared with \"weights_sum_to_one\": false in "
+                       "manifest.json)",
+                       path, l, d->heads[r / T], t, what);
     }
     return 0;
 }
@@ -482,11 +495,9 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
                        "%s: %zu NaN/Inf values (first at %s: %g); a dump's arrays must be finite "
                        "(%s)",
                        path, bad, where, first_v,
-                       masked ? "entries above the diagonal are masked and may hold anything"
-                              : "nothing is masked");
+                       masked ? "entries above the diagonal are masked" : "nothing is masked");
     }
-    if (w == W_WEIGHTS && !d->weights_free && (rc = check_distribution(p, a, path, err)))
-        al_array_free(a);
+    if (w == W_WEIGHTS && (rc = check_distribution(p, a, l, path, err))) al_array_free(a);
     return rc;
 }
 

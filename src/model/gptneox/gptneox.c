@@ -425,10 +425,12 @@ int al__neox_open_hf(al_model *m, const char *path, al_error *err) {
         rc = AL_E_NOMEM;
     if (!rc) rc = al__st_open(path, &st, err);
     if (!rc) rc = list_specs(N, &s, &n, err);
-    for (int i = 0; !rc && i < n; i++)
+    for (int i = 0; !rc && i < n; i++) /* present and of its shape, before the arena */
         if (!al__st_find(st, s[i].name))
             rc =
                 al__err(err, AL_E_FORMAT, "%s: tensor '%s' is missing", al__st_path(st), s[i].name);
+        else
+            rc = al__st_check_f32(st, s[i].name, s[i].ndim, s[i].shape, err);
     if (!rc) rc = load(m, st, N, s, n, err);
     if (!rc) {
         fill_info(m, N, st, path);
@@ -536,6 +538,8 @@ static int neox_gguf_weights(al_model *m, const al__gguf *g, neox *N, al_error *
         if (!al__mul_ok((size_t)s[i].shape[0], (size_t)s[i].shape[1], &each) ||
             !al__add_ok(total, each, &total) || !al__mul_ok(total, sizeof(float), &each))
             rc = al__err(err, AL_E_NOMEM, "%s: the weights' size overflows", g->name);
+    for (int i = 0; i < n && !rc; i++) /* every tensor checked before the arena */
+        rc = al__gguf_check_f32(g, s[i].name, s[i].ndim, s[i].shape, err);
     if (!rc && !(N->arena = al__malloc_aligned(total * sizeof(float), "weights", err)))
         rc = AL_E_NOMEM;
     float *p = N->arena;
@@ -556,12 +560,18 @@ static int neox_gguf_weights(al_model *m, const al__gguf *g, neox *N, al_error *
 static int neox_gguf_files(al_model *m, al__model_files *fs, al_error *err) {
     return al__model_files_add(fs, m->info.path, "weights", err);
 }
+static int neox_gguf_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
+    return al__model_files_add(fs, m->info.path, "tokenizer", err);
+}
 
+/* The file is closed after the weights are read: opened again for the metadata. */
 static int neox_gguf_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
     *out = NULL;
-    return al__err(err, AL_E_UNSUPPORTED,
-                   "%s: the tokenizer of a gptneox GGUF is not read (use the HF directory)",
-                   m->info.path);
+    al__gguf *g = NULL;
+    int rc = al__gguf_open(m->info.path, &g, err);
+    if (!rc) rc = al__gguf_tokenizer(g, m->info.vocab_size, out, err);
+    al__gguf_close(g);
+    return rc;
 }
 
 static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
@@ -569,6 +579,7 @@ static const al_model_vtable neox_gguf_vtable = {.forward = neox_forward,
                                                  .destroy = neox_destroy,
                                                  .tokenizer = neox_gguf_tokenizer,
                                                  .files = neox_gguf_files,
+                                                 .tokenizer_files = neox_gguf_tokenizer_files,
                                                  .variants = 1};
 
 int al__neox_open_gguf(al_model *m, const char *path, al_error *err) {

@@ -1,6 +1,6 @@
 /* llama.c: Llama-family decoders (SmolLM2, Llama 2/3-shaped models) from GGUF files: the
- * weights dequantised to float32 at load, the forward with the streaming capture, and the
- * tokenizer from the GGUF metadata (byte-level BPE, the shared engine of bpe.c).
+ * weights dequantised to float32 at load, the forward with the streaming capture; the
+ * tokenizer from the GGUF metadata is gguf_tokenizer.c's.
  *
  * Forward (C = d_model, H query heads, G key/value heads, d = C / H, F = d_ff, V = vocab):
  *   x = tok_embd[tokens]                                       [T, C]
@@ -114,6 +114,92 @@ static int read_gemma2(const al__gguf *g, llama *L, al_error *err) {
     return 0;
 }
 
+/* An optional float key in [lo, hi] into *v (left as it is when absent). */
+static int opt_float(const al__gguf *g, const char *key, double lo, double hi, double *v,
+                     al_error *err) {
+    double f;
+    if (!al__gguf_find(g, key)) return 0;
+    int rc = al__gguf_get_float(g, key, &f, err);
+    if (rc) return rc;
+    if (!(f >= lo && f <= hi))
+        return al__err(err, AL_E_FORMAT, "%s: %s %g is out of range [%g, %g]", g->name, key, f, lo,
+                       hi);
+    *v = f;
+    return 0;
+}
+
+/* rope.scaling.* as llama.cpp writes them: type none / linear / yarn, factor; yarn's
+ * original_context_length (the context its correction dims are taken over, HF's
+ * max_position_embeddings), attn_factor (a multiplier of 0.1 ln(factor) + 1, as llama.cpp
+ * applies it), yarn_beta_fast / yarn_beta_slow. Llama 3.1's rule comes as rope_freqs.weight
+ * (read with the weights). */
+static int read_rope_scaling(const al__gguf *g, const char *arch, al__llama_config *c,
+                             al_error *err) {
+    char k[128], stype[32] = "none";
+    int rc = 0;
+    c->rope.factor = 1.0;
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
+        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
+        return rc;
+    if (!strcmp(stype, "none")) return 0;
+    if (strcmp(stype, "linear") && strcmp(stype, "yarn"))
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: RoPE scaling type '%s' is not supported (none, linear, yarn are; "
+                       "Llama 3's comes as rope_freqs.weight)",
+                       g->name, stype);
+    c->rope.type = stype[0] == 'l' ? AL__ROPE_LINEAR : AL__ROPE_YARN;
+    c->rope.factor = NAN;
+    if ((rc = opt_float(g, K(k, arch, "rope.scaling.factor"), 1, 1e6, &c->rope.factor, err)))
+        return rc;
+    if (isnan(c->rope.factor))
+        return al__err(err, AL_E_FORMAT, "%s: RoPE scaling '%s' without %s", g->name, stype,
+                       K(k, arch, "rope.scaling.factor"));
+    if (c->rope.type != AL__ROPE_YARN) return 0;
+    double af = 1, ext = 1;
+    int64_t orig = c->n_ctx;
+    c->rope.beta_fast = 32, c->rope.beta_slow = 1;
+    if (al__gguf_find(g, K(k, arch, "rope.scaling.original_context_length")) &&
+        (rc = al__gguf_get_int(g, k, 1, 1 << 24, &orig, err)))
+        return rc;
+    if ((rc = opt_float(g, K(k, arch, "rope.scaling.attn_factor"), 1e-6, 1e6, &af, err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_beta_fast"), 0, 1e6, &c->rope.beta_fast,
+                        err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_beta_slow"), 0, 1e6, &c->rope.beta_slow,
+                        err)) ||
+        (rc = opt_float(g, K(k, arch, "rope.scaling.yarn_ext_factor"), -1, 1e6, &ext, err)))
+        return rc;
+    if (ext != 1 && ext != -1)
+        return al__err(err, AL_E_UNSUPPORTED,
+                       "%s: rope.scaling.yarn_ext_factor %g is not supported (1, HF's YaRN, is)",
+                       g->name, ext);
+    c->rope.max_pos = (int)orig;
+    c->rope.attn_factor = af * (0.1 * log(c->rope.factor) + 1.0);
+    return 0;
+}
+
+/* rope_freqs.weight [d/2] (optional): per-frequency divisors of the inverse frequencies. */
+static int read_rope_freqs(const al__gguf *g, llama *L, al_error *err) {
+    const al__gguf_tensor *t = al__gguf_tensor_find(g, "rope_freqs.weight");
+    int half = L->cfg.rope.dim / 2;
+    if (!t) return 0;
+    if (t->n_dims != 1 || t->ne[0] != half)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: tensor 'rope_freqs.weight' has dims [%lld, %lld], expected [%d] (half "
+                       "the rotary dims %d)",
+                       g->name, (long long)t->ne[0], (long long)t->ne[1], half, L->cfg.rope.dim);
+    if (!(L->rope_freqs = al__malloc((size_t)half * sizeof(float), "rope_freqs", err)))
+        return AL_E_NOMEM;
+    int64_t ne[1] = {half};
+    int rc = al__gguf_load_f32(g, "rope_freqs.weight", 1, ne, L->rope_freqs, err);
+    for (int i = 0; !rc && i < half; i++)
+        if (!(L->rope_freqs[i] > 0 && L->rope_freqs[i] < 1e30f))
+            rc = al__err(err, AL_E_FORMAT,
+                         "%s: rope_freqs.weight[%d] = %g (a frequency divisor must be positive)",
+                         g->name, i, (double)L->rope_freqs[i]);
+    if (!rc) L->cfg.rope.freq_factors = L->rope_freqs;
+    return rc;
+}
+
 /* Reads the hyperparameters from the metadata, checking them against sane bounds. GGUF
  * architectures llama, qwen2 (q/k/v biases) and gemma2 share the Llama-family forward. */
 static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
@@ -180,27 +266,6 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
             return al__err(err, AL_E_FORMAT, "%s: rope.freq_base %g is out of range", g->name, f);
         L->cfg.rope.base = f;
     }
-    L->cfg.rope.factor = 1.0;
-    char stype[32] = "none";
-    if (al__gguf_find(g, K(k, arch, "rope.scaling.type")) &&
-        (rc = al__gguf_get_str(g, k, stype, sizeof stype, err)))
-        return rc;
-    if (strcmp(stype, "linear") == 0) {
-        if ((rc = al__gguf_get_float(g, K(k, arch, "rope.scaling.factor"), &f, err))) return rc;
-        if (!(f >= 1 && f < 1e6))
-            return al__err(err, AL_E_FORMAT, "%s: rope.scaling.factor %g is out of range", g->name,
-                           f);
-        L->cfg.rope.factor = f;
-        L->cfg.rope.type = AL__ROPE_LINEAR;
-    } else if (strcmp(stype, "none") != 0) {
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: RoPE scaling type '%s' is not supported (none, linear are)", g->name,
-                       stype);
-    }
-    if (al__gguf_tensor_find(g, "rope_freqs.weight"))
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: per-frequency RoPE factors (rope_freqs.weight) are not supported",
-                       g->name);
     const al__gguf_tensor *emb = al__gguf_tensor_find(g, "token_embd.weight");
     if (!emb)
         return al__err(err, AL_E_FORMAT, "%s: tensor 'token_embd.weight' is missing", g->name);
@@ -211,6 +276,7 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
     L->cfg.vocab = (int)emb->ne[1];
     L->cfg.rope.dim = L->cfg.d_head;
     L->cfg.rope.max_pos = L->cfg.n_ctx;
+    if ((rc = read_rope_scaling(g, arch, &L->cfg, err))) return rc;
     L->cfg.tied = al__gguf_tensor_find(g, "output.weight") == NULL;
     L->cfg.bos_id = L->cfg.eos_id = -1;
     return strcmp(arch, "gemma2") == 0 ? read_gemma2(g, L, err) : 0;
@@ -300,6 +366,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
 void al__llama_free(llama *L) {
     if (!L) return;
     free(L->arena);
+    free(L->rope_freqs);
     free(L->layers);
     al__attn_ws_free(&L->ws);
     al__gguf_close(L->gguf);
@@ -456,73 +523,6 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     return rc;
 }
 
-/* ---- tokenizer ------------------------------------------------------------------------------ */
-
-static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
-    llama *L = m->impl;
-    const al__gguf *g = L->gguf;
-    char model[64], pre[64] = "default";
-    int rc = al__gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model, err);
-    if (rc) return rc;
-    if (strcmp(model, "gpt2") != 0)
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: tokenizer model '%s' is not supported (byte-level BPE, 'gpt2', is)",
-                       g->name, model);
-    if (al__gguf_find(g, "tokenizer.ggml.pre") &&
-        (rc = al__gguf_get_str(g, "tokenizer.ggml.pre", pre, sizeof pre, err)))
-        return rc;
-    al__pretok pt;
-    if (strcmp(pre, "smollm") == 0)
-        pt = AL_PRE_SMOLLM;
-    else if (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0)
-        pt = AL_PRE_LLAMA3;
-    else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0 || strcmp(pre, "default") == 0)
-        pt = AL_PRE_GPT2;
-    else
-        return al__err(
-            err, AL_E_UNSUPPORTED,
-            "%s: tokenizer pre-tokenizer '%s' is not supported (smollm, llama-bpe, gpt-2 are)",
-            g->name, pre);
-    char **tokens = NULL, **merges = NULL;
-    int32_t *types = NULL;
-    int64_t n_tok = 0, n_merge = 0, n_types = 0;
-    al__bpe *b = NULL;
-    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.tokens", &tokens, &n_tok, err))) goto done;
-    if ((rc = al__gguf_get_str_array(g, "tokenizer.ggml.merges", &merges, &n_merge, err)))
-        goto done;
-    if (n_tok != L->cfg.vocab) {
-        rc = al__err(err, AL_E_FORMAT,
-                     "%s: %lld tokenizer tokens for a vocabulary of %d embedding rows", g->name,
-                     (long long)n_tok, L->cfg.vocab);
-        goto done;
-    }
-    if (al__gguf_find(g, "tokenizer.ggml.token_type") &&
-        (rc = al__gguf_get_i32_array(g, "tokenizer.ggml.token_type", &types, &n_types, err)))
-        goto done;
-    if (types && n_types != n_tok) {
-        rc = al__err(err, AL_E_FORMAT, "%s: %lld token types for %lld tokens", g->name,
-                     (long long)n_types, (long long)n_tok);
-        goto done;
-    }
-    if ((rc = al__bpe_create((const char *const *)tokens, (int)n_tok, (const char *const *)merges,
-                             (int)n_merge, pt, &b, err)))
-        goto done;
-    /* control (3) and user-defined (4) tokens are matched literally in text */
-    for (int64_t i = 0; types && i < n_tok && !rc; i++)
-        if (types[i] == 3 || types[i] == 4) rc = al__bpe_add_special(b, tokens[i], (int)i, err);
-    if (!rc) {
-        rc = al__tokenizer_from_bpe(b, out, err);
-        b = NULL; /* owned by the tokenizer now (freed by it on failure) */
-    }
-done:
-    if (b) al__bpe_free(b);
-    free(tokens);
-    free(merges);
-    free(types);
-    if (rc) return al__err_prefix(err, (al_code)rc, "%s: tokenizer", g->name);
-    return 0;
-}
-
 /* ---- the family's vtable and opener ---------------------------------------------------------- */
 
 static void llama_destroy(al_model *m) {
@@ -532,7 +532,7 @@ static void llama_destroy(al_model *m) {
 
 static int llama_tokenizer_any(al_model *m, al_tokenizer **out, al_error *err) {
     llama *L = m->impl;
-    if (L->gguf) return llama_tokenizer(m, out, err);
+    if (L->gguf) return al__gguf_tokenizer(L->gguf, L->cfg.vocab, out, err);
     return al__hf_tokenizer_open(L->dir, out, err);
 }
 
@@ -621,6 +621,7 @@ int al__llama_open_gguf(al_model *m, const char *path, al_error *err) {
     int rc = al__gguf_open(path, &L->gguf, err);
     if (!rc) rc = read_hparams(L->gguf, L, err);
     if (!rc) rc = al__llama_check_config(&L->cfg, L->gguf->name, err);
+    if (!rc) rc = read_rope_freqs(L->gguf, L, err);
     if (!rc) rc = load_weights(m, L->gguf, L, err);
     if (rc) {
         al__llama_free(L);

@@ -60,6 +60,7 @@ typedef struct llama {
     float *out_norm;       /* [C] */
     llama_layer *layers;   /* [n_layer] */
     struct al__gguf *gguf; /* GGUF: kept open for the tokenizer metadata */
+    float *rope_freqs;     /* [d_head/2] GGUF rope_freqs.weight, or NULL (cfg.rope points here) */
     char dir[4096];        /* HF: the model directory (tokenizer files) */
     al__attn_ws ws;        /* attention buffers reused across layers and forwards */
 } llama;

@@ -232,7 +232,7 @@ static int is_ignored(const char *name, int tied) {
     return tied && strcmp(name, "lm_head.weight") == 0;
 }
 
-/* Every tensor of the file is expected, every expected one present (shapes: al__st_load_f32). */
+/* Every tensor of the file is expected, every expected one present and of its shape. */
 static int check_names(const al__safetensors *st, const hspec *s, int n, int tied, al_error *err) {
     for (int i = 0; i < al__st_count(st); i++) {
         const al__st_tensor *t = al__st_at(st, i);
@@ -243,10 +243,15 @@ static int check_names(const al__safetensors *st, const hspec *s, int n, int tie
                            "%s: unexpected tensor '%s' (does config.json match the weights?)",
                            t->file, t->name);
     }
-    for (int k = 0; k < n; k++)
+    for (int k = 0; k < n; k++) {
         if (!al__st_find(st, s[k].name))
             return al__err(err, AL_E_FORMAT, "%s: tensor '%s' is missing", al__st_path(st),
                            s[k].name);
+        /* every shape before the arena: a config claiming more than the file holds gets the
+         * tensor mismatch, not "out of memory allocating N TB" (issue 12) */
+        int rc = al__st_check_f32(st, s[k].name, s[k].ndim, s[k].shape, err);
+        if (rc) return rc;
+    }
     return 0;
 }
 
