@@ -81,7 +81,7 @@ static const cli_opt opts[] = {
     {RUN_O_JSON, "--json", NULL, "print the manifest on stdout"},
     CLI_TEXT("The attention variant (recorded as the manifest's model.attention; the weights\n"
              "captured are the variant's, the logits the model's full rows): --attention,\n"
-             "--normalizer, --attention-layers, --attention-heads above."),
+             "--attention-normalizer, --attention-layers, --attention-heads above."),
     CLI_OPT_END,
 };
 
