@@ -981,8 +981,9 @@ typedef struct al_guide_opts {
                                      * sparsemax, entmax15, entmax:1.25, ssmax */
     int n_normalizers;
     const char *reproduce_dir; /* a reproduce OUT (results.json) of the same model: critical N */
-    int monitor_length;        /* L of the per-layer monitoring (0: the largest L <= 1024;
-                                * -1: off) */
+    int monitor_length;        /* the per-layer monitoring: 0 at every L of the grid (the
+                                * figures at the largest L <= 1024), > 0 at that L only,
+                                * -1 off */
     int monitor_n;             /* N of N_s/N (0: 16) */
     int resume, progress, quiet, threads;
 } al_guide_opts;

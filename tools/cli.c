@@ -521,6 +521,10 @@ const cli_opt CLI_ATTN_OPTS[] = {
     CLI_OPT_END,
 };
 
+const char CLI_NORMALIZER_MOVED[] =
+    "--normalizer is reproduce's and diagnose's re-normalisation of captured logits; the "
+    "normalizer inside the model's forward is --attention-normalizer M (docs/guidelines.md)";
+
 int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err) {
     al_attn_variant probe = {0};
     al_norm nm;

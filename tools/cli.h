@@ -132,6 +132,10 @@ enum {
     CLI_O_ATTENTION_HEADS
 };
 extern const cli_opt CLI_ATTN_OPTS[];
+/* The usage error of a command where --normalizer is not taken (perplexity, capture, train):
+ * --normalizer only ever means re-normalising captured logits (reproduce, diagnose); the
+ * normalizer inside the model's forward is --attention-normalizer everywhere. */
+extern const char CLI_NORMALIZER_MOVED[];
 /* Is id one of CLI_ATTN_OPTS's? */
 #define CLI_IS_ATTN(id) ((id) >= CLI_O_ATTENTION && (id) <= CLI_O_ATTENTION_HEADS)
 /* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an

@@ -77,7 +77,7 @@ static const cli_opt opts[] = {
     {RUN_O_JSON, "--json", NULL, "print the manifest on stdout"},
     CLI_TEXT("The attention variant (recorded as the manifest's model.attention; the weights\n"
              "captured are the variant's, the logits the model's full rows): --attention,\n"
-             "--normalizer, --attention-layers, --attention-heads above."),
+             "--attention-normalizer, --attention-layers, --attention-heads above."),
     CLI_OPT_END,
 };
 
@@ -90,7 +90,8 @@ static void usage(FILE *f) {
         "                       [--what q,k,v,logits,weights,hidden,embed,logits_precap]\n"
         "                       --out DIR\n"
         "                       [--force] [--dry-run] [--allow-nonfinite] [--threads N] [--json]\n"
-        "                       [--attention R] [--normalizer M] [--attention-layers SET]\n"
+        "                       [--attention R] [--attention-normalizer M] [--attention-layers "
+        "SET]\n"
         "                       [--attention-heads SET]\n"
         "\n"
         "Runs the model over window K (tokens [K L, (K+1) L), default 0) and writes, for each\n"

@@ -40,7 +40,7 @@ static const cli_opt opts[] = {
     {O_REPRODUCE, "--reproduce", "DIR",
      "a reproduce output of the same model: its Algorithm 3 critical N"},
     {O_MONITOR_LENGTH, "--monitor-length", "L",
-     "the L of the per-layer monitoring (default the largest L <= 1024;\n-1: off)"},
+     "the per-layer monitoring at that L only (default: at every L;\n-1: off)"},
     {O_MONITOR_N, "--monitor-n", "N", "N of N_s/N in the monitoring (default 16)"},
     {O_RESUME, "--resume", NULL,
      "reuse the (L, variant) results in DIR/partial of the same model,\ncorpus and K"},

@@ -45,7 +45,8 @@ enum {
     O_TOKENIZER,
     O_INIT,
     O_DUMP,
-    O_NORMALIZER
+    O_NORMALIZER,
+    O_NORMALIZER_MOVED
 };
 #define ID(x) ((x) + 1) /* ids are > 0 */
 static const cli_opt opts[] = {
@@ -56,8 +57,11 @@ static const cli_opt opts[] = {
     {ID(O_EMBD), "--embd", "C", "128"},
     {ID(O_CTX), "--ctx", "N", "256"},
     CLI_TEXT("normalizer:"),
-    {ID(O_NORMALIZER), "--normalizer", "M",
+    {ID(O_NORMALIZER), "--attention-normalizer", "M",
      "softmax (default), sparsemax, entmax15, entmax, ssmax, sa-softmax,\nsa-softmax-norm"},
+    {ID(O_NORMALIZER_MOVED), "--normalizer", "M",
+     "refused: the trained normalizer is --attention-normalizer (--normalizer\n"
+     "is reproduce's and diagnose's re-normalisation of captured logits)"},
     {ID(O_TEMPERATURE), "--temperature", "T", "1"},
     {ID(O_ALPHA), "--alpha", "A", "entmax alpha (1.5)"},
     {ID(O_SSMAX_S), "--ssmax-s", "S", "0.43"},
@@ -110,8 +114,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
-            "transformers load them. The other commands refuse checkpoints of other normalizers\n"
-            "(their forward runs softmax attention only).\n");
+            "transformers load them. Every other command runs a checkpoint of another normalizer\n"
+            "(any temperature, a learnt ssmax s per head, sa-softmax) with that normalizer as\n"
+            "the model's own attention (--attention-normalizer overrides it).\n");
 }
 
 typedef struct numopt {
@@ -189,6 +194,7 @@ int cmd_train(int argc, char **argv) {
                            : k == O_NORMALIZER ? &norm_name
                                                : NULL;
         if (str) *str = v;
+        if (k == O_NORMALIZER_MOVED) return cli_usage_error("train", "%s", CLI_NORMALIZER_MOVED);
         if (k == O_JSON) json = 1;
         if (k == O_QUIET) quiet = 1;
         if (k == O_RESUME) o.resume = 1;
@@ -221,7 +227,7 @@ int cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "--embd %d is not a multiple of --heads %d", o.cfg.n_embd,
                                o.cfg.n_head);
     if (o.cfg.ssmax_learn && o.cfg.norm.kind != AL_NORM_SSMAX)
-        return cli_usage_error("train", "--ssmax-learn is for --normalizer ssmax");
+        return cli_usage_error("train", "--ssmax-learn is for --attention-normalizer ssmax");
     if (threads) al_set_threads(threads);
     o.progress = !quiet && isatty(2);
     al__tr_summary s;

@@ -177,10 +177,12 @@ const cli_opt RUN_OPTS[] = {
      "topk-sqrt:C (K = ceil(C sqrt n)), topk-log:C (K = ceil(C ln n)); each\n"
      "query row of n visible keys keeps its min(n, K) largest logits (ties\n"
      "toward the lower index), the others get weight 0"},
-    {RUN_O_NORMALIZER, "--normalizer", "M",
+    {RUN_O_NORMALIZER, "--attention-normalizer", "M",
      "over the kept logits: softmax (default), sparsemax, entmax15,\n"
-     "entmax:A, ssmax[:S] (scale s ln(kept))",
-     "--attention-normalizer"},
+     "entmax:A, ssmax[:S] (scale s ln(kept))"},
+    {RUN_O_NORMALIZER_MOVED, "--normalizer", "M",
+     "refused here: it is reproduce's and diagnose's re-normalisation of\n"
+     "captured logits (use --attention-normalizer)"},
     {RUN_O_ATTN_LAYERS, "--attention-layers", "SET",
      "the layers modified (0,3,5-7 or all, the default)"},
     {RUN_O_ATTN_HEADS, "--attention-heads", "SET",
@@ -213,6 +215,7 @@ int run_opts_take(cli_parser *p, int id, const char *v, run_opts *o) {
         *onoff = !strcmp(v, "on") ? 1 : 2;
     }
     if (str) *str = v;
+    if (id == RUN_O_NORMALIZER_MOVED) return cli_parse_error(p, "%s", CLI_NORMALIZER_MOVED);
     if (id == RUN_O_ATTENTION && al_attn_rule_parse(v, &var, &err))
         return cli_parse_error(p, "%s", err.msg);
     if (id == RUN_O_NORMALIZER && al_attn_norm_parse(v, &nm, &err))

@@ -42,8 +42,8 @@ typedef struct run_opts {
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
     int bos, eos; /* 0: as the files say, 1 on, 2 off */
-    /* the attention variant inside the forward: --attention, --normalizer (or
-     * --attention-normalizer), --attention-layers, --attention-heads (NULL: the defaults) */
+    /* the attention variant inside the forward: --attention, --attention-normalizer,
+     * --attention-layers, --attention-heads (NULL: the defaults) */
     const char *attention, *normalizer, *attn_layers, *attn_heads;
 } run_opts;
 
@@ -65,7 +65,8 @@ enum {
     RUN_O_NORMALIZER,
     RUN_O_ATTN_LAYERS,
     RUN_O_ATTN_HEADS,
-    RUN_O_LAST = RUN_O_ATTN_HEADS
+    RUN_O_NORMALIZER_MOVED, /* the plain --normalizer: a usage error naming the new spelling */
+    RUN_O_LAST = RUN_O_NORMALIZER_MOVED
 };
 extern const cli_opt RUN_OPTS[];
 /* Takes option id (one of RUN_OPTS's, value v) into o: 1 when taken, 0 when id is not a run

@@ -19,6 +19,7 @@ typedef struct diag_ctx {
     int Ns[DIAG_NS];
     const al_norm *nm; /* NULL: the model's weights */
     al_norm soft;
+    const al_model *m; /* its own trained normalizer (al__model_own_norm) for the Jacobian */
     double *max_w, *ent, *sink, *spec; /* [H] */
     double *ns;                        /* [H, nN] (room for DIAG_NS) */
     scratch *sc;                       /* [n_threads] */
@@ -70,8 +71,12 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
         for (int k = 0; k < c->nN; k++) c->ns[(size_t)h * c->nN + k] = sc->st[k].ns_ratio;
     }
     double T1 = 1.0;
-    return al_head_sensitivity(sc->z, L, cap->causal, c->nm ? c->nm : &c->soft, &T1, 1, NULL, 0, 0,
-                               cap->layer, cap->heads[i], NULL, &c->spec[h], err);
+    al_norm own; /* no --normalizer: the Jacobian of the normalizer that made the weights */
+    const al_norm *jn = c->nm                                                       ? c->nm
+                        : al__model_own_norm(c->m, cap->layer, cap->heads[i], &own) ? &own
+                                                                                    : &c->soft;
+    return al_head_sensitivity(sc->z, L, cap->causal, jn, &T1, 1, NULL, 0, 0, cap->layer,
+                               cap->heads[i], NULL, &c->spec[h], err);
 }
 
 static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
@@ -96,6 +101,20 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
 
 /* Rank 0: the diagnosis and, with --out, the explorer's window (the first W tokens of the window
  * as their own window) and every output (diagnose_out.c). */
+/* Do the model's own weights sum to 1 (its trained normalizer, when it runs one)? */
+static int own_sums_to_one(const al_model *m) {
+    al_norm own;
+    return al__model_own_norm(m, 0, 0, &own) ? al_norm_sums_to_one(&own) : 1;
+}
+
+/* The label of the weights when no --normalizer is given. */
+static const char *own_label(const al_model *m) {
+    al_norm own;
+    return al__model_own_norm(m, 0, 0, &own)
+               ? "the model's own weights (its trained normalizer: model.attention)"
+               : "softmax (the model's own weights)";
+}
+
 static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, int L,
                        const int32_t *win, al_tokenizer *tk, int has_own, char **json,
                        al_error *err) {
@@ -112,7 +131,8 @@ static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, in
                      .sink = c->sink,
                      .spec = c->spec,
                      .ns = c->ns,
-                     .flags_ok = c->nm ? al_norm_sums_to_one(c->nm) : 1};
+                     .flags_ok = c->nm ? al_norm_sums_to_one(c->nm) : own_sums_to_one(m),
+                     .own_label = own_label(m)};
     for (int h = 0; h < H; h++) d.n_measured += isfinite(c->max_w[h]) != 0;
     float *w = NULL;
     char **tok = NULL, note[300];
@@ -302,6 +322,7 @@ static int diag_alloc(diag_run *r, al_error *err) {
     c->n_head = mi->n_head;
     c->dx = mi->d_head;
     c->soft = al_norm_default(AL_NORM_SOFTMAX);
+    c->m = r->m;
     c->n_threads = r->o->threads > 0 ? r->o->threads : omp_get_max_threads();
     c->dist = r->dist;
     c->rank = al__dist_rank(r->dist);

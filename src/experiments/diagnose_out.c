@@ -91,8 +91,7 @@ static cJSON *diag_json(const al_diag_opts *o, const al__ex_diag *d, cJSON *mode
     cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
     cJSON_AddNumberToObject(root, "window", o->window);
     cJSON_AddNumberToObject(root, "L", d->L);
-    cJSON_AddStringToObject(root, "normalizer",
-                            o->normalizer ? o->normalizer : "softmax (the model's own weights)");
+    cJSON_AddStringToObject(root, "normalizer", o->normalizer ? o->normalizer : d->own_label);
     cJSON_AddItemToObject(root, "separability_N", al__ex_jarr_i(d->Ns, (size_t)d->nN));
     cJSON *th = cJSON_AddObjectToObject(root, "flag_rules");
     cJSON_AddStringToObject(th, "collapsed", "mean max weight > 0.9 or mean H / log n < 0.1");
@@ -124,7 +123,7 @@ static int diag_md(const char *path, const al_diag_opts *o, const al__ex_diag *d
     char name_md[3 * 128 + 1], corpus_md[3 * 4096 + 1], norm_md[3 * 64 + 1];
     al__md_text(name, name_md, sizeof name_md); /* strings from files: inert Markdown */
     al__md_text(o->corpus ? o->corpus : "war-and-peace", corpus_md, sizeof corpus_md);
-    al__md_text(o->normalizer ? o->normalizer : "softmax", norm_md, sizeof norm_md);
+    al__md_text(o->normalizer ? o->normalizer : d->own_label, norm_md, sizeof norm_md);
     al__afile_printf(&f, err,
                      "# Attention health: %s\n\nCorpus %s, window %d, L = %d, normalizer %s. "
                      "%d heads: %d collapsed, %d vanishing, %d sinks.\n\n",
@@ -251,8 +250,7 @@ static int diag_html(const char *path, const al_diag_opts *o, const al__ex_diag 
                  "number is in diagnose.json (schema: docs/results-schema.md); what each flag "
                  "means and what to do about it: docs/diagnose.md.",
                  o->corpus ? o->corpus : "war-and-peace", o->window, d->L,
-                 o->normalizer ? o->normalizer : "softmax (the model's own weights)", d->n_measured,
-                 H);
+                 o->normalizer ? o->normalizer : d->own_label, d->n_measured, H);
         rc = al__explorer_page(path, title, intro, &x, err);
     }
     free(nsT);

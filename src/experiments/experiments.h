@@ -245,6 +245,7 @@ typedef struct al__ex_diag {
     const double *max_w, *ent, *sink, *spec; /* [H] NaN: a head not measured (--layers/--heads) */
     const double *ns;                        /* [H, nN] */
     int flags_ok;                            /* the weights sum to 1: flags are computed */
+    const char *own_label; /* no --normalizer: what made the weights (the model's own) */
     /* the explorer's window (W = 0: none) */
     int W;
     const float *w; /* [H, W, W] */

@@ -8,8 +8,8 @@
  *   sufficient   per L the smallest fixed k within 1% / 5% of the dense mean NLL; fits of
  *                k = c L, c sqrt L, c ln L through those points
  *   critical     the KS critical N of a reproduce run of the same model (--reproduce DIR)
- *   monitor      at one L, window 0: per layer entropy / ln n, max weight and N_s/N of the
- *                dense model, of the smallest sufficient top-k and of each normalizer
+ *   monitor      at every L (or --monitor-length's one), window 0: per layer entropy / ln n, max
+ * weight and N_s/N of the dense model, of the smallest sufficient top-k and of each normalizer
  * Outputs: guidelines_out.c. */
 #include "hooks.h"
 #include "guidelines.h"
@@ -379,7 +379,7 @@ typedef struct mon_ctx {
 /* One layer: every head's entropy / ln n, max weight and N_s/N (value vectors) in parallel. */
 static int mon_layer(void *user, const al_capture *cap, al_error *err) {
     mon_ctx *c = user;
-    const int L = cap->T, D = cap->d_head, H = cap->n_sel, N = c->g->monitor_n;
+    const int L = cap->T, D = cap->d_head, H = cap->n_sel, N = c->mon->N;
     double ent = 0, mw = 0, ns = 0;
     int rc = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : ent, mw, ns)
@@ -414,33 +414,26 @@ static int mon_layer(void *user, const al_capture *cap, al_error *err) {
     return 0;
 }
 
-static int monitor_one(guide *g, const gvar *v, gmon *mon, al_error *err) {
+static int monitor_one(guide *g, int L, const gvar *v, gmon *mon, al_error *err) {
     int nl = g->mi->n_layer;
     snprintf(mon->name, sizeof mon->name, "%s", v->name);
+    mon->L = L;
+    mon->N = g->monitor_n < L ? g->monitor_n : (L / 2 > 0 ? L / 2 : 1);
     if (!(mon->entropy = al__ex_alloc_nan((size_t)nl, err)) ||
         !(mon->ns = al__ex_alloc_nan((size_t)nl, err)) ||
         !(mon->maxw = al__ex_alloc_nan((size_t)nl, err)))
         return AL_E_NOMEM;
-    mon_ctx c = {.g = g, .mon = mon, .L = g->monitor_L};
+    mon_ctx c = {.g = g, .mon = mon, .L = L};
     al_capture_request req = {.what = AL_CAP_WEIGHTS | AL_CAP_V, .fn = mon_layer, .user = &c};
     int rc = al_model_set_attention(g->m, v->kind == GV_DENSE ? NULL : &v->v, err);
-    if (!rc) rc = al_model_forward(g->m, g->tokens, g->monitor_L, &req, NULL, NULL, err);
+    if (!rc) rc = al_model_forward(g->m, g->tokens, L, &req, NULL, NULL, err);
     if (!rc) rc = al_model_set_attention(g->m, NULL, err);
     return rc;
 }
 
-static int monitor(guide *g, al_error *err) {
-    if (g->o.monitor_length < 0) return 0;
-    int idx = -1;
-    for (int i = 0; i < g->n_len; i++)
-        if (g->o.monitor_length ? g->len[i].L == g->o.monitor_length : g->len[i].L <= 1024) idx = i;
-    if (idx < 0) idx = 0;
-    glen *gl = &g->len[idx];
-    g->monitor_L = gl->L;
-    g->monitor_n = g->o.monitor_n > 0 ? g->o.monitor_n : 16;
-    if (g->monitor_n >= gl->L) g->monitor_n = gl->L / 2 > 0 ? gl->L / 2 : 1;
-    /* dense, the smallest top-k within 1% (else 5%), every normalizer */
-    const gvar *pick[64];
+/* The variants monitored at one L: dense, the smallest top-k within 1% (else 5%), every
+ * normalizer; pick has room for 64. */
+static int monitor_pick(const glen *gl, const gvar **pick) {
     int np = 0;
     pick[np++] = &gl->var[0];
     int ks = gl->k_suff[0] ? gl->k_suff[0] : gl->k_suff[1];
@@ -448,14 +441,39 @@ static int monitor(guide *g, al_error *err) {
         const gvar *x = &gl->var[v];
         if ((x->kind == GV_TOPK && (int)x->k_at_L == ks) || x->kind == GV_NORM) pick[np++] = x;
     }
-    if (!(g->mon = al__calloc((size_t)np, sizeof *g->mon, "monitoring", err))) return AL_E_NOMEM;
+    return np;
+}
+
+/* Monitoring at every L of the grid (--monitor-length 0, the default), at one L (> 0) or off
+ * (-1); the figures show the largest monitored L <= 1024 (else the smallest). */
+static int monitor(guide *g, al_error *err) {
+    if (g->o.monitor_length < 0) return 0;
+    g->monitor_n = g->o.monitor_n > 0 ? g->o.monitor_n : 16;
+    int total = 0, fig = -1;
+    const gvar *pick[64];
+    for (int i = 0; i < g->n_len; i++) {
+        if (g->o.monitor_length && g->len[i].L != g->o.monitor_length) continue;
+        total += monitor_pick(&g->len[i], pick);
+        if (fig < 0 || g->len[i].L <= 1024) fig = i;
+    }
+    if (fig < 0) { /* --monitor-length not in the grid: the first L, as before */
+        fig = 0;
+        total = monitor_pick(&g->len[0], pick);
+    }
+    g->monitor_L = g->len[fig].L;
+    if (!(g->mon = al__calloc((size_t)total, sizeof *g->mon, "monitoring", err))) return AL_E_NOMEM;
     int rc = 0;
-    for (int i = 0; !rc && i < np; i++) {
-        if (!g->o.quiet && g->o.progress)
-            al__log(AL_LOG_NOTE, "attnlim guidelines: monitoring %s at L = %d", pick[i]->name,
-                    gl->L);
-        g->n_mon++;
-        rc = monitor_one(g, pick[i], &g->mon[i], err);
+    for (int i = 0; !rc && i < g->n_len; i++) {
+        glen *gl = &g->len[i];
+        int one = g->o.monitor_length && total && fig == i && gl->L != g->o.monitor_length;
+        if (g->o.monitor_length && gl->L != g->o.monitor_length && !one) continue;
+        int np = monitor_pick(gl, pick);
+        for (int k = 0; !rc && k < np; k++) {
+            if (!g->o.quiet && g->o.progress)
+                al__log(AL_LOG_NOTE, "attnlim guidelines: monitoring %s at L = %d", pick[k]->name,
+                        gl->L);
+            rc = monitor_one(g, gl->L, pick[k], &g->mon[g->n_mon++], err);
+        }
     }
     return rc;
 }

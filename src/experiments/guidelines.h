@@ -29,9 +29,10 @@ typedef struct glen {
     double crit[2]; /* KS critical N of reproduce at levels 0.01, 0.05 (NaN: none) */
 } glen;
 
-/* Per-layer monitoring of one variant at the monitoring length. */
+/* Per-layer monitoring of one variant at one L (window 0). */
 typedef struct gmon {
     char name[64];
+    int L, N;        /* the window length and the N of N_s/N (monitor_n, below L) */
     double *entropy; /* [n_layer] mean over heads and rows (n >= 2) of H / ln n */
     double *ns;      /* [n_layer] mean over heads of N_s/N at N = monitor_n */
     double *maxw;    /* [n_layer] mean over heads and rows of the max weight */
@@ -50,8 +51,8 @@ typedef struct guide {
     double fit[2][3];     /* [1%, 5%][linear, sqrt, log]: c of k = c f(L) */
     double fit_rms[2][3]; /* relative RMS residual of each fit */
     char crit_source[4200];
-    int monitor_L, monitor_n, n_mon;
-    gmon *mon; /* [n_mon] */
+    int monitor_L, monitor_n, n_mon; /* monitor_L: the L of the figures */
+    gmon *mon;                       /* [n_mon]: every monitored (L, variant) */
     int n_reused, n_computed;
     double t_start, t_forward;
     char started[32];

@@ -93,7 +93,11 @@ static cJSON *monitor_json(const guide *g) {
         cJSON_AddStringToObject(o, "note", "off (--monitor-length -1)");
         return o;
     }
-    cJSON_AddNumberToObject(o, "L", g->monitor_L);
+    cJSON_AddNumberToObject(o, "L", g->monitor_L); /* the figures' */
+    cJSON *ls = cJSON_AddArrayToObject(o, "lengths");
+    for (int i = 0; i < g->n_mon; i++)
+        if (!i || g->mon[i].L != g->mon[i - 1].L)
+            cJSON_AddItemToArray(ls, cJSON_CreateNumber(g->mon[i].L));
     cJSON_AddNumberToObject(o, "window", 0);
     cJSON_AddNumberToObject(o, "N", g->monitor_n);
     cJSON_AddStringToObject(
@@ -105,6 +109,8 @@ static cJSON *monitor_json(const guide *g) {
     for (int i = 0; i < g->n_mon; i++) {
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "name", g->mon[i].name);
+        cJSON_AddNumberToObject(x, "L", g->mon[i].L);
+        cJSON_AddNumberToObject(x, "N", g->mon[i].N);
         cJSON_AddItemToObject(x, "entropy_over_log_n", al__ex_jarr_d(g->mon[i].entropy, nl));
         cJSON_AddItemToObject(x, "max_weight", al__ex_jarr_d(g->mon[i].maxw, nl));
         cJSON_AddItemToObject(x, "ns_ratio", al__ex_jarr_d(g->mon[i].ns, nl));
@@ -246,7 +252,7 @@ static int write_csvs(const guide *g, al_error *err) {
                   g->monitor_n);
     for (int i = 0; i < g->n_mon; i++)
         for (int l = 0; l < g->mi->n_layer; l++)
-            bad |= bprintf(&b, &n, &cap, "%d,%s,%d,%.6g,%.6g,%.6g\n", g->monitor_L, g->mon[i].name,
+            bad |= bprintf(&b, &n, &cap, "%d,%s,%d,%.6g,%.6g,%.6g\n", g->mon[i].L, g->mon[i].name,
                            l, g->mon[i].entropy[l], g->mon[i].maxw[l], g->mon[i].ns[l]);
     if (!rc)
         rc = bad ? al__err(err, AL_E_NOMEM, "out of memory (CSV)")
@@ -382,18 +388,20 @@ static int fig_sufficient(const guide *g, al_error *err) {
 /* per layer: entropy / ln n and N_s/N of each monitored variant */
 static int fig_monitor(const guide *g, int which, al_error *err) {
     if (!g->n_mon) return 0;
-    int nl = g->mi->n_layer, nm = g->n_mon < 12 ? g->n_mon : 12;
+    int nl = g->mi->n_layer, nm = 0;
     double *x = al__malloc(sizeof(double) * (size_t)nl, "figure", err);
     if (!x) return AL_E_NOMEM;
     for (int l = 0; l < nl; l++) x[l] = l;
     al__series se[12];
-    for (int i = 0; i < nm; i++)
-        se[i] = (al__series){.label = g->mon[i].name,
-                             .n = nl,
-                             .x = x,
-                             .y = which ? g->mon[i].ns : g->mon[i].entropy,
-                             .style = AL__S_LINE | AL__S_MARKERS,
-                             .color = i};
+    for (int i = 0; i < g->n_mon && nm < 12; i++) /* the figures' L only */
+        if (g->mon[i].L == g->monitor_L)
+            se[nm] = (al__series){.label = g->mon[i].name,
+                                  .n = nl,
+                                  .x = x,
+                                  .y = which ? g->mon[i].ns : g->mon[i].entropy,
+                                  .style = AL__S_LINE | AL__S_MARKERS,
+                                  .color = nm},
+            nm++;
     char path[4200], sub[128];
     snprintf(sub, sizeof sub, "L = %d, window 0, mean over heads%s", g->monitor_L,
              which ? "; value vectors" : "");
@@ -471,7 +479,8 @@ static int write_md(const guide *g, al_error *err) {
     bad |= bprintf(&b, &n, &cap,
                    "\nFigures: guidelines_delta_nll.svg, guidelines_sufficient_k.svg, "
                    "guidelines_monitoring_entropy.svg, guidelines_monitoring_ns.svg. Per-layer "
-                   "monitoring in monitoring.csv (L = %d, N = %d).\n\n## Measured\n\n```\n%s```\n",
+                   "monitoring in monitoring.csv (at every L monitored; the figures at L = %d), N "
+                   "= %d.\n\n## Measured\n\n```\n%s```\n",
                    g->monitor_L, g->monitor_n, vt);
     int rc = bad ? al__err(err, AL_E_NOMEM, "out of memory (report)")
                  : write_text(g, "guidelines.md", b, err);

@@ -528,9 +528,15 @@ static int summary_fill(run *r, al__summary *s, const al_repro_opts *o, const pl
     s->expectation = al_expect_name(o->expectation);
     s->temperature_scale = o->temperature_raw ? "raw" : "scaled";
     s->directions = o->fresh_directions ? "fresh" : "shared";
-    s->normalizer = o->normalizer ? o->normalizer : "softmax (the model's own weights)";
+    al_norm own; /* the model's own trained normalizer (an attnlim train checkpoint), if any */
+    int has_own = al__model_own_norm(r->m, 0, 0, &own);
+    s->normalizer = o->normalizer ? o->normalizer
+                    : has_own ? "the model's own weights (its trained normalizer: model.attention)"
+                              : "softmax (the model's own weights)";
     s->synthetic = o->synthetic >= 0 ? o->synthetic : detect_synthetic(mi);
-    s->sums_to_one = p->have_nm ? al_norm_sums_to_one(&p->nm) : 1;
+    s->sums_to_one = p->have_nm ? al_norm_sums_to_one(&p->nm)
+                     : has_own  ? al_norm_sums_to_one(&own)
+                                : 1;
     s->causal = mi->causal;
     s->n_layer = mi->n_layer;
     s->n_head = mi->n_head;

@@ -498,7 +498,11 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
                 }
                 /* the row's visible keys [lo, n): a sliding window starts them at lo */
-                if (vrow)
+                if (vrow && a->ssmax_s) { /* this head's own s */
+                    al_attn_variant vh = *mod;
+                    vh.norm.ssmax_s = a->ssmax_s[h];
+                    al__attn_variant_row(&vh, Wi + lo, Li + lo, n - lo, T, vscr);
+                } else if (vrow)
                     al__attn_variant_row(mod, Wi + lo, Li + lo, n - lo, T, vscr);
                 else
                     al__softmax_row(Wi + lo, Li + lo, n - lo);

@@ -165,11 +165,28 @@ void al__attn_clear(al_model *m) {
     free(m->attn_heads);
     m->attn_layers = m->attn_heads = NULL;
     memset(&m->attn, 0, sizeof m->attn);
-    m->attn_on = 0;
+    m->attn_on = m->attn_is_own = 0;
     if (m->own_on) { /* the normalizer the model was trained with */
         m->attn = m->own;
-        m->attn_on = 1;
+        m->attn_on = m->attn_is_own = 1;
     }
+}
+
+int al__model_own_norm(const al_model *m, int layer, int head, al_norm *out) {
+    if (!m || !m->attn_on || !m->attn_is_own) return 0;
+    *out = m->own.norm;
+    if (m->own_s && layer >= 0 && head >= 0 && layer < m->info.n_layer && head < m->info.n_head)
+        out->ssmax_s = m->own_s[(size_t)layer * m->info.n_head + head];
+    return 1;
+}
+
+void al__attn_set_own(al_model *m, const al_norm *nm, float *s_per_head) {
+    free(m->own_s);
+    m->own_s = s_per_head;
+    memset(&m->own, 0, sizeof m->own);
+    m->own.rule = AL_ATTN_DENSE, m->own.norm = *nm;
+    m->own_on = 1;
+    al__attn_clear(m);
 }
 
 /* A copy of mask[n] (NULL stays NULL). */
@@ -222,6 +239,7 @@ int al_model_set_attention(al_model *m, const al_attn_variant *v, al_error *err)
     m->attn.layers = m->attn_layers = ml;
     m->attn.heads = m->attn_heads = mh;
     m->attn_on = 1;
+    m->attn_is_own = 0;
     return 0;
 }
 
@@ -284,6 +302,15 @@ cJSON *al__attn_json(const al_model *m) {
     al_attn_norm_name(&v->norm, buf, sizeof buf);
     cJSON_AddStringToObject(o, "normalizer", buf);
     cJSON_AddBoolToObject(o, "modified", al__model_attn(m) != NULL);
+    if (v->norm.temperature != 1.0) cJSON_AddNumberToObject(o, "temperature", v->norm.temperature);
+    if (m->attn_is_own) { /* the normalizer the checkpoint was trained with */
+        cJSON_AddBoolToObject(o, "trained", 1);
+        if (m->own_s) {
+            cJSON *a = cJSON_AddArrayToObject(o, "ssmax_s_per_head");
+            for (int i = 0; i < m->info.n_layer * m->info.n_head; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(m->own_s[i]));
+        }
+    }
     cJSON_AddItemToObject(o, "layers", mask_json(v->layers, m->info.n_layer));
     cJSON_AddItemToObject(o, "heads", mask_json(v->heads, m->info.n_head));
     cJSON_AddStringToObject(

@@ -95,6 +95,11 @@ struct al_model {
      * restores it, so "the model's own attention" runs it; own_on = 0: softmax */
     al_attn_variant own;
     int own_on;
+    /* own_s [n_layer * n_head]: the trained ssmax s of every (layer, head) when they differ (a
+     * learnt s, attnlim train --ssmax-learn), or NULL; applied while attn_is_own (the variant in
+     * force is the model's own, not one a caller set) */
+    float *own_s;
+    int attn_is_own;
 };
 
 /* The variant a family's forward hands to al__attention (NULL: the model's own attention). */
@@ -104,8 +109,15 @@ static inline const al_attn_variant *al__model_attn(const al_model *m) {
 /* The "attention" object of every manifest: {rule, k (the rule as text), normalizer, layers,
  * heads ("all" or [indices]), tie_rule, modified: bool}. */
 struct cJSON *al__attn_json(const al_model *m);
-/* Frees the masks (al_model_free). */
+/* Frees the masks (al_model_free) and restores the model's own attention. */
 void al__attn_clear(al_model *m);
+/* Makes nm (every layer and head; any al_norm kind, sa-softmax and a temperature included: the
+ * normalizer a checkpoint was trained with) the model's own attention; s_per_head [n_layer *
+ * n_head] (malloc'ed, owned by m from here; NULL: nm's one s) the ssmax s of each head. */
+void al__attn_set_own(al_model *m, const al_norm *nm, float *s_per_head);
+/* 1 when the attention in force is the model's own trained normalizer (not softmax, not a
+ * caller's variant), *out then that normalizer of (layer, head) (its own ssmax s); else 0. */
+int al__model_own_norm(const al_model *m, int layer, int head, al_norm *out);
 
 /* Family openers call this for a tensor holding NaN/Inf values: prints
  * "attnlim: warning: FILE: tensor NAME has N NaN/Inf values (first at flat index I)" on stderr

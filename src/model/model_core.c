@@ -40,7 +40,9 @@ static const char *base_of(const char *path) {
 void al_model_free(al_model *m) {
     if (!m) return;
     if (m->vt && m->vt->destroy) m->vt->destroy(m);
+    m->own_on = 0;
     al__attn_clear(m);
+    free(m->own_s);
     al__model_files_free(m->hashed);
     free(m->hashed);
     free(m);

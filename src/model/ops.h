@@ -39,6 +39,8 @@ typedef struct al__attn {
     const float *residual;         /* [T, d_model] layer input before its first norm (capture) */
     const al_capture_request *req; /* may be NULL */
     const al_attn_variant *mod;    /* NULL: dense softmax; else the variant (attn_variant.c) */
+    const float *ssmax_s;          /* [n_head] mod's ssmax s per head (a trained model's learnt
+                                    * s); NULL: mod->norm.ssmax_s for every head */
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);
 

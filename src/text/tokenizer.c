@@ -241,9 +241,11 @@ static int read_encoder(const char *path, cJSON **root, const char ***tokens_out
     return 0;
 }
 
-/* vocab.bpe -> merges (pointers into *buf_out, NUL-terminated in place) with their lines. */
-static int read_merges(const char *path, char **buf_out, const char ***merges_out, int **lines_out,
-                       int *n_out, al_error *err) {
+/* vocab.bpe -> merges (pointers into *buf_out, NUL-terminated in place) with their lines. No
+ * merge at all is an error unless byte_vocab (a vocabulary of the 256 byte symbols alone, as a
+ * byte-level attnlim train checkpoint writes: it needs none) and the file has its #version line. */
+static int read_merges(const char *path, int byte_vocab, char **buf_out, const char ***merges_out,
+                       int **lines_out, int *n_out, al_error *err) {
     char *buf = NULL;
     size_t len = 0;
     *buf_out = NULL;
@@ -271,7 +273,7 @@ static int read_merges(const char *path, char **buf_out, const char ***merges_ou
         free(buf);
         return AL_E_NOMEM;
     }
-    int n = 0, line = 0;
+    int n = 0, line = 0, header = 0;
     char *p = buf, *end = buf + len;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -279,6 +281,7 @@ static int read_merges(const char *path, char **buf_out, const char ***merges_ou
         line++;
         if (le > p && le[-1] == '\r') le--; /* CRLF files ('\r' is not a byte-level symbol) */
         *le = 0;
+        if (line == 1 && strncmp(p, "#version", 8) == 0) header = 1;
         if (!(line == 1 && strncmp(p, "#version", 8) == 0) && *p) {
             merges[n] = p;
             lines[n] = line;
@@ -286,7 +289,7 @@ static int read_merges(const char *path, char **buf_out, const char ***merges_ou
         }
         p = nl ? nl + 1 : end;
     }
-    if (n == 0) {
+    if (n == 0 && !(byte_vocab && header)) {
         free(merges);
         free(lines);
         free(buf);
@@ -366,7 +369,7 @@ int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **
     int *lines = NULL, n_tok = 0, n_mer = 0;
     al__bpe *b = NULL;
     if ((rc = read_encoder(enc, &root, &tokens, &n_tok, err))) goto done;
-    if ((rc = read_merges(mer, &mbuf, &merges, &lines, &n_mer, err))) goto done;
+    if ((rc = read_merges(mer, n_tok <= 256, &mbuf, &merges, &lines, &n_mer, err))) goto done;
     rc = al__bpe_create_lines(tokens, n_tok, merges, n_mer, lines, mer, pre, &b, err);
     if (rc) {
         if (err && !strstr(err->msg, mer)) al__err_prefix(err, (al_code)rc, "%s + %s", enc, mer);

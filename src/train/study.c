@@ -23,12 +23,14 @@
 void al__study_defaults(al__study_opts *o) {
     memset(o, 0, sizeof *o);
     al__tr_run_defaults(&o->base);
-    /* about an hour on 2 cores for the six runs and their diagnostics (docs/training.md) */
+    /* about an hour of a quiet 2-core machine for the six runs, their diagnostics and the
+     * library's reproduce and diagnose: 600 steps from the CPU seconds of short runs
+     * (docs/training.md, docs/findings.md) */
     o->base.cfg.n_layer = 4, o->base.cfg.n_head = 4, o->base.cfg.n_embd = 128;
     o->base.cfg.n_ctx = 1024;
     o->base.B = 2, o->base.T = 1024;
-    o->base.opt.steps = 200, o->base.opt.warmup = 20, o->base.opt.lr = 2e-3;
-    o->base.eval_every = 25, o->base.val_windows = 4;
+    o->base.opt.steps = 600, o->base.opt.warmup = 60, o->base.opt.lr = 2e-3;
+    o->base.eval_every = 50, o->base.val_windows = 4;
     o->windows = 2;
     int L[] = {128, 256, 512, 1024};
     memcpy(o->crit_L, L, sizeof L);
@@ -374,6 +376,71 @@ int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const 
     return rc;
 }
 
+/* ---- the library's reproduce and diagnose on each checkpoint ------------------------------- */
+
+/* DIR/results.json's verdicts as [{key, verdict, measured}] (NULL when unreadable). */
+static cJSON *repro_verdicts(const char *rdir, al_error *err) {
+    char path[4096 + 64], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/results.json", rdir);
+    if (al__read_file(path, (size_t)1 << 30, &text, &len, err)) return NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len), *out = cJSON_CreateArray();
+    free(text);
+    const cJSON *v, *vd = cJSON_GetObjectItemCaseSensitive(j, "verdicts");
+    cJSON_ArrayForEach(v, vd) {
+        cJSON *it = cJSON_CreateObject();
+        static const char *keep[] = {"key", "claim", "verdict", "measured"};
+        for (int k = 0; k < 4; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, keep[k]);
+            if (cJSON_IsString(x)) cJSON_AddStringToObject(it, keep[k], x->valuestring);
+        }
+        cJSON_AddItemToArray(out, it);
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
+/* `attnlim reproduce --readings all` (al_reproduce) into DIR/reproduce and `attnlim diagnose`
+ * (al_diagnose) into DIR/diagnose on the run's checkpoint, loaded as every command loads it (its
+ * normalizer the model's own attention; its tokenizer the run's); their verdicts and flag counts
+ * into run's "reproduce" and "diagnose". A finished reproduce (results.json) is reused. */
+static int study_library(const al__study_opts *o, const char *dir, cJSON *run, al_error *err) {
+    char rdir[4096 + 64], ddir[4096 + 64], res[4096 + 96];
+    snprintf(rdir, sizeof rdir, "%s/reproduce", dir);
+    snprintf(ddir, sizeof ddir, "%s/diagnose", dir);
+    snprintf(res, sizeof res, "%s/results.json", rdir);
+    int rc = 0;
+    if (!al__is_file(res)) {
+        al_repro_opts r;
+        al_repro_defaults(&r);
+        r.model = dir, r.corpus = o->base.corpus, r.data_path = o->base.data_path;
+        r.out_dir = rdir, r.windows = 1, r.readings = "all", r.resume = 1;
+        r.lengths = o->crit_L, r.n_lengths = o->n_crit_L, r.long_length = o->base.T;
+        r.quiet = !o->progress, r.progress = o->progress ? 2 : 0;
+        if ((rc = al_reproduce(&r, err))) return al__err_prefix(err, rc, "reproduce");
+    }
+    cJSON *vd = repro_verdicts(rdir, err);
+    if (!vd) return al__err_prefix(err, err ? err->code : AL_E_IO, "reproduce");
+    cJSON *rj = cJSON_AddObjectToObject(run, "reproduce");
+    cJSON_AddStringToObject(rj, "dir", "reproduce");
+    cJSON_AddItemToObject(rj, "verdicts", vd);
+    al_diag_opts d = {.model = dir,
+                      .corpus = o->base.corpus,
+                      .data_path = o->base.data_path,
+                      .out_dir = ddir,
+                      .length = o->base.T};
+    char *json = NULL;
+    if ((rc = al_diagnose(&d, &json, err))) return al__err_prefix(err, rc, "diagnose");
+    cJSON *dj = cJSON_Parse(json);
+    free(json);
+    cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(dj, "summary");
+    cJSON_Delete(dj);
+    cJSON *dd = cJSON_AddObjectToObject(run, "diagnose");
+    cJSON_AddStringToObject(dd, "dir", "diagnose");
+    if (sum) cJSON_AddItemToObject(dd, "summary", sum);
+    return 0;
+}
+
 /* ---- the runs ------------------------------------------------------------------------------ */
 
 int al__study_run(const al__study_opts *o, al_error *err) {
@@ -403,6 +470,11 @@ int al__study_run(const al__study_opts *o, al_error *err) {
         }
         if (o->progress) al__log(AL_LOG_NOTE, "study: diagnosing %s", sn->name);
         if ((rc = al__study_diagnose(o, sn, dir, &runs[k], err))) break;
+        if (o->progress) al__log(AL_LOG_NOTE, "study: reproduce and diagnose on %s", sn->name);
+        if ((rc = study_library(o, dir, runs[k], err))) {
+            al__err_prefix(err, rc, "study: %s", sn->name);
+            break;
+        }
         char *text = cJSON_Print(runs[k]);
         char path[4096 + 96];
         snprintf(path, sizeof path, "%s/diag.json", dir);

@@ -375,7 +375,62 @@ static char *csv(const al__study_opts *o, cJSON *const *runs, int n) {
     return b.s;
 }
 
-static char *html(const al__study_opts *o, cJSON *preds) {
+/* s HTML-escaped (&, <, >, ") into out[cap] (truncated). */
+static void html_text(const char *s, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *s && k + 7 < cap; s++) {
+        const char *e = *s == '&'   ? "&amp;"
+                        : *s == '<' ? "&lt;"
+                        : *s == '>' ? "&gt;"
+                        : *s == '"' ? "&quot;"
+                                    : NULL;
+        if (e)
+            k += (size_t)snprintf(out + k, cap - k, "%s", e);
+        else
+            out[k++] = *s;
+    }
+    out[k] = 0;
+}
+
+/* The library's reproduce verdicts and diagnose flag counts per run (study_library, study.c). */
+static void html_library(sbuf *b, cJSON *const *runs, int n) {
+    sb_printf(b, "<h2>attnlim reproduce --readings all and attnlim diagnose on each checkpoint"
+                 "</h2>\n<p>The library's own experiments on each trained checkpoint, loaded as "
+                 "every command loads it (its normalizer is the model's own attention): the "
+                 "paper-vs-measured verdicts of reproduce (runs/NAME/reproduce/report.html) and "
+                 "the flagged heads of diagnose (runs/NAME/diagnose).</p>\n<table><tr><th>"
+                 "normalizer</th><th>claim</th><th>measured</th><th>verdict</th></tr>\n");
+    for (int r = 0; r < n; r++) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(runs[r], "normalizer"), *v;
+        const cJSON *vd = path2(runs[r], "reproduce", "verdicts");
+        cJSON_ArrayForEach(v, vd) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "claim");
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(v, "measured");
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "verdict");
+            char cm[512], mm[512], xm[64];
+            html_text(cJSON_IsString(c) ? c->valuestring : "", cm, sizeof cm);
+            html_text(cJSON_IsString(m) ? m->valuestring : "", mm, sizeof mm);
+            html_text(cJSON_IsString(x) ? x->valuestring : "", xm, sizeof xm);
+            sb_printf(b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                      cJSON_IsString(nm) ? nm->valuestring : "", cm, mm, xm);
+        }
+    }
+    sb_printf(b, "</table>\n<table><tr><th>normalizer</th><th>heads</th><th>collapsed</th><th>"
+                 "vanishing</th><th>sink</th></tr>\n");
+    for (int r = 0; r < n; r++) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(runs[r], "normalizer");
+        const cJSON *s = path2(runs[r], "diagnose", "summary");
+        char c[4][32];
+        static const char *keys[4] = {"heads", "collapsed", "vanishing", "sink"};
+        for (int k = 0; k < 4; k++)
+            fmt_num(c[k], sizeof c[k], cJSON_GetObjectItemCaseSensitive(s, keys[k]));
+        sb_printf(b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                  cJSON_IsString(nm) ? nm->valuestring : "", c[0], c[1], c[2], c[3]);
+    }
+    sb_printf(b, "</table>\n");
+}
+
+static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int n) {
     sbuf b = {0};
     sb_printf(&b,
               "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnlim study</title>"
@@ -410,7 +465,9 @@ static char *html(const al__study_opts *o, cJSON *preds) {
             free(m);
         }
     }
-    sb_printf(&b, "</table>\n<h2>Figures</h2>\n");
+    sb_printf(&b, "</table>\n");
+    html_library(&b, runs, n);
+    sb_printf(&b, "<h2>Figures</h2>\n");
     static const char *figs[6] = {"val_loss",   "grad_norm",    "vanishing",
                                   "critical_n", "separability", "jacobian"};
     for (int k = 0; k < 6; k++)
@@ -443,7 +500,7 @@ int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_erro
     cJSON *preds = predictions(o, runs, n);
     cJSON_AddItemToObject(j, "predictions", preds);
     rc = write_text(o->out, "study.csv", csv(o, runs, n), err);
-    if (!rc) rc = write_text(o->out, "report.html", html(o, preds), err);
+    if (!rc) rc = write_text(o->out, "report.html", html(o, preds, runs, n), err);
     if (!rc) rc = write_text(o->out, "study.json", cJSON_Print(j), err);
     cJSON_Delete(j);
     return rc;

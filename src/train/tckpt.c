@@ -79,6 +79,38 @@ int al__tr_gpt2_tensors(const al__tr_model *m, const float *arena, const char *p
     return n;
 }
 
+/* ---- the byte-level tokenizer's files ------------------------------------------------------ */
+
+/* DIR/vocab.json + DIR/merges.txt of a byte-level run: the GPT-2 byte-to-character map
+ * (printable bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF stand for themselves, the others for
+ * U+0100 on, in byte order) with id = the byte, and no merges: a byte-level BPE that turns text
+ * into its bytes, so that every command tokenizes a corpus for the model as it was trained. */
+static int write_byte_vocab(const char *dir, al_error *err) {
+    cJSON *v = cJSON_CreateObject();
+    int extra = 0;
+    for (int b = 0; v && b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        unsigned cp = keep ? (unsigned)b : 256u + (unsigned)extra++;
+        char u[4] = {0}; /* UTF-8 of cp (< 0x800) */
+        if (cp < 0x80)
+            u[0] = (char)cp;
+        else
+            u[0] = (char)(0xC0 | (cp >> 6)), u[1] = (char)(0x80 | (cp & 0x3F));
+        cJSON_AddNumberToObject(v, u, b);
+    }
+    char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+    cJSON_Delete(v);
+    if (!text) return al__err(err, AL_E_NOMEM, "out of memory writing %s/vocab.json", dir);
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    int rc = al__write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    static const char merges[] = "#version: 0.2\n";
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    if (!rc) rc = al__write_file_atomic(path, merges, sizeof merges - 1, err);
+    return rc;
+}
+
 /* ---- config.json ------------------------------------------------------------------------ */
 
 static cJSON *norm_json(const al__tr_model *m) {
@@ -145,7 +177,12 @@ int al__tr_save_model(const al__tr_model *m, const char *dir, const char *tokeni
     cJSON_AddItemToObject(j, "attnlim_normalizer", norm_json(m));
     cJSON_AddStringToObject(j, "attnlim_tokenizer", tokenizer);
     if (train_info) cJSON_AddItemToObject(j, "attnlim_train", train_info);
+    rc = strcmp(tokenizer, "bytes") ? 0 : write_byte_vocab(dir, err);
     snprintf(path, sizeof path, "%s/config.json", dir);
+    if (rc) {
+        cJSON_Delete(j);
+        return rc;
+    }
     return write_json(path, j, err);
 }
 
@@ -242,4 +279,45 @@ int al__tr_load_init(al__tr_model *m, const char *path, al_error *err) {
     }
     al__st_close(st);
     return rc ? al__err_prefix(err, rc, "--init %s", path) : 0;
+}
+
+int al__tr_init_ssmax_s(al__tr_model *m, const char *path, al_error *err) {
+    float *s = al__tr_ssmax_s(m, m->params);
+    if (!s) return 0;
+    char cfg[4096 + 16];
+    snprintf(cfg, sizeof cfg, "%s", path);
+    if (!al__is_dir(path)) {
+        char *slash = strrchr(cfg, '/');
+        if (slash)
+            slash[1] = 0;
+        else
+            cfg[0] = 0;
+        snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), "config.json");
+    } else
+        snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), "/config.json");
+    char *text;
+    size_t len;
+    if (al__read_file(cfg, 1 << 20, &text, &len, NULL)) return 0; /* no config: s as started */
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer");
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(n, "s_per_head"), *row, *x;
+    int L = m->cfg.n_layer, H = m->cfg.n_head, k = 0, bad = 0;
+    if (rows && (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != L)) bad = 1;
+    const cJSON *rs = bad ? NULL : rows;
+    cJSON_ArrayForEach(row, rs) {
+        bad |= !cJSON_IsArray(row) || cJSON_GetArraySize(row) != H;
+        const cJSON *cs = bad ? NULL : row;
+        cJSON_ArrayForEach(x, cs) {
+            bad |= !cJSON_IsNumber(x) || !(x->valuedouble > 0);
+            if (!bad) s[k++] = (float)x->valuedouble;
+        }
+    }
+    cJSON_Delete(j);
+    if (bad)
+        return al__err(err, AL_E_FORMAT,
+                       "--init %s: attnlim_normalizer.s_per_head is not %d rows of %d positive "
+                       "numbers",
+                       cfg, L, H);
+    return 0;
 }

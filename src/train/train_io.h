@@ -32,6 +32,10 @@ int al__tr_save_state(const al__tr_model *m, const char *path, uint64_t step, al
 int al__tr_load_state(al__tr_model *m, const char *path, uint64_t *step, al_error *err);
 /* The GPT-2 weights of any checkpoint al_model_open reads, of the run's shape. */
 int al__tr_load_init(al__tr_model *m, const char *path, al_error *err);
+/* ssmax runs after al__tr_load_init + al__tr_init_extra: the s of every (layer, head) from the
+ * checkpoint's config.json (attnlim_normalizer.s_per_head), when it has them (else s stays
+ * cfg.norm.ssmax_s); a malformed entry is an error naming the file. */
+int al__tr_init_ssmax_s(al__tr_model *m, const char *path, al_error *err);
 
 /* ---- the training run (trun.c) ---- */
 typedef struct al__tr_run_opts {

@@ -302,6 +302,7 @@ static int setup(run *r, uint64_t *step0, al_error *err) {
     } else if (o->init) {
         if ((rc = al__tr_load_init(r->m, o->init, err))) return rc;
         al__tr_init_extra(r->m);
+        if ((rc = al__tr_init_ssmax_s(r->m, o->init, err))) return rc;
     } else {
         al__tr_init(r->m, o->seed);
     }

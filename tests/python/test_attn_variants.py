@@ -278,7 +278,9 @@ def test_gpt2_topk_vs_hf_transformers(tmp_path):
 
 
 def test_variant_option_errors(tmp_path):
-    """Bad --attention / --normalizer values are usage errors naming the value."""
+    """Bad --attention / --attention-normalizer values are usage errors naming the value; the
+    plain --normalizer (reproduce's and diagnose's re-normalisation of captured logits) is refused
+    by the commands where it is not that, naming --attention-normalizer."""
     subprocess.run([BIN, "make-model", "--layers", "1", "--heads", "2", "--embd", "32", "--ctx",
                     "32", "--vocab", "50", "--out", str(tmp_path / "g")], check=True,
                    capture_output=True)
@@ -286,8 +288,17 @@ def test_variant_option_errors(tmp_path):
                         "--length", "4", "--attention", "topk:0"], capture_output=True, text=True)
     assert r.returncode == 2 and "K must be an integer >= 1" in r.stderr
     r = subprocess.run([BIN, "perplexity", "--model", str(tmp_path / "g"), "--tokens", "/dev/null",
-                        "--length", "4", "--normalizer", "sa-softmax"], capture_output=True, text=True)
+                        "--length", "4", "--attention-normalizer", "sa-softmax"],
+                       capture_output=True, text=True)
     assert r.returncode == 2 and "sa-softmax" in r.stderr
+    g = str(tmp_path / "g")
+    for cmd in (["perplexity", "--model", g, "--tokens", "/dev/null", "--length", "4"],
+                ["capture", "--model", g, "--tokens", "/dev/null", "--out", str(tmp_path / "c")],
+                ["train", "--out", str(tmp_path / "t")]):
+        r = subprocess.run([BIN, *cmd, "--normalizer", "sparsemax"], capture_output=True, text=True)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert "--attention-normalizer" in r.stderr and "re-normalisation" in r.stderr, r.stderr
+        assert not (tmp_path / "c").exists() and not (tmp_path / "t").exists()
 
 
 def test_variant_in_capture_reproduce_diagnose_manifests(tmp_path):

@@ -154,3 +154,41 @@ def test_guidelines_bad_options(setup):
     r = subprocess.run([BIN, "guidelines", "--model", str(setup / "m"), "--lengths", "4096"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "outside" in r.stderr
+
+
+def test_monitoring_at_every_length(setup):
+    """Without --monitor-length the per-layer monitoring runs at every L of the grid (issue 16:
+    the paper's monitoring advice along L); each (L, variant, layer)'s mean H / ln n and max weight
+    against the float64 reference forward with that variant (window 0)."""
+    out = setup / "g4"
+    r = run(setup, out, "--monitor-length", "0")
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out / "guidelines.json"))
+    mon = res["monitoring"]
+    assert mon["lengths"] == list(L_GRID) and mon["L"] == max(L_GRID)
+    rows = list(csv.DictReader(open(out / "monitoring.csv")))
+    assert {int(m["L"]) for m in rows} == set(L_GRID)
+    params = bert_ref.load_safetensors(str(setup / "m" / "model.safetensors"))
+    params = {k.removeprefix("transformer."): v for k, v in params.items()}
+    cfg = json.load(open(setup / "m" / "config.json"))
+    toks = gpt2_tiktoken().encode_ordinary((setup / "corpus.txt").read_text())
+    checked = 0
+    for v in mon["variants"]:
+        L, name = v["L"], v["name"]
+        if name != "dense" and name not in NORMS and not name.startswith("topk:"):
+            continue
+        rule = name if name.startswith("topk:") else "dense"
+        norm = name if name in NORMS else "softmax"
+        attn = None if name == "dense" else AV.Variant(rule, norm)
+        ref = gpt2_ref.forward(params, cfg, toks[:L], attn=attn)
+        for l, w in enumerate(ref["w"]):  # [H, L, L]
+            t = np.arange(1, L)
+            rows_w = w[:, 1:, :]
+            mx = rows_w.max(-1).mean(-1).mean()
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ent = -np.where(rows_w > 0, rows_w * np.log(rows_w), 0).sum(-1) / np.log(t + 1)
+            assert abs(v["max_weight"][l] - mx) < 1e-5, (L, name, l)
+            assert abs(v["entropy_over_log_n"][l] - ent.mean()) < 1e-5, (L, name, l)
+            assert 0 <= v["ns_ratio"][l] <= 1
+            checked += 1
+    assert checked >= 2 * len(L_GRID) * 2  # dense and the normalizers at both L, both layers

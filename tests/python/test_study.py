@@ -130,3 +130,45 @@ def test_errors(study, tmp_path):
         assert p.returncode == 2 and why in p.stderr, (bad, p.stderr)
     p = run(*base, "--crit-L", "1", check=False)
     assert p.returncode == 1 and "critical-N" in p.stderr
+
+
+def test_library_reproduce_and_diagnose_on_each_checkpoint(study):
+    """study runs the library's reproduce --readings all and diagnose on every checkpoint, which
+    loads with its own normalizer (manifests say so; sa-softmax: weights that do not sum to 1, no
+    flags); its verdicts and flag counts are in study.json and report.html; the softmax run's
+    diagnose max weight per head against HF transformers on the same window (tokens 0..T-1)."""
+    d, _ = study
+    s = d / "s"
+    j = json.loads((s / "study.json").read_text())
+    html = (s / "report.html").read_text()
+    assert "attnlim reproduce --readings all and attnlim diagnose" in html
+    for r in j["runs"]:
+        name = r["normalizer"]
+        res = json.loads((s / "runs" / name / "reproduce" / "results.json").read_text())
+        att = res["manifest"]["model"]["attention"]
+        if name == "softmax":
+            assert not att["modified"]
+        else:
+            assert att["trained"] and att["normalizer"].split(":")[0] == name.split(":")[0], att
+        if name == "ssmax":  # a learnt s per head, as trained
+            assert np.allclose(att["ssmax_s_per_head"], r["ssmax_s"], rtol=1e-6)
+        assert res["manifest"]["options"]["weights_sum_to_one"] == (name != "sa-softmax")
+        assert set(res["readings"]) and res["verdicts"]
+        assert [(v["key"], v["verdict"]) for v in r["reproduce"]["verdicts"]] == \
+               [(v["key"], v["verdict"]) for v in res["verdicts"]]
+        dg = json.loads((s / "runs" / name / "diagnose" / "diagnose.json").read_text())
+        assert dg["summary"] == r["diagnose"]["summary"] and dg["L"] == T
+        if name == "sa-softmax":
+            assert all(not h["flags"] for h in dg["heads"])
+        if name == "softmax":
+            import torch
+            transformers = pytest.importorskip("transformers")
+            model = transformers.GPT2LMHeadModel.from_pretrained(str(s / "runs" / "softmax"),
+                                                                 attn_implementation="eager")
+            ids = np.frombuffer((d / "corpus.txt").read_bytes()[:T], dtype=np.uint8)
+            with torch.no_grad():
+                a = model(torch.tensor(ids.astype(np.int64)[None]), output_attentions=True).attentions
+            for h in dg["heads"]:
+                p = a[h["layer"]][0, h["head"]].double().numpy()
+                assert abs(h["mean_max_weight"] - p.max(-1).mean()) < 1e-5
+        assert f"<td>{name}</td>" in html

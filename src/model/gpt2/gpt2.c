@@ -114,6 +114,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
         at.mod = al__model_attn(m);
+        at.ssmax_s = m->attn_is_own && m->own_s ? m->own_s + (size_t)l * H : NULL;
         at.residual = a->x; /* the layer input, before ln_1 */
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
@@ -140,6 +141,7 @@ void al__gpt2_release(al__gpt2 *g) {
     free(g->arena);
     al__unmap(&g->map);
     al__st_close(g->st);
+    free(g->tok_dir);
     free(g);
 }
 
@@ -155,7 +157,8 @@ static void gpt2_destroy(al_model *m) {
 
 /* GPT-2's own BPE files (encoder.json + vocab.bpe, found by al_data_find). */
 static int gpt2_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
-    (void)m;
+    const al__gpt2 *g = m->impl;
+    if (g && g->tok_dir) return al_tokenizer_open_bpe(g->tok_dir, "gpt2", out, err);
     return al_tokenizer_open_gpt2(NULL, out, err);
 }
 
@@ -168,8 +171,14 @@ static int gpt2_files(al_model *m, al__model_files *fs, al_error *err) {
 
 /* What gpt2_tokenizer opens: the shared GPT-2 BPE files. */
 static int gpt2_tokenizer_files(al_model *m, al__model_files *fs, al_error *err) {
-    (void)m;
+    const al__gpt2 *g = m->impl;
     char p[4096 + 64];
+    if (g && g->tok_dir) {
+        snprintf(p, sizeof p, "%s/vocab.json", g->tok_dir);
+        int rc = al__model_files_add(fs, p, "tokenizer", err);
+        snprintf(p, sizeof p, "%s/merges.txt", g->tok_dir);
+        return rc ? rc : al__model_files_add(fs, p, "tokenizer", err);
+    }
     int rc = al_data_find("gpt2/encoder.json", NULL, p, sizeof p, err);
     if (!rc) rc = al__model_files_add(fs, p, "tokenizer", err);
     if (!rc) rc = al_data_find("gpt2/vocab.bpe", NULL, p, sizeof p, err);

@@ -28,10 +28,13 @@ typedef struct al__gpt2 {
     al__gpt2_layer *layers;     /* [n_layer] */
     const float *lnf_w, *lnf_b; /* [C] */
     /* ownership (released by al__gpt2_release): */
-    float *arena; /* converted weights (bf16 -> f32) or NULL */
-    al__map map;  /* the file mapping, when weights point into it */
-    void *st;     /* al__safetensors* when opened from safetensors */
-    void *fwd;    /* the forward's activation state (gpt2.c) */
+    float *arena;  /* converted weights (bf16 -> f32) or NULL */
+    al__map map;   /* the file mapping, when weights point into it */
+    void *st;      /* al__safetensors* when opened from safetensors */
+    void *fwd;     /* the forward's activation state (gpt2.c) */
+    char *tok_dir; /* a byte-level attnlim train checkpoint's directory: its vocab.json +
+                    * merges.txt are the tokenizer (config.json attnlim_tokenizer "bytes");
+                    * NULL: GPT-2's BPE files */
 } al__gpt2;
 
 /* The GPT-2 family's vtable (gpt2.c); loaders set m->vt = &al__gpt2_vtable, m->impl = al__gpt2*. */

@@ -106,18 +106,19 @@ static int cfg_int(const cJSON *j, const char *key, const char *alt, int *out, c
     return 0;
 }
 
-/* attnlim train records its attention normalizer in config.json. Those the forward runs
- * (al_model_set_attention: sparsemax, entmax15, entmax with its alpha, ssmax with one s for
- * every head) become the model's own attention (*own, *has_own); softmax at temperature 1 is
- * GPT-2's own; the others (another temperature, sa-softmax, a per-head learnt s) are refused,
- * since running them as softmax would run something other than what was trained. */
-static int check_normalizer(const cJSON *v, const char *cfg, al_norm *own, int *has_own,
-                            al_error *err) {
+/* attnlim train records its attention normalizer in config.json: it becomes the model's own
+ * attention (*own, *has_own), whatever it is (sparsemax, entmax15, entmax with its alpha, ssmax,
+ * sa-softmax and sa-softmax-norm, any temperature), so that every command runs the model as it
+ * was trained; softmax at temperature 1 is GPT-2's own (*has_own = 0). ssmax: *s_per_head
+ * [n_layer * n_head] (malloc'ed) when the heads' s differ (a learnt s), else NULL and own's one
+ * s. A malformed entry is an error naming config.json and the fault. */
+static int check_normalizer(const cJSON *v, const char *cfg, const al__gpt2_cfg *c, al_norm *own,
+                            int *has_own, float **s_per_head, al_error *err) {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(v, "name");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "temperature");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "alpha");
     const cJSON *heads = cJSON_GetObjectItemCaseSensitive(v, "s_per_head");
-    *has_own = 0;
+    *has_own = 0, *s_per_head = NULL;
     if (!cJSON_IsObject(v) || !cJSON_IsString(n) || (t && !cJSON_IsNumber(t)) ||
         (a && !cJSON_IsNumber(a)))
         return al__err(err, AL_E_FORMAT,
@@ -127,37 +128,52 @@ static int check_normalizer(const cJSON *v, const char *cfg, al_norm *own, int *
     double T = t ? t->valuedouble : 1.0;
     if (!strcmp(n->valuestring, "softmax") && T == 1.0) return 0;
     al_error e = {0};
-    int rc = al_norm_parse(n->valuestring, own, &e);
-    if (!rc && a) own->alpha = a->valuedouble;
-    double s0 = NAN;
-    const cJSON *row, *x;
-    cJSON_ArrayForEach(row, heads) cJSON_ArrayForEach(x, row) {
-        if (!cJSON_IsNumber(x) || (!isnan(s0) && x->valuedouble != s0))
-            s0 = INFINITY;
-        else if (isnan(s0))
-            s0 = x->valuedouble;
+    if (al_norm_parse(n->valuestring, own, &e))
+        return al__err(err, AL_E_UNSUPPORTED, "%s: attnlim_normalizer: unknown normalizer %s", cfg,
+                       n->valuestring);
+    own->temperature = T;
+    if (a) own->alpha = a->valuedouble;
+    const cJSON *s1 = cJSON_GetObjectItemCaseSensitive(v, "s");
+    if (own->kind == AL_NORM_SSMAX && cJSON_IsNumber(s1)) own->ssmax_s = s1->valuedouble;
+    if (own->kind == AL_NORM_SSMAX) {
+        size_t nlh = (size_t)c->n_layer * c->n_head, k = 0;
+        float *s = heads ? malloc(nlh * sizeof *s) : NULL;
+        const cJSON *row, *x;
+        int bad = heads && (!s || !cJSON_IsArray(heads) || cJSON_GetArraySize(heads) != c->n_layer);
+        const cJSON *rows = bad ? NULL : heads;
+        cJSON_ArrayForEach(row, rows) {
+            bad |= !cJSON_IsArray(row) || cJSON_GetArraySize(row) != c->n_head;
+            const cJSON *cols = bad ? NULL : row;
+            cJSON_ArrayForEach(x, cols) {
+                bad |= !cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble < 1e6);
+                if (!bad) s[k++] = (float)x->valuedouble;
+            }
+        }
+        if (bad) {
+            free(s);
+            return al__err(err, AL_E_FORMAT,
+                           "%s: attnlim_normalizer.s_per_head is not %d rows of %d positive "
+                           "numbers (n_layer x n_head)",
+                           cfg, c->n_layer, c->n_head);
+        }
+        int same = 1;
+        for (size_t i = 1; s && i < nlh; i++) same &= s[i] == s[0];
+        if (s) own->ssmax_s = s[0];
+        if (same) free(s), s = NULL;
+        *s_per_head = s;
     }
-    if (!rc && own->kind == AL_NORM_SSMAX) own->ssmax_s = s0;
-    const char *why = rc         ? "an unknown normalizer"
-                      : T != 1.0 ? "a temperature other than 1"
-                      : own->kind == AL_NORM_SA_SOFTMAX || own->kind == AL_NORM_SA_SOFTMAX_NORM
-                          ? "weights that do not sum to 1"
-                      : own->kind == AL_NORM_SSMAX && !(isfinite(s0) && s0 > 0)
-                          ? "an ssmax s per head (learnt), not one s for all"
-                          : NULL;
-    if (!why && (rc = al_norm_check(own, &e))) why = e.msg;
-    if (why)
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "%s: trained with attention normalizer %s (temperature %g): %s, which the "
-                       "forward cannot run (attnlim train reads it for --init)",
-                       cfg, n->valuestring, T, why);
+    if (al_norm_check(own, &e)) {
+        free(*s_per_head), *s_per_head = NULL;
+        return al__err(err, AL_E_UNSUPPORTED, "%s: attnlim_normalizer %s (temperature %g): %s", cfg,
+                       n->valuestring, T, e.msg);
+    }
     *has_own = 1;
     return 0;
 }
 
 /* Reads config.json (in the directory, or beside the file) into c; name gets a model name. */
 static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t name_cap, al_norm *own,
-                       int *has_own, al_error *err) {
+                       int *has_own, float **s_per_head, int *bytes_tok, al_error *err) {
     char cfg[4096 + 16];
     struct stat s;
     if (stat(path, &s) == 0 && S_ISDIR(s.st_mode))
@@ -208,7 +224,10 @@ static int read_config(const char *path, al__gpt2_cfg *c, char *name, size_t nam
         (!cJSON_IsString(v) || strcmp(v->valuestring, "gpt2")))
         rc = al__err(err, AL_E_UNSUPPORTED, "%s: model_type is not gpt2", cfg);
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_normalizer")))
-        rc = check_normalizer(v, cfg, own, has_own, err);
+        rc = check_normalizer(v, cfg, c, own, has_own, s_per_head, err);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "attnlim_tokenizer")) &&
+        cJSON_IsString(v) && !strcmp(v->valuestring, "bytes"))
+        *bytes_tok = 1;
     if (!rc) {
         v = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
         if (cJSON_IsString(v) && v->valuestring[0])
@@ -276,20 +295,44 @@ static int check_lm_head(const al__safetensors *st, const al__st_tensor *wte, co
     return 0;
 }
 
+/* A byte-level checkpoint's tokenizer: vocab.json + merges.txt beside config.json. */
+static int byte_tokenizer_dir(al_model *m, const char *path, al_error *err) {
+    al__gpt2 *g = m->impl;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    struct stat s;
+    if (!(stat(path, &s) == 0 && S_ISDIR(s.st_mode))) {
+        char *slash = strrchr(dir, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    }
+    char f[4096 + 32];
+    snprintf(f, sizeof f, "%s/vocab.json", dir);
+    if (stat(f, &s) != 0)
+        return al__err(err, AL_E_NOTFOUND,
+                       "%s: config.json says attnlim_tokenizer \"bytes\" but %s is missing (an "
+                       "attnlim train checkpoint writes it)",
+                       path, f);
+    if (!(g->tok_dir = strdup(dir))) return al__err(err, AL_E_NOMEM, "out of memory");
+    return 0;
+}
+
 int al__gpt2_open_safetensors(al_model *m, const char *path, al_error *err) {
     al__gpt2_cfg c;
     char name[128];
     al_norm own;
     int has_own = 0;
-    int rc = read_config(path, &c, name, sizeof name, &own, &has_own, err);
-    if (rc) return rc;
-    al__safetensors *st;
-    if ((rc = al__st_open(path, &st, err))) return rc;
-    if ((rc = al__gpt2_from_safetensors(m, st, &c, path, name, err)) || !has_own) return rc;
-    al_attn_variant v = {.rule = AL_ATTN_DENSE, .norm = own}; /* every layer and head */
-    if ((rc = al_model_set_attention(m, &v, err))) return rc;
-    m->own = m->attn;
-    m->own_on = 1;
+    float *s_per_head = NULL;
+    int bytes_tok = 0;
+    int rc = read_config(path, &c, name, sizeof name, &own, &has_own, &s_per_head, &bytes_tok, err);
+    al__safetensors *st = NULL;
+    if (!rc) rc = al__st_open(path, &st, err);
+    if (!rc) rc = al__gpt2_from_safetensors(m, st, &c, path, name, err);
+    if (!rc && bytes_tok) rc = byte_tokenizer_dir(m, path, err);
+    if (rc || !has_own) {
+        free(s_per_head);
+        return rc;
+    }
+    al__attn_set_own(m, &own, s_per_head); /* every layer and head */
     return 0;
 }
 
