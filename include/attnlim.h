@@ -815,6 +815,12 @@ typedef struct al_repro_opts {
      * under each on the same forward passes; OUT/readings.json, readings.csv, the report's
      * "Verdicts under every reading", OUT/readings/<name>/ (docs/readings.md) */
     const char *readings;
+    int bos, wrap; /* as al_diag_opts's: 0 the model's default, 1 on, 2 off */
+    /* --layers / --heads: the heads analysed (NULL or 0: all); the others are NaN everywhere */
+    const int *layers; /* [n_layers] */
+    int n_layers;
+    const int *heads; /* [n_heads] */
+    int n_heads;
 } al_repro_opts;
 
 AL_API void al_repro_defaults(al_repro_opts *o);
@@ -851,6 +857,10 @@ typedef struct al_diag_opts {
     int n_layers;
     const int *heads; /* [n_heads] the heads diagnosed in each of them (NULL or 0: every head) */
     int n_heads;
+    /* How the corpus becomes the window (docs/reproduce.md "Windows"): bos 0 the model's
+     * default, 1 BOS first in the text, 2 none (decoders); wrap 0 the default (on), 1 on,
+     * 2 off: an encoder's window is [CLS] + L - 2 corpus tokens + [SEP] (L counts them) */
+    int bos, wrap;
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

@@ -128,6 +128,29 @@ const char *cli_text_corpus(const char *text) {
     return s;
 }
 
+int cli_switch_arg(int argc, char **argv, int *i, const char *name, int *dst, al_error *err) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (!strncmp(a, "--no-", 5) && !strcmp(a + 5, name)) {
+        *dst = 2;
+        return 1;
+    }
+    if (strncmp(a, "--", 2) || strcmp(a + 2, name)) return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!v || !strncmp(v, "--", 2)) { /* the bare switch: on */
+        *dst = 1;
+        return 1;
+    }
+    ++*i;
+    if (!strcmp(v, "on") || !strcmp(v, "off")) {
+        *dst = v[1] == 'n' ? 1 : 2;
+        return 1;
+    }
+    al_error_set(err, AL_E_INVALID, "--%.*s '%s': expected on or off (or --%.*s / --no-%.*s)",
+                 (int)n, name, v, (int)n, name, (int)n, name);
+    return -1;
+}
+
 int cli_is_prompt(const char *corpus) {
     return corpus && !strncmp(corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT));
 }

@@ -59,6 +59,16 @@ char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned);
  * until exit. NULL when out of memory. */
 const char *cli_text_corpus(const char *text);
 /* Is corpus a prompt (cli_text_corpus)? */
+/* --NAME, --NAME on|off, --NAME=on|off and --no-NAME (bos, eos, wrap): *dst 1 on, 2 off.
+ * 1 when argv[*i] is one (*i past a value it took), 0 when not, -1 a bad value (err). */
+int cli_switch_arg(int argc, char **argv, int *i, const char *name, int *dst, al_error *err);
+/* The --bos / --wrap lines of every usage text that takes a corpus. */
+#define CLI_FRAMING_USAGE                                                                          \
+    "  --bos, --no-bos    (also --bos on|off) BOS first in the text (decoders; default: the\n"     \
+    "                     model's own: tokenizer_config.json add_bos_token / the tokenizer.json\n" \
+    "                     template, GGUF tokenizer.ggml.add_bos_token; GPT-2 none); recorded\n"    \
+    "  --wrap, --no-wrap  (also --wrap on|off) encoders: each window is [CLS] + L - 2 corpus\n"    \
+    "                     tokens + [SEP] (default on: L counts the two), or bare corpus tokens\n"
 int cli_is_prompt(const char *corpus);
 
 /* Strict number parsing of a command-line value; what names the option in the message. */

@@ -40,6 +40,9 @@ static void usage(FILE *f) {
         "--normalizer re-normalises the captured logits; the options below change the model's\n"
         "attention itself (recorded in the report's model.attention):\n");
     fputs(CLI_ATTN_USAGE, f);
+    fputs("How the corpus becomes the window (diagnose.json \"framing\"; "
+          "docs/reproduce.md):\n" CLI_FRAMING_USAGE,
+          f);
 }
 
 static int own_entry(const char *name, int is_dir) {
@@ -145,6 +148,10 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
             force = 1;
             continue;
         }
+        int sw = cli_switch_arg(argc, argv, &i, "bos", &o.bos, &err);
+        if (!sw) sw = cli_switch_arg(argc, argv, &i, "wrap", &o.wrap, &err);
+        if (sw < 0) rc = USAGE_ERROR("%s", err.msg);
+        if (sw) continue;
         if (!v) {
             rc = root ? cli_unknown_option("diagnose", a, usage) : 2;
             break;

@@ -77,6 +77,10 @@ static void usage(FILE *f) {
         "  --seed S            Algorithm 5 directions and Monte-Carlo E (default 1234)\n"
         "  --mc S              Monte-Carlo samples for E (default 0 = off)\n"
         "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
+        "  --layers SET, --heads SET  only these heads are analysed (0,3,5-7 or all, the\n"
+        "                      default; as capture and diagnose take them): the others are NaN\n"
+        "                      in every array and left out of the verdicts; results.json\n"
+        "                      \"options\" and the report say which\n" CLI_FRAMING_USAGE
         "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
         "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
         "  --quiet             no progress and no messages (a bar on a TTY, else a plain line\n"
@@ -179,6 +183,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al__outdir *od = NULL; /* --force: the temporary output that replaces DIR */
     const char *out_dir = NULL;
     int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL}, ar;
+    int *sel[2] = {NULL, NULL}; /* --layers, --heads */
     double *dl[2] = {NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -192,9 +197,22 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
         i++;                                                                                       \
     } while (0)
         long n;
+        int sw = cli_switch_arg(argc, argv, &i, "bos", &o.bos, &err);
+        if (!sw) sw = cli_switch_arg(argc, argv, &i, "wrap", &o.wrap, &err);
+        if (sw < 0) goto usage_err;
+        if (sw) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (root) usage(stdout);
             goto out;
+        } else if (!strcmp(a, "--layers") || !strcmp(a, "--heads")) {
+            NEED_VALUE();
+            int **dst = a[2] == 'l' ? &sel[0] : &sel[1];
+            free(*dst), *dst = NULL;
+            if (strcmp(v, "all") &&
+                cli_parse_int_list(v, a, dst, a[2] == 'l' ? &o.n_layers : &o.n_heads, &err))
+                goto usage_err;
+            if (!strcmp(v, "all")) *(a[2] == 'l' ? &o.n_layers : &o.n_heads) = 0;
+            o.layers = sel[0], o.heads = sel[1];
         } else if (!strcmp(a, "--force")) {
             force = 1;
         } else if (!strcmp(a, "--model")) {
@@ -407,6 +425,8 @@ out:
     for (int i = 0; i < 4; i++) free(lists[i]);
     free(att_lists[0]);
     free(att_lists[1]);
+    free(sel[0]);
+    free(sel[1]);
     free(dl[0]);
     free(dl[1]);
     return rc;

@@ -72,9 +72,9 @@ long run_tokens_warn_utf8(const char *cmd, const char *name, const char *text, s
     return (long)valid;
 }
 
-/* --bos / --eos of this run (run_opts_finish), applied by run_tokens_load: -1 = as the files
- * say, else 1 on / 0 off (one command per process). */
-static int run_bos = -1, run_eos = -1;
+/* --bos / --eos / --wrap of this run (run_opts_finish), applied by run_tokens_load: -1 = the
+ * model's default, else 1 on / 0 off (one command per process). */
+static int run_bos = -1, run_eos = -1, run_wrap = -1;
 
 int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const char *corpus,
                     run_tokens *t, al_error *err) {
@@ -102,8 +102,10 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
-        if (!rc) al_tokenizer_set_bos_eos(tk, run_bos, run_eos);
-        if (!rc) rc = al_tokenize(tk, text, len, 0, &t->ids, &t->n, err);
+        if (!rc) rc = al__framing_make(tk, run_bos, run_wrap, &t->fr, err);
+        if (!rc) al_tokenizer_set_bos_eos(tk, -1, run_eos);
+        if (!rc) rc = al__framing_tokenize(tk, &t->fr, text, len, &t->ids, &t->n, err);
+        t->framed = 1;
         al_tokenizer_free(tk);
         free(text);
         if (rc) return rc;
@@ -128,12 +130,24 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
 void run_tokens_free(run_tokens *t) {
     if (!t) return;
     free(t->ids);
-    t->ids = NULL;
+    free(t->win);
+    t->ids = t->win = NULL;
     t->n = 0;
 }
 
-int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
-                      const int32_t **out, al_error *err) {
+long run_tokens_all_length(const run_tokens *t, long K) {
+    long extra = t->framed ? 2 - al__framing_body(&t->fr, 2) : 0;
+    return (long)(t->n / (size_t)K) + extra;
+}
+
+int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, const int32_t **out,
+                      al_error *err) {
+    if (t->framed && al__framing_body(&t->fr, L) != L && L >= 1 && L <= info->n_ctx && k >= 0) {
+        free(t->win), t->win = NULL; /* an encoder's window: [CLS] + L - 2 tokens + [SEP] */
+        int rc = al__framing_window_alloc(&t->fr, t->ids, t->n, k, L, t->source, &t->win, err);
+        *out = t->win;
+        return rc;
+    }
     if (L < 1)
         return al__err(err, AL_E_INVALID, "--length %ld: a window needs at least 1 token", L);
     if (L > info->n_ctx)
@@ -170,17 +184,12 @@ void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
 int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
     const char *a = argv[*i];
     al_error err = {0};
-    if (!strcmp(a, "--bos") || !strcmp(a, "--eos")) {
-        if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs on or off", a);
-        const char *v = argv[++*i];
-        int *dst = a[2] == 'b' ? &o->bos : &o->eos;
-        if (!strcmp(v, "on"))
-            *dst = 1;
-        else if (!strcmp(v, "off"))
-            *dst = 2;
-        else
-            return cli_usage_error(cmd, "%s '%s': expected on or off", a, v);
-        return 1;
+    static const char *const sw_name[3] = {"bos", "eos", "wrap"};
+    int *sw_dst[3] = {&o->bos, &o->eos, &o->wrap};
+    for (int s = 0; s < 3; s++) {
+        int r = cli_switch_arg(argc, argv, i, sw_name[s], sw_dst[s], &err);
+        if (r < 0) return cli_usage_error(cmd, "%s", err.msg);
+        if (r) return 1;
     }
     if (!strcmp(a, "--json")) {
         o->json = 1;
@@ -229,6 +238,7 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
     if (o->threads) al__set_threads((int)o->threads);
     run_bos = o->bos ? o->bos == 1 : -1;
     run_eos = o->eos ? o->eos == 1 : -1;
+    run_wrap = o->wrap ? o->wrap == 1 : -1;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #define AL_RUN_TOKENS_H
 
 #include "attnlim.h"
+#include "tokenizer.h"
 
 typedef struct run_tokens {
     int32_t *ids; /* [n] */
@@ -14,6 +15,9 @@ typedef struct run_tokens {
     char sha256[65];      /* of the ids file, or of the corpus bytes before tokenization */
     double seconds;       /* reading + tokenizing */
     long invalid_utf8_at; /* --corpus: byte offset of the first invalid UTF-8 byte, -1 if none */
+    int framed;           /* --corpus: the ids are framed by fr (--tokens: used as given) */
+    al__framing fr;       /* BOS first / an encoder's [CLS] ... [SEP] windows (tokenizer.h) */
+    int32_t *win;         /* [L] the last framed window run_tokens_window made */
 } run_tokens;
 
 /* The warning every command that tokenizes text gives (tokenize, capture, perplexity): when
@@ -29,19 +33,23 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
 void run_tokens_free(run_tokens *t);
 /* Window k of length L: checks 1 <= L <= the model's context and that the window lies inside
  * the tokens; *out points into t->ids. */
-int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
-                      const int32_t **out, al_error *err);
+int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, const int32_t **out,
+                      al_error *err);
+/* The L that takes every token in K windows (no --length): n / K, plus the [CLS] and [SEP] of
+ * a wrapped encoder window. */
+long run_tokens_all_length(const run_tokens *t, long K);
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
  * --text (a prompt: corpus = cli_text_corpus), --length (optional with --tokens and --text:
  * have_length 0, the caller takes every token), --threads, --json, --allow-nonfinite,
- * --bos on|off, --eos on|off (whether the model's tokenizer adds BOS / EOS to a --corpus:
- * tokenizer.json models; default: as tokenizer_config.json / the post-processor say). */
+ * --bos/--no-bos (also --bos on|off: BOS first in a --corpus; default the model's own),
+ * --eos/--no-eos (tokenizer.json models), --wrap/--no-wrap (encoders' windows [CLS] ... [SEP]). */
 typedef struct run_opts {
     const char *model, *tokens, *corpus;
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
-    int bos, eos; /* 0: as the files say, 1 on, 2 off */
+    int bos, eos; /* 0: as the files say, 1 on, 2 off (--bos, --no-bos, --bos on|off) */
+    int wrap;     /* encoders' [CLS] ... [SEP] windows: 0 default (on), 1 on, 2 off */
     /* the attention variant inside the forward: --attention, --normalizer (or
      * --attention-normalizer), --attention-layers, --attention-heads (NULL: the defaults) */
     const char *attention, *normalizer, *attn_layers, *attn_heads;

@@ -514,6 +514,17 @@ static int llama_tokenizer(al_model *m, al_tokenizer **out, al_error *err) {
         rc = al__tokenizer_from_bpe(b, out, err);
         b = NULL; /* owned by the tokenizer now (freed by it on failure) */
     }
+    int64_t bos = -1, add = 0;
+    if (!rc && al__gguf_find(g, "tokenizer.ggml.bos_token_id"))
+        rc = al__gguf_get_int(g, "tokenizer.ggml.bos_token_id", 0, n_tok - 1, &bos, err);
+    if (!rc && al__gguf_find(g, "tokenizer.ggml.add_bos_token"))
+        rc = al__gguf_get_int(g, "tokenizer.ggml.add_bos_token", 0, 1, &add, err);
+    if (!rc)
+        al__tokenizer_set_bos(*out, (int32_t)bos, (int)add,
+                              al__gguf_find(g, "tokenizer.ggml.add_bos_token")
+                                  ? "GGUF tokenizer.ggml.add_bos_token"
+                                  : "GGUF: no tokenizer.ggml.add_bos_token (none added)");
+    if (rc && *out) al_tokenizer_free(*out), *out = NULL;
 done:
     if (b) al__bpe_free(b);
     free(tokens);
