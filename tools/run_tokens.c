@@ -102,7 +102,8 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
-        if (!rc) rc = al__framing_make(tk, run_bos, run_wrap, &t->fr, err);
+        if (!rc && al__framing_make(tk, run_bos, run_wrap, &t->fr, err))
+            rc = al__err_prefix(err, AL_E_INVALID, "%s", info->path);
         if (!rc) al_tokenizer_set_bos_eos(tk, -1, run_eos);
         if (!rc) rc = al__framing_tokenize(tk, &t->fr, text, len, &t->ids, &t->n, err);
         t->framed = 1;

@@ -166,7 +166,8 @@ static int prompt_tokens(al_model *m, const al_diag_opts *o, int *n, al_error *e
     int32_t *ids = NULL;
     al__framing f;
     int rc = al_model_tokenizer(m, &tk, err);
-    if (!rc) rc = al__framing_make(tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &f, err);
+    if (!rc && al__framing_make(tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &f, err))
+        rc = al__err_prefix(err, AL_E_INVALID, "%s", al_model_get_info(m)->path);
     if (!rc) rc = al_corpus_load(o->corpus, NULL, &text, &len, err);
     if (!rc) rc = al__framing_tokenize(tk, &f, text, len, &ids, &nt, err);
     if (!rc) nt += (size_t)(2 - al__framing_body(&f, 2));
@@ -259,7 +260,9 @@ static int diag_window(diag_run *r, al_error *err) {
         const char *corpus = o->corpus ? o->corpus : "war-and-peace";
         if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
             (rc = al__framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->fr,
-                                   err)) ||
+                                   err)
+                      ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
+                      : 0) ||
             (rc = al_corpus_load(corpus, o->data_path, &r->text, &r->text_len, err)) ||
             (rc = al__framing_tokenize(r->tk, &r->fr, r->text, r->text_len, &r->tokens,
                                        &r->n_tokens, err)))

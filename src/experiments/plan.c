@@ -345,7 +345,7 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
                        err)) ||
         (rc =
              sel_mask(o->heads, o->n_heads, p->n_head, "--heads", &p->hmask, &p->n_sel_heads, err)))
-        return rc;
+        return al__err_prefix(err, rc, "%s", mi->path);
     /* long L */
     int want_long = o->long_length > 0 ? o->long_length : (o->quick ? 64 : 1024);
     if (o->long_length > ctx)

@@ -264,7 +264,9 @@ static int run_setup_root(run *r, al_error *err) {
         al_sha256_buf(r->own, sizeof(int32_t) * (size_t)r->n_own, r->corpus_sha);
     else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
              (rc = al__framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->p.fr,
-                                    err)) ||
+                                    err)
+                       ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
+                       : 0) ||
              (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len, err)))
         return rc;
     if (!r->n_own) al_sha256_buf(r->text, r->text_len, r->corpus_sha);
