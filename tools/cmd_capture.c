@@ -523,12 +523,12 @@ int cmd_capture(int argc, char **argv) {
         cJSON_AddStringToObject(tz, "sha256_of", AL__IDENTITY_OF);
         cJSON_AddItemToObject(tz, "files", al__model_files_json(&tfiles));
     }
-    if (tk.framed) al__framing_json(&tk.fr, man);
+    run_tokens_framing_json(&tk, man);
     cJSON_AddNumberToObject(man, "window", (double)window);
     cJSON_AddNumberToObject(man, "length", (double)length);
     cJSON_AddNumberToObject(man, "first_token",
                             (double)window *
-                                (double)(tk.framed ? al__framing_body(&tk.fr, length) : length));
+                                (double)(tk.framed ? al_framing_body(&tk.fr, length) : length));
     cJSON *ids = cJSON_AddArrayToObject(man, "token_ids");
     for (long t = 0; t < length; t++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(win[t]));
     if ((rc = token_strings_json(m, win, length, tk.from_corpus, man, &err))) goto done;

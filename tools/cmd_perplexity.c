@@ -227,7 +227,7 @@ int cmd_perplexity(int argc, char **argv) {
         cJSON_AddItemToObject(o, "attention", al__attn_json(m));
         cJSON_AddStringToObject(o, tk.from_corpus ? "corpus" : "tokens", tk.source);
         cJSON_AddNumberToObject(o, "n_tokens", (double)tk.n);
-        if (tk.framed) al__framing_json(&tk.fr, o);
+        run_tokens_framing_json(&tk, o);
         if ((rc = first_tokens_json(m, &tk, info, length, o, &err))) {
             cJSON_Delete(o);
             goto done;

@@ -6,6 +6,7 @@
 #include "model.h"
 #include "ops.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -102,10 +103,10 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
-        if (!rc && al__framing_make(tk, run_bos, run_wrap, &t->fr, err))
+        if (!rc && al_framing_make(tk, run_bos, run_wrap, &t->fr, err))
             rc = al__err_prefix(err, AL_E_INVALID, "%s", info->path);
         if (!rc) al_tokenizer_set_bos_eos(tk, -1, run_eos);
-        if (!rc) rc = al__framing_tokenize(tk, &t->fr, text, len, &t->ids, &t->n, err);
+        if (!rc) rc = al_framing_tokenize(tk, &t->fr, text, len, &t->ids, &t->n, err);
         t->framed = 1;
         al_tokenizer_free(tk);
         free(text);
@@ -136,16 +137,23 @@ void run_tokens_free(run_tokens *t) {
     t->n = 0;
 }
 
+void run_tokens_framing_json(const run_tokens *t, cJSON *o) {
+    char *txt = t->framed ? al_framing_json(&t->fr) : NULL;
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    if (j) cJSON_AddItemToObject(o, "framing", j);
+    al_free(txt);
+}
+
 long run_tokens_all_length(const run_tokens *t, long K) {
-    long extra = t->framed ? 2 - al__framing_body(&t->fr, 2) : 0;
+    long extra = t->framed ? 2 - al_framing_body(&t->fr, 2) : 0;
     return (long)(t->n / (size_t)K) + extra;
 }
 
 int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, const int32_t **out,
                       al_error *err) {
-    if (t->framed && al__framing_body(&t->fr, L) != L && L >= 1 && L <= info->n_ctx && k >= 0) {
+    if (t->framed && al_framing_body(&t->fr, L) != L && L >= 1 && L <= info->n_ctx && k >= 0) {
         free(t->win), t->win = NULL; /* an encoder's window: [CLS] + L - 2 tokens + [SEP] */
-        int rc = al__framing_window_alloc(&t->fr, t->ids, t->n, k, L, t->source, &t->win, err);
+        int rc = al_framing_window_alloc(&t->fr, t->ids, t->n, k, L, t->source, &t->win, err);
         *out = t->win;
         return rc;
     }

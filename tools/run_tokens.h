@@ -5,7 +5,6 @@
 #define AL_RUN_TOKENS_H
 
 #include "attnlim.h"
-#include "tokenizer.h"
 
 typedef struct run_tokens {
     int32_t *ids; /* [n] */
@@ -16,8 +15,8 @@ typedef struct run_tokens {
     double seconds;       /* reading + tokenizing */
     long invalid_utf8_at; /* --corpus: byte offset of the first invalid UTF-8 byte, -1 if none */
     int framed;           /* --corpus: the ids are framed by fr (--tokens: used as given) */
-    al__framing fr;       /* BOS first / an encoder's [CLS] ... [SEP] windows (tokenizer.h) */
-    int32_t *win;         /* [L] the last framed window run_tokens_window made */
+    al_framing fr; /* BOS first / an encoder's [CLS] ... [SEP] windows (attnlim.h al_framing) */
+    int32_t *win;  /* [L] the last framed window run_tokens_window made */
 } run_tokens;
 
 /* The warning every command that tokenizes text gives (tokenize, capture, perplexity): when
@@ -38,6 +37,9 @@ int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, 
 /* The L that takes every token in K windows (no --length): n / K, plus the [CLS] and [SEP] of
  * a wrapped encoder window. */
 long run_tokens_all_length(const run_tokens *t, long K);
+/* o["framing"]: how the corpus became the windows (al_framing_json), when it is a corpus. */
+struct cJSON;
+void run_tokens_framing_json(const run_tokens *t, struct cJSON *o);
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
  * --text (a prompt: corpus = cli_text_corpus), --length (optional with --tokens and --text:

@@ -97,7 +97,7 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
 /* Rank 0: the diagnosis and, with --out, the explorer's window (the first W tokens of the window
  * as their own window) and every output (diagnose_out.c). */
 static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, int L,
-                       const int32_t *win, al_tokenizer *tk, const al__framing *fr, char **json,
+                       const int32_t *win, al_tokenizer *tk, const al_framing *fr, char **json,
                        al_error *err) {
     int has_own = !fr;
     const al_model_info *mi = al_model_get_info(m);
@@ -152,11 +152,6 @@ static int sel_mask(const int *v, int n, int count, const char *what, uint8_t **
     return 0;
 }
 
-/* The option's 0 default / 1 on / 2 off as al__framing_make's -1 / 1 / 0. */
-int al__ex_switch(int v) {
-    return v == 1 ? 1 : v == 2 ? 0 : -1;
-}
-
 /* How many tokens the prompt corpus makes with the model's tokenizer: a window's L (the
  * [CLS] and [SEP] of a wrapped encoder window counted). */
 static int prompt_tokens(al_model *m, const al_diag_opts *o, int *n, al_error *err) {
@@ -164,13 +159,13 @@ static int prompt_tokens(al_model *m, const al_diag_opts *o, int *n, al_error *e
     char *text = NULL;
     size_t len = 0, nt = 0;
     int32_t *ids = NULL;
-    al__framing f;
+    al_framing f;
     int rc = al_model_tokenizer(m, &tk, err);
-    if (!rc && al__framing_make(tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &f, err))
+    if (!rc && al_framing_make(tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &f, err))
         rc = al__err_prefix(err, AL_E_INVALID, "%s", al_model_get_info(m)->path);
     if (!rc) rc = al_corpus_load(o->corpus, NULL, &text, &len, err);
-    if (!rc) rc = al__framing_tokenize(tk, &f, text, len, &ids, &nt, err);
-    if (!rc) nt += (size_t)(2 - al__framing_body(&f, 2));
+    if (!rc) rc = al_framing_tokenize(tk, &f, text, len, &ids, &nt, err);
+    if (!rc) nt += (size_t)(2 - al_framing_body(&f, 2));
     *n = rc ? 0 : (int)(nt < (size_t)1 << 30 ? nt : (size_t)1 << 30);
     free(ids);
     free(text);
@@ -194,8 +189,8 @@ typedef struct diag_run {
     int32_t *tokens; /* [n_tokens] */
     size_t n_tokens, text_len;
     const int32_t *win; /* the window's L tokens */
-    int32_t *framed;    /* [L] the window as framed (al__framing), when it is one */
-    al__framing fr;
+    int32_t *framed;    /* [L] the window as framed (al_framing), when it is one */
+    al_framing fr;
     const int32_t *own; /* the model's own tokens (an attention dump), [n_own] */
     int n_own;
     char own_label[160];
@@ -259,19 +254,18 @@ static int diag_window(diag_run *r, al_error *err) {
     } else {
         const char *corpus = o->corpus ? o->corpus : "war-and-peace";
         if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
-            (rc = al__framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->fr,
-                                   err)
+            (rc = al_framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->fr, err)
                       ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
                       : 0) ||
             (rc = al_corpus_load(corpus, o->data_path, &r->text, &r->text_len, err)) ||
-            (rc = al__framing_tokenize(r->tk, &r->fr, r->text, r->text_len, &r->tokens,
-                                       &r->n_tokens, err)))
+            (rc = al_framing_tokenize(r->tk, &r->fr, r->text, r->text_len, &r->tokens, &r->n_tokens,
+                                      err)))
             return rc;
         if (o->window < 0)
             return al__err(err, AL_E_INVALID, "--window %d: windows are numbered from 0",
                            o->window);
-        rc = al__framing_window_alloc(&r->fr, r->tokens, r->n_tokens, o->window, L, corpus,
-                                      &r->framed, err);
+        rc = al_framing_window_alloc(&r->fr, r->tokens, r->n_tokens, o->window, L, corpus,
+                                     &r->framed, err);
         r->win = r->framed;
         return rc;
     }

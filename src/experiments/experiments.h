@@ -79,7 +79,7 @@ typedef struct plan {
     /* --layers / --heads: the heads analysed (NULL: all; the others stay NaN), how many */
     uint8_t *lmask, *hmask; /* [n_layer], [n_head] */
     int n_sel_layers, n_sel_heads;
-    al__framing fr; /* how the corpus becomes windows (every rank: encoder, wrap, cls, sep) */
+    al_framing fr; /* how the corpus becomes windows (every rank: encoder, wrap, cls, sep) */
 } plan;
 /* Is head h (layer-major) analysed (--layers / --heads)? */
 int al__ex_head_selected(const plan *p, int h);
@@ -252,14 +252,14 @@ typedef struct al__ex_diag {
     char **tok;     /* [W] */
     const int *ids; /* [W] */
     const char *window_note;
-    const int32_t *win;    /* [L] the diagnosed window's ids */
-    al_tokenizer *tk;      /* their strings (NULL: a dump's) */
-    const al__framing *fr; /* how the corpus became it (NULL: a dump's own tokens) */
+    const int32_t *win;   /* [L] the diagnosed window's ids */
+    al_tokenizer *tk;     /* their strings (NULL: a dump's) */
+    const al_framing *fr; /* how the corpus became it (NULL: a dump's own tokens) */
 } al__ex_diag;
 
 /* The JSON report into *json (malloc'ed); with o->out_dir also diagnose.json, .md, .html and
  * diagnose_flags.svg/.png. */
-/* A 0 default / 1 on / 2 off option (bos, wrap) as al__framing_make's -1 / 1 / 0. */
+/* A 0 default / 1 on / 2 off option (bos, wrap) as al_framing_make's -1 / 1 / 0. */
 int al__ex_switch(int v);
 /* "token_ids" and "tokens" (their strings; "#id" where one does not decode) of ids[n] into o. */
 int al__ex_tokens_json(al_tokenizer *tk, const int32_t *ids, int n, cJSON *o, al_error *err);

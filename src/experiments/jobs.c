@@ -468,11 +468,11 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
     /* the window: ids [kL, (k+1)L), or an encoder's [CLS] + L - 2 of them + [SEP] */
     const int32_t *win = tokens + (size_t)j->window * j->L;
     int32_t *framed = NULL;
-    if (!rc && al__framing_body(&p->fr, j->L) != j->L) {
+    if (!rc && al_framing_body(&p->fr, j->L) != j->L) {
         if (!(framed = al__malloc(sizeof(int32_t) * (size_t)j->L, "window", err)))
             rc = AL_E_NOMEM;
         else
-            al__framing_window(&p->fr, tokens, j->window, j->L, framed), win = framed;
+            al_framing_window(&p->fr, tokens, j->window, j->L, framed), win = framed;
     }
     double t0 = al__now(), c0 = al__ex_process_cpu();
     if (!rc) rc = al_model_forward(m, win, j->L, &req, NULL, NULL, err);

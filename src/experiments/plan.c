@@ -162,6 +162,10 @@ void al__ex_free_plan(plan *p) {
     free(p->hmask);
 }
 
+int al__ex_switch(int v) {
+    return v == 1 ? 1 : v == 2 ? 0 : -1;
+}
+
 int al__ex_head_selected(const plan *p, int h) {
     return (!p->lmask || p->lmask[h / p->n_head]) && (!p->hmask || p->hmask[h % p->n_head]);
 }

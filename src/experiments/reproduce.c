@@ -148,7 +148,7 @@ static void plan_fingerprint(const run *r, const al_repro_opts *o, plan *p) {
     cJSON_Delete(att);
     /* the windows (BOS first, an encoder's [CLS] ... [SEP]) and --layers / --heads; their
      * defaults add nothing for a decoder (earlier runs' fingerprints stay valid) */
-    const al__framing *f = &r->p.fr;
+    const al_framing *f = &r->p.fr;
     k = strlen(buf);
     if ((f->bos || (f->encoder && f->wrap)) && k < sizeof buf - 16)
         k += (size_t)snprintf(buf + k, sizeof buf - k, "|%s", f->bos ? "bos" : "cls-sep");
@@ -212,10 +212,10 @@ static int run_check_tokens(const run *r, al_error *err) {
     int maxL = 0;
     for (int i = 0; i < r->p.n_jobs; i++)
         if (r->p.jobs[i].L > maxL) maxL = r->p.jobs[i].L;
-    long body = al__framing_body(&r->p.fr, maxL), minL = maxL;
+    long body = al_framing_body(&r->p.fr, maxL), minL = maxL;
     for (int i = 0; i < r->p.n_jobs; i++)
         if (r->p.jobs[i].L < minL) minL = r->p.jobs[i].L;
-    if (al__framing_body(&r->p.fr, minL) < 1)
+    if (al_framing_body(&r->p.fr, minL) < 1)
         return al__err(err, AL_E_INVALID,
                        "L = %ld: an encoder window [CLS] ... [SEP] needs L >= 3 (L counts the "
                        "two; --no-wrap for bare windows)",
@@ -263,8 +263,8 @@ static int run_setup_root(run *r, al_error *err) {
     if (r->n_own) /* a dump's tokens: the corpus identity is the SHA-256 of the int32 ids */
         al_sha256_buf(r->own, sizeof(int32_t) * (size_t)r->n_own, r->corpus_sha);
     else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
-             (rc = al__framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->p.fr,
-                                    err)
+             (rc = al_framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->p.fr,
+                                   err)
                        ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
                        : 0) ||
              (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len, err)))
@@ -279,8 +279,8 @@ static int run_setup_root(run *r, al_error *err) {
         return al__err(err, AL_E_NOMEM, "out of memory (run options)");
     if (o->resume && (rc = al__ex_check_run_options(&r->p, r->run_opts, err))) return rc;
     if (!r->n_own)
-        rc = al__framing_tokenize(r->tk, &r->p.fr, r->text, r->text_len, &r->tokens, &r->n_tokens,
-                                  err);
+        rc = al_framing_tokenize(r->tk, &r->p.fr, r->text, r->text_len, &r->tokens, &r->n_tokens,
+                                 err);
     else if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
         rc = AL_E_NOMEM;
     else
@@ -494,7 +494,7 @@ static void run_timings(const plan *p, al__summary *s);
 
 /* The report's "window framing" and "heads analysed" rows. */
 static void summary_framing(const plan *p, al__summary *s) {
-    const al__framing *f = &p->fr;
+    const al_framing *f = &p->fr;
     if (strcmp(s->family, "dump"))
         snprintf(s->framing, sizeof s->framing, "%s",
                  f->encoder && f->wrap ? "[CLS] + L - 2 corpus tokens + [SEP] per window (L "

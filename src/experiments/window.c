@@ -112,8 +112,8 @@ int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const i
         s->ex.curve[s->ex.n_curves++] =
             (al__explorer_curve){.name = "N_s/N", .n = p->nN4, .x = p->N4, .v = a->a4[0]};
     int32_t framed[AL__EX_WINDOW];
-    if (W >= 3 && al__framing_body(&p->fr, W) != W) { /* an encoder's [CLS] ... [SEP] */
-        al__framing_window(&p->fr, tokens, 0, W, framed);
+    if (W >= 3 && al_framing_body(&p->fr, W) != W) { /* an encoder's [CLS] ... [SEP] */
+        al_framing_window(&p->fr, tokens, 0, W, framed);
         tokens = framed;
     }
     if (W < 2) return 0;

@@ -60,10 +60,10 @@ void al__tokenizer_set_bos(al_tokenizer *tk, int32_t id, int dflt, const char *f
 
 /* ---- framing: how a corpus becomes windows (tokenizer.h) ----------------------------------- */
 
-int al__framing_make(al_tokenizer *tk, int bos, int wrap, al__framing *f, al_error *err) {
+int al_framing_make(al_tokenizer *tk, int bos, int wrap, al_framing *f, al_error *err) {
     memset(f, 0, sizeof *f);
     f->bos_id = f->cls = f->sep = -1;
-    if (!tk) return al__err(err, AL_E_INVALID, "al__framing_make: NULL tokenizer");
+    if (!tk) return al__err(err, AL_E_INVALID, "al_framing_make: NULL tokenizer");
     if (tk->wp) {
         f->encoder = 1;
         al__wordpiece_cls_sep(tk->wp, &f->cls, &f->sep);
@@ -98,8 +98,8 @@ int al__framing_make(al_tokenizer *tk, int bos, int wrap, al__framing *f, al_err
     return 0;
 }
 
-int al__framing_tokenize(const al_tokenizer *tk, const al__framing *f, const char *text, size_t len,
-                         int32_t **ids, size_t *n, al_error *err) {
+int al_framing_tokenize(const al_tokenizer *tk, const al_framing *f, const char *text, size_t len,
+                        int32_t **ids, size_t *n, al_error *err) {
     int rc = al_tokenize(tk, text, len, 0, ids, n, err);
     if (rc) return rc;
     int32_t *v = *ids;
@@ -120,12 +120,12 @@ int al__framing_tokenize(const al_tokenizer *tk, const al__framing *f, const cha
     return 0;
 }
 
-long al__framing_body(const al__framing *f, long L) {
+long al_framing_body(const al_framing *f, long L) {
     return f->encoder && f->wrap ? L - 2 : L;
 }
 
-void al__framing_window(const al__framing *f, const int32_t *body, long k, long L, int32_t *dst) {
-    long B = al__framing_body(f, L);
+void al_framing_window(const al_framing *f, const int32_t *body, long k, long L, int32_t *dst) {
+    long B = al_framing_body(f, L);
     if (B == L) {
         memcpy(dst, body + (size_t)k * L, sizeof *dst * (size_t)L);
         return;
@@ -135,10 +135,10 @@ void al__framing_window(const al__framing *f, const int32_t *body, long k, long 
     dst[L - 1] = f->sep;
 }
 
-int al__framing_window_alloc(const al__framing *f, const int32_t *ids, size_t n, long k, long L,
-                             const char *source, int32_t **dst, al_error *err) {
+int al_framing_window_alloc(const al_framing *f, const int32_t *ids, size_t n, long k, long L,
+                            const char *source, int32_t **dst, al_error *err) {
     *dst = NULL;
-    long B = al__framing_body(f, L);
+    long B = al_framing_body(f, L);
     if (B < 1)
         return al__err(err, AL_E_INVALID,
                        "L = %ld: a window [CLS] ... [SEP] needs L >= 3 (L counts the two; "
@@ -153,11 +153,11 @@ int al__framing_window_alloc(const al__framing *f, const int32_t *ids, size_t n,
                        B < L ? " (L - 2 corpus tokens per window, between [CLS] and [SEP])" : "",
                        (long)avail - 1);
     if (!(*dst = al__malloc(sizeof **dst * (size_t)L, "window tokens", err))) return AL_E_NOMEM;
-    al__framing_window(f, ids, k, L, *dst);
+    al_framing_window(f, ids, k, L, *dst);
     return 0;
 }
 
-void al__framing_json(const al__framing *f, cJSON *parent) {
+void al__framing_json(const al_framing *f, cJSON *parent) {
     cJSON *o = cJSON_AddObjectToObject(parent, "framing");
     if (!o) return;
     cJSON *b = cJSON_AddObjectToObject(o, "bos");
@@ -532,4 +532,16 @@ done:
 
 int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err) {
     return al_tokenizer_open_bpe(vocab, "gpt2", out, err);
+}
+
+char *al_framing_json(const al_framing *f) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !f) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    al__framing_json(f, o);
+    char *t = al__json_print(cJSON_GetObjectItemCaseSensitive(o, "framing"), 0);
+    cJSON_Delete(o);
+    return t;
 }

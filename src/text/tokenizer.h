@@ -87,41 +87,10 @@ int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err);
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);
 int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err);
 
-/* ---- how a corpus becomes windows (capture, perplexity, reproduce, diagnose) ----------------
- * A decoder's corpus is tokenized as one text, with the BOS token first when bos is on (the
- * model's default: tokenizer_config.json add_bos_token or the tokenizer.json template, GGUF
- * tokenizer.ggml.add_bos_token, GPT-2 none), and window k is ids [kL, (k+1)L). An encoder's
- * (WordPiece) corpus is its body without [CLS]/[SEP]; with wrap on (the default) window k is
- * [CLS] + body [k(L-2), (k+1)(L-2)) + [SEP], so L counts the two special tokens (the forward's
- * T = L, every row sees n = L keys); with wrap off it is body [kL, (k+1)L), bare. */
-typedef struct al__framing {
-    int encoder;          /* a WordPiece tokenizer: wrap applies, BOS does not */
-    int wrap;             /* encoder windows [CLS] ... [SEP] */
-    int32_t cls, sep;     /* their ids */
-    int bos, bos_default; /* the BOS token first in the text: used, and the model's default */
-    int32_t bos_id;       /* -1: the model has none */
-    const char *bos_from; /* where the default comes from */
-    char bos_token[64];   /* its string ("" none) */
-} al__framing;
 /* The BOS a non-HF tokenizer has (GGUF metadata, the GPT-2 family): id, default, source. */
 void al__tokenizer_set_bos(al_tokenizer *tk, int32_t id, int dflt, const char *from);
-/* bos, wrap: -1 the model's default, 0 off, 1 on. --bos on where the model has no BOS token,
- * --bos for an encoder and wrap for a decoder are refused. Applies bos to tk. */
-int al__framing_make(al_tokenizer *tk, int bos, int wrap, al__framing *f, al_error *err);
-/* The corpus ids (the body of an encoder's; a decoder's with BOS first when f->bos). */
-int al__framing_tokenize(const al_tokenizer *tk, const al__framing *f, const char *text, size_t len,
-                         int32_t **ids, size_t *n, al_error *err);
-/* Corpus tokens in a window of L (L - 2 when wrapped); < 1 when L is too short. */
-long al__framing_body(const al__framing *f, long L);
-/* Window k of L: dst[L] from body (wrapped or not). The caller checks it fits. */
-void al__framing_window(const al__framing *f, const int32_t *body, long k, long L, int32_t *dst);
-/* Window k of L of the body ids[n] into a new array *dst[L] (the range checked: AL_E_RANGE
- * naming source and the windows there are). */
-int al__framing_window_alloc(const al__framing *f, const int32_t *ids, size_t n, long k, long L,
-                             const char *source, int32_t **dst, al_error *err);
-/* The manifest's "framing" object: bos {used, default, default_from, id, token}, wrap, and
- * what L counts. */
+/* The manifest's "framing" object (al_framing_json's, as a cJSON child of parent). */
 struct cJSON;
-void al__framing_json(const al__framing *f, struct cJSON *parent);
+void al__framing_json(const al_framing *f, struct cJSON *parent);
 
 #endif
