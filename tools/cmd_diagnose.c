@@ -95,6 +95,16 @@ static void print_text(const cJSON *r) {
     printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s\n",
            str(m, "name"), str(m, "family"), (int)num(m, "n_layer"), (int)num(m, "n_head"),
            str(r, "corpus"), (int)num(r, "window"), (int)num(r, "L"), str(r, "normalizer"));
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(r, "framing");
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(fr, "bos");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fr, "wrap")))
+        printf("window: [CLS] + %d corpus tokens + [SEP] (L counts the two; --no-wrap: bare)\n",
+               (int)num(r, "L") - 2);
+    else if (bos)
+        printf("window: %s (the model's default: %s, from %s)\n",
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "used")) ? "BOS first" : "no BOS",
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "default")) ? "BOS" : "none",
+               str(bos, "default_from"));
     printf("%d of %d heads diagnosed: %d collapsed, %d vanishing, %d sink\n", (int)num(s, "heads"),
            (int)num(s, "heads_in_model"), (int)num(s, "collapsed"), (int)num(s, "vanishing"),
            (int)num(s, "sink"));
