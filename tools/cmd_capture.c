@@ -99,8 +99,8 @@ static void usage(FILE *f) {
         "  --length L         tokens per window (default with --tokens or --text: all)\n"
         "  --what LIST        default: weights\n"
         "  --force            replace an earlier capture in DIR (atomically)\n"
-        "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
-        "                 as tokenizer_config.json / the post-processor say); --eos likewise\n"
+        CLI_FRAMING_USAGE
+        "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
         "  --dry-run          print only the size the capture would write, and stop\n"
         "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
         "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"

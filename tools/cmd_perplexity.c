@@ -56,8 +56,8 @@ static void usage(FILE *f) {
         "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
         "                  the model's tokenizer\n"
         "  --tokens FILE   token ids separated by whitespace\n"
-        "  --bos on|off       add the BOS token to a --corpus (tokenizer.json models; default:\n"
-        "                     as tokenizer_config.json / the post-processor say); --eos likewise\n"
+        CLI_FRAMING_USAGE
+        "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
         "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
         "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
         "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"

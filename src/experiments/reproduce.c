@@ -81,6 +81,8 @@ typedef struct run {
     char started[32], picked[64];
     cJSON *run_opts;
     int lock_fd;
+    char made[4200]; /* the first directory of OUT's path that did not exist ("" none): a run
+                      * that fails before writing into OUT removes it again, down from OUT */
     al_model *m;
     const al_model_info *mi;
     al_tokenizer *tk;
@@ -255,6 +257,38 @@ static int run_sweep(run *r, al_error *err) {
     return rc;
 }
 
+/* The shortest prefix of path (at a '/') that does not exist into made[cap] ("" when path
+ * exists). */
+static void first_missing(const char *path, char *made, size_t cap) {
+    struct stat st;
+    made[0] = 0;
+    if (lstat(path, &st) == 0 || strlen(path) >= cap) return;
+    snprintf(made, cap, "%s", path);
+    for (char *e = strrchr(made, '/'); e && e > made; e = strrchr(made, '/')) {
+        *e = 0;
+        if (lstat(made, &st) == 0) { /* made + '/' ... is the first missing one */
+            *e = '/';
+            e[1 + strcspn(e + 1, "/")] = 0;
+            return;
+        }
+    }
+    made[strcspn(made, "/")] = 0; /* a relative path: its first component */
+    if (!made[0]) snprintf(made, cap, "%s", path);
+}
+
+/* Removes the empty directories from path up to made (what mkdirs created; only empty ones:
+ * nothing written is lost). */
+static void remove_made(const char *path, const char *made) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s", path);
+    size_t n = strlen(made);
+    while (strlen(p) >= n && rmdir(p) == 0 && strlen(p) > n) {
+        char *e = strrchr(p, '/');
+        if (!e) break;
+        *e = 0;
+    }
+}
+
 /* Rank 0: the corpus and its identity, the lock on OUT, --resume's check (before the costly
  * tokenization), the tokens, the sweep. */
 static int run_setup_root(run *r, al_error *err) {
@@ -271,7 +305,9 @@ static int run_setup_root(run *r, al_error *err) {
         return rc;
     if (!r->n_own) al_sha256_buf(r->text, r->text_len, r->corpus_sha);
     run_fingerprint(r);
-    /* OUT only now: a bad model, corpus or option leaves no empty directory behind */
+    /* OUT only now: a bad model, corpus or option leaves no empty directory behind (and one
+     * found bad below, a corpus too short, removes the directory it made: run_free) */
+    first_missing(o->out_dir, r->made, sizeof r->made);
     if ((rc = al__mkdirs(o->out_dir, err)) ||
         (rc = al__ex_lock_out_dir(o->out_dir, &r->lock_fd, err)))
         return rc;
@@ -657,7 +693,7 @@ static int run_write(run *r, al_error *err) {
     return al__ex_write_json(&r->p, &r->a, r->corpus_sha, r->started, err);
 }
 
-static void run_free(run *r) {
+static void run_free(run *r, int failed) {
     cJSON_Delete(r->run_opts);
     if (r->lock_fd >= 0) { /* removed while still held: no run is left out (partial.c) */
         char path[4200];
@@ -665,6 +701,7 @@ static void run_free(run *r) {
         unlink(path);
         close(r->lock_fd);
     }
+    if (r->made[0] && failed) remove_made(r->o.out_dir, r->made);
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
     al__ex_free_variants(r->var, r->n_var);
@@ -704,6 +741,6 @@ int al_reproduce_dist(const al_repro_opts *opts, al_dist *dist, al_error *err) {
     /* the last chance to stop: once the outputs are being written they are written whole */
     if (!rc) rc = al__dist_agree(dist, al__poll("reproduce", r.p.n_jobs, r.p.n_jobs, err), err);
     if (!rc) rc = al__dist_agree(dist, r.root ? run_write(&r, err) : 0, err);
-    run_free(&r);
+    run_free(&r, rc != 0);
     return rc;
 }

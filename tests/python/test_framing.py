@@ -243,3 +243,22 @@ def test_perplexity_sigint(gpt2):
     m = re.search(r"attnlim perplexity: interrupted: (\d+) of 4000 windows done; nothing was printed", err)
     assert m and 3 <= int(m.group(1)) < 4000, err
     assert out == ""
+
+
+# ---- nothing is created before the inputs are validated ---------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ("reproduce", "--text", "hi there"),                       # too few tokens for the grids
+    ("reproduce", "--quick", "--corpus", "/nonexistent/text"),
+    ("reproduce", "--quick", "--wrap"),                         # a decoder
+    ("reproduce", "--quick", "--layers", "5"),
+    ("diagnose", "--length", "100000"),
+    ("diagnose", "--length", "16", "--window", "999999"),
+    ("capture", "--corpus", "war-and-peace", "--length", "16", "--window", "999999", "--what", "weights"),
+    ("capture", "--corpus", "war-and-peace", "--length", "16", "--what", "weights", "--wrap"),
+])
+def test_refusal_leaves_no_directory(gpt2, tmp_path, args):
+    out = tmp_path / "a" / "out"
+    p = run(args[0], "--model", gpt2, *args[1:], "--out", out, check=None)
+    assert 0 < p.returncode < 128, p.stderr
+    assert not (tmp_path / "a").exists(), (args, sorted(os.listdir(tmp_path / "a")))  # not even its parent
