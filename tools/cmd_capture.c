@@ -98,8 +98,7 @@ static void usage(FILE *f) {
         "  --text PROMPT      the prompt itself, tokenized likewise\n"
         "  --length L         tokens per window (default with --tokens or --text: all)\n"
         "  --what LIST        default: weights\n"
-        "  --force            replace an earlier capture in DIR (atomically)\n"
-        CLI_FRAMING_USAGE
+        "  --force            replace an earlier capture in DIR (atomically)\n" CLI_FRAMING_USAGE
         "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
         "  --dry-run          print only the size the capture would write, and stop\n"
         "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"

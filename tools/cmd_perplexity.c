@@ -55,8 +55,7 @@ static void usage(FILE *f) {
         "its NaN/Inf tensor) unless --allow-nonfinite.\n"
         "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
         "                  the model's tokenizer\n"
-        "  --tokens FILE   token ids separated by whitespace\n"
-        CLI_FRAMING_USAGE
+        "  --tokens FILE   token ids separated by whitespace\n" CLI_FRAMING_USAGE
         "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
         "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
         "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
