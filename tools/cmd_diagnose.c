@@ -92,19 +92,23 @@ static const char *measure_name(const char *m) {
 static void print_text(const cJSON *r) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "summary");
-    printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s\n",
+    printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s",
            str(m, "name"), str(m, "family"), (int)num(m, "n_layer"), (int)num(m, "n_head"),
            str(r, "corpus"), (int)num(r, "window"), (int)num(r, "L"), str(r, "normalizer"));
-    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(r, "framing");
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(r, "framing"); /* absent: a dump */
     const cJSON *bos = cJSON_GetObjectItemCaseSensitive(fr, "bos");
+    int used = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "used"));
+    int dflt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "default"));
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fr, "wrap")))
-        printf("window: [CLS] + %d corpus tokens + [SEP] (L counts the two; --no-wrap: bare)\n",
-               (int)num(r, "L") - 2);
+        printf(", window [CLS] + %d tokens + [SEP]", (int)num(r, "L") - 2);
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fr, "encoder")))
+        printf(", bare window (--no-wrap)");
     else if (bos)
-        printf("window: %s (the model's default: %s, from %s)\n",
-               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "used")) ? "BOS first" : "no BOS",
-               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "default")) ? "BOS" : "none",
-               str(bos, "default_from"));
+        printf(", %s%s", used ? "BOS first" : "no BOS",
+               used == dflt ? " (the model's default)"
+               : used       ? " (--bos; the model's default: none)"
+                            : " (--no-bos; the model's default: BOS)");
+    printf("\n");
     printf("%d of %d heads diagnosed: %d collapsed, %d vanishing, %d sink\n", (int)num(s, "heads"),
            (int)num(s, "heads_in_model"), (int)num(s, "collapsed"), (int)num(s, "vanishing"),
            (int)num(s, "sink"));
