@@ -64,50 +64,96 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-/* The --options a usage text names, deduplicated, into opt[max] (pointers into text). */
-static int usage_options(char *text, const char **opt, int max) {
-    int n = 0;
-    for (char *p = text; (p = strstr(p, "--")) && n < max;) {
-        char *e = p + 2;
-        while (*e == '-' || (*e >= 'a' && *e <= 'z') || (*e >= '0' && *e <= '9')) e++;
-        int word = e - p > 3 && (p == text || p[-1] == ' ' || p[-1] == '[' || p[-1] == '\n' ||
-                                 p[-1] == '|' || p[-1] == '(' || p[-1] == '/');
-        char c = *e;
-        *e = 0;
-        int dup = 0;
-        for (int i = 0; word && i < n && !dup; i++) dup = !strcmp(opt[i], p);
-        if (word && !dup) opt[n++] = p;
-        if (!word || dup) *e = c; /* leave the text whole where the word is not kept */
-        p = c ? e + 1 : e;
+/* The entry of opts (and of the tables it includes) named name (or aliased), else NULL. */
+static const cli_opt *find_opt(const cli_opt *opts, const char *name) {
+    for (const cli_opt *o = opts; o->id || o->name || o->help || o->more; o++) {
+        if (!o->name && o->more) {
+            const cli_opt *m = find_opt(o->more, name);
+            if (m) return m;
+        } else if (o->name && (!strcmp(o->name, name) || (o->alias && !strcmp(o->alias, name))))
+            return o;
+    }
+    return NULL;
+}
+
+/* The names of opts (and of the tables it includes) into names[max]; returns how many. */
+static int opt_names(const cli_opt *opts, const char **names, int n, int max) {
+    for (const cli_opt *o = opts; (o->id || o->name || o->help || o->more) && n < max; o++) {
+        if (!o->name && o->more)
+            n = opt_names(o->more, names, n, max);
+        else if (o->name)
+            names[n++] = o->name;
     }
     return n;
 }
 
-int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) {
-    char *text = NULL;
-    size_t size = 0;
-    const char *near = NULL;
-    FILE *m = usage ? open_memstream(&text, &size) : NULL;
-    const char *opt[256];
-    if (m) {
-        usage(m);
-        fclose(m);
-        char name[128];
-        snprintf(name, sizeof name, "%s", arg);
-        char *eq = strchr(name, '=');
-        if (eq) *eq = 0;
-        int n = usage_options(text, opt, 256);
-        for (int i = 0; i < n; i++)
-            if (!strcmp(opt[i], name)) { /* a known option: its value is missing */
-                free(text);
-                return cli_usage_error(cmd, "%s needs a value", name);
-            }
-        near = al_nearest(name, opt, n);
+int cli_parse_error(cli_parser *p, const char *fmt, ...) {
+    p->status = 2;
+    if (p->quiet) return 2;
+    char m[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return cli_usage_error(p->cmd, "%s", m);
+}
+
+int cli_next(cli_parser *p, const char **val) {
+    *val = NULL;
+    p->opt = NULL;
+    if (++p->i >= p->argc) return CLI_END;
+    const char *a = p->argv[p->i];
+    if (p->positional && (a[0] != '-' || a[1] == 0)) {
+        *val = a;
+        return CLI_POS;
     }
-    int rc = near ? cli_usage_error(cmd, "unknown option '%s': did you mean '%s'?", arg, near)
-                  : cli_usage_error(cmd, "unknown option '%s'", arg);
-    free(text);
-    return rc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!p->quiet && p->usage) p->usage(stdout);
+        p->status = 0;
+        return CLI_STOP;
+    }
+    const cli_opt *o = find_opt(p->opts, a);
+    if (!o) {
+        const char *names[256];
+        const char *near = al_nearest(a, names, opt_names(p->opts, names, 0, 256));
+        if (near)
+            cli_parse_error(p, "unknown option '%s': did you mean '%s'?", a, near);
+        else
+            cli_parse_error(p, "unknown option '%s'", a);
+        return CLI_STOP;
+    }
+    p->opt = o->name;
+    if (o->arg) {
+        if (p->i + 1 >= p->argc) {
+            cli_parse_error(p, "%s needs a value", o->name);
+            return CLI_STOP;
+        }
+        *val = p->argv[++p->i];
+    }
+    return o->id;
+}
+
+void cli_print_options(FILE *f, const cli_opt *opts, int col) {
+    for (const cli_opt *o = opts; o->id || o->name || o->help || o->more; o++) {
+        if (!o->name) {
+            if (o->more)
+                cli_print_options(f, o->more, col);
+            else
+                fprintf(f, "%s\n", o->help);
+            continue;
+        }
+        int w = fprintf(f, "  %s%s%s%s%s", o->name, o->alias ? ", " : "", o->alias ? o->alias : "",
+                        o->arg ? " " : "", o->arg ? o->arg : "");
+        const char *h = o->help ? o->help : "";
+        for (int line = 0;; line++) {
+            const char *nl = strchr(h, '\n');
+            int len = nl ? (int)(nl - h) : (int)strlen(h);
+            int pad = line ? col : w < col ? col - w : 2;
+            fprintf(f, "%*s%.*s\n", pad, "", len, h);
+            if (!nl) break;
+            h = nl + 1;
+        }
+    }
 }
 
 static char *prompts[8];
@@ -128,27 +174,37 @@ const char *cli_text_corpus(const char *text) {
     return s;
 }
 
-int cli_switch_arg(int argc, char **argv, int *i, const char *name, int *dst, al_error *err) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (!strncmp(a, "--no-", 5) && !strcmp(a + 5, name)) {
-        *dst = 2;
-        return 1;
-    }
-    if (strncmp(a, "--", 2) || strcmp(a + 2, name)) return 0;
-    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if (!v || !strncmp(v, "--", 2)) { /* the bare switch: on */
-        *dst = 1;
-        return 1;
-    }
-    ++*i;
+const cli_opt CLI_FRAMING_OPTS[] = {
+    {CLI_O_BOS, "--bos", NULL,
+     "(also --bos on|off) BOS first in the text (decoders; default: the\n"
+     "model's own: tokenizer_config.json add_bos_token / the tokenizer.json\n"
+     "template, GGUF tokenizer.ggml.add_bos_token; GPT-2 none); recorded"},
+    {CLI_O_NO_BOS, "--no-bos", NULL, "no BOS (--bos off)"},
+    {CLI_O_WRAP, "--wrap", NULL,
+     "(also --wrap on|off) encoders: each window is [CLS] + L - 2 corpus\n"
+     "tokens + [SEP] (the default: L counts the two)"},
+    {CLI_O_NO_WRAP, "--no-wrap", NULL, "encoders: bare windows of corpus tokens (--wrap off)"},
+    CLI_OPT_END,
+};
+
+int cli_switch_take(cli_parser *p, int on, int off, int id, int *dst) {
+    if (id != on && id != off) return 0;
+    *dst = id == on ? 1 : 2;
+    const char *v = id == on && p->i + 1 < p->argc ? p->argv[p->i + 1] : NULL;
+    if (!v || v[0] == '-') return 1; /* the bare switch */
+    p->i++;                          /* --NAME on|off, --NAME=on|off */
     if (!strcmp(v, "on") || !strcmp(v, "off")) {
         *dst = v[1] == 'n' ? 1 : 2;
         return 1;
     }
-    al_error_set(err, AL_E_INVALID, "--%.*s '%s': expected on or off (or --%.*s / --no-%.*s)",
-                 (int)n, name, v, (int)n, name, (int)n, name);
-    return -1;
+    const char *name = p->opt ? p->opt + 2 : "?";
+    return cli_parse_error(p, "--%s '%s': expected on or off (or --%s / --no-%s)", name, v, name,
+                           name);
+}
+
+int cli_framing_take(cli_parser *p, int id, int *bos, int *wrap) {
+    int r = cli_switch_take(p, CLI_O_BOS, CLI_O_NO_BOS, id, bos);
+    return r ? r : cli_switch_take(p, CLI_O_WRAP, CLI_O_NO_WRAP, id, wrap);
 }
 
 int cli_is_prompt(const char *corpus) {
@@ -497,15 +553,19 @@ int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_erro
     return 0;
 }
 
-const char CLI_ATTN_USAGE[] =
-    "  --attention R       the attention inside the forward, in every layer (later layers see\n"
-    "                      the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
-    "                      topk-sqrt:C (ceil(C sqrt n)), topk-log:C (ceil(C ln n)): each query\n"
-    "                      row of n keys keeps its min(n, K) largest logits (ties: lower index)\n"
-    "  --attention-normalizer M  over the kept logits: softmax (default), sparsemax, entmax15,\n"
-    "                      entmax:A, ssmax[:S]\n"
-    "  --attention-layers LIST, --attention-heads LIST  the layers / query heads modified\n"
-    "                      (default all)\n";
+const cli_opt CLI_ATTN_OPTS[] = {
+    {CLI_O_ATTENTION, "--attention", "R",
+     "the attention inside the forward, in every layer (later layers see\n"
+     "the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
+     "topk-sqrt:C (ceil(C sqrt n)), topk-log:C (ceil(C ln n)): each query\n"
+     "row of n keys keeps its min(n, K) largest logits (ties: lower index)"},
+    {CLI_O_ATTENTION_NORMALIZER, "--attention-normalizer", "M",
+     "over the kept logits: softmax (default), sparsemax,\n"
+     "entmax15, entmax:A, ssmax[:S]"},
+    {CLI_O_ATTENTION_LAYERS, "--attention-layers", "LIST", "the layers modified (default all)"},
+    {CLI_O_ATTENTION_HEADS, "--attention-heads", "LIST", "the query heads modified (default all)"},
+    CLI_OPT_END,
+};
 
 int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err) {
     al_attn_variant probe = {0};

@@ -46,10 +46,53 @@ int cli_fail(const char *cmd, const al_error *err);
 /* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* "unknown option 'ARG'" as cli_usage_error, with "did you mean '--x'?" when one option that the
- * command's usage text names is near ARG (al__nearest); "ARG needs a value" when ARG is one of
- * them (the caller found no value after it). Returns 2. */
-int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *));
+/* ---- options: each command declares its options once, in a table of cli_opt (in its own
+ * file); the parser (cli_next) and --help (cli_print_options) both read that table. */
+typedef struct cli_opt {
+    int id;                     /* the command's own code for it (> 0), returned by cli_next */
+    const char *name;           /* "--model"; NULL: a line of prose in --help (help), or `more` */
+    const char *arg;            /* the value's name in --help ("M"); NULL: a flag without a value */
+    const char *help;           /* its --help text, lines separated by '\n' */
+    const char *alias;          /* another spelling ("-q"), or NULL */
+    const struct cli_opt *more; /* (name NULL) a shared table included here, e.g. CLI_ATTN_OPTS */
+} cli_opt;
+/* A table ends with an entry of id 0 and neither name, help nor more: CLI_OPT_END. */
+#define CLI_OPT_END                                                                                \
+    { 0, NULL, NULL, NULL, NULL, NULL }
+/* A line of prose between options in --help (printed as is, with a newline). */
+#define CLI_TEXT(s)                                                                                \
+    { -1, NULL, NULL, s, NULL, NULL }
+#define CLI_MORE(t)                                                                                \
+    { -1, NULL, NULL, NULL, NULL, t }
+
+/* Walks argv[1..argc) of command cmd against opts. --help and -h print usage(stdout) (after it,
+ * cli_next returns CLI_STOP with status 0); an unknown option, and an option that takes a
+ * value and has none, print the usage error ("unknown option 'ARG'", with "did you mean
+ * '--x'?" when one of the table's names is near ARG, al_nearest; "--x needs a value") and
+ * return CLI_STOP with status 2. quiet: print nothing (the ranks other than 0 of an MPI run). */
+typedef struct cli_parser {
+    const char *cmd;
+    int argc;
+    char **argv;
+    const cli_opt *opts;
+    void (*usage)(FILE *);
+    int positional; /* takes positional words (else each is an unknown option) */
+    int quiet;
+    int i;           /* the word just read */
+    const char *opt; /* the option just read ("--model"), as the table spells it */
+    int status;      /* after CLI_STOP: the exit status */
+} cli_parser;
+enum { CLI_END = 0, CLI_POS = -1, CLI_STOP = -2 };
+/* The next argument: an option's id (*val its value, or NULL for a flag), CLI_POS (*val a
+ * positional word: one not starting with '-', or "-" itself; only when p->positional),
+ * CLI_END, or CLI_STOP. */
+int cli_next(cli_parser *p, const char **val);
+/* The options of a table for --help: "  --name ARG" padded to column col, then its help; lines
+ * of prose as they are. */
+void cli_print_options(FILE *f, const cli_opt *opts, int col);
+/* A usage error of the parser's command (cli_usage_error unless quiet): sets p->status = 2 and
+ * returns 2. */
+int cli_parse_error(cli_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* argv [argc] with every "--name=value" after argv[0] split into "--name" "value", so that every
  * command takes both spellings: a new NULL-terminated argv of *out_argc entries; *owned lists
  * (NULL-terminated) the strings to free after the new argv and itself. NULL when out of memory. */
@@ -59,16 +102,6 @@ char **cli_split_equals(int argc, char **argv, int *out_argc, char ***owned);
  * until exit. NULL when out of memory. */
 const char *cli_text_corpus(const char *text);
 /* Is corpus a prompt (cli_text_corpus)? */
-/* --NAME, --NAME on|off, --NAME=on|off and --no-NAME (bos, eos, wrap): *dst 1 on, 2 off.
- * 1 when argv[*i] is one (*i past a value it took), 0 when not, -1 a bad value (err). */
-int cli_switch_arg(int argc, char **argv, int *i, const char *name, int *dst, al_error *err);
-/* The --bos / --wrap lines of every usage text that takes a corpus. */
-#define CLI_FRAMING_USAGE                                                                          \
-    "  --bos, --no-bos    (also --bos on|off) BOS first in the text (decoders; default: the\n"     \
-    "                     model's own: tokenizer_config.json add_bos_token / the tokenizer.json\n" \
-    "                     template, GGUF tokenizer.ggml.add_bos_token; GPT-2 none); recorded\n"    \
-    "  --wrap, --no-wrap  (also --wrap on|off) encoders: each window is [CLS] + L - 2 corpus\n"    \
-    "                     tokens + [SEP] (default on: L counts the two), or bare corpus tokens\n"
 int cli_is_prompt(const char *corpus);
 
 /* Strict number parsing of a command-line value; what names the option in the message. */
@@ -85,8 +118,28 @@ int cli_parse_double_list(const char *s, const char *what, double **out, int *n,
  * option a). Returns 1 when a is one of them (s filled; lists[2] own the index lists, freed by
  * the caller), 0 when not, -1 on a bad value (err set). */
 int cli_attn_arg(const char *a, const char *v, al_attn_spec *s, int *lists[2], al_error *err);
-/* Their --help lines. */
-extern const char CLI_ATTN_USAGE[];
+/* Their table (ids CLI_O_ATTENTION..; include it with CLI_MORE(CLI_ATTN_OPTS)). */
+enum {
+    CLI_O_ATTENTION = 1000,
+    CLI_O_ATTENTION_NORMALIZER,
+    CLI_O_ATTENTION_LAYERS,
+    CLI_O_ATTENTION_HEADS
+};
+extern const cli_opt CLI_ATTN_OPTS[];
+/* Is id one of CLI_ATTN_OPTS's? */
+#define CLI_IS_ATTN(id) ((id) >= CLI_O_ATTENTION && (id) <= CLI_O_ATTENTION_HEADS)
+
+/* How a corpus becomes windows (include/attnlim.h al_framing): --bos / --no-bos (also --bos
+ * on|off, --bos=on) and --wrap / --no-wrap, in reproduce, diagnose (this table) and capture,
+ * perplexity (RUN_OPTS). */
+enum { CLI_O_BOS = 1100, CLI_O_NO_BOS, CLI_O_WRAP, CLI_O_NO_WRAP };
+extern const cli_opt CLI_FRAMING_OPTS[];
+/* A switch just read by cli_next: id == on (a flag, optionally followed by the word on or off,
+ * which it takes) or off ("--no-NAME"): *dst 1 on, 2 off; returns 1. 0 when id is neither; 2
+ * after a usage error (a word other than on / off). */
+int cli_switch_take(cli_parser *p, int on, int off, int id, int *dst);
+/* cli_switch_take for CLI_FRAMING_OPTS's ids (bos, wrap: 0 default, 1 on, 2 off). */
+int cli_framing_take(cli_parser *p, int id, int *bos, int *wrap);
 /* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an
  * error naming what). */
 int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err);
@@ -113,8 +166,10 @@ typedef struct norm_opts {
     int full; /* jacobian --full */
     int help;
 } norm_opts;
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, void (*usage)(FILE *),
-                     norm_opts *o);
+extern const cli_opt CLI_NORM_OPTS[];
+enum { CLI_NORM_FULL = 100, CLI_NORM_JSON }; /* --full (jacobian), --json: ids in the tables */
+int cmd_norm_options(const char *cmd, int argc, char **argv, const cli_opt *opts,
+                     void (*usage)(FILE *), norm_opts *o);
 /* Logits rows from input (see cli_read_array): a 1-D row or 2-D rows, else an error naming the
  * input. */
 int cli_read_rows(const char *input, al_array *out, al_error *err);

@@ -66,6 +66,25 @@ static const char MASK_CONVENTION[] =
     "causal models: for query row t, keys j > t are masked: logits -inf, weights 0 (above the "
     "diagonal of each [L, L] array); encoders mask nothing";
 
+enum { O_WINDOW = 1, O_LAYERS, O_HEADS, O_WHAT, O_OUT, O_FORCE, O_DRY_RUN };
+static const cli_opt opts[] = {
+    CLI_MORE(RUN_OPTS),
+    {O_WINDOW, "--window", "K", "the window (default 0)"},
+    {O_LAYERS, "--layers", "SET", "the layers captured (0,3,5-7 or all, the default)"},
+    {O_HEADS, "--heads", "SET", "the heads captured (0-3 or all, the default)"},
+    {O_WHAT, "--what", "LIST", "default: weights"},
+    {O_OUT, "--out", "DIR", "the output directory"},
+    {O_FORCE, "--force", NULL, "replace an earlier capture in DIR (atomically)"},
+    {O_DRY_RUN, "--dry-run", NULL, "print only the size the capture would write, and stop"},
+    {RUN_O_ALLOW_NONFINITE, "--allow-nonfinite", NULL,
+     "write arrays holding NaN/Inf (counted in the manifest)"},
+    {RUN_O_JSON, "--json", NULL, "print the manifest on stdout"},
+    CLI_TEXT("The attention variant (recorded as the manifest's model.attention; the weights\n"
+             "captured are the variant's, the logits the model's full rows): --attention,\n"
+             "--normalizer, --attention-layers, --attention-heads above."),
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -92,21 +111,8 @@ static void usage(FILE *f) {
         "DIR appears only when the whole run succeeded, in one rename; it must be new or\n"
         "empty. A NaN/Inf in a captured array (masked entries aside) is an error naming the\n"
         "layer, the array, the position and the model file (and its NaN/Inf tensor).\n"
-        "  --tokens FILE      token ids separated by whitespace\n"
-        "  --corpus NAME      war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-        "                     the model's tokenizer (--length required)\n"
-        "  --text PROMPT      the prompt itself, tokenized likewise\n"
-        "  --length L         tokens per window (default with --tokens or --text: all)\n"
-        "  --what LIST        default: weights\n"
-        "  --force            replace an earlier capture in DIR (atomically)\n" CLI_FRAMING_USAGE
-        "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
-        "  --dry-run          print only the size the capture would write, and stop\n"
-        "  --allow-nonfinite  write arrays holding NaN/Inf (counted in the manifest)\n"
-        "  --threads N        compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-        "  --json             print the manifest on stdout\n"
-        "The attention variant (recorded as the manifest's model.attention; the weights captured\n"
-        "are the variant's, the logits the model's full rows):\n");
-    fputs(RUN_ATTN_USAGE, f);
+        "\n");
+    cli_print_options(f, opts, 21);
 }
 
 /* ---- SIGINT / SIGTERM ------------------------------------------------------------------------ */
@@ -381,33 +387,19 @@ int cmd_capture(int argc, char **argv) {
     int force = 0, dry_run = 0, r;
     run_opts ro = {0};
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if ((r = run_opts_arg("capture", argc, argv, &i, &ro))) {
-            if (r != 1) return r;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else if (!strcmp(a, "--dry-run")) {
-            dry_run = 1;
-        } else if (i + 1 >= argc || a[0] != '-') {
-            return cli_usage_error("capture", "unknown argument or missing value: '%s'", a);
-        } else if (!strcmp(a, "--layers")) {
-            layers_s = argv[++i];
-        } else if (!strcmp(a, "--heads")) {
-            heads_s = argv[++i];
-        } else if (!strcmp(a, "--what")) {
-            what_s = argv[++i];
-        } else if (!strcmp(a, "--out")) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--window")) {
-            if (cli_parse_int(argv[++i], "--window", 0, 1L << 40, &window, &err))
-                return cli_usage_error("capture", "%s", err.msg);
-        } else {
-            return cli_unknown_option("capture", a, usage);
-        }
+    cli_parser p = {"capture", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if ((r = run_opts_take(&p, id, v, &ro)) > 1) return r;
+        if (id == O_FORCE) force = 1;
+        if (id == O_DRY_RUN) dry_run = 1;
+        if (id == O_LAYERS) layers_s = v;
+        if (id == O_HEADS) heads_s = v;
+        if (id == O_WHAT) what_s = v;
+        if (id == O_OUT) out = v;
+        if (id == O_WINDOW && cli_parse_int(v, "--window", 0, 1L << 40, &window, &err))
+            return cli_usage_error("capture", "%s", err.msg);
     }
     if ((r = run_opts_finish("capture", &ro, 1, "at least 1 token"))) return r;
     if (!out && !dry_run) return cli_usage_error("capture", "--out DIR is required");

@@ -28,6 +28,13 @@ static void synthetic_logits(uint64_t seed, double sd, double *z, int n) {
     }
 }
 
+enum { O_SEED = 1, O_JSON };
+static const cli_opt opts[] = {
+    {O_SEED, "--seed", "S", "the seed of the synthetic logits (default 2508)"},
+    {O_JSON, "--json", NULL, "one JSON object of every number printed"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -37,8 +44,9 @@ static void usage(FILE *f) {
         "     size, entropy, sum, and the spectral norm of its Jacobian;\n"
         "  2. the spectral norm of the softmax Jacobian (diag(p) - p p^T)/T against T on a row\n"
         "     of %d logits, beside the supremum 1/(2T) and the paper's min(1/(4T), sqrt 2), and\n"
-        "     for two equal logits, where it is exactly 1/(2T).\n",
+        "     for two equal logits, where it is exactly 1/(2T).\n\n",
         ROW_N, SWEEP_N);
+    cli_print_options(f, opts, 12);
 }
 
 typedef struct demo_row {
@@ -158,19 +166,13 @@ int cmd_demo(int argc, char **argv) {
     long seed = 2508;
     int json = 0;
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--seed")) {
-            if (i + 1 >= argc) return cli_usage_error("demo", "--seed needs a value");
-            if (cli_parse_int(argv[++i], "--seed", 0, 2147483647L, &seed, &err))
-                return cli_usage_error("demo", "%s", err.msg);
-        } else {
-            return cli_unknown_option("demo", argv[i], usage);
-        }
+    cli_parser p = {"demo", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if (id == O_JSON) json = 1;
+        if (id == O_SEED && cli_parse_int(v, "--seed", 0, 2147483647L, &seed, &err))
+            return cli_usage_error("demo", "%s", err.msg);
     }
     double row[ROW_N], sweep[SWEEP_N]; /* [ROW_N], [SWEEP_N] */
     synthetic_logits((uint64_t)seed, 2.0, row, ROW_N);

@@ -4,8 +4,50 @@
 #include "outdir.h"
 
 #include <stdlib.h>
-#include <stdlib.h>
 #include <string.h>
+
+enum {
+    O_MODEL = 1,
+    O_CORPUS,
+    O_TEXT,
+    O_DATA,
+    O_LENGTH,
+    O_WINDOW,
+    O_LAYERS,
+    O_HEADS,
+    O_NORMALIZER,
+    O_OUT,
+    O_FORCE,
+    O_THREADS,
+    O_JSON
+};
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "M", "a checkpoint, a known name or an attention dump directory"},
+    {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a text file"},
+    {O_TEXT, "--text", "PROMPT", "the prompt as the corpus"},
+    {O_DATA, "--data", "DIR", "where the shared data files are (tokenizer, corpus)"},
+    {O_LENGTH, "--length", "L", "the window length"},
+    {O_WINDOW, "--window", "K", "the window (default 0)"},
+    {O_LAYERS, "--layers", "LIST", "only these layers (as capture takes them; default all)"},
+    {O_HEADS, "--heads", "LIST", "only these heads (default all)"},
+    {O_NORMALIZER, "--normalizer", "M", "re-normalise the captured logits"},
+    {O_OUT, "--out", "DIR",
+     "also write DIR/diagnose.json, diagnose.md, diagnose.html (the per-head\n"
+     "explorer) and diagnose_flags.svg/.png (the flags, layer x head); DIR new\n"
+     "or empty, it appears in one rename"},
+    {O_FORCE, "--force", NULL, "replace an earlier diagnose output in DIR, atomically"},
+    {O_THREADS, "--threads", "T", "threads over heads (default: OMP_NUM_THREADS or all cores)"},
+    {O_JSON, "--json", NULL,
+     "print the JSON report on stdout (default: a summary, a line per flag)"},
+    CLI_TEXT("Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
+             "reports.\n"
+             "These change the model's attention itself (recorded in the report's "
+             "model.attention):"),
+    CLI_MORE(CLI_ATTN_OPTS),
+    CLI_TEXT("How the corpus becomes the window (diagnose.json \"framing\"; docs/reproduce.md):"),
+    CLI_MORE(CLI_FRAMING_OPTS),
+    CLI_OPT_END,
+};
 
 static void usage(FILE *f) {
     fprintf(
@@ -29,20 +71,8 @@ static void usage(FILE *f) {
         "--text PROMPT diagnoses the prompt itself: L defaults to its number of tokens.\n"
         "--model DUMPDIR reads an attention dump (docs/dumps.md): its T tokens, window 0,\n"
         "L = min(1024, T) by default (any L <= T when causal; L = T when bidirectional).\n"
-        "  --layers, --heads  only these (as capture takes them; default all)\n"
-        "  --out DIR   also write DIR/diagnose.json, diagnose.md, diagnose.html (the per-head\n"
-        "              explorer) and diagnose_flags.svg/.png (the flags, layer x head); DIR new\n"
-        "              or empty, it appears in one rename\n"
-        "  --force     replace an earlier diagnose output in DIR, atomically\n"
-        "  --json      print the JSON report on stdout (default: a summary, a line per flag)\n"
-        "Under mpirun (a build with MPI) the heads are shared out over the ranks; rank 0 "
-        "reports.\n"
-        "--normalizer re-normalises the captured logits; the options below change the model's\n"
-        "attention itself (recorded in the report's model.attention):\n");
-    fputs(CLI_ATTN_USAGE, f);
-    fputs("How the corpus becomes the window (diagnose.json \"framing\"; "
-          "docs/reproduce.md):\n" CLI_FRAMING_USAGE,
-          f);
+        "\n");
+    cli_print_options(f, opts, 14);
 }
 
 static int own_entry(const char *name, int is_dir) {
@@ -149,62 +179,49 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
     al_diag_opts o = {.corpus = NULL}; /* NULL: war-and-peace (a dump takes none) */
     al_error err = {0};
     int json = 0, force = 0, *layers = NULL, *heads = NULL;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    cli_parser p = {"diagnose", argc, argv, opts, usage, 0, !root};
+    const char *v;
+    for (int id; !rc && (id = cli_next(&p, &v)) != CLI_END;) {
         long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            if (root) usage(stdout);
+        if (id == CLI_STOP) {
+            rc = p.status; /* 0 after --help */
             goto out;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-            continue;
-        }
-        int sw = cli_switch_arg(argc, argv, &i, "bos", &o.bos, &err);
-        if (!sw) sw = cli_switch_arg(argc, argv, &i, "wrap", &o.wrap, &err);
-        if (sw < 0) rc = USAGE_ERROR("%s", err.msg);
-        if (sw) continue;
-        if (!v) {
-            rc = root ? cli_unknown_option("diagnose", a, usage) : 2;
-            break;
-        }
-        i++;
-        int ar = cli_attn_arg(a, v, &o.attention, att_lists, &err);
-        if (ar < 0) {
-            rc = USAGE_ERROR("%s", err.msg);
-            break;
-        }
-        if (ar > 0) continue;
-        if (!strcmp(a, "--model"))
-            o.model = v;
-        else if (!strcmp(a, "--corpus"))
-            o.corpus = v;
-        else if (!strcmp(a, "--text")) {
-            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
-        } else if (!strcmp(a, "--data"))
-            o.data_path = v;
-        else if (!strcmp(a, "--out"))
-            o.out_dir = v;
-        else if (!strcmp(a, "--normalizer"))
-            o.normalizer = v;
-        else if (!strcmp(a, "--layers") || !strcmp(a, "--heads")) {
-            int **dst = a[2] == 'l' ? &layers : &heads;
-            free(*dst);
-            if (parse_list(v, a, dst, a[2] == 'l' ? &o.n_layers : &o.n_heads, &err))
+        } else if (CLI_IS_ATTN(id)) {
+            if (cli_attn_arg(p.opt, v, &o.attention, att_lists, &err) < 0)
                 rc = USAGE_ERROR("%s", err.msg);
-        } else if (!strcmp(a, "--length")) {
+        } else if (cli_framing_take(&p, id, &o.bos, &o.wrap)) {
+            rc = p.status; /* 2 after a word other than on / off */
+        } else if (id == O_JSON) {
+            json = 1;
+        } else if (id == O_FORCE) {
+            force = 1;
+        } else if (id == O_MODEL) {
+            o.model = v;
+        } else if (id == O_CORPUS) {
+            o.corpus = v;
+        } else if (id == O_TEXT) {
+            if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
+        } else if (id == O_DATA) {
+            o.data_path = v;
+        } else if (id == O_OUT) {
+            o.out_dir = v;
+        } else if (id == O_NORMALIZER) {
+            o.normalizer = v;
+        } else if (id == O_LAYERS || id == O_HEADS) {
+            int **dst = id == O_LAYERS ? &layers : &heads;
+            free(*dst);
+            if (parse_list(v, p.opt, dst, id == O_LAYERS ? &o.n_layers : &o.n_heads, &err))
+                rc = USAGE_ERROR("%s", err.msg);
+        } else if (id == O_LENGTH) {
             if (cli_parse_int(v, "--length", 2, 1 << 20, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.length = (int)n;
-        } else if (!strcmp(a, "--window")) {
+        } else if (id == O_WINDOW) {
             if (cli_parse_int(v, "--window", 0, 1 << 30, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.window = (int)n;
-        } else if (!strcmp(a, "--threads")) {
+        } else if (id == O_THREADS) {
             if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) rc = USAGE_ERROR("%s", err.msg);
             o.threads = (int)n;
-        } else
-            rc = root ? cli_unknown_option("diagnose", a, usage) : 2;
+        }
     }
     if (rc) goto out;
     o.layers = layers, o.heads = heads;

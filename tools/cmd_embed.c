@@ -9,6 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { O_MODEL = 1, O_TEXT, O_FILE, O_COSINE, O_THREADS, O_JSON };
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "PATH", "an encoder checkpoint or a known name (minilm)"},
+    {O_TEXT, "--text", "S", "a sentence (repeatable)"},
+    {O_FILE, "--file", "F", "one sentence per line (empty lines skipped; - reads stdin)"},
+    {O_COSINE, "--cosine", NULL,
+     "print the pairwise cosine-similarity matrix instead of the vectors"},
+    {O_THREADS, "--threads", "N", "compute threads (default: all cores, or OMP_NUM_THREADS)"},
+    {O_JSON, "--json", NULL,
+     "{\"model\", \"dim\", \"sentences\", \"n_tokens\", \"embeddings\",\n"
+     " \"cosine\"}"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim embed --model PATH (--text \"...\" [--text ...] | --file F)\n"
@@ -20,12 +34,8 @@ static void usage(FILE *f) {
             "attention mask of a single unpadded sentence) and scaled to unit length, as\n"
             "sentence-transformers all-MiniLM-L6-v2 does. A sentence longer than the model's\n"
             "context (512 tokens) is an error (sentence-transformers would truncate it).\n"
-            "  --text S      a sentence (repeatable)\n"
-            "  --file F      one sentence per line (empty lines skipped; - reads stdin)\n"
-            "  --cosine      print the pairwise cosine-similarity matrix instead of the vectors\n"
-            "  --threads N   compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --json        {\"model\", \"dim\", \"sentences\", \"n_tokens\", \"embeddings\",\n"
-            "                 \"cosine\"}\n");
+            "\n");
+    cli_print_options(f, opts, 15);
 }
 
 typedef struct sentences {
@@ -126,37 +136,26 @@ int cmd_embed(int argc, char **argv) {
     long threads = 0;
     sentences ss = {0};
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+    cli_parser p = {"embed", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        int rc = 0;
+        if (id == CLI_STOP) {
             free_sentences(&ss);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--cosine")) {
-            cosine = 1;
-        } else if (i + 1 >= argc || a[0] != '-') {
+            return p.status;
+        }
+        if (id == O_JSON) json = 1;
+        if (id == O_COSINE) cosine = 1;
+        if (id == O_MODEL) model = v;
+        if (id == O_FILE) file = v;
+        if (id == O_TEXT && add_sentence(&ss, v, strlen(v), &err)) {
             free_sentences(&ss);
-            return cli_usage_error("embed", "unknown argument or missing value: '%s'", a);
-        } else if (!strcmp(a, "--model")) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--file")) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--text")) {
-            const char *s = argv[++i];
-            if (add_sentence(&ss, s, strlen(s), &err)) {
-                free_sentences(&ss);
-                return cli_fail("embed", &err);
-            }
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(argv[++i], "--threads", 1, 1024, &threads, &err)) {
-                free_sentences(&ss);
-                return cli_usage_error("embed", "%s", err.msg);
-            }
-        } else {
+            return cli_fail("embed", &err);
+        }
+        if (id == O_THREADS) rc = cli_parse_int(v, "--threads", 1, 1024, &threads, &err);
+        if (rc) {
             free_sentences(&ss);
-            return cli_unknown_option("embed", a, usage);
+            return cli_usage_error("embed", "%s", err.msg);
         }
     }
     if (!model || (!file && ss.n == 0) || (file && ss.n > 0)) {

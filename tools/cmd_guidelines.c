@@ -6,6 +6,49 @@
 #include <string.h>
 #include <unistd.h>
 
+enum {
+    O_MODEL = 1,
+    O_CORPUS,
+    O_DATA,
+    O_OUT,
+    O_WINDOWS,
+    O_LENGTHS,
+    O_K,
+    O_RULES,
+    O_NORMALIZERS,
+    O_REPRODUCE,
+    O_MONITOR_LENGTH,
+    O_MONITOR_N,
+    O_RESUME,
+    O_THREADS,
+    O_QUIET
+};
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "M",
+     "a causal LM: GPT-2 (HF dir, .safetensors, llm.c .bin), a Llama-family\n"
+     ".gguf, or a known name (gpt2, smollm2)"},
+    {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a text file"},
+    {O_DATA, "--data", "DIR", "where the shared data files are"},
+    {O_OUT, "--out", "DIR", "the output directory (default ./attnlim-guidelines)"},
+    {O_WINDOWS, "--windows", "K", "windows 0..K-1 of every L (default 4)"},
+    {O_LENGTHS, "--lengths", "LIST", "default 128,256,512,1024 (and 2048 when the context allows)"},
+    {O_K, "--k", "LIST", "fixed k of topk:k (only k < L runs; default 1,2,4,...,512)"},
+    {O_RULES, "--rules", "LIST",
+     "default topk-frac:0.06,topk-sqrt:1,topk-sqrt:2,topk-log:2,topk-log:4"},
+    {O_NORMALIZERS, "--normalizers", "LIST",
+     "default sparsemax,entmax15,entmax:1.25,ssmax (dense, every layer)"},
+    {O_REPRODUCE, "--reproduce", "DIR",
+     "a reproduce output of the same model: its Algorithm 3 critical N"},
+    {O_MONITOR_LENGTH, "--monitor-length", "L",
+     "the L of the per-layer monitoring (default the largest L <= 1024;\n-1: off)"},
+    {O_MONITOR_N, "--monitor-n", "N", "N of N_s/N in the monitoring (default 16)"},
+    {O_RESUME, "--resume", NULL,
+     "reuse the (L, variant) results in DIR/partial of the same model,\ncorpus and K"},
+    {O_THREADS, "--threads", "T", "compute threads (default: OMP_NUM_THREADS or all cores)"},
+    {O_QUIET, "--quiet", NULL, "no progress bar and no messages", "-q"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -21,25 +64,9 @@ static void usage(FILE *f) {
         "guidelines.json, guidelines.csv, monitoring.csv, guidelines.md and figures (SVG + PNG)\n"
         "into DIR (default ./attnlim-guidelines).\n"
         "\n"
-        "  --model M          a causal LM: GPT-2 (HF dir, .safetensors, llm.c .bin), a "
-        "Llama-family\n"
-        "                     .gguf, or a known name (gpt2, smollm2)\n"
-        "  --corpus C         war-and-peace (default) or a text file\n"
-        "  --data DIR         where the shared data files are\n"
-        "  --windows K        windows 0..K-1 of every L (default 4)\n"
-        "  --lengths LIST     default 128,256,512,1024 (and 2048 when the context allows)\n"
-        "  --k LIST           fixed k of topk:k (only k < L runs; default 1,2,4,...,512)\n"
-        "  --rules LIST       default "
-        "topk-frac:0.06,topk-sqrt:1,topk-sqrt:2,topk-log:2,topk-log:4\n"
-        "  --normalizers LIST default sparsemax,entmax15,entmax:1.25,ssmax (dense, every layer)\n"
-        "  --reproduce DIR    a reproduce output of the same model: its Algorithm 3 critical N\n"
-        "  --monitor-length L the L of the per-layer monitoring (default the largest L <= 1024;\n"
-        "                     -1: off); --monitor-n N: N of N_s/N (default 16)\n"
-        "  --resume           reuse the (L, variant) results in DIR/partial of the same model,\n"
-        "                     corpus and K\n"
-        "  --threads T        compute threads (default: OMP_NUM_THREADS or all cores)\n"
-        "  --quiet            no progress bar and no messages\n"
-        "Lists: 1,2,4 or 1-16 (integers); rules and normalizers comma-separated.\n");
+        "");
+    cli_print_options(f, opts, 21);
+    fprintf(f, "Lists: 1,2,4 or 1-16 (integers); rules and normalizers comma-separated.\n");
 }
 
 /* "a,b,c" into out[*n] pointing into the copy *buf (freed by the caller) */
@@ -61,56 +88,49 @@ int cmd_guidelines(int argc, char **argv) {
     char *rbuf = NULL, *nbuf = NULL;
     const char **rules = NULL, **norms = NULL;
     long n;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+    cli_parser p = {"guidelines", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) {
+            rc = p.status; /* 0 after --help */
             goto out;
-        } else if (!strcmp(a, "--resume")) {
+        } else if (id == O_RESUME) {
             o.resume = 1;
-            continue;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+        } else if (id == O_QUIET) {
             o.quiet = 1;
-            continue;
-        }
-        if (!v) {
-            rc = cli_usage_error("guidelines", "%s needs a value (or is unknown)", a);
-            goto out;
-        }
-        i++;
-        if (!strcmp(a, "--model"))
+        } else if (id == O_MODEL) {
             o.model = v;
-        else if (!strcmp(a, "--corpus"))
+        } else if (id == O_CORPUS) {
             o.corpus = v;
-        else if (!strcmp(a, "--data"))
+        } else if (id == O_DATA) {
             o.data_path = v;
-        else if (!strcmp(a, "--out"))
+        } else if (id == O_OUT) {
             o.out_dir = v;
-        else if (!strcmp(a, "--reproduce"))
+        } else if (id == O_REPRODUCE) {
             o.reproduce_dir = v;
-        else if (!strcmp(a, "--windows") || !strcmp(a, "--threads") ||
-                 !strcmp(a, "--monitor-length") || !strcmp(a, "--monitor-n")) {
-            long lo = !strcmp(a, "--monitor-length") ? -1 : 1;
-            if (cli_parse_int(v, a, lo, 1 << 20, &n, &err)) goto usage_err;
-            if (!strcmp(a, "--windows")) o.windows = (int)n;
-            if (!strcmp(a, "--threads")) o.threads = (int)n;
-            if (!strcmp(a, "--monitor-length")) o.monitor_length = (int)n;
-            if (!strcmp(a, "--monitor-n")) o.monitor_n = (int)n;
-        } else if (!strcmp(a, "--k")) {
+        } else if (id == O_WINDOWS || id == O_THREADS || id == O_MONITOR_LENGTH ||
+                   id == O_MONITOR_N) {
+            long lo = id == O_MONITOR_LENGTH ? -1 : 1;
+            if (cli_parse_int(v, p.opt, lo, 1 << 20, &n, &err)) goto usage_err;
+            if (id == O_WINDOWS) o.windows = (int)n;
+            if (id == O_THREADS) o.threads = (int)n;
+            if (id == O_MONITOR_LENGTH) o.monitor_length = (int)n;
+            if (id == O_MONITOR_N) o.monitor_n = (int)n;
+        } else if (id == O_K) {
             free(ks);
             ks = NULL;
             if (cli_parse_int_list(v, "--k", &ks, &o.n_k, &err)) goto usage_err;
             o.k = ks;
-        } else if (!strcmp(a, "--lengths")) {
+        } else if (id == O_LENGTHS) {
             free(Ls);
             Ls = NULL;
             if (cli_parse_int_list(v, "--lengths", &Ls, &o.n_lengths, &err)) goto usage_err;
             o.lengths = Ls;
-        } else if (!strcmp(a, "--rules") || !strcmp(a, "--normalizers")) {
-            int r = !strcmp(a, "--rules");
+        } else if (id == O_RULES || id == O_NORMALIZERS) {
+            int r = id == O_RULES;
             int *cnt = r ? &o.n_rules : &o.n_normalizers;
             if (split_list(v, r ? &rbuf : &nbuf, r ? &rules : &norms, cnt)) {
-                rc = cli_usage_error("guidelines", "%s: an empty list", a);
+                rc = cli_usage_error("guidelines", "%s: an empty list", p.opt);
                 goto out;
             }
             al_attn_variant probe = {0};
@@ -123,9 +143,6 @@ int cmd_guidelines(int argc, char **argv) {
                 o.rules = rules;
             else
                 o.normalizers = norms;
-        } else {
-            rc = cli_usage_error("guidelines", "unknown option '%s'", a);
-            goto out;
         }
     }
     if (!o.model) {

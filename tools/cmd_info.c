@@ -7,6 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { O_MODEL = 1, O_TENSORS, O_NO_HASH, O_JSON };
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "PATH|NAME", "a checkpoint, a known name or an attention dump directory"},
+    {O_TENSORS, "--tensors", NULL,
+     "list every stored tensor (name, dtype, shape) of a safetensors or llm.c file"},
+    {O_NO_HASH, "--no-hash", NULL, "list the files without hashing them"},
+    {O_JSON, "--json", NULL, "one JSON object"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim info --model PATH|NAME [--tensors] [--no-hash] [--json]\n"
@@ -17,11 +27,8 @@ static void usage(FILE *f) {
             ".gguf; a dump's manifest.json and arrays) with their SHA-256s, and the\n"
             "model identity 'sha256': the SHA-256 of the lines '<sha256>  <name>' of those files\n"
             "sorted by name, i.e. `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum`. NaN/Inf\n"
-            "weights are a warning (exit 0).\n"
-            "  --tensors  list every stored tensor (name, dtype, shape) of a safetensors or llm.c "
-            "file\n"
-            "  --no-hash  list the files without hashing them\n"
-            "  --json     one JSON object\n");
+            "weights are a warning (exit 0).\n");
+    cli_print_options(f, opts, 13);
 }
 
 /* Stored tensors of a safetensors or llm.c checkpoint, into j["tensors"] and j["dtypes"]. */
@@ -149,20 +156,14 @@ static void print_text(const cJSON *j) {
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     int json = 0, tensors = 0, hash = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (!strcmp(argv[i], "--tensors"))
-            tensors = 1;
-        else if (!strcmp(argv[i], "--no-hash"))
-            hash = 0;
-        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
-            model = argv[++i];
-        else
-            return cli_unknown_option("info", argv[i], usage);
+    cli_parser p = {"info", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if (id == O_JSON) json = 1;
+        if (id == O_TENSORS) tensors = 1;
+        if (id == O_NO_HASH) hash = 0;
+        if (id == O_MODEL) model = v;
     }
     if (!model) return cli_usage_error("info", "--model PATH is required");
     al_error err = {0};

@@ -7,29 +7,29 @@
 #include <string.h>
 #include <unistd.h>
 
+static const cli_opt opts[] = {
+    CLI_MORE(CLI_NORM_OPTS),
+    {CLI_NORM_FULL, "--full", NULL,
+     "also print the dense Jacobian (\"jacobian\": rows of J[i][j] = dp_i/dz_j)"},
+    {CLI_NORM_JSON, "--json", NULL,
+     "print {\"spectral_norm\", \"frobenius_norm\", \"bound_sup\", \"bound_paper\"}"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: attnlim jacobian --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"
-        "                        [--input FILE|-] [--full] [--json]\n\n"
-        "Norms of J = dp/dz for p = normalizer(z / T) at the logits z read from the input\n"
-        "(a row; a 2-D input gives one result per row).\n\n"
-        "  --method M         softmax (default), sparsemax, entmax15, entmax, ssmax,\n"
-        "                     sa-softmax, sa-softmax-norm\n"
-        "  --temperature T    T > 0, default 1\n"
-        "  --alpha A          entmax alpha > 1 (default 1.5)\n"
-        "  --ssmax-s S        ssmax scalar s (default 0.43)\n"
-        "  --input FILE       .npy or text numbers; absent or '-' reads stdin\n"
-        "  --full             also print the dense Jacobian (\"jacobian\": rows of J[i][j] = "
-        "dp_i/dz_j)\n"
-        "  --json             print {\"spectral_norm\", \"frobenius_norm\", \"bound_sup\", "
-        "\"bound_paper\"}\n\n"
-        "Spectral norms are exact (secular equation) for softmax, sparsemax, entmax and ssmax, "
-        "and\n"
-        "accurate to 1e-6 relative or better (Lanczos on J^T J) for the sa-softmax forms. "
-        "bound_sup\n"
-        "= 1/(2T) (the supremum) and bound_paper = min(1/(4T), sqrt 2) (the paper's value) for\n"
-        "softmax and ssmax (at its effective temperature T / (s log n)); null for the others.\n");
+    fprintf(f, "usage: attnlim jacobian --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"
+               "                        [--input FILE|-] [--full] [--json]\n\n"
+               "Norms of J = dp/dz for p = normalizer(z / T) at the logits z read from the input\n"
+               "(a row; a 2-D input gives one result per row).\n\n");
+    cli_print_options(f, opts, 21);
+    fprintf(f, "\nSpectral norms are exact (secular equation) for softmax, sparsemax, entmax and "
+               "ssmax, and\n"
+               "accurate to 1e-6 relative or better (Lanczos on J^T J) for the sa-softmax forms. "
+               "bound_sup\n"
+               "= 1/(2T) (the supremum) and bound_paper = min(1/(4T), sqrt 2) (the paper's value) "
+               "for\n"
+               "softmax and ssmax (at its effective temperature T / (s log n)); null for the "
+               "others.\n");
 }
 
 typedef struct row_result {
@@ -108,12 +108,8 @@ static void row_text(const norm_opts *o, const row_result *r, int64_t n) {
 
 int cmd_jacobian(int argc, char **argv) {
     norm_opts o;
-    int rc = cmd_norm_options("jacobian", argc, argv, 1, usage, &o);
-    if (rc) return rc;
-    if (o.help) {
-        usage(stdout);
-        return 0;
-    }
+    int rc = cmd_norm_options("jacobian", argc, argv, opts, usage, &o);
+    if (rc || o.help) return rc;
     al_error err = {0};
     al_array a;
     if (cli_read_rows(o.input, &a, &err)) return cli_fail("jacobian", &err);

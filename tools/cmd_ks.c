@@ -4,6 +4,12 @@
 
 #include <string.h>
 
+enum { O_JSON = 1 };
+static const cli_opt opts[] = {
+    {O_JSON, "--json", NULL, "print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnlim ks A B [--json]\n\n"
@@ -11,25 +17,23 @@ static void usage(FILE *f) {
             "any shape, flattened, or text: whitespace- or comma-separated, lines of any length;\n"
             "'-' reads stdin). The p-value is scipy.stats.ks_2samp's with method='auto' (scipy\n"
             "1.10): exact when both samples have at most 10000 values, else (or when the exact\n"
-            "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n"
-            "  --json    print {\"statistic\", \"pvalue\", \"n1\", \"n2\"}\n");
+            "sum fails) kstwo.sf(D, round(n1 n2 / (n1 + n2))), the one-sample distribution.\n\n");
+    cli_print_options(f, opts, 12);
 }
 
 int cmd_ks(int argc, char **argv) {
     const char *paths[2] = {NULL, NULL};
-    int np = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    int np = 0, json = 0, id;
+    cli_parser cp = {"ks", argc, argv, opts, usage, 1};
+    const char *word;
+    while ((id = cli_next(&cp, &word)) != CLI_END) {
+        if (id == CLI_STOP) return cp.status;
+        if (id == O_JSON) {
             json = 1;
-        } else if (a[0] == '-' && a[1] != 0) {
-            return cli_unknown_option("ks", a, usage);
         } else {
-            if (np == 2) return cli_usage_error("ks", "expected two samples, got a third '%s'", a);
-            paths[np++] = a;
+            if (np == 2)
+                return cli_usage_error("ks", "expected two samples, got a third '%s'", word);
+            paths[np++] = word;
         }
     }
     if (np != 2) return cli_usage_error("ks", "expected two samples A and B");

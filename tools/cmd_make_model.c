@@ -5,6 +5,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum {
+    O_PRESET = 1,
+    O_LAYERS,
+    O_HEADS,
+    O_EMBD,
+    O_CTX,
+    O_VOCAB,
+    O_SEED,
+    O_LLMC_VERSION,
+    O_FORMAT,
+    O_OUT,
+    O_FORCE,
+    O_JSON
+};
+static const cli_opt opts[] = {
+    {O_PRESET, "--preset", "124M",
+     "GPT-2 small: 12 layers, 12 heads, 768 channels, 1024 positions,\n"
+     "50257 tokens"},
+    {O_LAYERS, "--layers", "L", "layers"},
+    {O_HEADS, "--heads", "H", "heads"},
+    {O_EMBD, "--embd", "C", "channels"},
+    {O_CTX, "--ctx", "N", "positions"},
+    {O_VOCAB, "--vocab", "V", "tokens"},
+    {O_SEED, "--seed", "S", "the weights' seed (default 1)"},
+    {O_LLMC_VERSION, "--llmc-version", "3|5", "llmc: 3 (fp32, default) or 5 (bf16)"},
+    {O_FORMAT, "--format", "F", "safetensors (default) or llmc"},
+    {O_OUT, "--out", "PATH", "where to write"},
+    {O_FORCE, "--force", NULL, "replace an earlier make-model output at PATH, atomically"},
+    {O_JSON, "--json", NULL, "print {\"out\", \"format\", \"n_params\", ...}"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f, "usage: attnlim make-model [--preset 124M | --layers L --heads H --embd C --ctx N "
@@ -22,8 +54,8 @@ static void usage(FILE *f) {
            "12 layers, 12 heads, 768 channels, 1024 positions, 50257 tokens (defaults: seed 1,\n"
            "safetensors, version 3). A safetensors PATH must be new or empty (the directory\n"
            "appears in one rename); --force replaces an earlier make-model output there\n"
-           "(model.safetensors and config.json only), atomically. --json prints {\"out\", "
-           "\"format\", \"n_params\", ...}.\n");
+           "(model.safetensors and config.json only), atomically.\n\n");
+    cli_print_options(f, opts, 22);
 }
 
 static int own_file(const char *name, int is_dir) {
@@ -52,42 +84,34 @@ int cmd_make_model(int argc, char **argv) {
     const char *out = NULL;
     int json = 0, force = 0;
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    cli_parser p = {"make-model", argc, argv, opts, usage};
+    const char *a;
+    for (int id; (id = cli_next(&p, &a)) != CLI_END;) {
         long v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+        if (id == CLI_STOP) {
+            return p.status;
+        } else if (id == O_JSON) {
             json = 1;
-        } else if (!strcmp(a, "--force")) {
+        } else if (id == O_FORCE) {
             force = 1;
-        } else if (i + 1 >= argc) {
-            return cli_unknown_option("make-model", a, usage);
-        } else if (!strcmp(a, "--preset")) {
-            if (strcmp(argv[++i], "124M") != 0)
-                return cli_usage_error("make-model", "unknown preset '%s' (known: 124M)", argv[i]);
+        } else if (id == O_PRESET) {
+            if (strcmp(a, "124M") != 0)
+                return cli_usage_error("make-model", "unknown preset '%s' (known: 124M)", a);
             o.n_layer = 12, o.n_head = 12, o.n_embd = 768, o.n_ctx = 1024, o.vocab_size = 50257;
-        } else if (!strcmp(a, "--format")) {
-            const char *f = argv[++i];
-            if (!strcmp(f, "safetensors"))
+        } else if (id == O_FORMAT) {
+            if (!strcmp(a, "safetensors"))
                 o.format = AL_CKPT_SAFETENSORS;
-            else if (!strcmp(f, "llmc"))
+            else if (!strcmp(a, "llmc"))
                 o.format = AL_CKPT_LLMC;
             else
                 return cli_usage_error("make-model", "--format: '%s' is not safetensors or llmc",
-                                       f);
-        } else if (!strcmp(a, "--out")) {
-            out = argv[++i];
-        } else {
-            static const char *opts[] = {"--layers", "--heads", "--embd",        "--ctx",
-                                         "--vocab",  "--seed",  "--llmc-version"};
-            int k = -1;
-            for (int j = 0; j < 7; j++)
-                if (!strcmp(a, opts[j])) k = j;
-            if (k < 0) return cli_unknown_option("make-model", a, usage);
+                                       a);
+        } else if (id == O_OUT) {
+            out = a;
+        } else {                   /* the numbers: --layers .. --llmc-version */
+            int k = id - O_LAYERS; /* 0..6 */
             long hi = k == 5 ? 2147483647L : k == 4 ? (1L << 24) : k == 3 ? (1L << 20) : 65536;
-            if (cli_parse_int(argv[++i], a, k == 5 ? 0 : 1, hi, &v, &err))
+            if (cli_parse_int(a, p.opt, k == 5 ? 0 : 1, hi, &v, &err))
                 return cli_usage_error("make-model", "%s", err.msg);
             int *dst[] = {&o.n_layer,    &o.n_head, &o.n_embd,      &o.n_ctx,
                           &o.vocab_size, NULL,      &o.llmc_version};

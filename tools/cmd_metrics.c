@@ -16,31 +16,39 @@ typedef struct metrics_opts {
     long head; /* --head: which [L, L] of 3-D weights [H, L, L] (-1: not given) */
 } metrics_opts;
 
+enum { O_WEIGHTS = 1, O_VECTORS, O_HEAD, O_TOP_N, O_CAUSAL, O_MC, O_SEED, O_PER_ROW, O_JSON };
+static const cli_opt opts[] = {
+    {O_WEIGHTS, "--weights", "W",
+     "a row alpha[n] (1-D) or a head's weights [L, L] (2-D; row t uses\n"
+     "columns 0..t with --causal, all L otherwise); .npy or text numbers"},
+    {O_VECTORS, "--vectors", "X", "the vectors x [n, d] (1-D weights) or [L, d] (2-D weights)"},
+    {O_HEAD, "--head", "H",
+     "3-D weights [n_heads, L, L] (capture's weights.npy): head H of them;\n"
+     "vectors then [n_heads, L, d] (head H taken) or [L, d]"},
+    {O_TOP_N, "--top-n", "LIST", "the N grid, e.g. 1,5,10 or 1-16,18,20 (each >= 1)"},
+    {O_CAUSAL, "--causal", NULL, "2-D weights: row t sees keys 0..t (n = t+1)"},
+    {O_MC, "--mc", "S", "Monte-Carlo E with S random N-subsets per row (default 0: off)"},
+    {O_SEED, "--seed", "S", "its seed (default 0)"},
+    {O_PER_ROW, "--per-row", NULL, "2-D weights: also every row's values (\"rows\" in the JSON)"},
+    {O_JSON, "--json", NULL,
+     "one JSON object: {\"results\": [{\"N\", \"rows\", \"dtilde\", \"dmax\",\n"
+     "\"E\", \"E_mc\", \"E_mc_se\", \"ns_ratio\", \"ns_lower\", \"ns_upper\"}],\n"
+     "\"max_weight\", \"entropy\", ...}; 2-D: means over the rows with n > N\n"
+     "(max_weight, entropy: over every row; normalized_entropy H / log n:\n"
+     "over the rows with n >= 2). null = not defined."},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: attnlim metrics --weights W.npy --vectors X.npy --top-n N[,N...] [--causal]\n"
-        "                       [--head H] [--mc SAMPLES --seed S] [--per-row] [--json]\n\n"
-        "Distance (METHOD 3) and separability (METHOD 5) metrics of attention weights.\n\n"
-        "  --weights W    a row alpha[n] (1-D) or a head's weights [L, L] (2-D; row t uses\n"
-        "                 columns 0..t with --causal, all L otherwise); .npy or text numbers\n"
-        "  --vectors X    the vectors x [n, d] (1-D weights) or [L, d] (2-D weights)\n"
-        "  --head H       3-D weights [n_heads, L, L] (capture's weights.npy): head H of them;\n"
-        "                 vectors then [n_heads, L, d] (head H taken) or [L, d]\n"
-        "  --top-n LIST   the N grid, e.g. 1,5,10 or 1-16,18,20 (each >= 1)\n"
-        "  --causal       2-D weights: row t sees keys 0..t (n = t+1)\n"
-        "  --mc S         Monte-Carlo E with S random N-subsets per row (default 0: off)\n"
-        "  --seed S       its seed (default 0)\n"
-        "  --per-row      2-D weights: also every row's values (\"rows\" in the JSON)\n"
-        "  --json         one JSON object: {\"results\": [{\"N\", \"rows\", \"dtilde\", \"dmax\",\n"
-        "                 \"E\", \"E_mc\", \"E_mc_se\", \"ns_ratio\", \"ns_lower\", "
-        "\"ns_upper\"}],\n"
-        "                 \"max_weight\", \"entropy\", ...}; 2-D: means over the rows with n > N\n"
-        "                 (max_weight, entropy: over every row; normalized_entropy H / log n:\n"
-        "                 over the rows with n >= 2). null = not defined.\n\n"
-        "dtilde, dmax and the separability bounds are reconstructions [reading] of formulas\n"
-        "the paper does not print (docs/METHOD.md). dmax is a bound only for non-negative\n"
-        "weights (\"dmax_is_bound\").\n");
+    fprintf(f,
+            "usage: attnlim metrics --weights W.npy --vectors X.npy --top-n N[,N...] [--causal]\n"
+            "                       [--head H] [--mc SAMPLES --seed S] [--per-row] [--json]\n\n"
+            "Distance (METHOD 3) and separability (METHOD 5) metrics of attention weights.\n\n");
+    cli_print_options(f, opts, 17);
+    fprintf(f,
+            "\ndtilde, dmax and the separability bounds are reconstructions [reading] of formulas\n"
+            "the paper does not print (docs/METHOD.md). dmax is a bound only for non-negative\n"
+            "weights (\"dmax_is_bound\").\n");
 }
 
 /* --head h of 3-D weights [H, L, L] (and of 3-D vectors [H, L, d]): the arrays become that
@@ -77,63 +85,40 @@ static int take_head(const metrics_opts *o, al_array *W, al_array *X, al_error *
     return 0;
 }
 
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *bad) {
-    size_t len = strlen(name);
-    const char *a = argv[*i];
-    if (!strncmp(a, name, len) && a[len] == '=') return a + len + 1;
-    if (*i + 1 >= argc) {
-        cli_usage_error("metrics", "%s needs a value", name);
-        *bad = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 /* Returns 0, or the exit status (2: usage). */
 static int parse_options(int argc, char **argv, metrics_opts *o) {
     memset(o, 0, sizeof *o);
     o->head = -1;
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-#define IS(name) (!strcmp(a, name) || !strncmp(a, name "=", strlen(name "=")))
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            o->help = 1;
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    cli_parser p = {"metrics", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        int rc = 0;
+        if (id == CLI_STOP) {
+            o->help = p.status == 0;
+            return p.status;
+        } else if (id == O_JSON) {
             o->json = 1;
-        } else if (!strcmp(a, "--causal")) {
+        } else if (id == O_CAUSAL) {
             o->causal = 1;
-        } else if (!strcmp(a, "--per-row")) {
+        } else if (id == O_PER_ROW) {
             o->per_row = 1;
-        } else if (IS("--weights")) {
-            o->weights = opt_value(argc, argv, &i, "--weights", &bad);
-        } else if (IS("--vectors")) {
-            o->vectors = opt_value(argc, argv, &i, "--vectors", &bad);
-        } else if (IS("--top-n")) {
-            const char *v = opt_value(argc, argv, &i, "--top-n", &bad);
+        } else if (id == O_WEIGHTS) {
+            o->weights = v;
+        } else if (id == O_VECTORS) {
+            o->vectors = v;
+        } else if (id == O_TOP_N) {
             free(o->top_n);
             o->top_n = NULL;
-            if (!bad && cli_parse_int_list(v, "--top-n", &o->top_n, &o->n_top, &err))
-                return cli_usage_error("metrics", "%s", err.msg);
-        } else if (IS("--head")) {
-            const char *v = opt_value(argc, argv, &i, "--head", &bad);
-            if (!bad && cli_parse_int(v, "--head", 0, 1L << 30, &o->head, &err))
-                return cli_usage_error("metrics", "%s", err.msg);
-        } else if (IS("--mc")) {
-            const char *v = opt_value(argc, argv, &i, "--mc", &bad);
-            if (!bad && cli_parse_int(v, "--mc", 0, 100000000, &o->mc, &err))
-                return cli_usage_error("metrics", "%s", err.msg);
-        } else if (IS("--seed")) {
-            const char *v = opt_value(argc, argv, &i, "--seed", &bad);
-            if (!bad && cli_parse_int(v, "--seed", 0, 0x7fffffffffffffffL, &o->seed, &err))
-                return cli_usage_error("metrics", "%s", err.msg);
-        } else {
-            return cli_unknown_option("metrics", a, usage);
+            rc = cli_parse_int_list(v, "--top-n", &o->top_n, &o->n_top, &err);
+        } else if (id == O_HEAD) {
+            rc = cli_parse_int(v, "--head", 0, 1L << 30, &o->head, &err);
+        } else if (id == O_MC) {
+            rc = cli_parse_int(v, "--mc", 0, 100000000, &o->mc, &err);
+        } else if (id == O_SEED) {
+            rc = cli_parse_int(v, "--seed", 0, 0x7fffffffffffffffL, &o->seed, &err);
         }
-#undef IS
-        if (bad) return 2;
+        if (rc) return cli_usage_error("metrics", "%s", err.msg);
     }
     if (!o->weights) return cli_usage_error("metrics", "--weights is required");
     if (!o->vectors) return cli_usage_error("metrics", "--vectors is required");
@@ -189,7 +174,6 @@ int cmd_metrics(int argc, char **argv) {
     metrics_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc || o.help) {
-        if (o.help) usage(stdout);
         free(o.top_n);
         return rc;
     }

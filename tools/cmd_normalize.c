@@ -5,62 +5,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Options shared by normalize and jacobian. */
+/* The options shared by normalize and jacobian (jacobian adds --full: CLI_NORM_FULL). */
+enum { O_METHOD = 1, O_TEMPERATURE, O_ALPHA, O_SSMAX_S, O_INPUT };
+const cli_opt CLI_NORM_OPTS[] = {
+    {O_METHOD, "--method", "M",
+     "softmax (default), sparsemax, entmax15, entmax, ssmax,\n"
+     "sa-softmax (z * softmax(z)), sa-softmax-norm"},
+    {O_TEMPERATURE, "--temperature", "T", "T > 0, default 1; every normalizer is applied to z / T"},
+    {O_ALPHA, "--alpha", "A", "entmax alpha > 1 (default 1.5)"},
+    {O_SSMAX_S, "--ssmax-s", "S", "ssmax scalar s (default 0.43): softmax(s log(n) z / T)"},
+    {O_INPUT, "--input", "FILE",
+     "a .npy file (1-D row or 2-D rows) or text numbers; absent or '-'\n"
+     "reads numbers from stdin (whitespace/comma separated, a row per line)"},
+    CLI_OPT_END,
+};
 
-/* Parses the shared options (allow_full: accept --full). Returns 0, or the exit status. */
-
-static const char *opt_value(const char *cmd, int argc, char **argv, int *i, const char *name,
-                             int *bad) {
-    size_t len = strlen(name);
-    const char *a = argv[*i];
-    if (!strncmp(a, name, len) && a[len] == '=') return a + len + 1;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", name);
-        *bad = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, void (*usage)(FILE *),
-                     norm_opts *o) {
+int cmd_norm_options(const char *cmd, int argc, char **argv, const cli_opt *opts,
+                     void (*usage)(FILE *), norm_opts *o) {
     memset(o, 0, sizeof *o);
     o->nm = al_norm_default(AL_NORM_SOFTMAX);
-    const char *method = "softmax";
+    const char *method = "softmax", *v;
     double T = 1, alpha = 1.5, s = 0.43;
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-#define IS(name) (!strcmp(a, name) || (!strncmp(a, name "=", strlen(name "="))))
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            o->help = 1;
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    cli_parser p = {cmd, argc, argv, opts, usage};
+    int id;
+    while ((id = cli_next(&p, &v)) != CLI_END) {
+        double *num = id == O_TEMPERATURE ? &T : id == O_ALPHA ? &alpha : id == O_SSMAX_S ? &s : 0;
+        if (id == CLI_STOP) {
+            o->help = p.status == 0;
+            return p.status;
+        } else if (id == CLI_NORM_JSON) {
             o->json = 1;
-        } else if (allow_full && !strcmp(a, "--full")) {
+        } else if (id == CLI_NORM_FULL) {
             o->full = 1;
-        } else if (IS("--method")) {
-            method = opt_value(cmd, argc, argv, &i, "--method", &bad);
-        } else if (IS("--input")) {
-            o->input = opt_value(cmd, argc, argv, &i, "--input", &bad);
-        } else if (IS("--temperature")) {
-            const char *v = opt_value(cmd, argc, argv, &i, "--temperature", &bad);
-            if (!bad && cli_parse_double(v, "--temperature", &T, &err))
-                return cli_usage_error(cmd, "%s", err.msg);
-        } else if (IS("--alpha")) {
-            const char *v = opt_value(cmd, argc, argv, &i, "--alpha", &bad);
-            if (!bad && cli_parse_double(v, "--alpha", &alpha, &err))
-                return cli_usage_error(cmd, "%s", err.msg);
-        } else if (IS("--ssmax-s")) {
-            const char *v = opt_value(cmd, argc, argv, &i, "--ssmax-s", &bad);
-            if (!bad && cli_parse_double(v, "--ssmax-s", &s, &err))
-                return cli_usage_error(cmd, "%s", err.msg);
-        } else {
-            return cli_unknown_option(cmd, a, usage);
+        } else if (id == O_METHOD) {
+            method = v;
+        } else if (id == O_INPUT) {
+            o->input = v;
+        } else if (num && cli_parse_double(v, p.opt, num, &err)) {
+            return cli_usage_error(cmd, "%s", err.msg);
         }
-#undef IS
-        if (bad) return 2;
     }
     if (al_norm_parse(method, &o->nm, &err)) return cli_usage_error(cmd, "%s", err.msg);
     o->nm.temperature = T;
@@ -70,31 +54,25 @@ int cmd_norm_options(const char *cmd, int argc, char **argv, int allow_full, voi
     return 0;
 }
 
+static const cli_opt opts[] = {
+    CLI_MORE(CLI_NORM_OPTS),
+    {CLI_NORM_JSON, "--json", NULL, "print {\"method\", \"weights\"} (a list, or a list per row)"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
         "usage: attnlim normalize --method M [--temperature T] [--alpha A] [--ssmax-s S]\n"
         "                         [--input FILE|-] [--json]\n\n"
-        "Maps logits to weights: p = normalizer(z / T) for every row of the input (METHOD 7).\n\n"
-        "  --method M         softmax (default), sparsemax, entmax15, entmax, ssmax,\n"
-        "                     sa-softmax (z * softmax(z)), sa-softmax-norm\n"
-        "  --temperature T    T > 0, default 1; every normalizer is applied to z / T\n"
-        "  --alpha A          entmax alpha > 1 (default 1.5)\n"
-        "  --ssmax-s S        ssmax scalar s (default 0.43): softmax(s log(n) z / T)\n"
-        "  --input FILE       a .npy file (1-D row or 2-D rows) or text numbers; absent or '-'\n"
-        "                     reads numbers from stdin (whitespace/comma separated, a row per "
-        "line)\n"
-        "  --json             print {\"method\", \"weights\"} (a list, or a list per row)\n");
+        "Maps logits to weights: p = normalizer(z / T) for every row of the input (METHOD 7).\n\n");
+    cli_print_options(f, opts, 21);
 }
 
 int cmd_normalize(int argc, char **argv) {
     norm_opts o;
-    int rc = cmd_norm_options("normalize", argc, argv, 0, usage, &o);
-    if (rc) return rc;
-    if (o.help) {
-        usage(stdout);
-        return 0;
-    }
+    int rc = cmd_norm_options("normalize", argc, argv, opts, usage, &o);
+    if (rc || o.help) return rc;
     al_error err = {0};
     al_array a;
     if (cli_read_rows(o.input, &a, &err)) return cli_fail("normalize", &err);

@@ -12,6 +12,19 @@
 #include <string.h>
 #include <unistd.h>
 
+enum { O_WINDOWS = 1 };
+static const cli_opt opts[] = {
+    CLI_MORE(RUN_OPTS),
+    {O_WINDOWS, "--windows", "K", "windows 0..K-1 (default 1)"},
+    {RUN_O_ALLOW_NONFINITE, "--allow-nonfinite", NULL, "report a NaN/Inf NLL instead of failing"},
+    {RUN_O_JSON, "--json", NULL,
+     "{\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
+     "\"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
+     "{\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\",\n"
+     "\"attention\": {\"rule\", \"normalizer\", \"layers\", \"heads\", ...}, ...}"},
+    CLI_OPT_END,
+};
+
 /* "window_0": the ids of the first window and their strings (the model's tokenizer; "#id" where
  * one does not decode), as every manifest has them beside the ids. */
 static int first_tokens_json(al_model *m, run_tokens *tk, const al_model_info *info, long L,
@@ -52,19 +65,8 @@ static void usage(FILE *f) {
         "NLL over windows (METHOD section 1: min, median, max, 95%% interval = the 2.5th and\n"
         "97.5th percentiles, numpy's linear method; all equal to the NLL when K = 1). Any\n"
         "model family. A NaN/Inf NLL is an error naming the window and the model file (and\n"
-        "its NaN/Inf tensor) unless --allow-nonfinite.\n"
-        "  --corpus NAME   war-and-peace (METHOD section 1) or a text file, tokenized with\n"
-        "                  the model's tokenizer\n"
-        "  --tokens FILE   token ids separated by whitespace\n" CLI_FRAMING_USAGE
-        "  --eos, --no-eos    (also --eos on|off) EOS last in the text (tokenizer.json models)\n"
-        "  --allow-nonfinite  report a NaN/Inf NLL instead of failing\n"
-        "  --threads N     compute threads (default: all cores, or OMP_NUM_THREADS)\n"
-        "  --json          {\"perplexity\", \"nll\", \"windows\", \"length\", \"predictions\",\n"
-        "                  \"per_window_nll\": [K], \"nll_spread\" and \"perplexity_spread\":\n"
-        "                  {\"min\", \"median\", \"max\", \"p2_5\", \"p97_5\"}, \"model\",\n"
-        "                  \"attention\": {\"rule\", \"normalizer\", \"layers\", \"heads\", "
-        "...}, ...}\n");
-    fputs(RUN_ATTN_USAGE, f);
+        "its NaN/Inf tensor) unless --allow-nonfinite.\n");
+    cli_print_options(f, opts, 20);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -96,21 +98,13 @@ int cmd_perplexity(int argc, char **argv) {
     int r;
     run_opts ro = {0};
     al_error err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if ((r = run_opts_arg("perplexity", argc, argv, &i, &ro))) {
-            if (r != 1) return r;
-        } else if (i + 1 >= argc || a[0] != '-') {
-            return cli_usage_error("perplexity", "unknown argument or missing value: '%s'", a);
-        } else if (!strcmp(a, "--windows")) {
-            if (cli_parse_int(argv[++i], "--windows", 1, 1L << 30, &windows, &err))
-                return cli_usage_error("perplexity", "%s", err.msg);
-        } else {
-            return cli_unknown_option("perplexity", a, usage);
-        }
+    cli_parser p = {"perplexity", argc, argv, opts, usage};
+    const char *val;
+    for (int id; (id = cli_next(&p, &val)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if ((r = run_opts_take(&p, id, val, &ro)) > 1) return r;
+        if (id == O_WINDOWS && cli_parse_int(val, "--windows", 1, 1L << 30, &windows, &err))
+            return cli_usage_error("perplexity", "%s", err.msg);
     }
     if ((r = run_opts_finish("perplexity", &ro, 2, "at least 2 tokens (one prediction)"))) return r;
     const char *model = ro.model, *tokens = ro.tokens, *corpus = ro.corpus;

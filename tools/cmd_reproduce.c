@@ -10,87 +10,144 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: attnlim reproduce [--model PATH|NAME] [--corpus war-and-peace|FILE] [--out DIR] "
-        "[options]\n"
-        "\n"
-        "Runs the paper's experiments (METHOD sections 2-6) on a model and a corpus: vanishing\n"
-        "attention, Algorithms 1-5. Writes results.json, CSVs, NPYs, figures (SVG + PNG),\n"
-        "report.md and report.html into DIR (default ./attnlim-results).\n"
-        "\n"
-        "  --model M           a checkpoint (HF GPT-2 dir or .safetensors, llm.c .bin, .gguf) or "
-        "a\n"
-        "                      known name (gpt2, smollm2, minilm); default: the best available\n"
-        "                      (GPT-2 124M if its weights are in the cache, else smollm2); or an\n"
-        "                      attention dump directory (docs/dumps.md: its tokens, window 0)\n"
-        "  --corpus C          war-and-peace (default) or a text file\n"
-        "  --text PROMPT       the prompt as the corpus (give --lengths that fit its tokens)\n"
-        "  --data DIR          where the shared data files are (tokenizer, corpus)\n"
-        "  --windows K         windows 0..K-1 of every L (default 1); per-head values are means\n"
-        "  --vectors V         value (default) | key | hidden | residual | embedding  [reading:\n"
-        "                      x_j; residual: the layer input before its first norm]\n"
-        "  --distance D        sum-of-norms (default) | norm-of-sum | sum-vector  [reading:\n"
-        "                      dtilde; docs/readings.md]\n"
-        "  --expectation X     analytic (default) | mc (needs --mc S) | exact (C(L, N) <= the "
-        "cap)\n"
-        "                      [reading: the random-selection E of Algorithms 1-3]\n"
-        "  --exact-max C       the cap on C(n, N) subsets per row for exact (default 10000)\n"
-        "  --temperature-scale scaled (default: T on q.k/sqrt(d_head)) | raw (T on q.k, the\n"
-        "                      paper's axis)  [reading: Algorithm 5]\n"
-        "  --directions shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
-        "                      as the paper's Algorithm 5)  [reading]\n"
-        "  --readings all|LIST every claim under each reading too, on the same forward passes:\n"
-        "                      all = each alternative one at a time plus the cross product\n"
-        "                      vectors x distance x expectation for the critical N; LIST =\n"
-        "                      ';'-separated AXIS=VALUE[,AXIS=VALUE] (e.g. 'distance=norm-of-sum;\n"
-        "                      vectors=key'); writes readings.json, readings.csv, readings/\n"
-        "  --normalizer M      re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
-        "                      entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
-        "                      own softmax weights)\n"
-        "  --quick             small grids for tiny test models (L 16,32,64; 9 temperatures)\n"
-        "The model's attention itself can be changed (the analyses then read the modified\n"
-        "model's weights; recorded in results.json's model.attention; --resume refuses a "
-        "change):\n");
-    fputs(CLI_ATTN_USAGE, f);
-    fprintf(
-        f,
+enum {
+    O_MODEL = 1,
+    O_CORPUS,
+    O_TEXT,
+    O_DATA,
+    O_WINDOWS,
+    O_VECTORS,
+    O_DISTANCE,
+    O_EXPECTATION,
+    O_EXACT_MAX,
+    O_TEMPERATURE_SCALE,
+    O_DIRECTIONS,
+    O_READINGS,
+    O_NORMALIZER,
+    O_QUICK,
+    O_OUT,
+    O_FORCE,
+    O_RESUME,
+    O_LENGTHS,
+    O_LONG_LENGTH,
+    O_TOP_N,
+    O_CRITICAL_N,
+    O_SEPARABILITY_N,
+    O_TEMPERATURES,
+    O_EPS,
+    O_SEED,
+    O_MC,
+    O_EXPERIMENTS,
+    O_RANDOM_WEIGHTS,
+    O_THREADS,
+    O_QUIET,
+    O_JSON,
+    O_LAYERS,
+    O_HEADS
+};
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "M",
+     "a checkpoint (HF GPT-2 dir or .safetensors, llm.c .bin, .gguf) or a\n"
+     "known name (gpt2, smollm2, minilm); default: the best available\n"
+     "(GPT-2 124M if its weights are in the cache, else smollm2); or an\n"
+     "attention dump directory (docs/dumps.md: its tokens, window 0)"},
+    {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a text file"},
+    {O_TEXT, "--text", "PROMPT", "the prompt as the corpus (give --lengths that fit its tokens)"},
+    {O_DATA, "--data", "DIR", "where the shared data files are (tokenizer, corpus)"},
+    {O_WINDOWS, "--windows", "K",
+     "windows 0..K-1 of every L (default 1); per-head values are means"},
+    {O_VECTORS, "--vectors", "V",
+     "value (default) | key | hidden | residual | embedding  [reading:\n"
+     "x_j; residual: the layer input before its first norm]"},
+    {O_DISTANCE, "--distance", "D",
+     "sum-of-norms (default) | norm-of-sum | sum-vector  [reading:\n"
+     "dtilde; docs/readings.md]"},
+    {O_EXPECTATION, "--expectation", "X",
+     "analytic (default) | mc (needs --mc S) | exact (C(L, N) <= the cap)\n"
+     "[reading: the random-selection E of Algorithms 1-3]"},
+    {O_EXACT_MAX, "--exact-max", "C",
+     "the cap on C(n, N) subsets per row for exact (default 10000)"},
+    {O_TEMPERATURE_SCALE, "--temperature-scale", "S",
+     "scaled (default: T on q.k/sqrt(d_head)) | raw (T on q.k, the\n"
+     "paper's axis)  [reading: Algorithm 5]"},
+    {O_DIRECTIONS, "--directions", "D",
+     "shared (default: one v per row) | fresh (a new v per T, eps, head, row,\n"
+     "as the paper's Algorithm 5)  [reading]"},
+    {O_READINGS, "--readings", "all|LIST",
+     "every claim under each reading too, on the same forward passes:\n"
+     "all = each alternative one at a time plus the cross product\n"
+     "vectors x distance x expectation for the critical N; LIST =\n"
+     "';'-separated AXIS=VALUE[,AXIS=VALUE] (e.g. 'distance=norm-of-sum;\n"
+     "vectors=key'); writes readings.json, readings.csv, readings/"},
+    {O_NORMALIZER, "--normalizer", "M",
+     "re-normalise the model's logits: softmax, sparsemax, entmax15,\n"
+     "entmax, ssmax, sa-softmax, sa-softmax-norm (default: the model's\n"
+     "own softmax weights)"},
+    {O_QUICK, "--quick", NULL, "small grids for tiny test models (L 16,32,64; 9 temperatures)"},
+    CLI_TEXT("The model's attention itself can be changed (the analyses then read the modified\n"
+             "model's weights; recorded in results.json's model.attention; --resume refuses a "
+             "change):"),
+    CLI_MORE(CLI_ATTN_OPTS),
+    {O_OUT, "--out", "DIR", "output directory"},
+    {O_FORCE, "--force", NULL,
+     "replace an earlier reproduce output in DIR, atomically (the new\n"
+     "one is written beside it and exchanged in one rename); without\n"
+     "it (or --resume) a DIR holding files is refused, and a DIR\n"
+     "holding anything reproduce does not write always is"},
+    {O_RESUME, "--resume", NULL,
+     "reuse finished (window, L) results in DIR/partial whose options match\n"
+     "(refused, naming them, if the model, corpus, vectors, normalizer,\n"
+     "seed, --mc, temperatures or eps differ; reports reused/computed)"},
+    {O_LENGTHS, "--lengths", "LIST", "Algorithms 1 and 3 (default 32,64,128,256,512,1024)"},
+    {O_LONG_LENGTH, "--long-length", "L",
+     "the window of the vanishing study and Algorithms 2, 4, 5\n"
+     "(default min(1024, context))"},
+    {O_TOP_N, "--top-n", "LIST", "Algorithm 2 (default 1,5,10,20,100)"},
+    {O_CRITICAL_N, "--critical-n", "LIST",
+     "Algorithm 3 (default 1-16,18-32 step 2,36-64 step 4,...,256)"},
+    {O_SEPARABILITY_N, "--separability-n", "LIST", "Algorithm 4 (default 1,2,4,...,128)"},
+    {O_TEMPERATURES, "--temperatures", "LIST",
+     "Algorithm 5 (default 25 log-spaced over [1e-3, 1e1])"},
+    {O_EPS, "--eps", "LIST", "Algorithm 5 (default 1e-3,1e-1,10)"},
+    {O_SEED, "--seed", "S", "Algorithm 5 directions and Monte-Carlo E (default 1234)"},
+    {O_MC, "--mc", "S", "Monte-Carlo samples for E (default 0 = off)"},
+    {O_EXPERIMENTS, "--experiments", "LIST",
+     "any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)"},
+    {O_LAYERS, "--layers", "SET",
+     "only the heads of these layers are analysed (0,3,5-7 or all, the\n"
+     "default; as capture and diagnose take them): the others are NaN in\n"
+     "every array and out of the verdicts; results.json and the report say which"},
+    {O_HEADS, "--heads", "SET", "only these heads of each layer (0-3 or all, the default)"},
+    CLI_TEXT("How the corpus becomes windows (results.json manifest.framing; docs/reproduce.md):"),
+    CLI_MORE(CLI_FRAMING_OPTS),
+    {O_RANDOM_WEIGHTS, "--random-weights", "yes|no|auto",
+     "say whether the model has random weights (default auto)"},
+    {O_THREADS, "--threads", "T", "threads over heads (default: OMP_NUM_THREADS or all cores)"},
+    {O_QUIET, "--quiet", NULL,
+     "no progress and no messages (a bar on a TTY, else a plain line\n"
+     "every 10 s: $ATTNLIM_PROGRESS_INTERVAL)",
+     "-q"},
+    CLI_TEXT("Ctrl-C stops at the next layer: the jobs finished are kept; rerun with --resume."),
+    {O_JSON, "--json", NULL, "print {\"out\", \"verdicts\"} on stdout at the end"},
+    CLI_OPT_END,
+};
 
-        "  --out DIR           output directory\n"
-        "  --force             replace an earlier reproduce output in DIR, atomically (the new\n"
-        "                      one is written beside it and exchanged in one rename); without\n"
-        "                      it (or --resume) a DIR holding files is refused, and a DIR\n"
-        "                      holding anything reproduce does not write always is\n"
-        "  --resume            reuse finished (window, L) results in DIR/partial whose options "
-        "match\n"
-        "                      (refused, naming them, if the model, corpus, vectors, normalizer,\n"
-        "                      seed, --mc, temperatures or eps differ; reports reused/computed)\n"
-        "  --lengths LIST      Algorithms 1 and 3 (default 32,64,128,256,512,1024)\n"
-        "  --long-length L     the window of the vanishing study and Algorithms 2, 4, 5\n"
-        "                      (default min(1024, context))\n"
-        "  --top-n LIST        Algorithm 2 (default 1,5,10,20,100)\n"
-        "  --critical-n LIST   Algorithm 3 (default 1-16,18-32 step 2,36-64 step 4,...,256)\n"
-        "  --separability-n LIST  Algorithm 4 (default 1,2,4,...,128)\n"
-        "  --temperatures LIST Algorithm 5 (default 25 log-spaced over [1e-3, 1e1])\n"
-        "  --eps LIST          Algorithm 5 (default 1e-3,1e-1,10)\n"
-        "  --seed S            Algorithm 5 directions and Monte-Carlo E (default 1234)\n"
-        "  --mc S              Monte-Carlo samples for E (default 0 = off)\n"
-        "  --experiments LIST  any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)\n"
-        "  --layers SET, --heads SET  only these heads are analysed (0,3,5-7 or all, the\n"
-        "                      default; as capture and diagnose take them): the others are NaN\n"
-        "                      in every array and left out of the verdicts; results.json\n"
-        "                      \"options\" and the report say which\n" CLI_FRAMING_USAGE
-        "  --random-weights yes|no|auto  say whether the model has random weights (default auto)\n"
-        "  --threads T         threads over heads (default: OMP_NUM_THREADS or all cores)\n"
-        "  --quiet             no progress and no messages (a bar on a TTY, else a plain line\n"
-        "                      every 10 s: $ATTNLIM_PROGRESS_INTERVAL)\n"
-        "Ctrl-C stops at the next layer: the jobs finished are kept; rerun with --resume.\n"
-        "  --json              print {\"out\", \"verdicts\"} on stdout at the end\n"
-        "Several processes, on one machine or many (a build with MPI):\n"
-        "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and the\n"
-        "  heads it owns (head h: rank h %% N, over --threads threads); rank 0 writes DIR\n"
-        "Lists are like 1,5,10 or 1-16,18 (integers) and 0.001,0.1,10 (numbers).\n");
+static void usage(FILE *f) {
+    fprintf(f, "usage: attnlim reproduce [--model PATH|NAME] [--corpus war-and-peace|FILE] [--out "
+               "DIR] [options]\n"
+               "\n"
+               "Runs the paper's experiments (METHOD sections 2-6) on a model and a corpus: "
+               "vanishing\n"
+               "attention, Algorithms 1-5. Writes results.json, CSVs, NPYs, figures (SVG + PNG),\n"
+               "report.md and report.html into DIR (default ./attnlim-results).\n"
+               "\n");
+    cli_print_options(f, opts, 22);
+    fprintf(f,
+            "Several processes, on one machine or many (a build with MPI):\n"
+            "  mpirun -np N [--host a,b] attnlim reproduce ...  every rank runs the forwards and "
+            "the\n"
+            "  heads it owns (head h: rank h %% N, over --threads threads); rank 0 writes DIR\n"
+            "Lists are like 1,5,10 or 1-16,18 (integers) and 0.001,0.1,10 (numbers).\n");
 }
 
 static int parse_experiments(const char *s, unsigned *out, al_error *err) {
@@ -182,140 +239,81 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     int json = 0, rc = 0, force = 0;
     al__outdir *od = NULL; /* --force: the temporary output that replaces DIR */
     const char *out_dir = NULL;
-    int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL}, ar;
+    int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL};
     int *sel[2] = {NULL, NULL}; /* --layers, --heads */
     double *dl[2] = {NULL, NULL};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE()                                                                               \
-    do {                                                                                           \
-        if (!v) {                                                                                  \
-            rc = USAGE_ERROR("%s needs a value", a);                                               \
-            goto out;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
-    } while (0)
+    cli_parser p = {"reproduce", argc, argv, opts, usage, 0, !root};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        const char *a = p.opt;
         long n;
-        int sw = cli_switch_arg(argc, argv, &i, "bos", &o.bos, &err);
-        if (!sw) sw = cli_switch_arg(argc, argv, &i, "wrap", &o.wrap, &err);
-        if (sw < 0) goto usage_err;
-        if (sw) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            if (root) usage(stdout);
+        if (id == CLI_STOP) {
+            rc = p.status; /* 0 after --help */
             goto out;
-        } else if (!strcmp(a, "--layers") || !strcmp(a, "--heads")) {
-            NEED_VALUE();
-            int **dst = a[2] == 'l' ? &sel[0] : &sel[1];
-            free(*dst), *dst = NULL;
-            if (strcmp(v, "all") &&
-                cli_parse_int_list(v, a, dst, a[2] == 'l' ? &o.n_layers : &o.n_heads, &err))
-                goto usage_err;
-            if (!strcmp(v, "all")) *(a[2] == 'l' ? &o.n_layers : &o.n_heads) = 0;
-            o.layers = sel[0], o.heads = sel[1];
-        } else if (!strcmp(a, "--force")) {
+        } else if (id == O_FORCE) {
             force = 1;
-        } else if (!strcmp(a, "--model")) {
-            NEED_VALUE();
+        } else if (id == O_MODEL) {
             o.model = v;
-        } else if (!strcmp(a, "--corpus")) {
-            NEED_VALUE();
+        } else if (id == O_CORPUS) {
             o.corpus = v;
-        } else if (!strcmp(a, "--text")) { /* a prompt: --lengths must fit its tokens */
-            NEED_VALUE();
+        } else if (id == O_TEXT) { /* a prompt: --lengths must fit its tokens */
             if (!(o.corpus = cli_text_corpus(v))) rc = USAGE_ERROR("--text: too many prompts");
-        } else if (!strcmp(a, "--data")) {
-            NEED_VALUE();
+        } else if (id == O_DATA) {
             o.data_path = v;
-        } else if (!strcmp(a, "--out")) {
-            NEED_VALUE();
+        } else if (id == O_OUT) {
             o.out_dir = v;
-        } else if (!strcmp(a, "--windows")) {
-            NEED_VALUE();
+        } else if (id == O_WINDOWS) {
             if (cli_parse_int(v, "--windows", 1, 100000, &n, &err)) goto usage_err;
             o.windows = (int)n;
-        } else if (!strcmp(a, "--vectors")) {
-            NEED_VALUE();
+        } else if (id == O_VECTORS) {
             if (al_vectors_parse(v, &o.vectors, &err)) goto usage_err;
-        } else if (!strcmp(a, "--distance")) {
-            NEED_VALUE();
+        } else if (id == O_DISTANCE) {
             if (al_distance_parse(v, &o.distance, &err)) goto usage_err;
-        } else if (!strcmp(a, "--expectation")) {
-            NEED_VALUE();
+        } else if (id == O_EXPECTATION) {
             if (al_expect_parse(v, &o.expectation, &err)) goto usage_err;
-        } else if (!strcmp(a, "--exact-max")) {
-            NEED_VALUE();
+        } else if (id == O_EXACT_MAX) {
             if (cli_parse_int(v, "--exact-max", 1, AL_EXACT_MAX_LIMIT, &n, &err)) goto usage_err;
             o.exact_max = n;
-        } else if (!strcmp(a, "--temperature-scale")) {
-            NEED_VALUE();
-            if (!strcmp(v, "scaled"))
-                o.temperature_raw = 0;
-            else if (!strcmp(v, "raw"))
-                o.temperature_raw = 1;
-            else {
+        } else if (id == O_TEMPERATURE_SCALE) {
+            if (strcmp(v, "scaled") && strcmp(v, "raw")) {
                 rc = USAGE_ERROR("--temperature-scale: '%s' is not scaled or raw", v);
                 goto out;
             }
-        } else if (!strcmp(a, "--directions")) {
-            NEED_VALUE();
-            if (!strcmp(v, "shared"))
-                o.fresh_directions = 0;
-            else if (!strcmp(v, "fresh"))
-                o.fresh_directions = 1;
-            else {
+            o.temperature_raw = !strcmp(v, "raw");
+        } else if (id == O_DIRECTIONS) {
+            if (strcmp(v, "shared") && strcmp(v, "fresh")) {
                 rc = USAGE_ERROR("--directions: '%s' is not shared or fresh", v);
                 goto out;
             }
-        } else if (!strcmp(a, "--readings")) {
-            NEED_VALUE();
+            o.fresh_directions = !strcmp(v, "fresh");
+        } else if (id == O_READINGS) {
             o.readings = v;
-        } else if (!strcmp(a, "--normalizer")) {
-            NEED_VALUE();
+        } else if (id == O_NORMALIZER) {
             o.normalizer = v;
-        } else if (!strcmp(a, "--quick")) {
+        } else if (id == O_QUICK) {
             o.quick = 1;
-        } else if (!strcmp(a, "--resume")) {
+        } else if (id == O_RESUME) {
             o.resume = 1;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+        } else if (id == O_QUIET) {
             o.quiet = 1;
-        } else if (!strcmp(a, "--json")) {
+        } else if (id == O_JSON) {
             json = 1;
-        } else if (!strcmp(a, "--lengths")) {
-            NEED_VALUE();
-            free(lists[0]);
-            if (cli_parse_int_list(v, "--lengths", &lists[0], &o.n_lengths, &err)) goto usage_err;
-            o.lengths = lists[0];
-        } else if (!strcmp(a, "--top-n")) {
-            NEED_VALUE();
-            free(lists[1]);
-            if (cli_parse_int_list(v, "--top-n", &lists[1], &o.n_top_n, &err)) goto usage_err;
-            o.top_n = lists[1];
-        } else if (!strcmp(a, "--critical-n")) {
-            NEED_VALUE();
-            free(lists[2]);
-            if (cli_parse_int_list(v, "--critical-n", &lists[2], &o.n_critical_n, &err))
+        } else if (id >= O_LENGTHS && id <= O_SEPARABILITY_N && id != O_LONG_LENGTH) {
+            int k = id == O_LENGTHS ? 0 : id - O_TOP_N + 1; /* lists[k] */
+            int *cnt[4] = {&o.n_lengths, &o.n_top_n, &o.n_critical_n, &o.n_separability_n};
+            const int **dst[4] = {&o.lengths, &o.top_n, &o.critical_n, &o.separability_n};
+            free(lists[k]);
+            lists[k] = NULL;
+            if (cli_parse_int_list(v, a, &lists[k], cnt[k], &err)) goto usage_err;
+            *dst[k] = lists[k];
+        } else if (id == O_TEMPERATURES || id == O_EPS) {
+            int k = id == O_EPS;
+            free(dl[k]);
+            dl[k] = NULL;
+            if (cli_parse_double_list(v, a, &dl[k], k ? &o.n_eps : &o.n_temperatures, &err))
                 goto usage_err;
-            o.critical_n = lists[2];
-        } else if (!strcmp(a, "--separability-n")) {
-            NEED_VALUE();
-            free(lists[3]);
-            if (cli_parse_int_list(v, "--separability-n", &lists[3], &o.n_separability_n, &err))
-                goto usage_err;
-            o.separability_n = lists[3];
-        } else if (!strcmp(a, "--temperatures")) {
-            NEED_VALUE();
-            free(dl[0]);
-            if (cli_parse_double_list(v, "--temperatures", &dl[0], &o.n_temperatures, &err))
-                goto usage_err;
-            o.temperatures = dl[0];
-        } else if (!strcmp(a, "--eps")) {
-            NEED_VALUE();
-            free(dl[1]);
-            if (cli_parse_double_list(v, "--eps", &dl[1], &o.n_eps, &err)) goto usage_err;
-            o.eps = dl[1];
-        } else if (!strcmp(a, "--seed")) {
-            NEED_VALUE();
+            *(k ? &o.eps : &o.temperatures) = dl[k];
+        } else if (id == O_SEED) {
             char *end;
             errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
@@ -324,42 +322,35 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
                 goto out;
             }
             o.seed = s;
-        } else if (!strcmp(a, "--mc")) {
-            NEED_VALUE();
+        } else if (id == O_MC) {
             if (cli_parse_int(v, "--mc", 0, 1000000, &n, &err)) goto usage_err;
             o.mc_samples = (int)n;
-        } else if (!strcmp(a, "--long-length")) {
-            NEED_VALUE();
+        } else if (id == O_LONG_LENGTH) {
             if (cli_parse_int(v, "--long-length", 2, 1 << 20, &n, &err)) goto usage_err;
             o.long_length = (int)n;
-        } else if (!strcmp(a, "--threads")) {
-            NEED_VALUE();
+        } else if (id == O_THREADS) {
             if (cli_parse_int(v, "--threads", 1, 1024, &n, &err)) goto usage_err;
             o.threads = (int)n;
-        } else if (!strcmp(a, "--experiments")) {
-            NEED_VALUE();
+        } else if (id == O_EXPERIMENTS) {
             if (parse_experiments(v, &o.experiments, &err)) goto usage_err;
-        } else if (!strncmp(a, "--attention", 11) &&
-                   (ar = cli_attn_arg(a, v, &o.attention, att_lists, &err)) != 0) {
-            NEED_VALUE();
-            if (ar < 0) goto usage_err;
-        } else if (!strcmp(a, "--random-weights")) {
-            NEED_VALUE();
-            if (!strcmp(v, "yes"))
-                o.synthetic = 1;
-            else if (!strcmp(v, "no"))
-                o.synthetic = 0;
-            else if (!strcmp(v, "auto"))
-                o.synthetic = -1;
-            else {
+        } else if (cli_framing_take(&p, id, &o.bos, &o.wrap)) {
+            rc = p.status; /* 2 after a word other than on / off */
+        } else if (id == O_LAYERS || id == O_HEADS) {
+            int k = id == O_HEADS, *cnt = k ? &o.n_heads : &o.n_layers;
+            free(sel[k]), sel[k] = NULL, *cnt = 0;
+            if (strcmp(v, "all") && cli_parse_int_list(v, p.opt, &sel[k], cnt, &err))
+                goto usage_err;
+            o.layers = sel[0], o.heads = sel[1];
+        } else if (CLI_IS_ATTN(id)) {
+            if (cli_attn_arg(a, v, &o.attention, att_lists, &err) < 0) goto usage_err;
+        } else if (id == O_RANDOM_WEIGHTS) {
+            if (strcmp(v, "yes") && strcmp(v, "no") && strcmp(v, "auto")) {
                 rc = USAGE_ERROR("--random-weights: '%s' is not yes, no or auto", v);
                 goto out;
             }
-        } else {
-            rc = root ? cli_unknown_option("reproduce", a, usage) : 2;
-            goto out;
+            o.synthetic = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -1;
         }
-#undef NEED_VALUE
+        if (rc) goto out;
     }
     o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     out_dir = o.out_dir;
@@ -425,10 +416,10 @@ out:
     for (int i = 0; i < 4; i++) free(lists[i]);
     free(att_lists[0]);
     free(att_lists[1]);
-    free(sel[0]);
-    free(sel[1]);
     free(dl[0]);
     free(dl[1]);
+    free(sel[0]);
+    free(sel[1]);
     return rc;
 #undef USAGE_ERROR
 }

@@ -9,6 +9,58 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The integer options first: their ids (minus 1) index the ranges in cmd_study's ints[]. */
+enum {
+    O_STEPS = 1,
+    O_WARMUP,
+    O_LAYERS,
+    O_HEADS,
+    O_EMBD,
+    O_CTX,
+    O_BATCH,
+    O_SEQ,
+    O_EVAL_EVERY,
+    O_WINDOWS,
+    O_THREADS,
+    N_INTS = O_THREADS,
+    O_OUT,
+    O_NORMALIZERS,
+    O_SCALE,
+    O_LR,
+    O_SEED,
+    O_CORPUS,
+    O_TOKENIZER,
+    O_CRIT_L,
+    O_QUIET,
+    O_JSON
+};
+static const cli_opt opts[] = {
+    {O_OUT, "--out", "DIR", "the output directory (required)"},
+    {O_NORMALIZERS, "--normalizers", "LIST",
+     "(softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax;\n"
+     "ssmax: s learnable per head, ssmax-fixed[:S]: fixed)"},
+    {O_SCALE, "--scale", "F", "multiply the steps by F (default 1: about an hour on 2 cores)"},
+    {O_STEPS, "--steps", "N", "200"},
+    {O_LR, "--lr", "X", "2e-3"},
+    {O_WARMUP, "--warmup", "N", "20"},
+    {O_LAYERS, "--layers", "L", "4"},
+    {O_HEADS, "--heads", "H", "4"},
+    {O_EMBD, "--embd", "C", "128"},
+    {O_CTX, "--ctx", "N", "1024"},
+    {O_BATCH, "--batch", "B", "2"},
+    {O_SEQ, "--seq", "T", "the context"},
+    {O_SEED, "--seed", "S", "1"},
+    {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a FILE"},
+    {O_TOKENIZER, "--tokenizer", "bytes|gpt2", "bytes (default)"},
+    {O_EVAL_EVERY, "--eval-every", "K", "25"},
+    {O_WINDOWS, "--windows", "W", "2: held-out windows diagnosed"},
+    {O_CRIT_L, "--crit-L", "LIST", "128,256,512,1024"},
+    {O_THREADS, "--threads", "N", "compute threads"},
+    {O_QUIET, "--quiet", NULL, "no progress bar"},
+    {O_JSON, "--json", NULL, "print a JSON summary"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f, "usage: attnlim study --out DIR [options]\n"
@@ -20,15 +72,8 @@ static void usage(FILE *f) {
            "normalizer's Jacobian norm; writes DIR/study.json, study.csv, figures/ and\n"
            "report.html with, for each of the paper's predictions, what it expects for that\n"
            "normalizer and what was measured. Resumable: run it again to continue.\n"
-           "\n"
-           "  --normalizers LIST  (softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax;\n"
-           "                      ssmax: s learnable per head, ssmax-fixed[:S]: fixed)\n"
-           "  --scale F           multiply the steps by F (default 1: about an hour on 2 cores)\n"
-           "  --steps N (200) --lr X (2e-3) --warmup N (20) --layers L (4) --heads H (4)\n"
-           "  --embd C (128) --ctx N (1024) --batch B (2) --seq T (the context) --seed S (1)\n"
-           "  --corpus war-and-peace|FILE --tokenizer bytes|gpt2 (bytes) --eval-every K (25)\n"
-           "  --windows W (2: held-out windows diagnosed) --crit-L LIST (128,256,512,1024)\n"
-           "  --threads N --quiet --json\n");
+           "\n");
+    cli_print_options(f, opts, 22);
 }
 
 int cmd_study(int argc, char **argv) {
@@ -38,60 +83,49 @@ int cmd_study(int argc, char **argv) {
     const char *norms = "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax";
     double scale = 1, seed = 1;
     int json = 0, quiet = 0, threads = 0, seq = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const struct {
+        int *dst;
+        long lo, hi;
+    } ints[N_INTS] = {{&o.base.opt.steps, 0, 1000000000},
+                      {&o.base.opt.warmup, 0, 1000000000},
+                      {&o.base.cfg.n_layer, 1, 256},
+                      {&o.base.cfg.n_head, 1, 1024},
+                      {&o.base.cfg.n_embd, 1, 8192},
+                      {&o.base.cfg.n_ctx, 2, 8192},
+                      {&o.base.B, 1, 4096},
+                      {&seq, 2, 8192},
+                      {&o.base.eval_every, 0, 1000000000},
+                      {&o.windows, 1, 100000},
+                      {&threads, 0, 4096}};
+    cli_parser p = {"study", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
         long x;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
+        const char *a = p.opt;
+        if (id == CLI_STOP) {
+            return p.status;
+        } else if (id == O_JSON) {
             json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
+        } else if (id == O_QUIET) {
             quiet = 1;
-            continue;
-        }
-        if (!v) return cli_usage_error("study", "unknown option or missing value: '%s'", a);
-        i++;
-        struct {
-            const char *name;
-            int *dst;
-            long lo, hi;
-        } ints[] = {{"--steps", &o.base.opt.steps, 0, 1000000000},
-                    {"--warmup", &o.base.opt.warmup, 0, 1000000000},
-                    {"--layers", &o.base.cfg.n_layer, 1, 256},
-                    {"--heads", &o.base.cfg.n_head, 1, 1024},
-                    {"--embd", &o.base.cfg.n_embd, 1, 8192},
-                    {"--ctx", &o.base.cfg.n_ctx, 2, 8192},
-                    {"--batch", &o.base.B, 1, 4096},
-                    {"--seq", &seq, 2, 8192},
-                    {"--eval-every", &o.base.eval_every, 0, 1000000000},
-                    {"--windows", &o.windows, 1, 100000},
-                    {"--threads", &threads, 0, 4096}};
-        int k = -1;
-        for (int j = 0; j < (int)(sizeof ints / sizeof ints[0]); j++)
-            if (!strcmp(a, ints[j].name)) k = j;
-        if (k >= 0) {
-            if (cli_parse_int(v, a, ints[k].lo, ints[k].hi, &x, &err))
+        } else if (id <= N_INTS) {
+            if (cli_parse_int(v, a, ints[id - 1].lo, ints[id - 1].hi, &x, &err))
                 return cli_usage_error("study", "%s", err.msg);
-            *ints[k].dst = (int)x;
-        } else if (!strcmp(a, "--out")) {
+            *ints[id - 1].dst = (int)x;
+        } else if (id == O_OUT) {
             o.out = v;
-        } else if (!strcmp(a, "--normalizers")) {
+        } else if (id == O_NORMALIZERS) {
             norms = v;
-        } else if (!strcmp(a, "--corpus")) {
+        } else if (id == O_CORPUS) {
             o.base.corpus = v;
-        } else if (!strcmp(a, "--tokenizer")) {
+        } else if (id == O_TOKENIZER) {
             o.base.tokenizer = v;
-        } else if (!strcmp(a, "--scale") || !strcmp(a, "--lr") || !strcmp(a, "--seed")) {
+        } else if (id == O_SCALE || id == O_LR || id == O_SEED) {
             double d;
             if (cli_parse_double(v, a, &d, &err)) return cli_usage_error("study", "%s", err.msg);
-            if (!(d > 0) && strcmp(a, "--seed"))
-                return cli_usage_error("study", "%s must be > 0", a);
-            *(!strcmp(a, "--scale") ? &scale : !strcmp(a, "--lr") ? &o.base.opt.lr : &seed) = d;
-        } else if (!strcmp(a, "--crit-L")) {
+            if (!(d > 0) && id != O_SEED) return cli_usage_error("study", "%s must be > 0", a);
+            *(id == O_SCALE ? &scale : id == O_LR ? &o.base.opt.lr : &seed) = d;
+        } else if (id == O_CRIT_L) {
             int *L, n;
             if (cli_parse_int_list(v, a, &L, &n, &err))
                 return cli_usage_error("study", "%s", err.msg);
@@ -102,8 +136,6 @@ int cmd_study(int argc, char **argv) {
             memcpy(o.crit_L, L, (size_t)n * sizeof *L);
             o.n_crit_L = n;
             free(L);
-        } else {
-            return cli_usage_error("study", "unknown option '%s'", a);
         }
     }
     if (!o.out) return cli_usage_error("study", "--out DIR is required");

@@ -6,6 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { O_MODEL = 1, O_TEXT, O_VOCAB, O_PRE, O_CORPUS, O_DATA, O_ALLOW_SPECIAL, O_DECODE, O_JSON };
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "M",
+     "the tokenizer of model M (a path or a known name: gpt2, smollm2,\n"
+     "minilm); --vocab and --pre do not apply with it"},
+    {O_TEXT, "--text", "PROMPT", "the prompt itself"},
+    {O_VOCAB, "--vocab", "DIR",
+     "encoder.json + vocab.bpe (or HF vocab.json + merges.txt);\n"
+     "default: the shared GPT-2 files (gpt2/encoder.json, gpt2/vocab.bpe)"},
+    {O_PRE, "--pre", "NAME", "pre-tokenizer for that vocabulary (default gpt2)"},
+    {O_CORPUS, "--corpus", "NAME", "war-and-peace: the body of METHOD section 1 (or a file path)"},
+    {O_DATA, "--data", "DIR", "where the corpus data lives (as ATTNLIM_DATA)"},
+    {O_ALLOW_SPECIAL, "--allow-special", NULL,
+     "recognise <|endoftext|> in the text as the special token\n"
+     "(otherwise it is ordinary text)"},
+    {O_DECODE, "--decode", NULL, "read token ids and write their bytes"},
+    {O_JSON, "--json", NULL, "one JSON object"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -18,19 +38,10 @@ static void usage(FILE *f) {
         "prints the token ids, one per line (--json: {\"count\": N, \"ids\": [...]}).\n"
         "--decode reads token ids (white space or comma separated) and writes their bytes\n"
         "(--json: {\"count\", \"bytes\", \"valid_utf8\", \"text\"}).\n"
-        "\n"
-        "  --model M         the tokenizer of model M (a path or a known name: gpt2, smollm2,\n"
-        "                    minilm); --vocab and --pre do not apply with it\n"
-        "  --text PROMPT     the prompt itself\n"
-        "  --vocab DIR       encoder.json + vocab.bpe (or HF vocab.json + merges.txt);\n"
-        "                    default: the shared GPT-2 files (gpt2/encoder.json, gpt2/vocab.bpe)\n"
-        "  --pre NAME        pre-tokenizer for that vocabulary (default gpt2)\n"
-        "  --corpus NAME     war-and-peace: the body of METHOD section 1 (or a file path)\n"
-        "  --data DIR        where the corpus data lives (as ATTNLIM_DATA)\n"
-        "  --allow-special   recognise <|endoftext|> in the text as the special token\n"
-        "                    (otherwise it is ordinary text)\n"
-        "Invalid UTF-8 is encoded byte-level, as tiktoken's _encode_bytes does (a warning\n"
-        "names the first invalid byte). Empty input is an error.\n");
+        "\n");
+    cli_print_options(f, opts, 20);
+    fprintf(f, "Invalid UTF-8 is encoded byte-level, as tiktoken's _encode_bytes does (a warning\n"
+               "names the first invalid byte). Empty input is an error.\n");
 }
 
 /* Parses ids from text: white space / comma separated non-negative integers. */
@@ -103,41 +114,27 @@ int cmd_tokenize(int argc, char **argv) {
     const char *vocab = NULL, *pre = NULL, *corpus = NULL, *input = NULL, *data = NULL,
                *model = NULL;
     int decode = 0, allow_special = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--decode"))
-            decode = 1;
-        else if (!strcmp(a, "--allow-special"))
-            allow_special = 1;
-        else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--vocab") || !strcmp(a, "--pre") || !strcmp(a, "--corpus") ||
-                 !strcmp(a, "--data") || !strcmp(a, "--text") || !strcmp(a, "--model")) {
-            if (i + 1 >= argc) return cli_usage_error("tokenize", "%s needs a value", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--vocab"))
-                vocab = v;
-            else if (!strcmp(a, "--pre"))
-                pre = v;
-            else if (!strcmp(a, "--corpus"))
-                corpus = v;
-            else if (!strcmp(a, "--model"))
-                model = v;
-            else if (!strcmp(a, "--text")) {
-                if (corpus) return cli_usage_error("tokenize", "give one of --corpus and --text");
-                if (!(corpus = cli_text_corpus(v)))
-                    return cli_usage_error("tokenize", "--text: too many prompts");
-            } else
-                data = v;
-        } else if (a[0] == '-' && a[1] != 0) {
-            return cli_unknown_option("tokenize", a, usage);
-        } else {
+    cli_parser p = {"tokenize", argc, argv, opts, usage, 1};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if (id == O_DECODE) decode = 1;
+        if (id == O_ALLOW_SPECIAL) allow_special = 1;
+        if (id == O_JSON) json = 1;
+        if (id == O_VOCAB) vocab = v;
+        if (id == O_PRE) pre = v;
+        if (id == O_CORPUS) corpus = v;
+        if (id == O_MODEL) model = v;
+        if (id == O_DATA) data = v;
+        if (id == O_TEXT) {
+            if (corpus) return cli_usage_error("tokenize", "give one of --corpus and --text");
+            if (!(corpus = cli_text_corpus(v)))
+                return cli_usage_error("tokenize", "--text: too many prompts");
+        }
+        if (id == CLI_POS) {
             if (input)
-                return cli_usage_error("tokenize", "more than one input ('%s', '%s')", input, a);
-            input = a;
+                return cli_usage_error("tokenize", "more than one input ('%s', '%s')", input, v);
+            input = v;
         }
     }
     if (model && (vocab || pre))

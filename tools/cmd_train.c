@@ -8,6 +8,96 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The numeric options first: their ids index the ranges in cmd_train's nums[]. */
+enum {
+    O_LAYERS,
+    O_HEADS,
+    O_EMBD,
+    O_CTX,
+    O_BATCH,
+    O_SEQ,
+    O_STEPS,
+    O_WARMUP,
+    O_EVAL_EVERY,
+    O_VAL_WINDOWS,
+    O_CKPT_EVERY,
+    O_STOP_AFTER,
+    O_THREADS,
+    O_LR,
+    O_MIN_LR_FRAC,
+    O_WEIGHT_DECAY,
+    O_BETA1,
+    O_BETA2,
+    O_CLIP,
+    O_VAL_FRAC,
+    O_TEMPERATURE,
+    O_ALPHA,
+    O_SSMAX_S,
+    O_SEED,
+    N_NUMS,
+    O_JSON = N_NUMS,
+    O_QUIET,
+    O_RESUME,
+    O_FIXED_BATCH,
+    O_SSMAX_LEARN,
+    O_OUT,
+    O_CORPUS,
+    O_DATA_DIR,
+    O_TOKENIZER,
+    O_INIT,
+    O_DUMP,
+    O_NORMALIZER
+};
+#define ID(x) ((x) + 1) /* ids are > 0 */
+static const cli_opt opts[] = {
+    {ID(O_OUT), "--out", "DIR", "the output directory (required)"},
+    CLI_TEXT("model:"),
+    {ID(O_LAYERS), "--layers", "L", "4"},
+    {ID(O_HEADS), "--heads", "H", "4"},
+    {ID(O_EMBD), "--embd", "C", "128"},
+    {ID(O_CTX), "--ctx", "N", "256"},
+    CLI_TEXT("normalizer:"),
+    {ID(O_NORMALIZER), "--normalizer", "M",
+     "softmax (default), sparsemax, entmax15, entmax, ssmax, sa-softmax,\nsa-softmax-norm"},
+    {ID(O_TEMPERATURE), "--temperature", "T", "1"},
+    {ID(O_ALPHA), "--alpha", "A", "entmax alpha (1.5)"},
+    {ID(O_SSMAX_S), "--ssmax-s", "S", "0.43"},
+    {ID(O_SSMAX_LEARN), "--ssmax-learn", NULL, "s learnable per layer and head"},
+    CLI_TEXT("data:"),
+    {ID(O_CORPUS), "--corpus", "C", "war-and-peace (METHOD's body, the default) or a FILE"},
+    {ID(O_DATA_DIR), "--data-dir", "DIR", "where the shared data files are"},
+    {ID(O_TOKENIZER), "--tokenizer", "bytes|gpt2", "bytes (default)"},
+    {ID(O_VAL_FRAC), "--val-frac", "F", "0.1: the held-out tail"},
+    CLI_TEXT("batch:"),
+    {ID(O_BATCH), "--batch", "B", "8"},
+    {ID(O_SEQ), "--seq", "T", "the context"},
+    {ID(O_SEED), "--seed", "S", "1: init and data order"},
+    {ID(O_FIXED_BATCH), "--fixed-batch", NULL, "every step on step 0's batch"},
+    CLI_TEXT("optimizer:"),
+    {ID(O_STEPS), "--steps", "N", "100"},
+    {ID(O_LR), "--lr", "X", "1e-3"},
+    {ID(O_WARMUP), "--warmup", "N", "10"},
+    {ID(O_MIN_LR_FRAC), "--min-lr-frac", "F", "0.1"},
+    {ID(O_WEIGHT_DECAY), "--weight-decay", "X", "0.1, 2-D tensors"},
+    {ID(O_BETA1), "--beta1", "X", "0.9"},
+    {ID(O_BETA2), "--beta2", "X", "0.95"},
+    {ID(O_CLIP), "--clip", "X", "1.0, global norm; 0 off"},
+    CLI_TEXT("run:"),
+    {ID(O_EVAL_EVERY), "--eval-every", "K",
+     "50: validation loss, gradient norms per layer, per-head\n"
+     "entropy, max weight and N_s/N into the log"},
+    {ID(O_VAL_WINDOWS), "--val-windows", "N", "16"},
+    {ID(O_CKPT_EVERY), "--ckpt-every", "K", "0: at the end"},
+    {ID(O_STOP_AFTER), "--stop-after", "N", "stop after N steps, saved"},
+    {ID(O_RESUME), "--resume", NULL, "continue DIR's run bit for bit: give the same options"},
+    {ID(O_INIT), "--init", "PATH", "start from a GPT-2 checkpoint's weights"},
+    {ID(O_DUMP), "--dump", "FILE", "the first step: batch, loss, gradients, updated weights"},
+    {ID(O_THREADS), "--threads", "N", "compute threads"},
+    {ID(O_QUIET), "--quiet", NULL, "no progress bar"},
+    {ID(O_JSON), "--json", NULL, "print a JSON summary"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f, "usage: attnlim train --out DIR [options]\n"
@@ -16,33 +106,16 @@ static void usage(FILE *f) {
            "embeddings) with AdamW on a corpus, with the attention normalizer of your choice, and\n"
            "writes DIR/model.safetensors + DIR/config.json (HF GPT-2 layout, the normalizer in\n"
            "\"attnlim_normalizer\"), DIR/state.bin (for --resume) and DIR/log.jsonl.\n"
-           "\n"
-           "model:      --layers L (4) --heads H (4) --embd C (128) --ctx N (256)\n"
-           "normalizer: --normalizer softmax|sparsemax|entmax15|entmax|ssmax|sa-softmax|\n"
-           "            sa-softmax-norm (softmax) --temperature T (1) --alpha A (entmax, 1.5)\n"
-           "            --ssmax-s S (0.43) --ssmax-learn (s learnable per layer and head)\n"
-           "data:       --corpus war-and-peace|FILE (war-and-peace: METHOD's body) --data-dir DIR\n"
-           "            --tokenizer bytes|gpt2 (bytes) --val-frac F (0.1: the held-out tail)\n"
-           "batch:      --batch B (8) --seq T (the context) --seed S (1: init and data order)\n"
-           "            --fixed-batch (every step on step 0's batch)\n"
-           "optimizer:  --steps N (100) --lr X (1e-3) --warmup N (10) --min-lr-frac F (0.1)\n"
-           "            --weight-decay X (0.1, 2-D tensors) --beta1 (0.9) --beta2 (0.95)\n"
-           "            --clip X (1.0, global norm; 0 off)\n"
-           "run:        --eval-every K (50: validation loss, gradient norms per layer, per-head\n"
-           "            entropy, max weight and N_s/N into the log) --val-windows N (16)\n"
-           "            --ckpt-every K (0: at the end) --stop-after N (stop after N steps, saved)\n"
-           "            --resume (continue DIR's run bit for bit: give the same options)\n"
-           "            --init PATH (start from a GPT-2 checkpoint's weights)\n"
-           "            --dump FILE (the first step: batch, loss, gradients, updated weights)\n"
-           "            --threads N --quiet --json\n"
-           "\n"
-           "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
-           "transformers load them. The other commands refuse checkpoints of other normalizers\n"
-           "(their forward runs softmax attention only).\n");
+           "\n");
+    cli_print_options(f, opts, 22);
+    fprintf(f,
+            "\n"
+            "Checkpoints of softmax (T = 1) runs are ordinary GPT-2s: every command and HF\n"
+            "transformers load them. The other commands refuse checkpoints of other normalizers\n"
+            "(their forward runs softmax attention only).\n");
 }
 
 typedef struct numopt {
-    const char *name;
     int is_int;
     double lo, hi;
     void *dst;
@@ -79,85 +152,65 @@ int cmd_train(int argc, char **argv) {
     int json = 0, quiet = 0, seq = 0, threads = 0;
     double seed = 1;
     al_error err = {0};
-    numopt nums[] = {
-        {"--layers", 1, 1, 256, &o.cfg.n_layer},
-        {"--heads", 1, 1, 1024, &o.cfg.n_head},
-        {"--embd", 1, 1, 8192, &o.cfg.n_embd},
-        {"--ctx", 1, 1, 8192, &o.cfg.n_ctx},
-        {"--batch", 1, 1, 4096, &o.B},
-        {"--seq", 1, 1, 8192, &seq},
-        {"--steps", 1, 0, 1e9, &o.opt.steps},
-        {"--warmup", 1, 0, 1e9, &o.opt.warmup},
-        {"--eval-every", 1, 0, 1e9, &o.eval_every},
-        {"--val-windows", 1, 1, 1e6, &o.val_windows},
-        {"--ckpt-every", 1, 0, 1e9, &o.ckpt_every},
-        {"--stop-after", 1, 0, 1e9, &o.stop_after},
-        {"--threads", 1, 0, 4096, &threads},
-        {"--lr", 0, 1e-12, 10, &o.opt.lr},
-        {"--min-lr-frac", 0, 0, 1, &o.opt.min_lr_frac},
-        {"--weight-decay", 0, 0, 10, &o.opt.weight_decay},
-        {"--beta1", 0, 0, 0.999999, &o.opt.beta1},
-        {"--beta2", 0, 0, 0.999999, &o.opt.beta2},
-        {"--clip", 0, 0, 1e9, &o.opt.clip},
-        {"--val-frac", 0, 1e-6, 0.49, &o.val_frac},
-        {"--temperature", 0, 1e-6, 1e6, &o.cfg.norm.temperature},
-        {"--alpha", 0, 1.000001, 100, &o.cfg.norm.alpha},
-        {"--ssmax-s", 0, 1e-3, 1e3, &o.cfg.norm.ssmax_s},
-        {"--seed", 0, 0, 9007199254740992.0, &seed},
+    const numopt nums[N_NUMS] = {
+        [O_LAYERS] = {1, 1, 256, &o.cfg.n_layer},
+        [O_HEADS] = {1, 1, 1024, &o.cfg.n_head},
+        [O_EMBD] = {1, 1, 8192, &o.cfg.n_embd},
+        [O_CTX] = {1, 1, 8192, &o.cfg.n_ctx},
+        [O_BATCH] = {1, 1, 4096, &o.B},
+        [O_SEQ] = {1, 1, 8192, &seq},
+        [O_STEPS] = {1, 0, 1e9, &o.opt.steps},
+        [O_WARMUP] = {1, 0, 1e9, &o.opt.warmup},
+        [O_EVAL_EVERY] = {1, 0, 1e9, &o.eval_every},
+        [O_VAL_WINDOWS] = {1, 1, 1e6, &o.val_windows},
+        [O_CKPT_EVERY] = {1, 0, 1e9, &o.ckpt_every},
+        [O_STOP_AFTER] = {1, 0, 1e9, &o.stop_after},
+        [O_THREADS] = {1, 0, 4096, &threads},
+        [O_LR] = {0, 1e-12, 10, &o.opt.lr},
+        [O_MIN_LR_FRAC] = {0, 0, 1, &o.opt.min_lr_frac},
+        [O_WEIGHT_DECAY] = {0, 0, 10, &o.opt.weight_decay},
+        [O_BETA1] = {0, 0, 0.999999, &o.opt.beta1},
+        [O_BETA2] = {0, 0, 0.999999, &o.opt.beta2},
+        [O_CLIP] = {0, 0, 1e9, &o.opt.clip},
+        [O_VAL_FRAC] = {0, 1e-6, 0.49, &o.val_frac},
+        [O_TEMPERATURE] = {0, 1e-6, 1e6, &o.cfg.norm.temperature},
+        [O_ALPHA] = {0, 1.000001, 100, &o.cfg.norm.alpha},
+        [O_SSMAX_S] = {0, 1e-3, 1e3, &o.cfg.norm.ssmax_s},
+        [O_SEED] = {0, 0, 9007199254740992.0, &seed},
     };
-    const char *norm_name = "softmax";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--quiet"))
-            quiet = 1;
-        else if (!strcmp(a, "--resume"))
-            o.resume = 1;
-        else if (!strcmp(a, "--fixed-batch"))
-            o.fixed_batch = 1;
-        else if (!strcmp(a, "--ssmax-learn"))
-            o.cfg.ssmax_learn = 1;
-        else if (i + 1 >= argc)
-            return cli_usage_error("train", "unknown option or missing value: '%s'", a);
-        else if (!strcmp(a, "--out"))
-            o.out = argv[++i];
-        else if (!strcmp(a, "--corpus"))
-            o.corpus = argv[++i];
-        else if (!strcmp(a, "--data-dir"))
-            o.data_path = argv[++i];
-        else if (!strcmp(a, "--tokenizer"))
-            o.tokenizer = argv[++i];
-        else if (!strcmp(a, "--init"))
-            o.init = argv[++i];
-        else if (!strcmp(a, "--dump"))
-            o.dump = argv[++i];
-        else if (!strcmp(a, "--normalizer"))
-            norm_name = argv[++i];
-        else {
-            int k = -1;
-            for (int j = 0; j < (int)(sizeof nums / sizeof nums[0]); j++)
-                if (!strcmp(a, nums[j].name)) k = j;
-            if (k < 0) return cli_usage_error("train", "unknown option '%s'", a);
-            const char *v = argv[++i];
-            if (nums[k].is_int) {
-                long x;
-                if (cli_parse_int(v, a, (long)nums[k].lo, (long)nums[k].hi, &x, &err))
-                    return cli_usage_error("train", "%s", err.msg);
-                *(int *)nums[k].dst = (int)x;
-            } else {
-                double x;
-                if (cli_parse_double(v, a, &x, &err))
-                    return cli_usage_error("train", "%s", err.msg);
-                if (!(x >= nums[k].lo && x <= nums[k].hi))
-                    return cli_usage_error("train", "%s %s outside [%g, %g]", a, v, nums[k].lo,
-                                           nums[k].hi);
-                *(double *)nums[k].dst = x;
-            }
+    const char *norm_name = "softmax", *v;
+    cli_parser p = {"train", argc, argv, opts, usage};
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        int k = id - 1;
+        const char **str = k == O_OUT          ? &o.out
+                           : k == O_CORPUS     ? &o.corpus
+                           : k == O_DATA_DIR   ? &o.data_path
+                           : k == O_TOKENIZER  ? &o.tokenizer
+                           : k == O_INIT       ? &o.init
+                           : k == O_DUMP       ? &o.dump
+                           : k == O_NORMALIZER ? &norm_name
+                                               : NULL;
+        if (str) *str = v;
+        if (k == O_JSON) json = 1;
+        if (k == O_QUIET) quiet = 1;
+        if (k == O_RESUME) o.resume = 1;
+        if (k == O_FIXED_BATCH) o.fixed_batch = 1;
+        if (k == O_SSMAX_LEARN) o.cfg.ssmax_learn = 1;
+        if (k >= N_NUMS) continue;
+        if (nums[k].is_int) {
+            long x;
+            if (cli_parse_int(v, p.opt, (long)nums[k].lo, (long)nums[k].hi, &x, &err))
+                return cli_usage_error("train", "%s", err.msg);
+            *(int *)nums[k].dst = (int)x;
+        } else {
+            double x;
+            if (cli_parse_double(v, p.opt, &x, &err))
+                return cli_usage_error("train", "%s", err.msg);
+            if (!(x >= nums[k].lo && x <= nums[k].hi))
+                return cli_usage_error("train", "%s %s outside [%g, %g]", p.opt, v, nums[k].lo,
+                                       nums[k].hi);
+            *(double *)nums[k].dst = x;
         }
     }
     if (!o.out) return cli_usage_error("train", "--out DIR is required");

@@ -3,6 +3,17 @@
 
 #include <string.h>
 
+enum { O_MODEL = 1, O_TABLE, O_JSON, O_QUIET };
+static const cli_opt opts[] = {
+    {O_MODEL, "--model", "PATH", "the checkpoint"},
+    {O_TABLE, "--table", "TSV",
+     "name<TAB>bytes<TAB>sha256 lines (default: the pinned GPT-2 124M table,\n"
+     "data/gpt2_124M_tensor_sha256.tsv, found in share/attnlim or the source tree)"},
+    {O_JSON, "--json", NULL, "one JSON object: totals and every tensor"},
+    {O_QUIET, "--quiet", NULL, "totals only (text mode)"},
+    CLI_OPT_END,
+};
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -13,14 +24,12 @@ static void usage(FILE *f) {
         "little-endian bytes (Conv1D [in, out]; llm.c matrices are transposed back, bf16 is\n"
         "converted) and compares each with the table: matched, mismatched, missing (a parameter\n"
         "absent), optional (an absent HF buffer or the tied lm_head), unexpected (not in the "
-        "table).\n"
-        "  --table TSV  name<TAB>bytes<TAB>sha256 lines (default: the pinned GPT-2 124M table,\n"
-        "               data/gpt2_124M_tensor_sha256.tsv, found in share/attnlim or the source "
-        "tree)\n"
-        "  --json       one JSON object: totals and every tensor\n"
-        "  --quiet      totals only (text mode)\n"
-        "Exit status: 0 when every tensor present matches (the report says whether the model is\n"
-        "complete), 1 on any mismatched or unexpected tensor, on no tensor at all, or an error.\n");
+        "table).\n");
+    cli_print_options(f, opts, 15);
+    fprintf(f, "Exit status: 0 when every tensor present matches (the report says whether the "
+               "model is\n"
+               "complete), 1 on any mismatched or unexpected tensor, on no tensor at all, or an "
+               "error.\n");
 }
 
 static const char *status_name(al_verify_status s) {
@@ -31,21 +40,14 @@ static const char *status_name(al_verify_status s) {
 int cmd_verify(int argc, char **argv) {
     const char *model = NULL, *table = NULL;
     int json = 0, quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--quiet")) {
-            quiet = 1;
-        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(argv[i], "--table") && i + 1 < argc) {
-            table = argv[++i];
-        } else {
-            return cli_unknown_option("verify", argv[i], usage);
-        }
+    cli_parser p = {"verify", argc, argv, opts, usage};
+    const char *v;
+    for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+        if (id == CLI_STOP) return p.status;
+        if (id == O_JSON) json = 1;
+        if (id == O_QUIET) quiet = 1;
+        if (id == O_MODEL) model = v;
+        if (id == O_TABLE) table = v;
     }
     if (!model) return cli_usage_error("verify", "--model PATH is required");
     al_error err = {0};

@@ -190,47 +190,66 @@ void run_nonfinite_cause(al_model *m, char *buf, size_t cap) {
 
 /* ---- the run options --------------------------------------------------------------------- */
 
-int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o) {
-    const char *a = argv[*i];
+const cli_opt RUN_OPTS[] = {
+    {RUN_O_MODEL, "--model", "PATH", "a checkpoint or a known name (gpt2, smollm2, minilm)"},
+    {RUN_O_TOKENS, "--tokens", "FILE", "token ids separated by whitespace"},
+    {RUN_O_CORPUS, "--corpus", "NAME",
+     "war-and-peace (METHOD section 1) or a text file, tokenized with\n"
+     "the model's tokenizer (--length required)"},
+    {RUN_O_TEXT, "--text", "PROMPT", "the prompt itself, tokenized likewise"},
+    {RUN_O_LENGTH, "--length", "L", "tokens per window (default with --tokens or --text: all)"},
+    CLI_MORE(CLI_FRAMING_OPTS),
+    {RUN_O_EOS, "--eos", NULL, "(also --eos on|off) EOS last in the text (tokenizer.json models)"},
+    {RUN_O_NO_EOS, "--no-eos", NULL, "no EOS (--eos off; the default: as the files say)"},
+    {RUN_O_THREADS, "--threads", "N", "compute threads (default: all cores, or OMP_NUM_THREADS)"},
+    {RUN_O_ATTENTION, "--attention", "R",
+     "the attention inside the forward, in every layer (so later layers\n"
+     "see the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
+     "topk-sqrt:C (K = ceil(C sqrt n)), topk-log:C (K = ceil(C ln n)); each\n"
+     "query row of n visible keys keeps its min(n, K) largest logits (ties\n"
+     "toward the lower index), the others get weight 0"},
+    {RUN_O_NORMALIZER, "--normalizer", "M",
+     "over the kept logits: softmax (default), sparsemax, entmax15,\n"
+     "entmax:A, ssmax[:S] (scale s ln(kept))",
+     "--attention-normalizer"},
+    {RUN_O_ATTN_LAYERS, "--attention-layers", "SET",
+     "the layers modified (0,3,5-7 or all, the default)"},
+    {RUN_O_ATTN_HEADS, "--attention-heads", "SET",
+     "the query heads modified (0,3,5-7 or all, the default)"},
+    CLI_OPT_END,
+};
+
+int run_opts_take(cli_parser *p, int id, const char *v, run_opts *o) {
     al_error err = {0};
-    static const char *const sw_name[3] = {"bos", "eos", "wrap"};
-    int *sw_dst[3] = {&o->bos, &o->eos, &o->wrap};
-    for (int s = 0; s < 3; s++) {
-        int r = cli_switch_arg(argc, argv, i, sw_name[s], sw_dst[s], &err);
-        if (r < 0) return cli_usage_error(cmd, "%s", err.msg);
-        if (r) return 1;
+    al_attn_variant var = {0};
+    al_norm nm;
+    long *num = id == RUN_O_LENGTH ? &o->length : id == RUN_O_THREADS ? &o->threads : NULL;
+    const char **str = id == RUN_O_MODEL         ? &o->model
+                       : id == RUN_O_TOKENS      ? &o->tokens
+                       : id == RUN_O_CORPUS      ? &o->corpus
+                       : id == RUN_O_ATTENTION   ? &o->attention
+                       : id == RUN_O_NORMALIZER  ? &o->normalizer
+                       : id == RUN_O_ATTN_LAYERS ? &o->attn_layers
+                       : id == RUN_O_ATTN_HEADS  ? &o->attn_heads
+                                                 : NULL;
+    int sw = cli_framing_take(p, id, &o->bos, &o->wrap);
+    if (!sw) sw = cli_switch_take(p, RUN_O_EOS, RUN_O_NO_EOS, id, &o->eos);
+    if (sw) return sw;
+    if (id < RUN_O_MODEL || id > RUN_O_LAST) return 0;
+    if (id == RUN_O_JSON) o->json = 1;
+    if (id == RUN_O_ALLOW_NONFINITE) o->allow_nonfinite = 1;
+    if (id == RUN_O_TEXT && !(o->corpus = cli_text_corpus(v)))
+        return cli_parse_error(p, "--text: too many prompts");
+    if (str) *str = v;
+    if (id == RUN_O_ATTENTION && al_attn_rule_parse(v, &var, &err))
+        return cli_parse_error(p, "%s", err.msg);
+    if (id == RUN_O_NORMALIZER && al_attn_norm_parse(v, &nm, &err))
+        return cli_parse_error(p, "%s", err.msg);
+    if (num) {
+        long lo = num == &o->length ? -(1L << 40) : 1, hi = num == &o->length ? 1L << 40 : 1024;
+        if (cli_parse_int(v, p->opt, lo, hi, num, &err)) return cli_parse_error(p, "%s", err.msg);
+        if (num == &o->length) o->have_length = 1;
     }
-    if (!strcmp(a, "--json")) {
-        o->json = 1;
-        return 1;
-    }
-    if (!strcmp(a, "--allow-nonfinite")) {
-        o->allow_nonfinite = 1;
-        return 1;
-    }
-    if (!strcmp(a, "--text")) {
-        if (*i + 1 >= argc) return cli_usage_error(cmd, "--text needs a value (the prompt)");
-        if (!(o->corpus = cli_text_corpus(argv[++*i])))
-            return cli_usage_error(cmd, "--text: too many prompts");
-        return 1;
-    }
-    int r = run_attn_arg(cmd, argc, argv, i, o, 1);
-    if (r) return r;
-    const char **str = !strcmp(a, "--model")    ? &o->model
-                       : !strcmp(a, "--tokens") ? &o->tokens
-                       : !strcmp(a, "--corpus") ? &o->corpus
-                                                : NULL;
-    long *num = !strcmp(a, "--length") ? &o->length : !strcmp(a, "--threads") ? &o->threads : NULL;
-    if (!str && !num) return 0;
-    if (*i + 1 >= argc) return cli_usage_error(cmd, "unknown argument or missing value: '%s'", a);
-    const char *v = argv[++*i];
-    if (str) {
-        *str = v;
-        return 1;
-    }
-    long lo = num == &o->length ? -(1L << 40) : 1, hi = num == &o->length ? 1L << 40 : 1024;
-    if (cli_parse_int(v, a, lo, hi, num, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    if (num == &o->length) o->have_length = 1;
     return 1;
 }
 
@@ -252,39 +271,6 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
 }
 
 /* ---- the attention variant --------------------------------------------------------------- */
-
-const char RUN_ATTN_USAGE[] =
-    "  --attention R     the attention inside the forward, in every layer (so later layers\n"
-    "                    see the change): dense (default), topk:K, topk-frac:F (K = ceil(F L)),\n"
-    "                    topk-sqrt:C (K = ceil(C sqrt n)), topk-log:C (K = ceil(C ln n)); each\n"
-    "                    query row of n visible keys keeps its min(n, K) largest logits (ties\n"
-    "                    toward the lower index), the others get weight 0\n"
-    "  --normalizer M    (also --attention-normalizer) over the kept logits: softmax (default),\n"
-    "                    sparsemax, entmax15, entmax:A, ssmax[:S] (scale s ln(kept))\n"
-    "  --attention-layers SET, --attention-heads SET\n"
-    "                    the layers / query heads modified (0,3,5-7 or all, the default)\n";
-
-int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o,
-                 int allow_normalizer) {
-    const char *a = argv[*i];
-    const char **str = !strcmp(a, "--attention")                        ? &o->attention
-                       : !strcmp(a, "--attention-normalizer")           ? &o->normalizer
-                       : allow_normalizer && !strcmp(a, "--normalizer") ? &o->normalizer
-                       : !strcmp(a, "--attention-layers")               ? &o->attn_layers
-                       : !strcmp(a, "--attention-heads")                ? &o->attn_heads
-                                                                        : NULL;
-    if (!str) return 0;
-    if (*i + 1 >= argc) return cli_usage_error(cmd, "missing value after '%s'", a);
-    *str = argv[++*i];
-    al_error err = {0};
-    al_attn_variant v = {0};
-    al_norm nm;
-    if (str == &o->attention && al_attn_rule_parse(*str, &v, &err))
-        return cli_usage_error(cmd, "%s", err.msg);
-    if (str == &o->normalizer && al_attn_norm_parse(*str, &nm, &err))
-        return cli_usage_error(cmd, "%s", err.msg);
-    return 1;
-}
 
 int run_attn_apply(al_model *m, const run_opts *o, al_error *err) {
     if (!o->attention && !o->normalizer && !o->attn_layers && !o->attn_heads) return 0;

@@ -4,7 +4,7 @@
 #ifndef AL_RUN_TOKENS_H
 #define AL_RUN_TOKENS_H
 
-#include "attnlim.h"
+#include "cli.h"
 
 typedef struct run_tokens {
     int32_t *ids; /* [n] */
@@ -57,23 +57,37 @@ typedef struct run_opts {
     const char *attention, *normalizer, *attn_layers, *attn_heads;
 } run_opts;
 
-/* Reads argv[*i] (and its value, advancing *i) when it is one of the run options: returns 1
- * when taken, 0 when it is not a run option, 2 after printing a usage error (a missing or bad
- * value). */
-int run_opts_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o);
+/* Their table (ids RUN_O_*; a command includes it with CLI_MORE(RUN_OPTS)); --json and
+ * --allow-nonfinite, whose help differs by command, are in each command's own table, with the
+ * ids RUN_O_JSON and RUN_O_ALLOW_NONFINITE. */
+enum {
+    RUN_O_MODEL = 200,
+    RUN_O_TOKENS,
+    RUN_O_CORPUS,
+    RUN_O_TEXT,
+    RUN_O_LENGTH,
+    RUN_O_EOS,
+    RUN_O_ALLOW_NONFINITE,
+    RUN_O_THREADS,
+    RUN_O_JSON,
+    RUN_O_ATTENTION,
+    RUN_O_NORMALIZER,
+    RUN_O_ATTN_LAYERS,
+    RUN_O_ATTN_HEADS,
+    RUN_O_NO_EOS, /* --bos, --no-bos, --wrap, --no-wrap: CLI_FRAMING_OPTS's ids */
+    RUN_O_LAST = RUN_O_NO_EOS
+};
+extern const cli_opt RUN_OPTS[];
+/* Takes option id (one of RUN_OPTS's, value v) into o: 1 when taken, 0 when id is not a run
+ * option, 2 after printing a usage error (a bad value). */
+int run_opts_take(cli_parser *p, int id, const char *v, run_opts *o);
 /* After the loop: --model, exactly one of --tokens, --corpus and --text, and --length >=
  * min_length (required with --corpus) (2 after a usage error); applies --threads. */
 int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *min_what);
 
-/* The variant options alone (--attention, --normalizer, --attention-normalizer,
- * --attention-layers, --attention-heads): as run_opts_arg; allow_normalizer = 0 refuses the
- * plain --normalizer (commands where it means re-normalising captured logits). */
-int run_attn_arg(const char *cmd, int argc, char **argv, int *i, run_opts *o, int allow_normalizer);
 /* Parses the variant options against m's layers and heads and sets it on m
  * (al_model_set_attention); nothing given: the model's own attention. */
 int run_attn_apply(al_model *m, const run_opts *o, al_error *err);
-/* The usage lines of those options (for --help). */
-extern const char RUN_ATTN_USAGE[];
 
 /* For the error when a run's output is not finite (capture, perplexity): "MODEL FILE: tensor
  * NAME has N NaN/Inf values (first at flat index I)" from the model's first load warning, or,

@@ -165,20 +165,21 @@ int al__attention(const al__attn *a, al_error *err) {
     return rc;
 }
 
-int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
-    const int T = a->T, H = a->n_head, G = a->n_kv_head, D = a->d_head;
-    if (T < 1 || H < 1 || G < 1 || D < 1 || H % G != 0 || !a->q || !a->k || !a->v || !a->out)
-        return al__err(err, AL_E_INVALID,
-                       "attention: bad shape (T %d, heads %d, kv heads %d, d_head %d)", T, H, G, D);
-    /* one unit of work of a forward: a layer (the caller may stop it here, include/attnlim.h) */
-    int rc = al__poll("forward", a->layer, 0, err);
-    if (rc) return rc;
-    const int B = AL__ATTN_BLOCK;
-    const int capture = wants_capture(a);
-    const unsigned what = capture ? a->req->what : 0;
+/* The selected heads and the capture arrays of one layer's attention (in ws). */
+typedef struct cap_bufs {
+    int *heads, *kv_head, *sel_of; /* [n_sel], [H], [H] (sel_of: -1 when not selected) */
+    int n_sel;
+    float *q, *k, *v;        /* [n_sel, T, D] or NULL */
+    float *logits, *weights; /* [n_sel, T, T] or NULL */
+    float *precap;           /* [n_sel, T, T] logits before the soft cap, or NULL */
+} cap_bufs;
 
+static int capture_layout(const al__attn *a, al__attn_ws *ws, int capture, unsigned what,
+                          cap_bufs *cb, al_error *err) {
+    const int H = a->n_head, G = a->n_kv_head, T = a->T, D = a->d_head;
     /* head selection: heads [n_sel], kv_head [H], sel_of [H] (-1: not selected) */
-    rc = grow((void **)&ws->idx, &ws->idx_n, (size_t)3 * H, sizeof(int), "attention indices", err);
+    int rc =
+        grow((void **)&ws->idx, &ws->idx_n, (size_t)3 * H, sizeof(int), "attention indices", err);
     if (rc) return rc;
     int *heads = ws->idx, *kv_head = ws->idx + H, *sel_of = ws->idx + 2 * H;
     int n_sel = 0;
@@ -209,6 +210,76 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     if (what & AL_CAP_WEIGHTS) cw = p, p += n_tt;  /* [n_sel, T, T] */
     float *cpre = NULL;                            /* [n_sel, T, T] logits before the cap */
     if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) cpre = p, p += n_tt;
+
+    *cb = (cap_bufs){heads, kv_head, sel_of, n_sel, cq, ck, cv, clog, cw, cpre};
+    return 0;
+}
+
+/* Hands the layer's captured arrays to the observer (a->req->fn); its non-zero return stops the
+ * forward (AL_E_CANCELLED unless it is an al_code). */
+static int deliver_capture(const al__attn *a, const cap_bufs *cb, unsigned what, float scale,
+                           al_error *err) {
+    const int T = a->T, H = a->n_head, G = a->n_kv_head, D = a->d_head;
+    const float softcap = a->softcap;
+    const int n_sel = cb->n_sel;
+    int *heads = cb->heads, *kv_head = cb->kv_head;
+    float *cq = cb->q, *ck = cb->k, *cv = cb->v, *clog = cb->logits, *cw = cb->weights;
+    float *cpre = cb->precap;
+    al_capture cap = {
+        .layer = a->layer,
+        .T = T,
+        .n_head = H,
+        .n_kv_head = G,
+        .d_head = D,
+        .d_model = a->d_model,
+        .causal = a->causal,
+        .window = a->causal ? a->window : 0,
+        .logits_precap = cpre,
+        .softcap = softcap,
+        .scale = scale,
+        .n_sel = n_sel,
+        .heads = heads,
+        .kv_head = kv_head,
+        .q = cq,
+        .k = ck,
+        .v = cv,
+        .logits = clog,
+        .weights = cw,
+        .hidden = (what & AL_CAP_HIDDEN) ? a->hidden : NULL,
+        .embed = (what & AL_CAP_EMBED) ? a->embed : NULL,
+        .residual = (what & AL_CAP_RESIDUAL) ? a->residual : NULL,
+    };
+    al_error local = {0};
+    al_error *e = err ? err : &local;
+    e->msg[0] = 0;
+    int rc = a->req->fn(a->req->user, &cap, e);
+    if (rc) {
+        if (rc < 0 || rc > AL_E_CANCELLED) rc = AL_E_CANCELLED;
+        if (!e->msg[0])
+            al__err(e, (al_code)rc, "capture observer stopped the forward at layer %d", a->layer);
+        e->code = (al_code)rc;
+        return rc;
+    }
+    return 0;
+}
+
+int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
+    const int T = a->T, H = a->n_head, G = a->n_kv_head, D = a->d_head;
+    if (T < 1 || H < 1 || G < 1 || D < 1 || H % G != 0 || !a->q || !a->k || !a->v || !a->out)
+        return al__err(err, AL_E_INVALID,
+                       "attention: bad shape (T %d, heads %d, kv heads %d, d_head %d)", T, H, G, D);
+    /* one unit of work of a forward: a layer (the caller may stop it here, include/attnlim.h) */
+    int rc = al__poll("forward", a->layer, 0, err);
+    if (rc) return rc;
+    const int B = AL__ATTN_BLOCK;
+    const int capture = wants_capture(a);
+    const unsigned what = capture ? a->req->what : 0;
+
+    cap_bufs cb;
+    if ((rc = capture_layout(a, ws, capture, what, &cb, err))) return rc;
+    const int n_sel = cb.n_sel, *heads = cb.heads, *kv_head = cb.kv_head, *sel_of = cb.sel_of;
+    float *cq = cb.q, *ck = cb.k, *cv = cb.v, *clog = cb.logits, *cw = cb.weights,
+          *cpre = cb.precap;
 
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt < 1) nt = 1;
@@ -334,42 +405,5 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                             a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
         }
     }
-    if (!capture) return 0;
-
-    al_capture cap = {
-        .layer = a->layer,
-        .T = T,
-        .n_head = H,
-        .n_kv_head = G,
-        .d_head = D,
-        .d_model = a->d_model,
-        .causal = a->causal,
-        .window = a->causal ? a->window : 0,
-        .logits_precap = cpre,
-        .softcap = softcap,
-        .scale = scale,
-        .n_sel = n_sel,
-        .heads = heads,
-        .kv_head = kv_head,
-        .q = cq,
-        .k = ck,
-        .v = cv,
-        .logits = clog,
-        .weights = cw,
-        .hidden = (what & AL_CAP_HIDDEN) ? a->hidden : NULL,
-        .embed = (what & AL_CAP_EMBED) ? a->embed : NULL,
-        .residual = (what & AL_CAP_RESIDUAL) ? a->residual : NULL,
-    };
-    al_error local = {0};
-    al_error *e = err ? err : &local;
-    e->msg[0] = 0;
-    rc = a->req->fn(a->req->user, &cap, e);
-    if (rc) {
-        if (rc < 0 || rc > AL_E_CANCELLED) rc = AL_E_CANCELLED;
-        if (!e->msg[0])
-            al__err(e, (al_code)rc, "capture observer stopped the forward at layer %d", a->layer);
-        e->code = (al_code)rc;
-        return rc;
-    }
-    return 0;
+    return capture ? deliver_capture(a, &cb, what, scale, err) : 0;
 }

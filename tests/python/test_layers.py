@@ -109,6 +109,22 @@ def test_every_layer_is_known():
     assert {"model/" + f for f in FAMILIES} <= layers
 
 
+def test_readme_layout_names_every_folder():
+    """README's "Layout" lists the real folders of src/ (and of src/model/: the families)."""
+    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    layout = text[text.index("## Layout"):]
+    layout = layout[:layout.index("\n## ", 4)]
+    named = set(re.findall(r"`([a-z0-9_]+)/`", layout))
+    top = {d for d in os.listdir(os.path.join(SRC, "src")) if os.path.isdir(os.path.join(SRC, "src", d))}
+    fam = {d for d in os.listdir(os.path.join(SRC, "src", "model"))
+           if os.path.isdir(os.path.join(SRC, "src", "model", d))}
+    missing = sorted((top | fam) - named)
+    assert not missing, f"README's Layout does not name these folders of src/: {missing}"
+    stale = sorted(named - top - fam - {"src", "tools", "tests", "bad", "fuzz", "bench", "python", "docs"})
+    assert not stale, f"README's Layout names folders that src/ does not have: {stale}"
+
+
 def test_includes_point_down(headers):
     bad = []
     for rel in sources():
