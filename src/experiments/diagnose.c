@@ -137,21 +137,6 @@ static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, in
     return rc;
 }
 
-/* A selection list [n] of indices into 0..count-1 as a mask (*mask NULL: everything). */
-static int sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask,
-                    al_error *err) {
-    *mask = NULL;
-    if (!v || n <= 0) return 0;
-    if (!(*mask = al__calloc((size_t)count, 1, what, err))) return AL_E_NOMEM;
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 0 || v[i] >= count)
-            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d (the model has %d)", what,
-                           v[i], count - 1, count);
-        (*mask)[v[i]] = 1;
-    }
-    return 0;
-}
-
 /* How many tokens the prompt corpus makes with the model's tokenizer: a window's L (the
  * [CLS] and [SEP] of a wrapped encoder window counted). */
 static int prompt_tokens(al_model *m, const al_diag_opts *o, int *n, al_error *err) {
@@ -223,8 +208,9 @@ static int diag_length(diag_run *r, al_error *err) {
     if (L < 2 || L > mi->n_ctx)
         return al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
                        mi->n_ctx);
-    if ((rc = sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, err)) ||
-        (rc = sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, err)))
+    if ((rc = al__ex_sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, NULL,
+                              err)) ||
+        (rc = al__ex_sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, NULL, err)))
         return rc;
     if (o->normalizer) {
         if ((rc = al_norm_parse(o->normalizer, &r->nm, err))) return rc;

@@ -81,6 +81,10 @@ typedef struct plan {
     int n_sel_layers, n_sel_heads;
     al_framing fr; /* how the corpus becomes windows (every rank: encoder, wrap, cls, sep) */
 } plan;
+/* --layers / --heads v[n] (indices into 0..count-1) as a mask *mask[count] (NULL: all, when v
+ * is NULL or n is 0); *n_sel how many are kept (may be NULL). */
+int al__ex_sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask, int *n_sel,
+                    al_error *err);
 /* Is head h (layer-major) analysed (--layers / --heads)? */
 int al__ex_head_selected(const plan *p, int h);
 
