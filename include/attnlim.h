@@ -500,6 +500,44 @@ AL_API int al_tokenizer_vocab_size(const al_tokenizer *tk);
 /* Overrides whether al_tokenize adds the BOS / EOS token (1 on, 0 off, -1 as the model's
  * files say): tokenizers from tokenizer.json only (others never add them). */
 AL_API void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos);
+
+/* ---- how a corpus becomes windows (capture, perplexity, reproduce, diagnose) ----------------
+ * A decoder's corpus is tokenized as one text, with the BOS token first when bos is on (the
+ * model's default: tokenizer_config.json add_bos_token or the tokenizer.json template, GGUF
+ * tokenizer.ggml.add_bos_token, GPT-2 none), and window k is ids [kL, (k+1)L). An encoder's
+ * (WordPiece) corpus is its body without [CLS]/[SEP]; with wrap on (the default) window k is
+ * [CLS] + body [k(L-2), (k+1)(L-2)) + [SEP], so L counts the two special tokens (the forward's
+ * T = L, every row sees n = L keys); with wrap off it is body [kL, (k+1)L), bare.
+ * docs/reproduce.md "Windows: BOS and [CLS] ... [SEP]". */
+typedef struct al_framing {
+    int encoder;          /* a WordPiece tokenizer: wrap applies, BOS does not */
+    int wrap;             /* encoder windows [CLS] ... [SEP] */
+    int32_t cls, sep;     /* their ids */
+    int bos, bos_default; /* the BOS token first in the text: used, and the model's default */
+    int32_t bos_id;       /* -1: the model has none */
+    const char *bos_from; /* where the default comes from (a static string) */
+    char bos_token[64];   /* its string ("" none) */
+} al_framing;
+/* bos, wrap: -1 the model's default, 0 off, 1 on. --bos on where the model has no BOS token,
+ * --bos for an encoder and wrap for a decoder are refused (AL_E_INVALID). Applies bos to tk. */
+AL_API int al_framing_make(al_tokenizer *tk, int bos, int wrap, al_framing *f, al_error *err);
+/* The corpus ids (the body of an encoder's; a decoder's with BOS first when f->bos); *ids
+ * malloc'ed (al_free). */
+AL_API int al_framing_tokenize(const al_tokenizer *tk, const al_framing *f, const char *text,
+                               size_t len, int32_t **ids, size_t *n, al_error *err);
+/* Corpus tokens in a window of L (L - 2 when wrapped); < 1 when L is too short. */
+AL_API long al_framing_body(const al_framing *f, long L);
+/* Window k of L: dst[L] from body (wrapped or not). The caller checks it fits. */
+AL_API void al_framing_window(const al_framing *f, const int32_t *body, long k, long L,
+                              int32_t *dst);
+/* Window k of L of the body ids[n] into a new array *dst[L] (al_free); the range checked
+ * (AL_E_RANGE naming source and the windows there are). */
+AL_API int al_framing_window_alloc(const al_framing *f, const int32_t *ids, size_t n, long k,
+                                   long L, const char *source, int32_t **dst, al_error *err);
+/* The manifests' "framing" object as JSON text (al_free): bos {used, default, default_from,
+ * id, token}, encoder, wrap, L_counts. NULL when out of memory. */
+AL_API char *al_framing_json(const al_framing *f);
+
 /* Encodes bytes (any bytes: invalid UTF-8 is handled byte-level, as GPT-2 does) into ids
  * (*ids malloc'ed). allow_special: recognise special tokens such as <|endoftext|> in text.
  * Invalid UTF-8 follows tiktoken's Encoding._encode_bytes: the valid prefix is split by the
@@ -836,6 +874,12 @@ typedef struct al_repro_opts {
      * under each on the same forward passes; OUT/readings.json, readings.csv, the report's
      * "Verdicts under every reading", OUT/readings/<name>/ (docs/readings.md) */
     const char *readings;
+    int bos, wrap; /* as al_diag_opts's: 0 the model's default, 1 on, 2 off */
+    /* --layers / --heads: the heads analysed (NULL or 0: all); the others are NaN everywhere */
+    const int *layers; /* [n_layers] */
+    int n_layers;
+    const int *heads; /* [n_heads] */
+    int n_heads;
 } al_repro_opts;
 
 AL_API void al_repro_defaults(al_repro_opts *o);
@@ -897,7 +941,8 @@ AL_API int al_cpu_check_env(al_error *err);
 
 /* A progress bar on stderr: mode 0 off (every call a no-op), 1 redrawn in place (a TTY), 2
  * plain lines every $ATTNLIM_PROGRESS_INTERVAL seconds (default 10). total: work units. NULL
- * when out of memory (the calls then do nothing). al_bar_end draws the last line and frees. */
+ * when out of memory (the calls then do nothing). al_bar_end draws the last line and frees
+ * (in mode 2 only if a line was printed before: a run shorter than one interval prints none). */
 typedef struct al_bar al_bar;
 AL_API al_bar *al_bar_begin(int mode, double total);
 AL_API void al_bar_add(al_bar *b, double units, const char *status);
@@ -948,6 +993,10 @@ typedef struct al_diag_opts {
     int n_layers;
     const int *heads; /* [n_heads] the heads diagnosed in each of them (NULL or 0: every head) */
     int n_heads;
+    /* How the corpus becomes the window (docs/reproduce.md "Windows"): bos 0 the model's
+     * default, 1 BOS first in the text, 2 none (decoders); wrap 0 the default (on), 1 on,
+     * 2 off: an encoder's window is [CLS] + L - 2 corpus tokens + [SEP] (L counts them) */
+    int bos, wrap;
 } al_diag_opts;
 
 /* Per head: mean max weight, mean H / log n, mean weight on token 0, N_s/N at N = 1, 4, 16, 64

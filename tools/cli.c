@@ -172,6 +172,39 @@ const char *cli_text_corpus(const char *text) {
     return s;
 }
 
+const cli_opt CLI_FRAMING_OPTS[] = {
+    {CLI_O_BOS, "--bos", NULL,
+     "(also --bos on|off) BOS first in the text (decoders; default: the\n"
+     "model's own: tokenizer_config.json add_bos_token / the tokenizer.json\n"
+     "template, GGUF tokenizer.ggml.add_bos_token; GPT-2 none); recorded"},
+    {CLI_O_NO_BOS, "--no-bos", NULL, "no BOS (--bos off)"},
+    {CLI_O_WRAP, "--wrap", NULL,
+     "(also --wrap on|off) encoders: each window is [CLS] + L - 2 corpus\n"
+     "tokens + [SEP] (the default: L counts the two)"},
+    {CLI_O_NO_WRAP, "--no-wrap", NULL, "encoders: bare windows of corpus tokens (--wrap off)"},
+    CLI_OPT_END,
+};
+
+int cli_switch_take(cli_parser *p, int on, int off, int id, int *dst) {
+    if (id != on && id != off) return 0;
+    *dst = id == on ? 1 : 2;
+    const char *v = id == on && p->i + 1 < p->argc ? p->argv[p->i + 1] : NULL;
+    if (!v || v[0] == '-') return 1; /* the bare switch */
+    p->i++;                          /* --NAME on|off, --NAME=on|off */
+    if (!strcmp(v, "on") || !strcmp(v, "off")) {
+        *dst = v[1] == 'n' ? 1 : 2;
+        return 1;
+    }
+    const char *name = p->opt ? p->opt + 2 : "?";
+    return cli_parse_error(p, "--%s '%s': expected on or off (or --%s / --no-%s)", name, v, name,
+                           name);
+}
+
+int cli_framing_take(cli_parser *p, int id, int *bos, int *wrap) {
+    int r = cli_switch_take(p, CLI_O_BOS, CLI_O_NO_BOS, id, bos);
+    return r ? r : cli_switch_take(p, CLI_O_WRAP, CLI_O_NO_WRAP, id, wrap);
+}
+
 int cli_is_prompt(const char *corpus) {
     return corpus && !strncmp(corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT));
 }

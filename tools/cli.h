@@ -138,6 +138,18 @@ extern const cli_opt CLI_ATTN_OPTS[];
 extern const char CLI_NORMALIZER_MOVED[];
 /* Is id one of CLI_ATTN_OPTS's? */
 #define CLI_IS_ATTN(id) ((id) >= CLI_O_ATTENTION && (id) <= CLI_O_ATTENTION_HEADS)
+
+/* How a corpus becomes windows (include/attnlim.h al_framing): --bos / --no-bos (also --bos
+ * on|off, --bos=on) and --wrap / --no-wrap, in reproduce, diagnose (this table) and capture,
+ * perplexity (RUN_OPTS). */
+enum { CLI_O_BOS = 1100, CLI_O_NO_BOS, CLI_O_WRAP, CLI_O_NO_WRAP };
+extern const cli_opt CLI_FRAMING_OPTS[];
+/* A switch just read by cli_next: id == on (a flag, optionally followed by the word on or off,
+ * which it takes) or off ("--no-NAME"): *dst 1 on, 2 off; returns 1. 0 when id is neither; 2
+ * after a usage error (a word other than on / off). */
+int cli_switch_take(cli_parser *p, int on, int off, int id, int *dst);
+/* cli_switch_take for CLI_FRAMING_OPTS's ids (bos, wrap: 0 default, 1 on, 2 off). */
+int cli_framing_take(cli_parser *p, int id, int *bos, int *wrap);
 /* "all" (or NULL) or such a list of indices in [0, n) into mask[n] (an index outside is an
  * error naming what). */
 int cli_parse_sel(const char *s, const char *what, int n, uint8_t *mask, al_error *err);

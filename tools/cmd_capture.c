@@ -330,10 +330,13 @@ static char *valid_utf8_copy(const char *s, size_t n) {
 
 /* "token_strings": the model tokenizer's bytes of every id of the window (UTF-8; a byte that is not
  * UTF-8 on its own, a piece of a character, reads U+FFFD: the ids are exact). */
-static int token_strings_json(al_model *m, const int32_t *win, long n, cJSON *man, al_error *err) {
+static int token_strings_json(al_model *m, const int32_t *win, long n, int required, cJSON *man,
+                              al_error *err) {
     al_tokenizer *tz = NULL;
-    int rc = al_model_tokenizer(m, &tz, err);
-    if (rc) return rc;
+    al_error e = {0};
+    int rc = al_model_tokenizer(m, &tz, &e);
+    if (rc && !required) return 0; /* --tokens for a model without a tokenizer: ids only */
+    if (rc) return err ? (*err = e, rc) : rc;
     cJSON *arr = cJSON_AddArrayToObject(man, "token_strings");
     for (long t = 0; t < n && !rc; t++) {
         char *s = NULL, *v = NULL;
@@ -437,7 +440,7 @@ int cmd_capture(int argc, char **argv) {
     if ((rc = cli_parse_sel(heads_s, "--heads", info->n_head, heads, &err))) goto done;
     if ((rc = check_stop(&err))) goto done;
     if ((rc = run_tokens_load("capture", m, tokens, corpus, &tk, &err))) goto done;
-    if (!ro.have_length) length = (long)tk.n; /* the whole prompt or ids file */
+    if (!ro.have_length) length = run_tokens_all_length(&tk, 1); /* the whole prompt or file */
     if (!ro.have_length && window) {
         rc = al_error_set(&err, AL_E_INVALID,
                           "--window %ld needs --length (without it the window is "
@@ -465,7 +468,7 @@ int cmd_capture(int argc, char **argv) {
     run.jfiles = cJSON_CreateArray();
     int n_sel_layers = 0;
     for (int l = 0; l < info->n_layer; l++) n_sel_layers += layers[l];
-    run.prog = al_bar_begin(isatty(2), n_sel_layers);
+    run.prog = al_bar_begin(isatty(2) ? 1 : 2, n_sel_layers); /* else plain lines */
     al_capture_request req = {
         .what = what, .layers = layers, .heads = heads, .fn = write_layer, .user = &run};
     double t_fwd0 = al_now();
@@ -501,12 +504,15 @@ int cmd_capture(int argc, char **argv) {
         cJSON_AddStringToObject(tz, "sha256_of", AL__IDENTITY_OF);
         cJSON_AddItemToObject(tz, "files", al__model_files_json(&tfiles));
     }
+    run_tokens_framing_json(&tk, man);
     cJSON_AddNumberToObject(man, "window", (double)window);
     cJSON_AddNumberToObject(man, "length", (double)length);
-    cJSON_AddNumberToObject(man, "first_token", (double)window * (double)length);
+    cJSON_AddNumberToObject(man, "first_token",
+                            (double)window *
+                                (double)(tk.framed ? al_framing_body(&tk.fr, length) : length));
     cJSON *ids = cJSON_AddArrayToObject(man, "token_ids");
     for (long t = 0; t < length; t++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(win[t]));
-    if (tk.from_corpus && (rc = token_strings_json(m, win, length, man, &err))) goto done;
+    if ((rc = token_strings_json(m, win, length, tk.from_corpus, man, &err))) goto done;
     cJSON *opt = cJSON_AddObjectToObject(man, "options");
     cJSON_AddItemToObject(opt, "layers", mask_json(layers, info->n_layer));
     cJSON_AddItemToObject(opt, "heads", mask_json(heads, info->n_head));
@@ -566,7 +572,10 @@ done:
     al_model_free(m);
     if (rc && stop_signal) {
         int sig = stop_signal;
-        fprintf(stderr, "attnlim capture: %s; nothing was written to %s\n", err.msg, out);
+        fprintf(stderr,
+                "attnlim capture: %s: 0 of 1 capture saved; nothing was written to %s (a capture "
+                "appears whole, in one rename): rerun it\n",
+                err.msg, out);
         signal(sig, SIG_DFL);
         raise(sig); /* the default action: the exit status says which signal */
     }

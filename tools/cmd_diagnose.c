@@ -43,6 +43,8 @@ static const cli_opt opts[] = {
              "These change the model's attention itself (recorded in the report's "
              "model.attention):"),
     CLI_MORE(CLI_ATTN_OPTS),
+    CLI_TEXT("How the corpus becomes the window (diagnose.json \"framing\"; docs/reproduce.md):"),
+    CLI_MORE(CLI_FRAMING_OPTS),
     CLI_OPT_END,
 };
 
@@ -116,9 +118,23 @@ static const char *measure_name(const char *m) {
 static void print_text(const cJSON *r) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "summary");
-    printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s\n",
+    printf("model %s (%s, %d layers x %d heads), corpus %s, window %d, L = %d, normalizer %s",
            str(m, "name"), str(m, "family"), (int)num(m, "n_layer"), (int)num(m, "n_head"),
            str(r, "corpus"), (int)num(r, "window"), (int)num(r, "L"), str(r, "normalizer"));
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(r, "framing"); /* absent: a dump */
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(fr, "bos");
+    int used = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "used"));
+    int dflt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bos, "default"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fr, "wrap")))
+        printf(", window [CLS] + %d tokens + [SEP]", (int)num(r, "L") - 2);
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fr, "encoder")))
+        printf(", bare window (--no-wrap)");
+    else if (bos)
+        printf(", %s%s", used ? "BOS first" : "no BOS",
+               used == dflt ? " (the model's default)"
+               : used       ? " (--bos; the model's default: none)"
+                            : " (--no-bos; the model's default: BOS)");
+    printf("\n");
     printf("%d of %d heads diagnosed: %d collapsed, %d vanishing, %d sink\n", (int)num(s, "heads"),
            (int)num(s, "heads_in_model"), (int)num(s, "collapsed"), (int)num(s, "vanishing"),
            (int)num(s, "sink"));
@@ -169,6 +185,8 @@ static int diagnose_main(int argc, char **argv, al_dist *d, int *att_lists[2]) {
         } else if (CLI_IS_ATTN(id)) {
             if (cli_attn_arg(p.opt, v, &o.attention, att_lists, &err) < 0)
                 rc = USAGE_ERROR("%s", err.msg);
+        } else if (cli_framing_take(&p, id, &o.bos, &o.wrap)) {
+            rc = p.status; /* 2 after a word other than on / off */
         } else if (id == O_JSON) {
             json = 1;
         } else if (id == O_FORCE) {

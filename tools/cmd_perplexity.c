@@ -21,6 +21,30 @@ static const cli_opt opts[] = {
     CLI_OPT_END,
 };
 
+/* "window_0": the ids of the first window and their strings (the model's tokenizer; "#id" where
+ * one does not decode), as every manifest has them beside the ids. */
+static int first_tokens_json(al_model *m, run_tokens *tk, const al_model_info *info, long L,
+                             cJSON *o, al_error *err) {
+    const int32_t *win;
+    int rc = run_tokens_window(tk, info, 0, L, &win, err);
+    al_tokenizer *tz = NULL;
+    if (rc || al_model_tokenizer(m, &tz, &(al_error){0})) return rc; /* no tokenizer: ids only */
+    cJSON *w = cJSON_AddObjectToObject(o, "window_0");
+    cJSON_AddItemToObject(w, "token_ids", cJSON_CreateIntArray(win, (int)L));
+    cJSON *t = cJSON_AddArrayToObject(w, "tokens"); /* cli_print_json repairs invalid UTF-8 */
+    for (long i = 0; i < L; i++) {
+        char *s = NULL, id[24];
+        size_t len;
+        snprintf(id, sizeof id, "#%d", win[i]);
+        al_error e = {0};
+        int bad = al_detokenize(tz, win + i, 1, &s, &len, &e);
+        cJSON_AddItemToArray(t, cJSON_CreateString(bad ? id : s));
+        free(s);
+    }
+    al_tokenizer_free(tz);
+    return 0;
+}
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -107,7 +131,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if ((rc = run_tokens_load("perplexity", m, tokens, corpus, &tk, &err))) goto done;
-    if (!ro.have_length) length = (long)tk.n / windows; /* the whole prompt, in K windows */
+    if (!ro.have_length) length = run_tokens_all_length(&tk, windows); /* the whole prompt */
     if (length < 2) {
         rc = al_error_set(&err, AL_E_INVALID, "%s: %zu tokens: a window needs at least 2",
                           tk.source, tk.n);
@@ -128,9 +152,11 @@ int cmd_perplexity(int argc, char **argv) {
         rc = AL_E_NOMEM;
         goto done;
     }
-    al_bar *prog = al_bar_begin(isatty(2), (double)windows);
+    al_bar *prog = al_bar_begin(isatty(2) ? 1 : 2, (double)windows); /* else plain lines */
+    cli_catch_interrupt(); /* Ctrl-C: the forward stops at its next layer */
     double t_fwd = al_now(), sum = 0.0;
-    for (long k = 0; k < windows; k++) {
+    long done_k = 0;
+    for (long k = 0; k < windows; k++, done_k = k) {
         if ((rc = run_tokens_window(&tk, info, k, length, &win, &err))) break;
         if ((rc = al_model_forward(m, win, (int)length, NULL, logits, NULL, &err))) break;
         nll[k] = al_next_token_nll(logits, win, (int)length, V);
@@ -157,6 +183,15 @@ int cmd_perplexity(int argc, char **argv) {
         al_bar_add(prog, 1, status);
     }
     al_bar_end(prog);
+    if (rc && cli_interrupted()) {
+        fprintf(stderr,
+                "attnlim perplexity: interrupted: %ld of %ld windows done; nothing was printed "
+                "(the perplexity needs every window): rerun it, with fewer --windows for a "
+                "shorter run\n",
+                done_k, windows);
+        run_tokens_free(&tk), free(logits), free(nll), al_model_free(m);
+        return 128 + cli_interrupted();
+    }
     if (rc) goto done;
     double mean = sum / windows, ppl = exp(mean), fwd_s = al_now() - t_fwd;
     double nsp[5], psp[5];
@@ -182,6 +217,11 @@ int cmd_perplexity(int argc, char **argv) {
         al_free(attn);
         cJSON_AddStringToObject(o, tk.from_corpus ? "corpus" : "tokens", tk.source);
         cJSON_AddNumberToObject(o, "n_tokens", (double)tk.n);
+        run_tokens_framing_json(&tk, o);
+        if ((rc = first_tokens_json(m, &tk, info, length, o, &err))) {
+            cJSON_Delete(o);
+            goto done;
+        }
         cJSON_AddNumberToObject(o, "threads", al_get_threads());
         cJSON_AddNumberToObject(o, "forward_s", fwd_s);
         cJSON_AddNumberToObject(o, "total_s", al_now() - t0);

@@ -39,7 +39,9 @@ enum {
     O_RANDOM_WEIGHTS,
     O_THREADS,
     O_QUIET,
-    O_JSON
+    O_JSON,
+    O_LAYERS,
+    O_HEADS
 };
 static const cli_opt opts[] = {
     {O_MODEL, "--model", "M",
@@ -110,6 +112,13 @@ static const cli_opt opts[] = {
     {O_MC, "--mc", "S", "Monte-Carlo samples for E (default 0 = off)"},
     {O_EXPERIMENTS, "--experiments", "LIST",
      "any of vanishing,alg1,alg2,alg3,alg4,alg5 (default all)"},
+    {O_LAYERS, "--layers", "SET",
+     "only the heads of these layers are analysed (0,3,5-7 or all, the\n"
+     "default; as capture and diagnose take them): the others are NaN in\n"
+     "every array and out of the verdicts; results.json and the report say which"},
+    {O_HEADS, "--heads", "SET", "only these heads of each layer (0-3 or all, the default)"},
+    CLI_TEXT("How the corpus becomes windows (results.json manifest.framing; docs/reproduce.md):"),
+    CLI_MORE(CLI_FRAMING_OPTS),
     {O_RANDOM_WEIGHTS, "--random-weights", "yes|no|auto",
      "say whether the model has random weights (default auto)"},
     {O_THREADS, "--threads", "T", "threads over heads (default: OMP_NUM_THREADS or all cores)"},
@@ -173,6 +182,7 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
     al_outdir *od = NULL; /* --force: the temporary output that replaces DIR */
     const char *out_dir = NULL;
     int *lists[4] = {NULL, NULL, NULL, NULL}, *att_lists[2] = {NULL, NULL};
+    int *sel[2] = {NULL, NULL}; /* --layers, --heads */
     double *dl[2] = {NULL, NULL};
     cli_parser p = {"reproduce", argc, argv, opts, usage, 0, !root};
     const char *v;
@@ -264,6 +274,14 @@ static int reproduce_main(int argc, char **argv, al_dist *d) {
             o.threads = (int)n;
         } else if (id == O_EXPERIMENTS) {
             if (parse_experiments(v, &o.experiments, &err)) goto usage_err;
+        } else if (cli_framing_take(&p, id, &o.bos, &o.wrap)) {
+            rc = p.status; /* 2 after a word other than on / off */
+        } else if (id == O_LAYERS || id == O_HEADS) {
+            int k = id == O_HEADS, *cnt = k ? &o.n_heads : &o.n_layers;
+            free(sel[k]), sel[k] = NULL, *cnt = 0;
+            if (strcmp(v, "all") && cli_parse_int_list(v, p.opt, &sel[k], cnt, &err))
+                goto usage_err;
+            o.layers = sel[0], o.heads = sel[1];
         } else if (CLI_IS_ATTN(id)) {
             if (cli_attn_arg(a, v, &o.attention, att_lists, &err) < 0) goto usage_err;
         } else if (id == O_RANDOM_WEIGHTS) {
@@ -327,6 +345,8 @@ out:
     free(att_lists[1]);
     free(dl[0]);
     free(dl[1]);
+    free(sel[0]);
+    free(sel[1]);
     return rc;
 #undef USAGE_ERROR
 }

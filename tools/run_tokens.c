@@ -3,6 +3,7 @@
 
 #include "cli.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -70,9 +71,9 @@ long run_tokens_warn_utf8(const char *cmd, const char *name, const char *text, s
     return (long)valid;
 }
 
-/* --bos / --eos of this run (run_opts_finish), applied by run_tokens_load: -1 = as the files
- * say, else 1 on / 0 off (one command per process). */
-static int run_bos = -1, run_eos = -1;
+/* --bos / --eos / --wrap of this run (run_opts_finish), applied by run_tokens_load: -1 = the
+ * model's default, else 1 on / 0 off (one command per process). */
+static int run_bos = -1, run_eos = -1, run_wrap = -1;
 
 int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const char *corpus,
                     run_tokens *t, al_error *err) {
@@ -101,8 +102,11 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
         t->invalid_utf8_at = run_tokens_warn_utf8(cmd, corpus, text, len);
         al_tokenizer *tk = NULL;
         rc = al_model_tokenizer(m, &tk, err);
-        if (!rc) al_tokenizer_set_bos_eos(tk, run_bos, run_eos);
-        if (!rc) rc = al_tokenize(tk, text, len, 0, &t->ids, &t->n, err);
+        if (!rc && al_framing_make(tk, run_bos, run_wrap, &t->fr, err))
+            rc = al_error_prefix(err, "%s", info->path);
+        if (!rc) al_tokenizer_set_bos_eos(tk, -1, run_eos);
+        if (!rc) rc = al_framing_tokenize(tk, &t->fr, text, len, &t->ids, &t->n, err);
+        t->framed = 1;
         al_tokenizer_free(tk);
         free(text);
         if (rc) return rc;
@@ -128,12 +132,31 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
 void run_tokens_free(run_tokens *t) {
     if (!t) return;
     free(t->ids);
-    t->ids = NULL;
+    free(t->win);
+    t->ids = t->win = NULL;
     t->n = 0;
 }
 
-int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
-                      const int32_t **out, al_error *err) {
+void run_tokens_framing_json(const run_tokens *t, cJSON *o) {
+    char *txt = t->framed ? al_framing_json(&t->fr) : NULL;
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    if (j) cJSON_AddItemToObject(o, "framing", j);
+    al_free(txt);
+}
+
+long run_tokens_all_length(const run_tokens *t, long K) {
+    long extra = t->framed ? 2 - al_framing_body(&t->fr, 2) : 0;
+    return (long)(t->n / (size_t)K) + extra;
+}
+
+int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, const int32_t **out,
+                      al_error *err) {
+    if (t->framed && al_framing_body(&t->fr, L) != L && L >= 1 && L <= info->n_ctx && k >= 0) {
+        free(t->win), t->win = NULL; /* an encoder's window: [CLS] + L - 2 tokens + [SEP] */
+        int rc = al_framing_window_alloc(&t->fr, t->ids, t->n, k, L, t->source, &t->win, err);
+        *out = t->win;
+        return rc;
+    }
     if (L < 1)
         return al_error_set(err, AL_E_INVALID, "--length %ld: a window needs at least 1 token", L);
     if (L > info->n_ctx)
@@ -166,10 +189,9 @@ const cli_opt RUN_OPTS[] = {
      "the model's tokenizer (--length required)"},
     {RUN_O_TEXT, "--text", "PROMPT", "the prompt itself, tokenized likewise"},
     {RUN_O_LENGTH, "--length", "L", "tokens per window (default with --tokens or --text: all)"},
-    {RUN_O_BOS, "--bos", "on|off",
-     "add the BOS token to a --corpus (tokenizer.json models; default:\n"
-     "as tokenizer_config.json / the post-processor say)"},
-    {RUN_O_EOS, "--eos", "on|off", "add the EOS token likewise"},
+    CLI_MORE(CLI_FRAMING_OPTS),
+    {RUN_O_EOS, "--eos", NULL, "(also --eos on|off) EOS last in the text (tokenizer.json models)"},
+    {RUN_O_NO_EOS, "--no-eos", NULL, "no EOS (--eos off; the default: as the files say)"},
     {RUN_O_THREADS, "--threads", "N", "compute threads (default: all cores, or OMP_NUM_THREADS)"},
     {RUN_O_ATTENTION, "--attention", "R",
      "the attention inside the forward, in every layer (so later layers\n"
@@ -195,7 +217,6 @@ int run_opts_take(cli_parser *p, int id, const char *v, run_opts *o) {
     al_attn_variant var = {0};
     al_norm nm;
     long *num = id == RUN_O_LENGTH ? &o->length : id == RUN_O_THREADS ? &o->threads : NULL;
-    int *onoff = id == RUN_O_BOS ? &o->bos : id == RUN_O_EOS ? &o->eos : NULL;
     const char **str = id == RUN_O_MODEL         ? &o->model
                        : id == RUN_O_TOKENS      ? &o->tokens
                        : id == RUN_O_CORPUS      ? &o->corpus
@@ -204,16 +225,14 @@ int run_opts_take(cli_parser *p, int id, const char *v, run_opts *o) {
                        : id == RUN_O_ATTN_LAYERS ? &o->attn_layers
                        : id == RUN_O_ATTN_HEADS  ? &o->attn_heads
                                                  : NULL;
+    int sw = cli_framing_take(p, id, &o->bos, &o->wrap);
+    if (!sw) sw = cli_switch_take(p, RUN_O_EOS, RUN_O_NO_EOS, id, &o->eos);
+    if (sw) return sw;
     if (id < RUN_O_MODEL || id > RUN_O_LAST) return 0;
     if (id == RUN_O_JSON) o->json = 1;
     if (id == RUN_O_ALLOW_NONFINITE) o->allow_nonfinite = 1;
     if (id == RUN_O_TEXT && !(o->corpus = cli_text_corpus(v)))
         return cli_parse_error(p, "--text: too many prompts");
-    if (onoff) {
-        if (strcmp(v, "on") && strcmp(v, "off"))
-            return cli_parse_error(p, "%s '%s': expected on or off", p->opt, v);
-        *onoff = !strcmp(v, "on") ? 1 : 2;
-    }
     if (str) *str = v;
     if (id == RUN_O_NORMALIZER_MOVED) return cli_parse_error(p, "%s", CLI_NORMALIZER_MOVED);
     if (id == RUN_O_ATTENTION && al_attn_rule_parse(v, &var, &err))
@@ -241,6 +260,7 @@ int run_opts_finish(const char *cmd, run_opts *o, long min_length, const char *m
     if (o->threads) al_set_threads((int)o->threads);
     run_bos = o->bos ? o->bos == 1 : -1;
     run_eos = o->eos ? o->eos == 1 : -1;
+    run_wrap = o->wrap ? o->wrap == 1 : -1;
     return 0;
 }
 

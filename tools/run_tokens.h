@@ -14,6 +14,9 @@ typedef struct run_tokens {
     char sha256[65];      /* of the ids file, or of the corpus bytes before tokenization */
     double seconds;       /* reading + tokenizing */
     long invalid_utf8_at; /* --corpus: byte offset of the first invalid UTF-8 byte, -1 if none */
+    int framed;           /* --corpus: the ids are framed by fr (--tokens: used as given) */
+    al_framing fr; /* BOS first / an encoder's [CLS] ... [SEP] windows (attnlim.h al_framing) */
+    int32_t *win;  /* [L] the last framed window run_tokens_window made */
 } run_tokens;
 
 /* The warning every command that tokenizes text gives (tokenize, capture, perplexity): when
@@ -29,19 +32,26 @@ int run_tokens_load(const char *cmd, al_model *m, const char *tokens_path, const
 void run_tokens_free(run_tokens *t);
 /* Window k of length L: checks 1 <= L <= the model's context and that the window lies inside
  * the tokens; *out points into t->ids. */
-int run_tokens_window(const run_tokens *t, const al_model_info *info, long k, long L,
-                      const int32_t **out, al_error *err);
+int run_tokens_window(run_tokens *t, const al_model_info *info, long k, long L, const int32_t **out,
+                      al_error *err);
+/* The L that takes every token in K windows (no --length): n / K, plus the [CLS] and [SEP] of
+ * a wrapped encoder window. */
+long run_tokens_all_length(const run_tokens *t, long K);
+/* o["framing"]: how the corpus became the windows (al_framing_json), when it is a corpus. */
+struct cJSON;
+void run_tokens_framing_json(const run_tokens *t, struct cJSON *o);
 
 /* The options every model run takes (capture, perplexity): --model, --tokens, --corpus,
  * --text (a prompt: corpus = cli_text_corpus), --length (optional with --tokens and --text:
  * have_length 0, the caller takes every token), --threads, --json, --allow-nonfinite,
- * --bos on|off, --eos on|off (whether the model's tokenizer adds BOS / EOS to a --corpus:
- * tokenizer.json models; default: as tokenizer_config.json / the post-processor say). */
+ * --bos/--no-bos (also --bos on|off: BOS first in a --corpus; default the model's own),
+ * --eos/--no-eos (tokenizer.json models), --wrap/--no-wrap (encoders' windows [CLS] ... [SEP]). */
 typedef struct run_opts {
     const char *model, *tokens, *corpus;
     long length, threads; /* threads 0: the default */
     int have_length, json, allow_nonfinite;
-    int bos, eos; /* 0: as the files say, 1 on, 2 off */
+    int bos, eos; /* 0: as the files say, 1 on, 2 off (--bos, --no-bos, --bos on|off) */
+    int wrap;     /* encoders' [CLS] ... [SEP] windows: 0 default (on), 1 on, 2 off */
     /* the attention variant inside the forward: --attention, --attention-normalizer,
      * --attention-layers, --attention-heads (NULL: the defaults) */
     const char *attention, *normalizer, *attn_layers, *attn_heads;
@@ -56,7 +66,6 @@ enum {
     RUN_O_CORPUS,
     RUN_O_TEXT,
     RUN_O_LENGTH,
-    RUN_O_BOS,
     RUN_O_EOS,
     RUN_O_ALLOW_NONFINITE,
     RUN_O_THREADS,
@@ -66,7 +75,8 @@ enum {
     RUN_O_ATTN_LAYERS,
     RUN_O_ATTN_HEADS,
     RUN_O_NORMALIZER_MOVED, /* the plain --normalizer: a usage error naming the new spelling */
-    RUN_O_LAST = RUN_O_NORMALIZER_MOVED
+    RUN_O_NO_EOS,           /* --bos, --no-bos, --wrap, --no-wrap: CLI_FRAMING_OPTS's ids */
+    RUN_O_LAST = RUN_O_NO_EOS
 };
 extern const cli_opt RUN_OPTS[];
 /* Takes option id (one of RUN_OPTS's, value v) into o: 1 when taken, 0 when id is not a run

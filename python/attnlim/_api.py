@@ -671,7 +671,7 @@ class _AttnSpec(_c.Structure):  # al_attn_spec, 48 bytes (zero: the model's own 
                 ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
 
 
-class _ReproOpts(_c.Structure):  # al_repro_opts, 264 bytes
+class _ReproOpts(_c.Structure):  # al_repro_opts, 304 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("windows", _c.c_int), ("vectors", _c.c_int),
                 ("normalizer", _c.c_char_p), ("quick", _c.c_int), ("resume", _c.c_int),
@@ -685,15 +685,18 @@ class _ReproOpts(_c.Structure):  # al_repro_opts, 264 bytes
                 ("synthetic", _c.c_int), ("distance", _c.c_int), ("expectation", _c.c_int),
                 ("exact_max", _c.c_int64), ("temperature_raw", _c.c_int),
                 ("fresh_directions", _c.c_int), ("attention", _AttnSpec),
-                ("readings", _c.c_char_p)]
+                ("readings", _c.c_char_p), ("bos", _c.c_int), ("wrap", _c.c_int),
+                ("layers", _c.POINTER(_c.c_int)), ("n_layers", _c.c_int),
+                ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
 
 
-class _DiagOpts(_c.Structure):  # al_diag_opts, 136 bytes
+class _DiagOpts(_c.Structure):  # al_diag_opts, 144 bytes
     _fields_ = [("model", _c.c_char_p), ("corpus", _c.c_char_p), ("data_path", _c.c_char_p),
                 ("out_dir", _c.c_char_p), ("length", _c.c_int), ("window", _c.c_int),
                 ("threads", _c.c_int), ("normalizer", _c.c_char_p), ("attention", _AttnSpec),
                 ("layers", _c.POINTER(_c.c_int)), ("n_layers", _c.c_int),
-                ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int)]
+                ("heads", _c.POINTER(_c.c_int)), ("n_heads", _c.c_int),
+                ("bos", _c.c_int), ("wrap", _c.c_int)]
 
 
 _proto("al_repro_defaults", None, _c.POINTER(_ReproOpts))
@@ -732,6 +735,8 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
               synthetic: Optional[bool] = None, distance: str = "sum-of-norms",
               expectation: str = "analytic", exact_max: int = 0, temperature_scale: str = "scaled",
               directions: str = "shared", readings: Optional[str] = None,
+              layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
+              bos: Optional[bool] = None, wrap: Optional[bool] = None,
               on_progress: Optional[Callable[[str, int, int], Optional[bool]]] = None) -> Dict[str, Any]:
     """METHOD sections 1-7, Algorithms 1-5. Runs the paper's experiments (as `attnlim
     reproduce`) and writes results.json, CSVs, NPYs, figures and reports into out_dir
@@ -744,7 +749,10 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
     (analytic | mc | exact), exact_max, temperature_scale (scaled | raw), directions
     (shared | fresh); readings: None, "all" or "AXIS=VALUE;..." (every claim under each reading
     too, on the same forward passes: readings.json). threads: OpenMP threads over heads
-    for this call only (0 = the OpenMP default). Returns results.json as a dict.
+    for this call only (0 = the OpenMP default). layers / heads: only those heads are analysed
+    (None = all; the others are NaN). bos: BOS first in the text (None = the model's default);
+    wrap: an encoder's windows [CLS] + L - 2 tokens + [SEP] (None = on). Returns results.json
+    as a dict.
 
     Ctrl-C (or on_progress(stage, done, total) returning False) stops the run at its next
     unit of work (a layer or a head): KeyboardInterrupt (AttnlimError code AL_E_CANCELLED for
@@ -790,6 +798,8 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
         ptype = _dp if dt == np.float64 else _c.POINTER(_c.c_int)
         setattr(o, field, arr.ctypes.data_as(ptype))
         setattr(o, "n_" + field, len(arr))
+    o.bos, o.wrap = _switch(bos), _switch(wrap)
+    keep += _selection(o, layers, heads)
     with _Interruptible(on_progress):  # Ctrl-C: KeyboardInterrupt; the next run may --resume
         _call(lib.al_reproduce, _c.byref(o))
     import json
@@ -797,17 +807,43 @@ def reproduce(out_dir: PathLike, model: Optional[PathLike] = None, corpus: Optio
         return json.load(f)
 
 
+def _switch(v: Optional[bool]) -> int:
+    """None / True / False as the C options' 0 (the default) / 1 (on) / 2 (off)."""
+    return 0 if v is None else 1 if v else 2
+
+
+def _selection(o, layers: Optional[Sequence[int]], heads: Optional[Sequence[int]]) -> list:
+    """layers / heads (None = all) into o's arrays; returns the arrays to keep alive."""
+    keep = []
+    for field, sel in (("layers", layers), ("heads", heads)):
+        if sel is None:
+            continue
+        arr = np.ascontiguousarray(np.atleast_1d(np.asarray(sel, dtype=np.int32)))
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError("%s: a non-empty list of indices (or None for all)" % field)
+        keep.append(arr)
+        setattr(o, field, arr.ctypes.data_as(_c.POINTER(_c.c_int)))
+        setattr(o, "n_" + field, int(arr.size))
+    return keep
+
+
 def diagnose(model: Optional[PathLike] = None, corpus: Optional[PathLike] = None,
              data_path: Optional[PathLike] = None, out_dir: Optional[PathLike] = None, length: int = 0,
              window: int = 0, threads: int = 0, normalizer: Optional[str] = None,
+             layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
+             bos: Optional[bool] = None, wrap: Optional[bool] = None,
              on_progress: Optional[Callable[[str, int, int], Optional[bool]]] = None) -> Dict[str, Any]:
     """METHOD sections 2, 5 and 7 per head. Per-head health of a model on one window of
     length tokens (as `attnlim diagnose`): the report as a dict (with out_dir, diagnose.json
-    and diagnose.md are written there too). Ctrl-C stops it between heads (KeyboardInterrupt);
-    on_progress as for reproduce."""
+    and diagnose.md are written there too). layers / heads: only these (None = all, as
+    `--layers` / `--heads`); the report's "heads" lists those diagnosed. bos / wrap as for
+    reproduce. Ctrl-C stops it between heads (KeyboardInterrupt); on_progress as for
+    reproduce."""
     import json
     o = _DiagOpts(_s(model), _s(corpus), _s(data_path), _s(out_dir), int(length), int(window),
                   int(threads), None if normalizer is None else normalizer.encode())
+    keep = _selection(o, layers, heads)  # noqa: F841 (alive for the call)
+    o.bos, o.wrap = _switch(bos), _switch(wrap)
     p = _c.c_void_p()
     with _Interruptible(on_progress):
         _call(lib.al_diagnose, _c.byref(o), _c.byref(p))

@@ -88,6 +88,7 @@ void al_bar_add(al_bar *b, double units, const char *status) {
 
 void al_bar_end(al_bar *b) {
     if (!b) return;
+    if (b->p.on == 2 && b->p.last_draw == b->p.t0) b->p.on = 0; /* a short run: no line */
     al__progress_end(&b->p);
     free(b);
 }

@@ -116,8 +116,9 @@ static const char *own_label(const al_model *m) {
 }
 
 static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, int L,
-                       const int32_t *win, al_tokenizer *tk, int has_own, char **json,
+                       const int32_t *win, al_tokenizer *tk, const al_framing *fr, char **json,
                        al_error *err) {
+    int has_own = !fr;
     const al_model_info *mi = al_model_get_info(m);
     int H = mi->n_layer * mi->n_head, rc = 0;
     al__ex_diag d = {.n_layer = mi->n_layer,
@@ -132,7 +133,10 @@ static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, in
                      .spec = c->spec,
                      .ns = c->ns,
                      .flags_ok = c->nm ? al_norm_sums_to_one(c->nm) : own_sums_to_one(m),
-                     .own_label = own_label(m)};
+                     .own_label = own_label(m),
+                     .win = win,
+                     .tk = tk,
+                     .fr = fr};
     for (int h = 0; h < H; h++) d.n_measured += isfinite(c->max_w[h]) != 0;
     float *w = NULL;
     char **tok = NULL, note[300];
@@ -153,30 +157,20 @@ static int diag_report(const al_diag_opts *o, al_model *m, const diag_ctx *c, in
     return rc;
 }
 
-/* A selection list [n] of indices into 0..count-1 as a mask (*mask NULL: everything). */
-static int sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask,
-                    al_error *err) {
-    *mask = NULL;
-    if (!v || n <= 0) return 0;
-    if (!(*mask = al__calloc((size_t)count, 1, what, err))) return AL_E_NOMEM;
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 0 || v[i] >= count)
-            return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d (the model has %d)", what,
-                           v[i], count - 1, count);
-        (*mask)[v[i]] = 1;
-    }
-    return 0;
-}
-
-/* How many tokens the prompt corpus makes with the model's tokenizer. */
-static int prompt_tokens(al_model *m, const char *corpus, int *n, al_error *err) {
+/* How many tokens the prompt corpus makes with the model's tokenizer: a window's L (the
+ * [CLS] and [SEP] of a wrapped encoder window counted). */
+static int prompt_tokens(al_model *m, const al_diag_opts *o, int *n, al_error *err) {
     al_tokenizer *tk = NULL;
     char *text = NULL;
     size_t len = 0, nt = 0;
     int32_t *ids = NULL;
+    al_framing f;
     int rc = al_model_tokenizer(m, &tk, err);
-    if (!rc) rc = al_corpus_load(corpus, NULL, &text, &len, err);
-    if (!rc) rc = al_tokenize(tk, text, len, 0, &ids, &nt, err);
+    if (!rc && al_framing_make(tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &f, err))
+        rc = al__err_prefix(err, AL_E_INVALID, "%s", al_model_get_info(m)->path);
+    if (!rc) rc = al_corpus_load(o->corpus, NULL, &text, &len, err);
+    if (!rc) rc = al_framing_tokenize(tk, &f, text, len, &ids, &nt, err);
+    if (!rc) nt += (size_t)(2 - al_framing_body(&f, 2));
     *n = rc ? 0 : (int)(nt < (size_t)1 << 30 ? nt : (size_t)1 << 30);
     free(ids);
     free(text);
@@ -200,6 +194,8 @@ typedef struct diag_run {
     int32_t *tokens; /* [n_tokens] */
     size_t n_tokens, text_len;
     const int32_t *win; /* the window's L tokens */
+    int32_t *framed;    /* [L] the window as framed (al_framing), when it is one */
+    al_framing fr;
     const int32_t *own; /* the model's own tokens (an attention dump), [n_own] */
     int n_own;
     char own_label[160];
@@ -217,7 +213,7 @@ static int diag_length(diag_run *r, al_error *err) {
     int prompt_n = 0; /* a prompt (--text) without --length: L = its tokens (on every rank) */
     if (o->length <= 0 && !n_own && o->corpus &&
         !strncmp(o->corpus, AL_CORPUS_TEXT, strlen(AL_CORPUS_TEXT)) &&
-        (rc = prompt_tokens(r->m, o->corpus, &prompt_n, err)))
+        (rc = prompt_tokens(r->m, o, &prompt_n, err)))
         return rc;
     L = o->length > 0          ? o->length
         : prompt_n             ? prompt_n
@@ -232,8 +228,9 @@ static int diag_length(diag_run *r, al_error *err) {
     if (L < 2 || L > mi->n_ctx)
         return al__err(err, AL_E_INVALID, "--length %d is outside 2..%d (the model's context)", L,
                        mi->n_ctx);
-    if ((rc = sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, err)) ||
-        (rc = sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, err)))
+    if ((rc = al__ex_sel_mask(o->layers, o->n_layers, mi->n_layer, "--layers", &r->lmask, NULL,
+                              err)) ||
+        (rc = al__ex_sel_mask(o->heads, o->n_heads, mi->n_head, "--heads", &r->hmask, NULL, err)))
         return rc;
     if (o->normalizer) {
         if ((rc = al_norm_parse(o->normalizer, &r->nm, err))) return rc;
@@ -260,15 +257,27 @@ static int diag_window(diag_run *r, al_error *err) {
             return AL_E_NOMEM;
         memcpy(r->tokens, r->own, sizeof(int32_t) * (size_t)r->n_own);
         r->n_tokens = (size_t)r->n_own;
-    } else if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
-               (rc = al_corpus_load(o->corpus ? o->corpus : "war-and-peace", o->data_path, &r->text,
-                                    &r->text_len, err)) ||
-               (rc = al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err)))
+    } else {
+        const char *corpus = o->corpus ? o->corpus : "war-and-peace";
+        if ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
+            (rc = al_framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->fr, err)
+                      ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
+                      : 0) ||
+            (rc = al_corpus_load(corpus, o->data_path, &r->text, &r->text_len, err)) ||
+            (rc = al_framing_tokenize(r->tk, &r->fr, r->text, r->text_len, &r->tokens, &r->n_tokens,
+                                      err)))
+            return rc;
+        if (o->window < 0)
+            return al__err(err, AL_E_INVALID, "--window %d: windows are numbered from 0",
+                           o->window);
+        rc = al_framing_window_alloc(&r->fr, r->tokens, r->n_tokens, o->window, L, corpus,
+                                     &r->framed, err);
+        r->win = r->framed;
         return rc;
+    }
     if (o->window < 0 || (size_t)(o->window + 1) * (size_t)L > r->n_tokens)
         return al__err(err, AL_E_INVALID, "%s: %zu tokens, window %d of L = %d needs %zu",
-                       o->corpus ? o->corpus : "war-and-peace", r->n_tokens, o->window, L,
-                       (size_t)(o->window + 1) * L);
+                       r->own_label, r->n_tokens, o->window, L, (size_t)(o->window + 1) * L);
     r->win = r->tokens + (size_t)o->window * L;
     return 0;
 }
@@ -374,7 +383,8 @@ static int diag_compute(diag_run *r, char **json, al_error *err) {
     if ((rc = al__dist_merge_heads(r->dist, H, mi->n_head, 5, arr, cols, c->done, err))) return rc;
     al_diag_opts shown = *r->o; /* a dump's report names its tokens as the corpus */
     if (r->n_own) shown.corpus = r->own_label;
-    if (r->root) rc = diag_report(&shown, r->m, c, r->L, r->win, r->tk, r->n_own > 0, json, err);
+    if (r->root)
+        rc = diag_report(&shown, r->m, c, r->L, r->win, r->tk, r->n_own ? NULL : &r->fr, json, err);
     return al__dist_agree(r->dist, rc, err);
 }
 
@@ -401,6 +411,7 @@ int al_diagnose_dist(const al_diag_opts *o, al_dist *dist, char **json, al_error
     free(c->ns);
     free(c->done);
     free(r.tokens);
+    free(r.framed);
     free(r.text);
     if (r.tk) al_tokenizer_free(r.tk);
     if (r.m) al_model_free(r.m);

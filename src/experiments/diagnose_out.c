@@ -91,6 +91,13 @@ static cJSON *diag_json(const al_diag_opts *o, const al__ex_diag *d, cJSON *mode
     cJSON_AddStringToObject(root, "corpus", o->corpus ? o->corpus : "war-and-peace");
     cJSON_AddNumberToObject(root, "window", o->window);
     cJSON_AddNumberToObject(root, "L", d->L);
+    if (d->fr) al__framing_json(d->fr, root);
+    if (d->win) {
+        cJSON *wt = cJSON_AddObjectToObject(root, "window_tokens");
+        al_error e = {0};
+        if (al__ex_tokens_json(d->tk, d->win, d->L, wt, &e))
+            cJSON_AddStringToObject(wt, "error", e.msg);
+    }
     cJSON_AddStringToObject(root, "normalizer", o->normalizer ? o->normalizer : d->own_label);
     cJSON_AddItemToObject(root, "separability_N", al__ex_jarr_i(d->Ns, (size_t)d->nN));
     cJSON *th = cJSON_AddObjectToObject(root, "flag_rules");

@@ -21,6 +21,7 @@
 #include "plot.h"
 #include "progress.h"
 #include "report.h"
+#include "tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -79,7 +80,17 @@ typedef struct plan {
     al_dist *dist;
     int rank, size;
     rank_info *ranks; /* [size] on rank 0 */
+    /* --layers / --heads: the heads analysed (NULL: all; the others stay NaN), how many */
+    uint8_t *lmask, *hmask; /* [n_layer], [n_head] */
+    int n_sel_layers, n_sel_heads;
+    al_framing fr; /* how the corpus becomes windows (every rank: encoder, wrap, cls, sep) */
 } plan;
+/* --layers / --heads v[n] (indices into 0..count-1) as a mask *mask[count] (NULL: all, when v
+ * is NULL or n is 0); *n_sel how many are kept (may be NULL). */
+int al__ex_sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask, int *n_sel,
+                    al_error *err);
+/* Is head h (layer-major) analysed (--layers / --heads)? */
+int al__ex_head_selected(const plan *p, int h);
 
 int al__ex_cmp_dbl(const void *a, const void *b);
 /* AL_E_UNSUPPORTED for a capture whose sliding window is shorter than its rows. */
@@ -252,10 +263,17 @@ typedef struct al__ex_diag {
     char **tok;     /* [W] */
     const int *ids; /* [W] */
     const char *window_note;
+    const int32_t *win;   /* [L] the diagnosed window's ids */
+    al_tokenizer *tk;     /* their strings (NULL: a dump's) */
+    const al_framing *fr; /* how the corpus became it (NULL: a dump's own tokens) */
 } al__ex_diag;
 
 /* The JSON report into *json (malloc'ed); with o->out_dir also diagnose.json, .md, .html and
  * diagnose_flags.svg/.png. */
+/* A 0 default / 1 on / 2 off option (bos, wrap) as al_framing_make's -1 / 1 / 0. */
+int al__ex_switch(int v);
+/* "token_ids" and "tokens" (their strings; "#id" where one does not decode) of ids[n] into o. */
+int al__ex_tokens_json(al_tokenizer *tk, const int32_t *ids, int n, cJSON *o, al_error *err);
 int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, char **json,
                       al_error *err);
 /* The flags of head h with the values that raised them, "sink (mean weight on token 0 = 0.83 >

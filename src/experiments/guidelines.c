@@ -345,7 +345,8 @@ static int read_critical(guide *g, al_error *err) {
     if (!cJSON_IsString(sha) || strcmp(sha->valuestring, g->mi->sha256)) {
         cJSON_Delete(j);
         return al__err(err, AL_E_INVALID,
-                       "%s: a reproduce run of another model (its manifest.model.sha256 is not "
+                       "%s: a reproduce run of another model (its model identity, "
+                       "manifest.model.sha256, is not "
                        "%.16s...)",
                        path, g->mi->sha256);
     }

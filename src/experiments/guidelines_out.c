@@ -434,7 +434,7 @@ static int write_md(const guide *g, al_error *err) {
                       "# Guidelines tested in the loss: %s\n\n"
                       "Top-k attention and alternative normalizers inside the forward pass, in "
                       "every layer and head, scored by the mean next-token NLL over windows "
-                      "0..%d of %s (docs/guidelines.md). Model sha256 %.16s...\n\n",
+                      "0..%d of %s (docs/guidelines.md). Model identity %.16s...\n\n",
                       g->mi->name, g->o.windows - 1, g->corpus, g->mi->sha256);
     bad |= bprintf(&b, &n, &cap,
                    "| L | dense NLL | smallest k within 1%% (k/L) | within 5%% (k/L) | KS "

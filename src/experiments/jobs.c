@@ -419,7 +419,7 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
     if (rc) return rc;
     c->layers_done++;
     snprintf(c->status, sizeof c->status, "window %d, L = %d: layer %d/%d", c->j->window, c->L,
-             c->layers_done, c->p->n_layer);
+             c->layers_done, c->p->n_sel_layers);
     al__progress_add(c->pg, c->units_per_layer, c->status);
     return 0;
 }
@@ -517,7 +517,7 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
     c.n_threads = p->o.threads > 0 ? p->o.threads : omp_get_max_threads();
     int with = 1; /* the progress counts each reading's heads of this job as the run's */
     for (int v = 0; v < nv; v++) with += vj[v] != NULL;
-    c.units_per_layer = al__ex_job_units(j) * with / mi->n_layer;
+    c.units_per_layer = al__ex_job_units(j) * with / p->n_sel_layers;
     int rc = 0;
     size_t LL = (size_t)j->L * j->L, nst = (size_t)nd + 1;
     c.done = al__calloc((size_t)p->H, 1, "heads done", err);
@@ -540,17 +540,30 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
     layer_gram lg = {.layer = {-1, -1, -1, -1, -1}};
     c.lg = &lg;
     for (int v = 0; v < nv; v++) var[v].sc = c.sc, var[v].done = NULL, var[v].lg = &lg;
-    al_capture_request req = {.what = what, .fn = observe, .user = &c};
+    /* --layers / --heads: only those are captured; the others, done by their owner, stay NaN */
+    al_capture_request req = {
+        .what = what, .layers = p->lmask, .heads = p->hmask, .fn = observe, .user = &c};
+    for (int h = 0; c.done && h < p->H; h++)
+        if (!al__ex_head_selected(p, h) && al__dist_owner(p->dist, h) == p->rank) c.done[h] = 1;
+    /* the window: ids [kL, (k+1)L), or an encoder's [CLS] + L - 2 of them + [SEP] */
+    const int32_t *win = tokens + (size_t)j->window * j->L;
+    int32_t *framed = NULL;
+    if (!rc && al_framing_body(&p->fr, j->L) != j->L) {
+        if (!(framed = al__malloc(sizeof(int32_t) * (size_t)j->L, "window", err)))
+            rc = AL_E_NOMEM;
+        else
+            al_framing_window(&p->fr, tokens, j->window, j->L, framed), win = framed;
+    }
     double t0 = al__now(), c0 = al__ex_process_cpu();
-    if (!rc)
-        rc = al_model_forward(m, tokens + (size_t)j->window * j->L, j->L, &req, NULL, NULL, err);
+    if (!rc) rc = al_model_forward(m, win, j->L, &req, NULL, NULL, err);
+    free(framed);
     double t1 = al__now(), c1 = al__ex_process_cpu();
     double metric_cpu = j->t_dist + j->t_sep + j->t_sens + j->t_van;
     j->t_wall = t1 - t0;
     j->t_forward = (c1 - c0) - metric_cpu > 0 ? (c1 - c0) - metric_cpu : 0;
-    if (!rc && c.layers_done != mi->n_layer)
+    if (!rc && c.layers_done != p->n_sel_layers)
         rc = al__err(err, AL_E_INVALID, "the forward reported %d of %d layers", c.layers_done,
-                     mi->n_layer);
+                     p->n_sel_layers);
     free(c.embed);
     for (int v = 0; v < nv; v++) free(var[v].embed);
     for (int k = 0; k < 5; k++) free(lg.G[k]);

@@ -294,6 +294,16 @@ cJSON *al__ex_run_options(const plan *p, const al_model_info *mi, const char *co
                             p->o.attention.normalizer ? p->o.attention.normalizer : "softmax");
     cJSON_AddItemToObject(r, "temperatures", cJSON_CreateDoubleArray(p->T, p->nT));
     cJSON_AddItemToObject(r, "eps", cJSON_CreateDoubleArray(p->eps, p->nE));
+    cJSON_AddStringToObject(r, "framing",
+                            p->fr.encoder ? (p->fr.wrap ? "[CLS] ... [SEP]" : "bare (--no-wrap)")
+                            : p->fr.bos   ? "BOS first"
+                                          : "no BOS");
+    char sel[600] = "all";
+    size_t k = 0;
+    for (int i = 0; i < p->H && k < sizeof sel - 12 && (p->lmask || p->hmask); i++)
+        if (al__ex_head_selected(p, i))
+            k += (size_t)snprintf(sel + k, sizeof sel - k, "%s%d", k ? "," : "", i);
+    cJSON_AddStringToObject(r, "heads", sel);
     return r;
 }
 
@@ -360,9 +370,9 @@ int al__ex_check_run_options(const plan *p, const cJSON *now, al_error *err) {
         note_diff(diff, sizeof diff, saved, now, "model", "sha256");
         note_diff(diff, sizeof diff, saved, now, "corpus", "sha256");
         static const char *const flat[] = {
-            "vectors",           "distance",   "expectation", "directions",
-            "temperature_scale", "normalizer", "seed",        "mc_samples",
-            "temperatures",      "eps",        "attnlim"};
+            "vectors",    "distance", "expectation", "directions",   "temperature_scale",
+            "normalizer", "seed",     "mc_samples",  "temperatures", "eps",
+            "attnlim",    "framing",  "heads"};
         for (size_t i = 0; i < sizeof flat / sizeof *flat; i++)
             note_diff(diff, sizeof diff, saved, now, flat[i], NULL);
         if (!diff[0]) snprintf(diff, sizeof diff, "the fingerprint of the options");

@@ -159,6 +159,35 @@ void al__ex_free_plan(plan *p) {
     free(p->T);
     free(p->eps);
     free(p->ranks);
+    free(p->lmask);
+    free(p->hmask);
+}
+
+int al__ex_switch(int v) {
+    return v == 1 ? 1 : v == 2 ? 0 : -1;
+}
+
+int al__ex_head_selected(const plan *p, int h) {
+    return (!p->lmask || p->lmask[h / p->n_head]) && (!p->hmask || p->hmask[h % p->n_head]);
+}
+
+int al__ex_sel_mask(const int *v, int n, int count, const char *what, uint8_t **mask, int *n_sel,
+                    al_error *err) {
+    int kept = count;
+    *mask = NULL;
+    if (v && n > 0) {
+        if (!(*mask = al__calloc((size_t)count, 1, what, err))) return AL_E_NOMEM;
+        for (int i = 0; i < n; i++) {
+            if (v[i] < 0 || v[i] >= count)
+                return al__err(err, AL_E_RANGE, "%s: %d is outside 0..%d (the model has %d)", what,
+                               v[i], count - 1, count);
+            (*mask)[v[i]] = 1;
+        }
+        kept = 0;
+        for (int i = 0; i < count; i++) kept += (*mask)[i];
+    }
+    if (n_sel) *n_sel = kept;
+    return 0;
 }
 
 double *al__ex_alloc_nan(size_t n, al_error *err) {
@@ -368,6 +397,11 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
     if (p->H <= 0) return al__err(err, AL_E_FORMAT, "%s: model has no attention heads", mi->path);
     int ctx = mi->n_ctx;
     int rc;
+    if ((rc = al__ex_sel_mask(o->layers, o->n_layers, p->n_layer, "--layers", &p->lmask,
+                              &p->n_sel_layers, err)) ||
+        (rc = al__ex_sel_mask(o->heads, o->n_heads, p->n_head, "--heads", &p->hmask,
+                              &p->n_sel_heads, err)))
+        return al__err_prefix(err, rc, "%s", mi->path);
     /* long L */
     int want_long = o->long_length > 0 ? o->long_length : (o->quick ? 64 : 1024);
     if (o->long_length > ctx)

@@ -81,6 +81,8 @@ typedef struct run {
     char started[32], picked[64];
     cJSON *run_opts;
     int lock_fd;
+    char made[4200]; /* the first directory of OUT's path that did not exist ("" none): a run
+                      * that fails before writing into OUT removes it again, down from OUT */
     al_model *m;
     const al_model_info *mi;
     al_tokenizer *tk;
@@ -146,6 +148,16 @@ static void plan_fingerprint(const run *r, const al_repro_opts *o, plan *p) {
     if (att_s && k < sizeof buf) snprintf(buf + k, sizeof buf - k, "|%s", att_s);
     free(att_s);
     cJSON_Delete(att);
+    /* the windows (BOS first, an encoder's [CLS] ... [SEP]) and --layers / --heads; their
+     * defaults add nothing for a decoder (earlier runs' fingerprints stay valid) */
+    const al_framing *f = &r->p.fr;
+    k = strlen(buf);
+    if ((f->bos || (f->encoder && f->wrap)) && k < sizeof buf - 16)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "|%s", f->bos ? "bos" : "cls-sep");
+    for (int i = 0; p->lmask && i < p->n_layer && k < sizeof buf - 8; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%sl%d", i ? "" : "|", p->lmask[i]);
+    for (int i = 0; p->hmask && i < p->n_head && k < sizeof buf - 8; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%sh%d", i ? "" : "|", p->hmask[i]);
     al_sha256_buf(buf, strlen(buf), p->fingerprint);
 }
 
@@ -213,9 +225,18 @@ static int run_check_tokens(const run *r, al_error *err) {
     int maxL = 0;
     for (int i = 0; i < r->p.n_jobs; i++)
         if (r->p.jobs[i].L > maxL) maxL = r->p.jobs[i].L;
-    if ((size_t)r->o.windows * (size_t)maxL > r->n_tokens)
-        return al__err(err, AL_E_INVALID, "%s: %zu tokens, but %d window(s) of L = %d need %zu",
-                       r->o.corpus, r->n_tokens, r->o.windows, maxL, (size_t)r->o.windows * maxL);
+    long body = al_framing_body(&r->p.fr, maxL), minL = maxL;
+    for (int i = 0; i < r->p.n_jobs; i++)
+        if (r->p.jobs[i].L < minL) minL = r->p.jobs[i].L;
+    if (al_framing_body(&r->p.fr, minL) < 1)
+        return al__err(err, AL_E_INVALID,
+                       "L = %ld: an encoder window [CLS] ... [SEP] needs L >= 3 (L counts the "
+                       "two; --no-wrap for bare windows)",
+                       minL);
+    if ((size_t)r->o.windows * (size_t)body > r->n_tokens)
+        return al__err(err, AL_E_INVALID, "%s: %zu tokens, but %d window(s) of L = %d need %zu%s",
+                       r->o.corpus, r->n_tokens, r->o.windows, maxL, (size_t)r->o.windows * body,
+                       body < maxL ? " (L - 2 per window, between [CLS] and [SEP])" : "");
     for (size_t i = 0; i < r->n_tokens; i++)
         if (r->tokens[i] < 0 || r->tokens[i] >= r->mi->vocab_size)
             return al__err(err, AL_E_INVALID,
@@ -247,6 +268,38 @@ static int run_sweep(run *r, al_error *err) {
     return rc;
 }
 
+/* The shortest prefix of path (at a '/') that does not exist into made[cap] ("" when path
+ * exists). */
+static void first_missing(const char *path, char *made, size_t cap) {
+    struct stat st;
+    made[0] = 0;
+    if (lstat(path, &st) == 0 || strlen(path) >= cap) return;
+    snprintf(made, cap, "%s", path);
+    for (char *e = strrchr(made, '/'); e && e > made; e = strrchr(made, '/')) {
+        *e = 0;
+        if (lstat(made, &st) == 0) { /* made + '/' ... is the first missing one */
+            *e = '/';
+            e[1 + strcspn(e + 1, "/")] = 0;
+            return;
+        }
+    }
+    made[strcspn(made, "/")] = 0; /* a relative path: its first component */
+    if (!made[0]) snprintf(made, cap, "%s", path);
+}
+
+/* Removes the empty directories from path up to made (what mkdirs created; only empty ones:
+ * nothing written is lost). */
+static void remove_made(const char *path, const char *made) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s", path);
+    size_t n = strlen(made);
+    while (strlen(p) >= n && rmdir(p) == 0 && strlen(p) > n) {
+        char *e = strrchr(p, '/');
+        if (!e) break;
+        *e = 0;
+    }
+}
+
 /* Rank 0: the corpus and its identity, the lock on OUT, --resume's check (before the costly
  * tokenization), the tokens, the sweep. */
 static int run_setup_root(run *r, al_error *err) {
@@ -254,23 +307,31 @@ static int run_setup_root(run *r, al_error *err) {
     int rc;
     if (r->n_own) /* a dump's tokens: the corpus identity is the SHA-256 of the int32 ids */
         al_sha256_buf(r->own, sizeof(int32_t) * (size_t)r->n_own, r->corpus_sha);
-    else if (!r->text && ((rc = al_model_tokenizer(r->m, &r->tk, err)) ||
-                          (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len,
+    else if ((!r->tk && (rc = al_model_tokenizer(r->m, &r->tk, err))) ||
+             (rc = al_framing_make(r->tk, al__ex_switch(o->bos), al__ex_switch(o->wrap), &r->p.fr,
+                                   err)
+                       ? al__err_prefix(err, AL_E_INVALID, "%s", r->mi->path)
+                       : 0) ||
+             (!r->text && (rc = al_corpus_load(o->corpus, o->data_path, &r->text, &r->text_len,
                                                err)))) /* (--windows all loaded it already) */
         return rc;
     if (!r->n_own) al_sha256_buf(r->text, r->text_len, r->corpus_sha);
     run_fingerprint(r);
-    /* OUT only now: a bad model, corpus or option leaves no empty directory behind */
+    /* OUT only now: a bad model, corpus or option leaves no empty directory behind (and one
+     * found bad below, a corpus too short, removes the directory it made: run_free) */
+    first_missing(o->out_dir, r->made, sizeof r->made);
     if ((rc = al__mkdirs(o->out_dir, err)) ||
         (rc = al__ex_lock_out_dir(o->out_dir, &r->lock_fd, err)))
         return rc;
     if (!(r->run_opts = al__ex_run_options(&r->p, r->mi, r->corpus_sha)))
         return al__err(err, AL_E_NOMEM, "out of memory (run options)");
     if (o->resume && (rc = al__ex_check_run_options(&r->p, r->run_opts, err))) return rc;
-    if (!r->n_own)
-        rc = r->tokens ? 0
-                       : al_tokenize(r->tk, r->text, r->text_len, 0, &r->tokens, &r->n_tokens, err);
-    else if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
+    if (!r->n_own) {
+        free(r->tokens); /* --windows all counted the bare tokens: now framed */
+        r->tokens = NULL;
+        rc = al_framing_tokenize(r->tk, &r->p.fr, r->text, r->text_len, &r->tokens, &r->n_tokens,
+                                 err);
+    } else if (!(r->tokens = al__malloc(sizeof(int32_t) * (size_t)r->n_own, "tokens", err)))
         rc = AL_E_NOMEM;
     else
         memcpy(r->tokens, r->own, sizeof(int32_t) * (size_t)r->n_own),
@@ -360,8 +421,11 @@ int al__ex_same_model(al_dist *dist, const al_model_info *mi, al_error *err) {
 /* Collective: every rank checks it opened rank 0's model and receives rank 0's tokens. */
 static int run_share_tokens(run *r, al_error *err) {
     uint64_t nt = r->n_tokens;
+    int32_t fr[4] = {r->p.fr.encoder, r->p.fr.wrap, r->p.fr.cls, r->p.fr.sep};
     int rc = al__ex_same_model(r->dist, r->mi, err);
     if (!rc) rc = al__dist_bcast(r->dist, &nt, sizeof nt, err);
+    if (!rc) rc = al__dist_bcast(r->dist, fr, sizeof fr, err); /* how windows are framed */
+    r->p.fr.encoder = fr[0], r->p.fr.wrap = fr[1], r->p.fr.cls = fr[2], r->p.fr.sep = fr[3];
     if (!rc && !r->root &&
         !(r->tokens = al__malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1), "tokens", err)))
         rc = AL_E_NOMEM;
@@ -512,6 +576,39 @@ static int run_jobs(run *r, al_error *err) {
 /* Rank 0: the summary's setup (what the report and results.json say about the run). */
 static void run_timings(const plan *p, al__summary *s);
 
+/* The report's "window framing" and "heads analysed" rows. */
+static void summary_framing(const plan *p, al__summary *s) {
+    const al_framing *f = &p->fr;
+    if (strcmp(s->family, "dump"))
+        snprintf(s->framing, sizeof s->framing, "%s",
+                 f->encoder && f->wrap ? "[CLS] + L - 2 corpus tokens + [SEP] per window (L "
+                                         "counts the two; --no-wrap: bare windows)"
+                 : f->encoder          ? "bare windows of the corpus body (--no-wrap)"
+                 : f->bos              ? "BOS first in the text: window 0 starts with it"
+                                       : "no BOS (the tokenized text as it is)");
+    if (f->bos_from && !f->encoder) {
+        size_t k = strlen(s->framing);
+        snprintf(s->framing + k, sizeof s->framing - k, "; the model's default: %s (%s)",
+                 f->bos_default ? "BOS" : "no BOS", f->bos_from);
+    }
+    if (!p->lmask && !p->hmask) return;
+    size_t k = 0;
+    const uint8_t *mask[2] = {p->lmask, p->hmask};
+    int count[2] = {p->n_layer, p->n_head};
+    for (int m = 0; m < 2; m++) {
+        k += (size_t)snprintf(s->selection + k, sizeof s->selection - k, "%s",
+                              m ? "; heads " : "layers ");
+        for (int i = 0, first = 1; i < count[m] && k < sizeof s->selection - 16; i++)
+            if (!mask[m] || mask[m][i])
+                k += (size_t)snprintf(s->selection + k, sizeof s->selection - k, "%s%d",
+                                      first ? "" : ",", i),
+                    first = 0;
+    }
+    snprintf(s->selection + k, sizeof s->selection - k,
+             " (--layers/--heads: %d of %d heads; the others are NaN and left out)",
+             p->n_sel_layers * p->n_sel_heads, p->H);
+}
+
 static int summary_fill(run *r, al__summary *s, const al_repro_opts *o, const plan *p,
                         al_error *err) {
     const al_model_info *mi = r->mi;
@@ -555,6 +652,7 @@ static int summary_fill(run *r, al__summary *s, const al_repro_opts *o, const pl
     s->nN4 = p->nN4, s->N4 = p->N4;
     s->nT = p->nT, s->nE = p->nE;
     s->T = p->T, s->eps = p->eps;
+    summary_framing(p, s);
     return 0;
 }
 
@@ -568,6 +666,7 @@ static int run_write_variants(run *r, al_error *err) {
     int rc = 0;
     for (int i = 0; i < r->n_var && !rc; i++) {
         variant *v = &r->var[i];
+        v->p.fr = r->p.fr; /* the same windows */
         if ((rc = summary_fill(r, &v->a.s, &v->o, &v->p, err)) ||
             (rc = al__ex_aggregate(&v->p, &v->a, err)))
             break;
@@ -648,7 +747,7 @@ static int run_write(run *r, al_error *err) {
     return al__ex_write_json(&r->p, &r->a, r->corpus_sha, r->started, err);
 }
 
-static void run_free(run *r) {
+static void run_free(run *r, int failed) {
     cJSON_Delete(r->run_opts);
     if (r->lock_fd >= 0) { /* removed while still held: no run is left out (partial.c) */
         char path[4200];
@@ -656,6 +755,7 @@ static void run_free(run *r) {
         unlink(path);
         close(r->lock_fd);
     }
+    if (r->made[0] && failed) remove_made(r->o.out_dir, r->made);
     al__ex_free_agg(&r->a);
     al__ex_free_plan(&r->p);
     al__ex_free_variants(r->var, r->n_var);
@@ -696,6 +796,6 @@ int al_reproduce_dist(const al_repro_opts *opts, al_dist *dist, al_error *err) {
     /* the last chance to stop: once the outputs are being written they are written whole */
     if (!rc) rc = al__dist_agree(dist, al__poll("reproduce", r.p.n_jobs, r.p.n_jobs, err), err);
     if (!rc) rc = al__dist_agree(dist, r.root ? run_write(&r, err) : 0, err);
-    run_free(&r);
+    run_free(&r, rc != 0);
     return rc;
 }

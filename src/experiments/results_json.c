@@ -90,6 +90,23 @@ void al__ex_now_iso(char *buf, size_t size) {
 }
 
 /* manifest.options: what the run was asked (grids after their defaults and clipping) */
+/* --layers / --heads: the layers and heads analysed ("all" or the list) */
+static void json_selection(const plan *p, cJSON *op) {
+    const uint8_t *mask[2] = {p->lmask, p->hmask};
+    const char *key[2] = {"layers", "heads"};
+    int count[2] = {p->n_layer, p->n_head};
+    for (int k = 0; k < 2; k++) {
+        if (!mask[k]) {
+            cJSON_AddStringToObject(op, key[k], "all");
+            continue;
+        }
+        cJSON *a = cJSON_AddArrayToObject(op, key[k]);
+        for (int i = 0; i < count[k]; i++)
+            if (mask[k][i]) cJSON_AddItemToArray(a, cJSON_CreateNumber(i));
+    }
+    cJSON_AddNumberToObject(op, "heads_analysed", p->n_sel_layers * p->n_sel_heads);
+}
+
 static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     cJSON *op = cJSON_AddObjectToObject(man, "options");
     cJSON_AddStringToObject(op, "vectors", al_vectors_name(p->o.vectors));
@@ -130,6 +147,7 @@ static void json_options(const plan *p, const al__summary *s, cJSON *man) {
     cJSON *em = cJSON_AddArrayToObject(op, "experiments_empty");
     for (int i = 0; i < 6; i++)
         if (p->empty_exp & (1u << i)) cJSON_AddItemToArray(em, cJSON_CreateString(en[i]));
+    json_selection(p, op);
 }
 
 /* manifest.versions, timings, resume, parallel: how the run went */
@@ -190,6 +208,12 @@ static int json_manifest(const plan *p, const al__summary *s, const char *corpus
                                   "corpus"
                                 : "window 0 of length L = the first L tokens of the attention "
                                   "dump (a causal dump serves every prefix)");
+    if (p->fr.encoder && p->fr.wrap)
+        cJSON_ReplaceItemInObject(wi, "rule",
+                                  cJSON_CreateString("window k of length L = [CLS] + tokens "
+                                                     "[k*(L-2), (k+1)*(L-2)) of the corpus body "
+                                                     "+ [SEP]: L counts the two special tokens"));
+    if (strcmp(s->family, "dump")) al__framing_json(&p->fr, man);
     json_options(p, s, man);
     json_run(p, s, man);
     cJSON_AddStringToObject(man, "started", started);

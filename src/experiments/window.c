@@ -80,6 +80,17 @@ int al__ex_token_strings(al_tokenizer *tk, const int32_t *ids, int W, char ***ou
     return 0;
 }
 
+int al__ex_tokens_json(al_tokenizer *tk, const int32_t *ids, int n, cJSON *o, al_error *err) {
+    char **tok = NULL;
+    int rc = al__ex_token_strings(tk, ids, n, &tok, err);
+    if (rc) return rc;
+    cJSON_AddItemToObject(o, "token_ids", cJSON_CreateIntArray(ids, n));
+    cJSON *t = cJSON_AddArrayToObject(o, "tokens"); /* al__json_print repairs invalid UTF-8 */
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(t, cJSON_CreateString(tok[i]));
+    al__ex_free_strings(tok, n);
+    return 0;
+}
+
 void al__ex_free_strings(char **s, int n) {
     for (int i = 0; s && i < n; i++) free(s[i]);
     free(s);
@@ -100,6 +111,11 @@ int al__ex_explorer_window(const plan *p, al_model *m, al_tokenizer *tk, const i
     if ((p->exp & AL_EXP_ALG4) && p->nN4 > 0 && a->a4[0])
         s->ex.curve[s->ex.n_curves++] =
             (al__explorer_curve){.name = "N_s/N", .n = p->nN4, .x = p->N4, .v = a->a4[0]};
+    int32_t framed[AL__EX_WINDOW];
+    if (W >= 3 && al_framing_body(&p->fr, W) != W) { /* an encoder's [CLS] ... [SEP] */
+        al_framing_window(&p->fr, tokens, 0, W, framed);
+        tokens = framed;
+    }
     if (W < 2) return 0;
     float *w;
     int rc = al__ex_window_weights(m, p->have_nm ? &p->nm : NULL, tokens, W, &w, err);

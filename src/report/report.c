@@ -989,6 +989,8 @@ int al__report_write(const al__summary *s, al_error *err) {
     ROW("windows",
         "%d per length (window k = tokens [kL, (k+1)L)); per-head values are means over windows",
         s->windows);
+    if (s->framing[0]) ROW("window framing", "%s", s->framing);
+    if (s->selection[0]) ROW("heads analysed", "%s", s->selection);
     ROW("vectors x_j", "%s [reading: value vectors by default]", s->vectors);
     ROW("distance dtilde", "%s [reading: sum-of-norms by default; docs/readings.md]",
         s->distance ? s->distance : "sum-of-norms");

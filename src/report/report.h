@@ -41,7 +41,9 @@ typedef struct al__summary {
     int synthetic;   /* 1: random weights */
     int sums_to_one; /* the normalizer's weights sum to 1 */
     int causal, n_layer, n_head, d_head, n_ctx, windows, long_L, quick;
-    int64_t n_tokens; /* corpus tokens */
+    int64_t n_tokens;    /* corpus tokens */
+    char framing[256];   /* how the corpus became windows (BOS, [CLS] ... [SEP]) */
+    char selection[256]; /* --layers / --heads: the heads analysed ("" all) */
     unsigned experiments;
     uint64_t seed;
     int mc_samples;

@@ -58,6 +58,8 @@ struct al__hftok {
     int n_added;
     int add_bos, add_eos;
     int32_t bos_id, eos_id; /* -1 none */
+    const char *bos_from;   /* where add_bos comes from (the files' default) */
+    int add_bos_files;      /* the files' add_bos, before any override */
     char name[4096];        /* the tokenizer.json path */
 };
 
@@ -522,7 +524,7 @@ static void template_specials(al__hftok *t, const cJSON *pp) {
         if (seen_seq)
             t->add_eos = 1, t->eos_id = id;
         else
-            t->add_bos = 1, t->bos_id = id;
+            t->add_bos = 1, t->bos_id = id, t->bos_from = "tokenizer.json post_processor";
     }
 }
 
@@ -556,7 +558,8 @@ static int read_tokenizer_config(al__hftok *t, const char *dir, al_error *err) {
         if (on && id < 0)
             rc = al__err(err, AL_E_FORMAT, "%s: %s is true but %s is not an added token", path,
                          keys[k], toks[k]);
-        if (k == 0) t->add_bos = on, t->bos_id = id;
+        if (k == 0)
+            t->add_bos = on, t->bos_id = id, t->bos_from = "tokenizer_config.json add_bos_token";
         if (k == 1) t->add_eos = on, t->eos_id = id;
     }
     cJSON_Delete(c);
@@ -777,6 +780,11 @@ int al__hftok_vocab_size(const al__hftok *t) {
     return t->vocab_size;
 }
 
+void al__hftok_bos(const al__hftok *t, int32_t *id, int *dflt, const char **from) {
+    *id = t->bos_id, *dflt = t->add_bos_files;
+    *from = t->bos_from ? t->bos_from : "tokenizer.json and tokenizer_config.json add none";
+}
+
 void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos) {
     if (add_bos >= 0) t->add_bos = add_bos && t->bos_id >= 0;
     if (add_eos >= 0) t->add_eos = add_eos && t->eos_id >= 0;
@@ -809,6 +817,7 @@ int al__hftok_parse(const char *text, size_t len, const char *name, al__hftok **
                          name, t->added[i].text);
     }
     if (!rc) template_specials(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"));
+    if (!rc) t->add_bos_files = t->add_bos;
     for (int i = 0; i < p.n_splits; i++) free(p.splits[i]);
     cJSON_Delete(j);
     if (rc) {
@@ -981,6 +990,7 @@ int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err) {
     rc = al__hftok_parse(text, len, path, &t, err);
     free(text);
     if (!rc) rc = read_tokenizer_config(t, dir, err);
+    if (!rc) t->add_bos_files = t->add_bos;
     if (rc) {
         al__hftok_free(t);
         return rc;

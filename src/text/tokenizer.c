@@ -21,6 +21,9 @@ struct al_tokenizer {
     al__wordpiece *wp;
     al__hftok *hf; /* or the tokenizer.json pipeline over a BPE engine */
     int vocab_size;
+    int32_t bos_id;       /* a non-HF engine's BOS (al__tokenizer_set_bos; -1 none) */
+    int bos_default;      /* whether the model's files add it */
+    const char *bos_from; /* where that default comes from */
 };
 
 int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err) {
@@ -31,6 +34,7 @@ int al__tokenizer_from_hf(al__hftok *t, al_tokenizer **out, al_error *err) {
         return AL_E_NOMEM;
     }
     tk->hf = t;
+    tk->bos_id = -1;
     tk->vocab_size = al__hftok_vocab_size(t);
     *out = tk;
     return 0;
@@ -47,6 +51,137 @@ void al_tokenizer_set_bos_eos(al_tokenizer *tk, int add_bos, int add_eos) {
     if (tk && tk->hf) al__hftok_set_bos_eos(tk->hf, add_bos, add_eos);
 }
 
+void al__tokenizer_set_bos(al_tokenizer *tk, int32_t id, int dflt, const char *from) {
+    if (!tk || tk->hf) return;
+    tk->bos_id = id >= 0 && id < tk->vocab_size ? id : -1;
+    tk->bos_default = dflt && tk->bos_id >= 0;
+    tk->bos_from = from;
+}
+
+/* ---- framing: how a corpus becomes windows (tokenizer.h) ----------------------------------- */
+
+int al_framing_make(al_tokenizer *tk, int bos, int wrap, al_framing *f, al_error *err) {
+    memset(f, 0, sizeof *f);
+    f->bos_id = f->cls = f->sep = -1;
+    if (!tk) return al__err(err, AL_E_INVALID, "al_framing_make: NULL tokenizer");
+    if (tk->wp) {
+        f->encoder = 1;
+        al__wordpiece_cls_sep(tk->wp, &f->cls, &f->sep);
+        f->wrap = wrap != 0;
+        f->bos_from = "an encoder: no BOS; windows [CLS] ... [SEP] (--wrap, the default)";
+        if (bos == 1)
+            return al__err(err, AL_E_INVALID,
+                           "--bos: an encoder (WordPiece) has no BOS token; its windows are "
+                           "[CLS] ... [SEP] (--wrap, the default) or bare (--no-wrap)");
+        return 0;
+    }
+    if (wrap == 1)
+        return al__err(err, AL_E_INVALID,
+                       "--wrap: [CLS] ... [SEP] windows are for encoders (WordPiece); this model "
+                       "is a decoder (see --bos)");
+    if (tk->hf)
+        al__hftok_bos(tk->hf, &f->bos_id, &f->bos_default, &f->bos_from);
+    else
+        f->bos_id = tk->bos_id, f->bos_default = tk->bos_default,
+        f->bos_from = tk->bos_from ? tk->bos_from : "the tokenizer names no BOS token";
+    if (bos == 1 && f->bos_id < 0)
+        return al__err(err, AL_E_INVALID, "--bos: the model's tokenizer has no BOS token (%s)",
+                       f->bos_from);
+    f->bos = bos < 0 ? f->bos_default : bos;
+    if (tk->hf) al__hftok_set_bos_eos(tk->hf, f->bos, -1);
+    char *t = NULL;
+    size_t tl;
+    al_error e = {0};
+    if (f->bos_id >= 0 && !al_detokenize(tk, &f->bos_id, 1, &t, &tl, &e))
+        snprintf(f->bos_token, sizeof f->bos_token, "%s", t);
+    free(t);
+    return 0;
+}
+
+int al_framing_tokenize(const al_tokenizer *tk, const al_framing *f, const char *text, size_t len,
+                        int32_t **ids, size_t *n, al_error *err) {
+    int rc = al_tokenize(tk, text, len, 0, ids, n, err);
+    if (rc) return rc;
+    int32_t *v = *ids;
+    if (f->encoder) { /* the body: without the [CLS] ... [SEP] WordPiece puts around a text */
+        size_t a = *n > 0 && v[0] == f->cls, b = *n > a && v[*n - 1] == f->sep;
+        memmove(v, v + a, (*n - a - b) * sizeof *v);
+        *n -= a + b;
+    } else if (f->bos && !tk->hf) { /* the HF pipeline adds its own */
+        int32_t *w = realloc(v, (*n + 1) * sizeof *v);
+        if (!w) {
+            free(v), *ids = NULL, *n = 0;
+            return al__err(err, AL_E_NOMEM, "out of memory (token ids)");
+        }
+        memmove(w + 1, w, *n * sizeof *w);
+        w[0] = f->bos_id;
+        *ids = w, (*n)++;
+    }
+    return 0;
+}
+
+long al_framing_body(const al_framing *f, long L) {
+    return f->encoder && f->wrap ? L - 2 : L;
+}
+
+void al_framing_window(const al_framing *f, const int32_t *body, long k, long L, int32_t *dst) {
+    long B = al_framing_body(f, L);
+    if (B == L) {
+        memcpy(dst, body + (size_t)k * L, sizeof *dst * (size_t)L);
+        return;
+    }
+    dst[0] = f->cls;
+    if (B > 0) memcpy(dst + 1, body + (size_t)k * B, sizeof *dst * (size_t)B);
+    dst[L - 1] = f->sep;
+}
+
+int al_framing_window_alloc(const al_framing *f, const int32_t *ids, size_t n, long k, long L,
+                            const char *source, int32_t **dst, al_error *err) {
+    *dst = NULL;
+    long B = al_framing_body(f, L);
+    if (B < 1)
+        return al__err(err, AL_E_INVALID,
+                       "L = %ld: a window [CLS] ... [SEP] needs L >= 3 (L counts the two; "
+                       "--no-wrap for bare windows)",
+                       L);
+    size_t avail = n / (size_t)B;
+    if ((size_t)k >= avail)
+        return al__err(err, AL_E_RANGE,
+                       "%s: %zu tokens, but window %ld of L = %ld needs %zu%s (windows 0..%ld "
+                       "there)",
+                       source, n, k, L, (size_t)(k + 1) * B,
+                       B < L ? " (L - 2 corpus tokens per window, between [CLS] and [SEP])" : "",
+                       (long)avail - 1);
+    if (!(*dst = al__malloc(sizeof **dst * (size_t)L, "window tokens", err))) return AL_E_NOMEM;
+    al_framing_window(f, ids, k, L, *dst);
+    return 0;
+}
+
+void al__framing_json(const al_framing *f, cJSON *parent) {
+    cJSON *o = cJSON_AddObjectToObject(parent, "framing");
+    if (!o) return;
+    cJSON *b = cJSON_AddObjectToObject(o, "bos");
+    cJSON_AddBoolToObject(b, "used", f->bos);
+    cJSON_AddBoolToObject(b, "default", f->bos_default);
+    cJSON_AddStringToObject(b, "default_from", f->bos_from ? f->bos_from : "");
+    if (f->bos_id >= 0) {
+        cJSON_AddNumberToObject(b, "id", f->bos_id);
+        cJSON_AddStringToObject(b, "token", f->bos_token); /* al__json_print repairs it */
+    } else {
+        cJSON_AddNullToObject(b, "id");
+    }
+    cJSON_AddBoolToObject(o, "encoder", f->encoder);
+    cJSON_AddBoolToObject(o, "wrap", f->encoder && f->wrap);
+    cJSON_AddStringToObject(
+        o, "L_counts",
+        f->encoder && f->wrap
+            ? "every window is [CLS] + L - 2 corpus tokens + [SEP]: L counts the two special "
+              "tokens (the forward's T = L; every row sees n = L keys)"
+        : f->bos ? "window k is ids [kL, (k+1)L) of the text with BOS first: window 0 starts "
+                   "with BOS, and L counts it"
+                 : "window k is ids [kL, (k+1)L) of the tokenized text (no special tokens)");
+}
+
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err) {
     *out = NULL;
     if (!b) return al__err(err, AL_E_INVALID, "al__tokenizer_from_bpe: NULL engine");
@@ -56,6 +191,7 @@ int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err) {
         return AL_E_NOMEM;
     }
     tk->bpe = b;
+    tk->bos_id = -1;
     tk->vocab_size = al__bpe_vocab_size(b);
     *out = tk;
     return 0;
@@ -70,6 +206,7 @@ int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error 
         return AL_E_NOMEM;
     }
     tk->wp = w;
+    tk->bos_id = -1;
     tk->vocab_size = al__wordpiece_vocab_size(w);
     *out = tk;
     return 0;
@@ -376,13 +513,16 @@ int al_tokenizer_open_bpe(const char *vocab, const char *pretok, al_tokenizer **
         goto done;
     }
     /* <|endoftext|>: GPT-2's one special token, when the vocabulary has it */
-    for (int i = 0; i < n_tok; i++)
-        if (strcmp(tokens[i], "<|endoftext|>") == 0) {
-            if ((rc = al__bpe_add_special(b, tokens[i], i, err))) goto done;
-            break;
-        }
+    int eot = -1;
+    for (int i = 0; i < n_tok && eot < 0; i++)
+        if (strcmp(tokens[i], "<|endoftext|>") == 0 &&
+            !(rc = al__bpe_add_special(b, tokens[i], i, err)))
+            eot = i;
+    if (rc) goto done;
     rc = al__tokenizer_from_bpe(b, out, err);
     b = NULL;
+    /* GPT-2 was trained on text without a BOS; <|endoftext|> is the one its config names */
+    if (!rc) al__tokenizer_set_bos(*out, eot, 0, "GPT-2 adds no BOS (the family's convention)");
 done:
     al__bpe_free(b);
     free(tokens);
@@ -395,4 +535,16 @@ done:
 
 int al_tokenizer_open_gpt2(const char *vocab, al_tokenizer **out, al_error *err) {
     return al_tokenizer_open_bpe(vocab, "gpt2", out, err);
+}
+
+char *al_framing_json(const al_framing *f) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !f) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    al__framing_json(f, o);
+    char *t = al__json_print(cJSON_GetObjectItemCaseSensitive(o, "framing"), 0);
+    cJSON_Delete(o);
+    return t;
 }

@@ -60,6 +60,8 @@ int al__wordpiece_vocab_size(const al__wordpiece *w); /* ids 0..n-1 */
 /* Encodes text into ids with [CLS] ... [SEP] around it; *ids malloc'ed. */
 int al__wordpiece_encode(const al__wordpiece *w, const char *text, size_t len, int32_t **ids,
                          size_t *n, al_error *err);
+/* The ids of [CLS] and [SEP]. */
+void al__wordpiece_cls_sep(const al__wordpiece *w, int32_t *cls, int32_t *sep);
 int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, char **text,
                          size_t *len, al_error *err);
 
@@ -76,6 +78,8 @@ int al__hftok_encode(const al__hftok *t, const char *text, size_t len, int allow
 int al__hftok_decode(const al__hftok *t, const int32_t *ids, size_t n, char **text, size_t *len,
                      al_error *err);
 int al__hftok_vocab_size(const al__hftok *t);
+/* The BOS id (-1 none), whether the files add it (dflt) and which file says so. */
+void al__hftok_bos(const al__hftok *t, int32_t *id, int *dflt, const char **from);
 /* Overrides BOS/EOS adding (1 on, 0 off, -1 keep; on only where the file names the token). */
 void al__hftok_set_bos_eos(al__hftok *t, int add_bos, int add_eos);
 void al__hftok_free(al__hftok *t);
@@ -110,5 +114,11 @@ int al__hftok_open_dir(const char *dir, al__hftok **out, al_error *err);
 /* Wrap an engine into a public al_tokenizer (takes ownership of the engine). */
 int al__tokenizer_from_bpe(al__bpe *b, al_tokenizer **out, al_error *err);
 int al__tokenizer_from_wordpiece(al__wordpiece *w, al_tokenizer **out, al_error *err);
+
+/* The BOS a non-HF tokenizer has (GGUF metadata, the GPT-2 family): id, default, source. */
+void al__tokenizer_set_bos(al_tokenizer *tk, int32_t id, int dflt, const char *from);
+/* The manifest's "framing" object (al_framing_json's, as a cJSON child of parent). */
+struct cJSON;
+void al__framing_json(const al_framing *f, struct cJSON *parent);
 
 #endif

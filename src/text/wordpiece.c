@@ -502,3 +502,7 @@ int al__wordpiece_decode(const al__wordpiece *w, const int32_t *ids, size_t n, c
     *len = o;
     return 0;
 }
+
+void al__wordpiece_cls_sep(const al__wordpiece *w, int32_t *cls, int32_t *sep) {
+    *cls = w->cls, *sep = w->sep;
+}

@@ -42,6 +42,9 @@ def test_text_names_the_run_and_every_flags_value(model):
     txt = run("diagnose", "--model", model, "--length", "32").stdout.splitlines()
     assert txt[0].startswith("model ") and "corpus war-and-peace" in txt[0] and "window 0" in txt[0]
     assert "L = 32" in txt[0] and "3 layers x 4 heads" in txt[0]
+    assert txt[0].endswith(", no BOS (the model's default)"), txt[0]  # GPT-2: none (issue 15)
+    bos = run("diagnose", "--model", model, "--length", "32", "--bos").stdout.splitlines()[0]
+    assert bos.endswith(", BOS first (--bos; the model's default: none)"), bos
     assert re.match(r"12 of 12 heads diagnosed: \d+ collapsed, \d+ vanishing, \d+ sink", txt[1])
     flagged = [h for h in full["heads"] if fired(h)]
     assert flagged, "the test model must have a flagged head"

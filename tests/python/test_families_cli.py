@@ -125,6 +125,20 @@ def test_bos_switch(tmp_path, book):
     r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16", "--json",
                            check=True)
     assert n["on"] == n["off"] + 1 == json.loads(r.stdout)["n_tokens"]
+    # the model's default is recorded with where it comes from; --bos / --no-bos are the same
+    fr = json.loads(r.stdout)["framing"]["bos"]
+    assert fr["used"] is True and fr["default"] is True and fr["token"] == "<s>", fr
+    assert "tokenizer" in fr["default_from"], fr
+    for flag, want in (("--no-bos", n["off"]), ("--bos", n["on"]), ("--bos=off", n["off"])):
+        r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+                               flag, "--json", check=True)
+        j = json.loads(r.stdout)
+        assert j["n_tokens"] == want and j["framing"]["bos"]["used"] == (want == n["on"])
+        w0 = j["window_0"]
+        assert len(w0["tokens"]) == len(w0["token_ids"]) == 16 and (w0["tokens"][0] == "<s>") == (want == n["on"])
+    r = test_llama.run_cli("diagnose", "--model", str(d), "--length", "16", "--no-bos", "--json", check=True)
+    j = json.loads(r.stdout)
+    assert j["framing"]["bos"] == dict(fr, used=False) and j["window_tokens"]["token_ids"][0] != tk.token_to_id("<s>")
     assert n["off"] == len(tk.encode(test_llama.corpus().decode("utf-8"), add_special_tokens=False).ids)
     r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
                            "--bos", "maybe")

@@ -50,7 +50,7 @@ def test_layouts_roundtrip():
     assert ctypes.sizeof(_api._TopN) == 80 and ctypes.sizeof(_api._Five) == 48
     assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 136
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
-    assert ctypes.sizeof(_api._ReproOpts) == 264 and ctypes.sizeof(_api._DiagOpts) == 136
+    assert ctypes.sizeof(_api._ReproOpts) == 304 and ctypes.sizeof(_api._DiagOpts) == 144
     assert ctypes.sizeof(_api._AttnSpec) == 48
     # al_norm by value: the header's documented defaults come back in the right fields
     for kind in range(7):
