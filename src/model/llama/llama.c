@@ -547,6 +547,10 @@ static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err
     return al__hf_tokenizer_files(m, fs, err);
 }
 
+static int llama_layer_window(const al_model *m, int layer) {
+    return ((const llama *)m->impl)->layers[layer].window;
+}
+
 static cJSON *llama_architecture(const al_model *m) {
     const llama *L = m->impl;
     const al__llama_config *c = &L->cfg;
@@ -571,6 +575,7 @@ static cJSON *llama_architecture(const al_model *m) {
 
 static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
                                              .architecture = llama_architecture,
+                                             .layer_window = llama_layer_window,
                                              .destroy = llama_destroy,
                                              .tokenizer = llama_tokenizer_any,
                                              .files = llama_files,
