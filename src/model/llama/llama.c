@@ -126,6 +126,7 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
                        "llama, qwen2, gemma2 are)",
                        g->name, arch);
     int64_t v;
+    L->cfg.max_window_layers = -1; /* a Qwen2 HF config's alone */
     if ((rc = al__gguf_get_int(g, K(k, arch, "block_count"), 1, 1024, &v, err))) return rc;
     L->cfg.n_layer = (int)v;
     if ((rc = al__gguf_get_int(g, K(k, arch, "embedding_length"), 2, 65536, &v, err))) return rc;
@@ -561,6 +562,12 @@ static cJSON *llama_architecture(const al_model *m) {
     cJSON_AddStringToObject(o, "window_means",
                             "row t sees keys max(0, t - window + 1)..t: METHOD's n = "
                             "min(t + 1, window); 0 = the whole causal prefix");
+    if (c->max_window_layers >= 0) {
+        cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
+        cJSON_AddStringToObject(o, "max_window_layers_means",
+                                "recorded, not applied: transformers 4.46.3's eager forward "
+                                "windows every layer (its flash path only layers >= it)");
+    }
     cJSON_AddNumberToObject(o, "logit_scale",
                             c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->d_head));
     if (c->attn_softcap > 0) cJSON_AddNumberToObject(o, "attn_logit_softcap", c->attn_softcap);
