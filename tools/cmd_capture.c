@@ -520,6 +520,11 @@ int cmd_capture(int argc, char **argv) {
         cJSON_AddItemToObject(tz, "files", al__model_files_json(&tfiles));
     }
     cJSON_AddNumberToObject(man, "window", (double)window);
+    /* each layer's causal sliding window (0 = none): keys before it are masked as the future */
+    cJSON *sw = cJSON_AddObjectToObject(man, "sliding_window");
+    cJSON *swl = cJSON_AddArrayToObject(sw, "of_layer");
+    for (int l = 0; l < info->n_layer; l++)
+        cJSON_AddItemToArray(swl, cJSON_CreateNumber(al__model_layer_window(m, l)));
     cJSON_AddNumberToObject(man, "length", (double)length);
     cJSON_AddNumberToObject(man, "first_token", (double)window * (double)length);
     cJSON *ids = cJSON_AddArrayToObject(man, "token_ids");

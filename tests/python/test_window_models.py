@@ -137,3 +137,75 @@ def test_windowed_reproduce_and_diagnose(tmp_path, book, name):
                 assert e["ns_ratio"][k] is None
             else:
                 assert abs(e["ns_ratio"][k] - ref) <= 2.0 / (N * L)
+
+
+def test_windowed_dump(tmp_path, book):
+    """A capture of a windowed model is a dump: its manifest records each layer's window, the reader
+    validates the masked entries before the window (weights exactly 0), and reproduce / diagnose
+    on the dump equal them on the model (the long window and L = T bit for bit, shorter prefixes
+    to float32 rounding, as test_dump.test_capture_is_a_dump for unwindowed models)."""
+    cls, cfg_fn, pipe, win_of = FAMS["gemma2"]
+    F.FAMILIES["gemma2"] = (cls, cfg_fn, pipe)
+    d = tmp_path / "model"
+    F.make("gemma2", book, d)
+    L = 32
+    cap = tmp_path / "cap"
+    test_llama.run_cli("capture", "--model", str(d), "--corpus", "war-and-peace", "--length", str(L),
+                       "--what", "q,k,v,logits,weights", "--out", str(cap), check=True)
+    man = json.loads((cap / "manifest.json").read_text())
+    assert man["sliding_window"]["of_layer"] == [W, 0]
+    args = ("--quick", "--lengths", "16,32", "--long-length", str(L), "--critical-n", "1,2,3,4,5")
+    outs = {}
+    for what, src in (("dump", cap), ("model", d)):
+        test_llama.run_cli("reproduce", "--model", str(src), *args, "--out", str(tmp_path / ("rep_" + what)), check=True)
+        outs[what] = {p.name: np.load(p) for p in (tmp_path / ("rep_" + what)).glob("*.npy") if p.name != "explorer_weights.npy"}
+    assert sorted(outs["dump"]) == sorted(outs["model"])
+    for name, arr in outs["dump"].items():
+        ref = outs["model"][name]
+        if name.startswith(("alg1_", "alg3_")):
+            assert np.array_equal(arr[1], ref[1], equal_nan=True), name
+            ok = np.isclose(arr[0], ref[0], rtol=1e-5, atol=1e-9) | (np.isnan(arr[0]) & np.isnan(ref[0]))
+            assert ok.all(), name
+        else:
+            assert np.array_equal(arr, ref, equal_nan=True), name
+    res = json.loads((tmp_path / "rep_dump" / "results.json").read_text())
+    assert res["manifest"]["model"]["sliding_window"]["of_layer"] == [W, 0]
+    a = json.loads(test_llama.run_cli("diagnose", "--model", str(cap), "--json", check=True).stdout)
+    b = json.loads(test_llama.run_cli("diagnose", "--model", str(d), "--length", str(L), "--json", check=True).stdout)
+    assert a["heads"] == b["heads"] and a["sliding_window"]["of_layer"] == [W, 0]
+    # the reader's checks: a weight before the window, a bad window list
+    w = np.load(cap / "layer0.weights.npy")
+    w2 = w.copy()
+    w2[1, 20, 3] = 1e-3  # row 20 of a window of 6 sees keys 15..20
+    np.save(cap / "layer0.weights.npy", w2)
+    r = test_llama.run_cli("diagnose", "--model", str(cap))
+    assert r.returncode != 0 and "column 3, before the layer's sliding window of 6 keys" in r.stderr, r.stderr
+    np.save(cap / "layer0.weights.npy", w)
+    man["sliding_window"]["of_layer"] = [W]
+    (cap / "manifest.json").write_text(json.dumps(man))
+    r = test_llama.run_cli("diagnose", "--model", str(cap))
+    assert r.returncode != 0 and "\"sliding_window\" must be" in r.stderr, r.stderr
+    # a dump of q, k, v only: logits and weights derived over each row's window (q.k / sqrt(d_head):
+    # a dump knows no soft-cap, so against numpy on the stored q and k, not against the model)
+    man["sliding_window"]["of_layer"] = [W, 0]
+    qk = {l: (np.load(cap / ("layer%d.q.npy" % l)).astype(np.float64),
+              np.load(cap / ("layer%d.k.npy" % l)).astype(np.float64)) for l in range(2)}
+    (cap / "manifest.json").write_text(json.dumps(man))
+    for l in range(2):
+        for k in ("logits", "weights"):
+            (cap / ("layer%d.%s.npy" % (l, k))).unlink()
+    man["options"]["what"] = ["q", "k", "v"]
+    man["files"] = [f for f in man["files"] if f["what"] not in ("logits", "weights")]
+    (cap / "manifest.json").write_text(json.dumps(man))
+    c = json.loads(test_llama.run_cli("diagnose", "--model", str(cap), "--json", check=True).stdout)
+    for e in c["heads"]:
+        l, h = e["layer"], e["head"]
+        q, k = qk[l][0][h], qk[l][1][h]
+        rows = []
+        for t in range(L):
+            lo = lo_of(t, win_of(l))
+            z = np.array([q[t] @ k[j] for j in range(lo, t + 1)]) / np.sqrt(q.shape[1])
+            rows.append(np.exp(z - z.max()) / np.exp(z - z.max()).sum())
+        assert e["mean_max_weight"] == pytest.approx(np.mean([r.max() for r in rows]), abs=1e-6)
+        sink = [rows[t][0] for t in range(L) if lo_of(t, win_of(l)) == 0]
+        assert e["mean_weight_on_token0"] == pytest.approx(np.mean(sink), abs=1e-6)
