@@ -38,11 +38,13 @@ static double cpu_now(void) {
 /* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
  * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
 static int no_capture;
+static float *final_hidden; /* [T, d_model] with --no-capture: what the forward must produce */
 static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
     al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, touch_capture, tc};
     al_error err = {0};
     double t0 = al__now(), c0 = cpu_now();
-    if (al_model_forward(m, tokens, T, no_capture ? NULL : &req, NULL, NULL, &err)) {
+    if (al_model_forward(m, tokens, T, no_capture ? NULL : &req, NULL,
+                         no_capture ? final_hidden : NULL, &err)) {
         fprintf(stderr, "bench_llama: %s\n", err.msg);
         exit(1);
     }
@@ -98,6 +100,8 @@ int main(int argc, char **argv) {
         tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     touch tc = {0, 0};
+    if (no_capture && !(final_hidden = malloc((size_t)maxT * in->d_model * sizeof(float))))
+        return 1;
     double cpu;
     time_forward(m, tokens, T, &tc, &cpu); /* warm-up: page faults, buffers */
     double *ts = malloc((size_t)reps * sizeof *ts), *cs = malloc((size_t)reps * sizeof *cs);
