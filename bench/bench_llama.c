@@ -2,7 +2,10 @@
  * consumer that touches them, and the GFLOP/s it reaches.
  *
  * usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] [--long 8192]
- * --long L additionally times one forward at L tokens (0 = skip). Not run by the tests. */
+ *                    [--no-capture]
+ * --long L additionally times one forward at L tokens (0 = skip); --no-capture runs the forward
+ * without any capture (as llama.cpp's prompt processing: bench/bench_llamacpp.sh). Not run by
+ * the tests. */
 #include "model.h"
 #include "touch.h"
 #include "ops.h"
@@ -34,11 +37,14 @@ static double cpu_now(void) {
 
 /* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
  * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
+static int no_capture;
+static float *final_hidden; /* [T, d_model] with --no-capture: what the forward must produce */
 static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
     al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, touch_capture, tc};
     al_error err = {0};
     double t0 = al__now(), c0 = cpu_now();
-    if (al_model_forward(m, tokens, T, &req, NULL, NULL, &err)) {
+    if (al_model_forward(m, tokens, T, no_capture ? NULL : &req, NULL,
+                         no_capture ? final_hidden : NULL, &err)) {
         fprintf(stderr, "bench_llama: %s\n", err.msg);
         exit(1);
     }
@@ -60,10 +66,12 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--long") == 0)
             longT = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-capture") == 0)
+            no_capture = 1;
         else {
             fprintf(stderr,
                     "usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] "
-                    "[--long 8192]\n");
+                    "[--long 8192] [--no-capture]\n");
             return 2;
         }
     }
@@ -92,6 +100,8 @@ int main(int argc, char **argv) {
         tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     touch tc = {0, 0};
+    if (no_capture && !(final_hidden = malloc((size_t)maxT * in->d_model * sizeof(float))))
+        return 1;
     double cpu;
     time_forward(m, tokens, T, &tc, &cpu); /* warm-up: page faults, buffers */
     double *ts = malloc((size_t)reps * sizeof *ts), *cs = malloc((size_t)reps * sizeof *cs);
@@ -100,10 +110,11 @@ int main(int argc, char **argv) {
     qsort(cs, (size_t)reps, sizeof *cs, cmp_double);
     double med = ts[reps / 2], cmed = cs[reps / 2] / threads, mm, att;
     flops(in, T, &mm, &att);
-    printf("T = %d, %d threads, weights of all %d heads streamed: median %.3f s, min %.3f s per "
+    printf("T = %d, %d threads, %s of all %d heads: median %.3f s, min %.3f s per "
            "forward "
            "(%d reps)\n",
-           T, threads, in->n_layer * in->n_head, med, ts[0], reps);
+           T, threads, no_capture ? "no capture" : "weights streamed", in->n_layer * in->n_head,
+           med, ts[0], reps);
     printf(
         "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
         mm / 1e9, att / 1e9, (mm + att) / 1e9, (mm + att) / med / 1e9);

@@ -266,6 +266,9 @@ typedef struct al_metrics_opts {
                        * mc_samples * (n + N) * d per row and N */
     uint64_t mc_seed; /* its seed (mixed with the row index and N) */
     int causal;       /* 1: row t sees keys 0..t (n = t+1); 0: every row sees all L keys */
+    int window;       /* causal sliding window (Mistral, Gemma 2; 0 = none): row t sees keys
+                       * lo..t, lo = max(0, t - window + 1), so n_t = min(t + 1, window); the
+                       * head functions then read row t's columns lo..t and x rows lo..t only */
 } al_metrics_opts;
 
 /* Per-N results: means over the rows with n > N (rows == 0: every mean is NaN).
@@ -320,6 +323,10 @@ AL_API int al_row_vanishing(const double *alpha, int64_t n, double *max_weight, 
  * d_head < 1 is AL_E_INVALID; squared norms beyond DBL_MAX (|values| ~ 1e154) give Inf. */
 AL_API int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_head,
                                int causal, double *D, al_error *err);
+/* The same under a causal sliding window (window 0 = none: al_head_vanishing_D's numbers): the max
+ * is over the keys row t sees, j = max(0, t - window + 1)..t. window < 0 is AL_E_INVALID. */
+AL_API int al_head_vanishing_D_window(const double *q, const double *k, int64_t L, int64_t d_head,
+                                      int causal, int window, double *D, al_error *err);
 /* Algorithm 5 on logits z[L, L] (row t uses columns 0..n_t-1; rows with n_t >= 2 enter),
  * normalizer nm (its temperature field is ignored; temps[n_t] are used, each > 0):
  *   fd_mean[n_t, n_eps]  mean over rows of || f((z + eps v)/T) - f(z/T) || / eps,
@@ -361,6 +368,9 @@ typedef struct al_sens_opts {
      * v at every (T, eps, layer, head, row), as the paper's Algorithm 5 draws it
      * (al_sensitivity_direction_fresh). */
     int fresh;
+    /* causal sliding window (0 = none): row t's logits are its columns lo..t, lo = max(0, t -
+     * window + 1), n_t = min(t + 1, window) (as al_metrics_opts' window) */
+    int window;
 } al_sens_opts;
 /* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
  * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
@@ -417,6 +427,7 @@ typedef struct al_reading_opts {
                         * before any work) */
     int64_t exact_max; /* cap on C(n, N) per row (<= 0: AL_EXACT_MAX_DEFAULT) */
     int causal;        /* as al_metrics_opts */
+    int window;        /* as al_metrics_opts */
 } al_reading_opts;
 
 /* Per-N means over the rows with n > N (rows == 0: NaN). For sum-of-norms dist, analytic, mc and

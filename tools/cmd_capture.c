@@ -506,6 +506,18 @@ int cmd_capture(int argc, char **argv) {
     }
     run_tokens_framing_json(&tk, man);
     cJSON_AddNumberToObject(man, "window", (double)window);
+    /* each layer's causal sliding window (0 = none): keys before it are masked as the future */
+    const cJSON *wol = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(jm, "architecture"), "window_of_layer");
+    cJSON *sw = cJSON_AddObjectToObject(man, "sliding_window");
+    cJSON *swl = cJSON_IsArray(wol) && cJSON_GetArraySize(wol) == info->n_layer
+                     ? cJSON_Duplicate(wol, 1)
+                     : NULL;
+    if (!swl) { /* a family without windows */
+        swl = cJSON_CreateArray();
+        for (int l = 0; l < info->n_layer; l++) cJSON_AddItemToArray(swl, cJSON_CreateNumber(0));
+    }
+    cJSON_AddItemToObject(sw, "of_layer", swl);
     cJSON_AddNumberToObject(man, "length", (double)length);
     cJSON_AddNumberToObject(man, "first_token",
                             (double)window *

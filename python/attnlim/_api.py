@@ -34,7 +34,7 @@ class _Norm(_c.Structure):  # al_norm, 32 bytes
 class _MetricsOpts(_c.Structure):  # al_metrics_opts, 40 bytes
     _fields_ = [("top_n", _c.POINTER(_c.c_int)), ("n_top", _c.c_int), ("distance", _c.c_int),
                 ("separability", _c.c_int), ("mc_samples", _c.c_int), ("mc_seed", _c.c_uint64),
-                ("causal", _c.c_int)]
+                ("causal", _c.c_int), ("window", _c.c_int)]
 
 
 _TOPN_FIELDS = ["dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper"]
@@ -105,6 +105,7 @@ _proto("al_row_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts
 _proto("al_head_metrics", _c.c_int, _dp, _dp, _i64, _i64, _c.POINTER(_MetricsOpts),
        _c.POINTER(_TopN), _dp, _dp, _ep)
 _proto("al_head_vanishing_D", _c.c_int, _dp, _dp, _i64, _i64, _c.c_int, _dp, _ep)
+_proto("al_head_vanishing_D_window", _c.c_int, _dp, _dp, _i64, _i64, _c.c_int, _c.c_int, _dp, _ep)
 _proto("al_row_vanishing", _c.c_int, _dp, _i64, _dp, _dp, _dp, _ep)
 _proto("al_row_sensitivity", _c.c_int, _dp, _i64, _N, _dp, _c.c_int, _dp, _c.c_int, _dp, _dp, _dp,
        _ep)
@@ -235,12 +236,12 @@ def jvp(z: ArrayLike, v: ArrayLike, method: str = "softmax", temperature: float 
 
 # ---- metrics (METHOD sections 2-6) -----------------------------------------------------------------
 
-def _opts(top_n, distance, separability, mc, seed, causal):
+def _opts(top_n, distance, separability, mc, seed, causal, window=0):
     tn = np.ascontiguousarray(np.atleast_1d(np.asarray(top_n, dtype=np.int32)))
     o = _MetricsOpts()
     o.top_n = tn.ctypes.data_as(_c.POINTER(_c.c_int))
     o.n_top, o.distance, o.separability = len(tn), int(bool(distance)), int(bool(separability))
-    o.mc_samples, o.mc_seed, o.causal = int(mc), int(seed), int(bool(causal))
+    o.mc_samples, o.mc_seed, o.causal, o.window = int(mc), int(seed), int(bool(causal)), int(window)
     return o, tn  # keep tn alive while o is used
 
 
@@ -264,15 +265,15 @@ def row_metrics(alpha: ArrayLike, x: ArrayLike, top_n: Sequence[int] = (1, 5), m
 
 
 def head_metrics(w: ArrayLike, x: ArrayLike, top_n: Sequence[int] = (1, 5), causal: bool = True, mc: int = 0,
-                 seed: int = 0, distance: bool = True, separability: bool = True) -> Dict[str, Any]:
-    """METHOD sections 2, 3 and 5 over one head (Ctrl-C stops it: KeyboardInterrupt). One head: w[L, L] weights (causal: row t uses keys 0..t), x[L, d] vectors. Returns a dict:
+                 seed: int = 0, distance: bool = True, separability: bool = True, window: int = 0) -> Dict[str, Any]:
+    """METHOD sections 2, 3 and 5 over one head (Ctrl-C stops it: KeyboardInterrupt). One head: w[L, L] weights (causal: row t uses keys 0..t; with a sliding window > 0 keys max(0, t - window + 1)..t), x[L, d] vectors. Returns a dict:
     "stats" (a list of dicts as row_metrics, means over the rows with n_t > N), "row_max"[L]
     and "row_entropy"[L]."""
     ws, xs = _f64(w, 2, "w"), _f64(x, 2, "x")
     L = ws.shape[0]
     if ws.shape != (L, L) or xs.shape[0] != L:
         raise ValueError("w must be [L, L] and x [L, d]; got %s and %s" % (ws.shape, xs.shape))
-    o, keep = _opts(top_n, distance, separability, mc, seed, causal)
+    o, keep = _opts(top_n, distance, separability, mc, seed, causal, window)
     out = (_TopN * o.n_top)()
     rmax, rent = np.empty(L), np.empty(L)
     with _Interruptible():  # Ctrl-C stops it between row blocks
@@ -306,14 +307,14 @@ def row_sensitivity(z: ArrayLike, temps: ArrayLike, eps: ArrayLike, v: ArrayLike
     return fd, sp
 
 
-def vanishing_D(q: ArrayLike, k: ArrayLike, causal: bool = True) -> np.ndarray:
-    """METHOD section 2, Corollary 1 (q[L, d_head], k[L, d_head], unitless): D[L], D_t = |q_t| max_{j <= t (causal) or all j} |k_j| / sqrt(d_head)."""
+def vanishing_D(q: ArrayLike, k: ArrayLike, causal: bool = True, window: int = 0) -> np.ndarray:
+    """METHOD section 2, Corollary 1 (q[L, d_head], k[L, d_head], unitless): D[L], D_t = |q_t| max_{j <= t (causal) or all j} |k_j| / sqrt(d_head); with a sliding window > 0, j = max(0, t - window + 1)..t."""
     qs, ks = _f64(q, 2, "q"), _f64(k, 2, "k")
     if qs.shape != ks.shape:
         raise ValueError("q and k must have the same shape, got %s and %s" % (qs.shape, ks.shape))
     D = np.empty(qs.shape[0])
-    _call(lib.al_head_vanishing_D, _ptr(qs), _ptr(ks), qs.shape[0], qs.shape[1], int(bool(causal)),
-          _ptr(D))
+    _call(lib.al_head_vanishing_D_window, _ptr(qs), _ptr(ks), qs.shape[0], qs.shape[1], int(bool(causal)),
+          int(window), _ptr(D))
     return D
 
 

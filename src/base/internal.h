@@ -31,6 +31,16 @@ static inline bool al__add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* The keys row t of L sees (METHOD: n = the number of keys a row sees): [lo, t] for a causal
+ * row, lo = max(0, t - window + 1) under a sliding window (window 0: none); every key of L for a
+ * bidirectional row. */
+static inline int64_t al__row_lo(int64_t t, int causal, int64_t window) {
+    return causal && window > 0 && t >= window ? t - window + 1 : 0;
+}
+static inline int64_t al__row_n(int64_t t, int64_t L, int causal, int64_t window) {
+    return causal ? t + 1 - al__row_lo(t, causal, window) : L;
+}
+
 /* Checked allocation: NULL with err set ("out of memory allocating N bytes for WHAT"). */
 void *al__malloc(size_t n, const char *what, al_error *err);
 void *al__calloc(size_t count, size_t size, const char *what, al_error *err);

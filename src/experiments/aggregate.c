@@ -428,7 +428,7 @@ static int agg_vanishing(const plan *p, agg *a, al_error *err) {
             sd += j->vD[q];
             c++;
             int t = (int)(q % L);
-            double n = p->causal ? t + 1 : L;
+            double n = (double)al__ex_row_n(p, (int)(q / L), t, L);
             double lo = exp(-2 * j->vD[q]) / n, hi = exp(2 * j->vD[q]) / n;
             inside += j->vmax[q] >= lo * (1 - 1e-9) && j->vmax[q] <= hi * (1 + 1e-9);
             total++;
@@ -457,12 +457,15 @@ static int agg_vanishing(const plan *p, agg *a, al_error *err) {
         free(col3);
         return AL_E_NOMEM;
     }
+    int windowed = 0; /* a sliding window shorter than L: n depends on the head's layer */
+    for (int h = 0; h < H; h++) windowed |= al__ex_row_n(p, h, L - 1, L) != L;
     for (int t = 0; t < L; t++) {
         double n = p->causal ? t + 1 : L;
-        s->v_n[t] = n;
+        s->v_n[t] = n; /* the row's n without a window (the figures' axis: the position + 1) */
         for (int h = 0; h < H; h++) {
+            double nr = (double)al__ex_row_n(p, h, t, L);
             col[h] = a->vmax[(size_t)h * L + t];
-            col2[h] = n >= 2 ? a->vent[(size_t)h * L + t] / log(n) : NAN;
+            col2[h] = nr >= 2 ? a->vent[(size_t)h * L + t] / log(nr) : NAN;
             col3[h] = a->vD[(size_t)h * L + t];
         }
         al_five f = five_of(col, H), g = five_of(col2, H), d = five_of(col3, H);
@@ -474,6 +477,14 @@ static int agg_vanishing(const plan *p, agg *a, al_error *err) {
         s->v_ent_q3[t] = g.q3;
         s->v_band_lo[t] = exp(-2 * d.median) / n;
         s->v_band_hi[t] = exp(2 * d.median) / n;
+        if (windowed) { /* each head's band over its own n: their medians */
+            for (int h = 0; h < H; h++)
+                col3[h] = exp(-2 * a->vD[(size_t)h * L + t]) / (double)al__ex_row_n(p, h, t, L);
+            s->v_band_lo[t] = five_of(col3, H).median;
+            for (int h = 0; h < H; h++)
+                col3[h] = exp(2 * a->vD[(size_t)h * L + t]) / (double)al__ex_row_n(p, h, t, L);
+            s->v_band_hi[t] = five_of(col3, H).median;
+        }
     }
     free(col);
     free(col2);

@@ -33,39 +33,46 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
     size_t LL = (size_t)L * L;
     int h = cap->layer * c->n_head + cap->heads[i];
     const float *z = cap->logits + (size_t)i * LL;
+    int win = cap->window; /* a row sees keys lo..lo+n-1 (a sliding window's lo, else 0) */
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = cap->causal ? t + 1 : L;
-        for (int64_t u = 0; u < L; u++) sc->z[(size_t)t * L + u] = u < n ? z[(size_t)t * L + u] : 0;
+        int64_t lo = al__row_lo(t, cap->causal, win), hi = lo + al__row_n(t, L, cap->causal, win);
+        for (int64_t u = 0; u < L; u++)
+            sc->z[(size_t)t * L + u] = u >= lo && u < hi ? z[(size_t)t * L + u] : 0;
     }
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = cap->causal ? t + 1 : L;
+        int64_t lo = al__row_lo(t, cap->causal, win), n = al__row_n(t, L, cap->causal, win);
         double *wr = sc->w + (size_t)t * L;
+        for (int64_t u = 0; u < lo; u++) wr[u] = 0;
         if (c->nm) {
-            int rc = al_norm_forward(c->nm, sc->z + (size_t)t * L, n, wr, err);
+            int rc = al_norm_forward(c->nm, sc->z + (size_t)t * L + lo, n, wr + lo, err);
             if (rc) return rc;
         } else {
-            al__ex_to_double(cap->weights + (size_t)i * LL + (size_t)t * L, wr, (size_t)n);
+            al__ex_to_double(cap->weights + (size_t)i * LL + (size_t)t * L + lo, wr + lo,
+                             (size_t)n);
         }
-        for (int64_t u = n; u < L; u++) wr[u] = 0;
+        for (int64_t u = lo + n; u < L; u++) wr[u] = 0;
     }
     al__ex_to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
     double *rmax = sc->q, *rent = sc->k; /* [L] each (q, k scratch are >= L doubles) */
-    int rc = al__ex_row_stats(sc->w, L, cap->causal, rmax, rent, err);
+    int rc = al__ex_row_stats(sc->w, L, cap->causal, win, rmax, rent, err);
     if (rc) return rc;
     double sm = 0, se = 0, ss = 0;
-    int ce = 0;
+    int ce = 0, cs = 0;
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = cap->causal ? t + 1 : L;
+        int64_t n = al__row_n(t, L, cap->causal, win);
         sm += rmax[t];
-        ss += sc->w[(size_t)t * L];
+        if (al__row_lo(t, cap->causal, win) == 0) ss += sc->w[(size_t)t * L], cs++;
         if (n >= 2) se += rent[t] / log((double)n), ce++;
     }
     c->max_w[h] = sm / L;
-    c->sink[h] = ss / L;
+    c->sink[h] = ss / cs; /* over the rows that see token 0 (every row without a window) */
     c->ent[h] = ce ? se / ce : NAN;
     if (c->nN > 0) {
-        al_metrics_opts mo = {
-            .top_n = c->Ns, .n_top = c->nN, .separability = 1, .causal = cap->causal};
+        al_metrics_opts mo = {.top_n = c->Ns,
+                              .n_top = c->nN,
+                              .separability = 1,
+                              .causal = cap->causal,
+                              .window = win};
         rc = al_head_metrics(sc->w, sc->x, L, c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc) return rc;
         for (int k = 0; k < c->nN; k++) c->ns[(size_t)h * c->nN + k] = sc->st[k].ns_ratio;
@@ -75,8 +82,9 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
     const al_norm *jn = c->nm                                                       ? c->nm
                         : al__model_own_norm(c->m, cap->layer, cap->heads[i], &own) ? &own
                                                                                     : &c->soft;
-    return al_head_sensitivity(sc->z, L, cap->causal, jn, &T1, 1, NULL, 0, 0, cap->layer,
-                               cap->heads[i], NULL, &c->spec[h], err);
+    al_sens_opts so = {.logit_scale = 1.0, .window = win};
+    return al_head_sensitivity_ex(sc->z, L, cap->causal, jn, &T1, 1, NULL, 0, 0, cap->layer,
+                                  cap->heads[i], &so, NULL, &c->spec[h], err);
 }
 
 static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
@@ -87,7 +95,6 @@ static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double
 
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
     diag_ctx *c = user;
-    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     al__ex_heads hs = {.cap = cap,
                        .n_head = c->n_head,
                        .dist = c->dist,

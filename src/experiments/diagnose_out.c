@@ -273,6 +273,7 @@ int al__ex_diag_write(const al_diag_opts *o, al_model *m, const al__ex_diag *d, 
     if (!mo) return err && err->code ? err->code : AL_E_NOMEM;
     int counts[3] = {0, 0, 0};
     cJSON *root = diag_json(o, d, mo, counts);
+    cJSON_AddItemToObject(root, "sliding_window", al__ex_window_json(m));
     *json = al__json_print(root, 1); /* valid UTF-8 whatever the model's strings */
     cJSON_Delete(root);
     if (!*json) return al__err(err, AL_E_NOMEM, "out of memory printing the diagnosis");

@@ -60,6 +60,7 @@ typedef struct plan {
     al_repro_opts o;
     unsigned exp;
     int H, n_layer, n_head, causal;
+    const al_model *m; /* its layers' sliding windows (al__ex_row_n); NULL: none */
     int long_L;
     int nL, nN2, nN3, nN4, nT, nE;
     int *Ls, *N2, *N3, *N4; /* [nL], [nN2], [nN3], [nN4] */
@@ -93,8 +94,9 @@ int al__ex_sel_mask(const int *v, int n, int count, const char *what, uint8_t **
 int al__ex_head_selected(const plan *p, int h);
 
 int al__ex_cmp_dbl(const void *a, const void *b);
-/* AL_E_UNSUPPORTED for a capture whose sliding window is shorter than its rows. */
-int al__ex_check_window(const al_capture *cap, al_error *err);
+/* The number of keys row t of head h (layer * n_head + head) sees in a window of L: METHOD's n
+ * (t + 1 causal, min(t + 1, the layer's sliding window) with one, L bidirectional). */
+int64_t al__ex_row_n(const plan *p, int h, int64_t t, int64_t L);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
 int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
@@ -114,7 +116,7 @@ typedef struct scratch {
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);
-int al__ex_row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
+int al__ex_row_stats(const double *w, int64_t L, int causal, int window, double *rmax, double *rent,
                      al_error *err);
 double al__ex_process_cpu(void);
 void al__ex_free_scratch(scratch *sc, int n);
@@ -199,6 +201,8 @@ void al__ex_verdicts(al__summary *s);
 cJSON *al__ex_jnum(double v);
 cJSON *al__ex_jarr_d(const double *v, size_t n);
 cJSON *al__ex_jarr_i(const int *v, size_t n);
+/* {"of_layer": [n_layer] each layer's causal sliding window (0 = none), "means"} */
+cJSON *al__ex_window_json(const al_model *m);
 void al__ex_now_iso(char *buf, size_t size);
 int al__ex_write_json(const plan *p, agg *a, const char *corpus_sha, const char *started,
                       al_error *err);

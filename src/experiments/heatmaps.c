@@ -71,7 +71,7 @@ int al__ex_build_heatmaps(const plan *p, agg *a, char titles[6][160], al_error *
                 double sum = 0;
                 int c = 0;
                 for (int t = 0; t < L; t++) {
-                    double n = p->causal ? t + 1 : L;
+                    double n = (double)al__ex_row_n(p, h, t, L);
                     if (n >= 2 && isfinite(a->vent[(size_t)h * L + t]))
                         sum += a->vent[(size_t)h * L + t] / log(n), c++;
                 }

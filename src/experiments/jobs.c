@@ -47,7 +47,7 @@ void al__ex_to_double(const float *src, double *dst, size_t n) {
 }
 
 /* Prepares head i of the capture in scratch sc: z (logits, masked entries 0), w (weights),
- * x (vectors). */
+ * x (vectors). A row sees keys lo..t (a sliding window's lo, else 0): the rest is 0. */
 static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int need_z,
                         al_error *err) {
     const plan *p = c->p;
@@ -56,21 +56,23 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
     if (need_z) {
         const float *z = cap->logits + (size_t)i * LL;
         for (int64_t t = 0; t < L; t++) {
-            int64_t n = cap->causal ? t + 1 : L;
+            int64_t lo = al__row_lo(t, cap->causal, cap->window);
+            int64_t hi = lo + al__row_n(t, L, cap->causal, cap->window);
             double *zr = sc->z + (size_t)t * L;
-            for (int64_t u = 0; u < n; u++) zr[u] = z[(size_t)t * L + u];
-            for (int64_t u = n; u < L; u++) zr[u] = 0;
+            for (int64_t u = 0; u < L; u++) zr[u] = u >= lo && u < hi ? z[(size_t)t * L + u] : 0;
         }
     }
     if (p->have_nm) {
         for (int64_t t = 0; t < L; t++) {
-            int64_t n = cap->causal ? t + 1 : L;
+            int64_t lo = al__row_lo(t, cap->causal, cap->window);
+            int64_t n = al__row_n(t, L, cap->causal, cap->window);
             double *wr = sc->w + (size_t)t * L;
-            int rc = al_norm_forward(&p->nm, sc->z + (size_t)t * L, n, wr, err);
+            for (int64_t u = 0; u < lo; u++) wr[u] = 0;
+            int rc = al_norm_forward(&p->nm, sc->z + (size_t)t * L + lo, n, wr + lo, err);
             if (rc)
                 return al__err_prefix(err, rc, "layer %d head %d row %lld", cap->layer,
                                       cap->heads[i], (long long)t);
-            for (int64_t u = n; u < L; u++) wr[u] = 0;
+            for (int64_t u = lo + n; u < L; u++) wr[u] = 0;
         }
     } else {
         al__ex_to_double(cap->weights + (size_t)i * LL, sc->w, LL);
@@ -146,12 +148,13 @@ static const double *head_gram(const obs_ctx *c, const al_capture *cap, int i, s
     return sc->G;
 }
 
-/* Max weight and entropy of every row of w[L, L] (row t over its n_t keys): rmax[L], rent[L]. */
-int al__ex_row_stats(const double *w, int64_t L, int causal, double *rmax, double *rent,
+/* Max weight and entropy of every row of w[L, L] (row t over its n_t keys lo..: a sliding window
+ * of `window` keys, 0 = none): rmax[L], rent[L]. */
+int al__ex_row_stats(const double *w, int64_t L, int causal, int window, double *rmax, double *rent,
                      al_error *err) {
     for (int64_t t = 0; t < L; t++) {
-        int rc =
-            al_row_vanishing(w + (size_t)t * L, causal ? t + 1 : L, &rmax[t], &rent[t], NULL, err);
+        int rc = al_row_vanishing(w + (size_t)t * L + al__row_lo(t, causal, window),
+                                  al__row_n(t, L, causal, window), &rmax[t], &rent[t], NULL, err);
         if (rc) return al__err_prefix(err, rc, "row %lld", (long long)t);
     }
     return 0;
@@ -189,7 +192,8 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                               .separability = 0,
                               .mc_samples = p->o.mc_samples,
                               .mc_seed = seed,
-                              .causal = cap->causal};
+                              .causal = cap->causal,
+                              .window = cap->window};
         rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), L, c->dx, &mo, sc->st,
                                    NULL, NULL, err);
         if (rc)
@@ -220,7 +224,8 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                           .mc_seed = seed,
                           .exact = p->o.expectation == AL_EXPECT_EXACT,
                           .exact_max = p->o.exact_max,
-                          .causal = cap->causal};
+                          .causal = cap->causal,
+                          .window = cap->window};
     rc = al_head_reading(sc->w, sc->x, L, c->dx, &ro, sc->rd, err);
     if (rc)
         return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i], L);
@@ -256,7 +261,8 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
                               .n_top = j->ns,
                               .distance = 0,
                               .separability = 1,
-                              .causal = cap->causal};
+                              .causal = cap->causal,
+                              .window = cap->window};
         rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), L, c->dx, &mo, sc->st,
                                    NULL, NULL, err);
         if (rc)
@@ -273,7 +279,8 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     if (j->want_sens) {
         /* the readings of METHOD 6: T on scaled or raw logits, shared or fresh directions */
         al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
-                           .fresh = p->o.fresh_directions};
+                           .fresh = p->o.fresh_directions,
+                           .window = cap->window};
         rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
                                     p->o.seed, cap->layer, cap->heads[i], &so,
                                     j->fd + (size_t)hidx * p->nT * p->nE,
@@ -284,15 +291,15 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     }
     double t3 = thread_cpu();
     if (j->want_van) {
-        rc = al__ex_row_stats(sc->w, L, cap->causal, j->vmax + (size_t)hidx * L,
+        rc = al__ex_row_stats(sc->w, L, cap->causal, cap->window, j->vmax + (size_t)hidx * L,
                               j->vent + (size_t)hidx * L, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
         al__ex_to_double(cap->q + (size_t)i * L * cap->d_head, sc->q, (size_t)L * cap->d_head);
         al__ex_to_double(cap->k + (size_t)i * L * cap->d_head, sc->k, (size_t)L * cap->d_head);
-        rc = al_head_vanishing_D(sc->q, sc->k, L, cap->d_head, cap->causal,
-                                 j->vD + (size_t)hidx * L, err);
+        rc = al_head_vanishing_D_window(sc->q, sc->k, L, cap->d_head, cap->causal, cap->window,
+                                        j->vD + (size_t)hidx * L, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -302,18 +309,6 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
     tsec[1] += t2 - t1;
     tsec[2] += t3 - t2;
     tsec[3] += t4 - t3;
-    return 0;
-}
-
-/* A sliding window shorter than the rows (Mistral, Gemma 2): row t sees min(t + 1, window) keys,
- * which METHOD's per-head functions (keys 0..t of row t) do not take yet: refused, named. */
-int al__ex_check_window(const al_capture *cap, al_error *err) {
-    if (cap->window > 0 && cap->window < cap->T)
-        return al__err(err, AL_E_UNSUPPORTED,
-                       "layer %d has a sliding window of %d keys, shorter than L = %d: the "
-                       "per-head analyses take every row t to see keys 0..t (use L <= %d, or "
-                       "capture the weights and analyse the rows yourself)",
-                       cap->layer, cap->window, cap->T, cap->window);
     return 0;
 }
 
@@ -391,7 +386,6 @@ static int check_vectors(obs_ctx *c, const al_capture *cap, al_error *err) {
 static int observe(void *user, const al_capture *cap, al_error *err) {
     if (al__cancelled()) return al__err(err, AL_E_CANCELLED, "interrupted");
     obs_ctx *c = user;
-    if (al__ex_check_window(cap, err)) return err ? (int)err->code : AL_E_UNSUPPORTED;
     if (cap->T != c->L)
         return al__err(err, AL_E_INVALID, "capture of %d tokens, expected %d", cap->T, c->L);
     int rc0 = check_vectors(c, cap, err);

@@ -386,6 +386,11 @@ static int check_readings(const plan *p, al_error *err) {
     return 0;
 }
 
+int64_t al__ex_row_n(const plan *p, int h, int64_t t, int64_t L) {
+    int win = p->m && p->n_head > 0 ? al__model_layer_window(p->m, h / p->n_head) : 0;
+    return al__row_n(t, L, p->causal, win);
+}
+
 int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err) {
     memset(p, 0, sizeof *p);
     p->o = *o;

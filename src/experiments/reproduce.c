@@ -192,6 +192,7 @@ static int run_variants(run *r, al_error *err) {
         if (!v->o.experiments)
             bad = al__err(&e, AL_E_INVALID, "none of the experiments it changes was run");
         if (!bad) bad = al__ex_build_plan(&v->p, &v->o, r->mi, &e);
+        v->p.m = r->m;
         if (!bad && v->p.n_jobs == 0)
             bad = al__err(&e, AL_E_INVALID, "its experiments have no length to run at");
         if (!bad && r->n_own) bad = al__ex_own_tokens_preflight(&v->p, r->m, &e);
@@ -393,6 +394,7 @@ static int run_setup(run *r, al_error *err) {
     }
     if (!rc && r->o.windows == AL_WINDOWS_ALL) rc = run_windows_all(r, err);
     if (!rc) rc = al__ex_build_plan(&r->p, &r->o, r->mi, err);
+    r->p.m = r->m;
     if (!rc && r->n_own) rc = al__ex_own_tokens_preflight(&r->p, r->m, err);
     if (!rc) rc = run_variants(r, err);
     if (!rc) {
@@ -618,6 +620,8 @@ static int summary_fill(run *r, al__summary *s, const al_repro_opts *o, const pl
     snprintf(s->model_sha, sizeof s->model_sha, "%s", mi->sha256);
     if (!(s->model_json = al__model_json(r->m, o->model, 1, err)))
         return err && err->code ? err->code : AL_E_NOMEM;
+    /* each layer's sliding window: the keys a row sees (METHOD's n) */
+    cJSON_AddItemToObject(s->model_json, "sliding_window", al__ex_window_json(r->m));
     snprintf(s->family, sizeof s->family, "%s", mi->family);
     s->corpus = o->corpus;
     s->vectors = al_vectors_name(o->vectors);

@@ -25,6 +25,18 @@ cJSON *al__ex_jarr_i(const int *v, size_t n) {
     for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
     return a;
 }
+cJSON *al__ex_window_json(const al_model *m) {
+    const al_model_info *mi = al_model_get_info(m);
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "of_layer");
+    for (int l = 0; l < mi->n_layer; l++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(al__model_layer_window(m, l)));
+    cJSON_AddStringToObject(o, "means",
+                            "each layer's causal sliding window (0 = none): row t sees keys "
+                            "max(0, t - window + 1)..t, so METHOD's n = min(t + 1, window) and "
+                            "every per-row quantity is over those keys");
+    return o;
+}
+
 static cJSON *jcrit(const int *v, size_t n) { /* -1 -> null (not reached) */
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++)

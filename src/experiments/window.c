@@ -26,13 +26,15 @@ static int win_observe(void *user, const al_capture *cap, al_error *err) {
             memcpy(dst, cap->weights + (size_t)i * WW, sizeof(float) * WW);
             continue;
         }
-        for (size_t t = 0; t < W; t++) { /* the normalizer over the row's n keys */
-            size_t n = cap->causal ? t + 1 : W;
-            const float *zr = cap->logits + (size_t)i * WW + t * W;
+        for (size_t t = 0; t < W; t++) { /* the normalizer over the row's n keys lo.. */
+            size_t lo = (size_t)al__row_lo((int64_t)t, cap->causal, cap->window);
+            size_t n = (size_t)al__row_n((int64_t)t, (int64_t)W, cap->causal, cap->window);
+            const float *zr = cap->logits + (size_t)i * WW + t * W + lo;
             for (size_t u = 0; u < n; u++) z[u] = zr[u];
             int rc = al_norm_forward(c->nm, z, (int64_t)n, pr, err);
             if (rc) return rc;
-            for (size_t u = 0; u < W; u++) dst[t * W + u] = u < n ? (float)pr[u] : 0.0f;
+            for (size_t u = 0; u < W; u++)
+                dst[t * W + u] = u >= lo && u < lo + n ? (float)pr[u - lo] : 0.0f;
         }
     }
     return 0;

@@ -60,7 +60,9 @@
                                al_error *);                                                        \
     int f(al__head_metrics_gram)(const double *, const double *, const double *, int64_t, int64_t, \
                                  const al_metrics_opts *, al_topn_stats *, double *, double *,     \
-                                 al_error *);
+                                 al_error *);                                                      \
+    int f(al_head_vanishing_D_window)(const double *, const double *, int64_t, int64_t, int, int,  \
+                                      double *, al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_METRICS_PROTOS)
 #pragma GCC visibility pop
@@ -144,6 +146,7 @@ typedef struct rowctx {
     double SS;                 /* |S|^2 for this row */
     int64_t row;               /* row index (Monte-Carlo seeding) */
     centred *cg;               /* the head's centred Gram matrix (NULL: one row) */
+    int64_t off;               /* the row's first key in cg (a sliding window's lo; else 0) */
 } rowctx;
 
 static inline const double *gram_row(const rowctx *rc, int64_t j) {
@@ -595,12 +598,12 @@ AL_COLD static double d1_exact(int64_t n, const rowctx *rc, rowws *w, int64_t N)
     if (w->dx_mode == 0) w->dx_mode = rc->cg && centred_build(rc->cg) ? 1 : 2;
     if (w->dx_mode == 1) {
         const centred *cg = rc->cg;
-        const double *gyd = cg->gyd;
+        const double *gyd = cg->gyd + rc->off;
         if (w->dx_cnt == 0)
             for (int64_t i = 0; i < n; i++) w->Dx[i] = 0;
         for (int64_t q = w->dx_cnt; q < N; q++) { /* as update_rows' D, on Y */
             int64_t j = w->sel[q];
-            const double *gj = cg->Gy + j * cg->L;
+            const double *gj = cg->Gy + (rc->off + j) * cg->L + rc->off;
             double gjj = gyd[j];
             double *Dx = w->Dx;
 #pragma omp simd
@@ -1058,6 +1061,7 @@ static int check_opts(const al_metrics_opts *o, int64_t d, al_error *err) {
         return al__err(err, AL_E_INVALID, "metrics: vector dimension d = %lld < 1", (long long)d);
     if (o->mc_samples < 0)
         return al__err(err, AL_E_INVALID, "metrics: Monte-Carlo samples %d < 0", o->mc_samples);
+    if (o->window < 0) return al__err(err, AL_E_INVALID, "metrics: window %d < 0", o->window);
     return 0;
 }
 
@@ -1288,10 +1292,10 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     if (L > (int64_t)1 << 16 || d > (int64_t)1 << 20)
         return al__err(err, AL_E_INVALID, "metrics: head too large (L %lld, d %lld)", (long long)L,
                        (long long)d);
-    int causal = o->causal != 0;
+    int causal = o->causal != 0, win = o->window;
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = causal ? t + 1 : L;
-        for (int64_t j = 0; j < n; j++)
+        int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
+        for (int64_t j = lo; j < lo + n; j++)
             if (!isfinite(w[t * L + j]))
                 return al__err(err, AL_E_RANGE,
                                "metrics: weights: non-finite value %g at row %lld, column %lld",
@@ -1302,7 +1306,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     /* vanishing-attention statistics of every row */
     for (int64_t t = 0; t < L && (row_max || row_entropy); t++) {
         double mx, H;
-        vanishing(w + t * L, causal ? t + 1 : L, &mx, &H);
+        vanishing(w + t * L + al__row_lo(t, causal, win), al__row_n(t, L, causal, win), &mx, &H);
         if (row_max) row_max[t] = mx;
         if (row_entropy) row_entropy[t] = H;
     }
@@ -1344,7 +1348,13 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iL, iL, id, 1.0, x, id, x, id, 0.0,
                     h.G, iL);
     if (o->distance) {
-        if (causal) { /* S = tril(W) X: reads only columns 0..t of row t */
+        if (causal && win > 0 && win < L) { /* S_t = W[t, lo..t] X[lo..t]: the row's keys only */
+            for (int64_t t = 0; t < L; t++) {
+                int64_t lo = al__row_lo(t, 1, win);
+                cblas_dgemv(CblasRowMajor, CblasTrans, (int)(t + 1 - lo), id, 1.0, x + lo * d, id,
+                            w + t * L + lo, 1, 0.0, h.S + t * d, 1);
+            }
+        } else if (causal) { /* S = tril(W) X: reads only columns 0..t of row t */
             memcpy(h.S, x, (size_t)L * (size_t)d * sizeof(double));
             cblas_dtrmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, iL, id,
                         1.0, w, iL, h.S, id);
@@ -1359,25 +1369,27 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         }
     }
     for (int64_t t = 0; t < L; t++) {
-        int64_t n = causal ? t + 1 : L;
+        int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
         if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
         if (o->distance && t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
             int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0,
                         h.S + t * d, id, x, id, 0.0, h.XS, iL);
         }
-        rowctx ctx = {.x = x,
+        /* a windowed row's keys lo..t: every per-key array from lo */
+        rowctx ctx = {.x = x + lo * d,
                       .d = d,
                       .cg = &cg,
-                      .G = h.G,
+                      .off = lo,
+                      .G = h.G + lo * L + lo,
                       .ldg = L,
-                      .gd = gd,
-                      .inv = inv,
-                      .un = un,
-                      .xs = o->distance ? h.XS + (t % XB) * L : NULL,
+                      .gd = gd + lo,
+                      .inv = inv + lo,
+                      .un = un + lo,
+                      .xs = o->distance ? h.XS + (t % XB) * L + lo : NULL,
                       .SS = o->distance ? SS[t] : 0,
                       .row = t};
-        row_pass(w + t * L, n, &ctx, o, &g, &rw, acc);
+        row_pass(w + t * L + lo, n, &ctx, o, &g, &rw, acc);
     }
     if (!rc) finish(o, acc, out);
     free(cg.Gy);
@@ -1399,8 +1411,9 @@ int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t 
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */
 
-int AL_MV(al_head_vanishing_D)(const double *q, const double *k, int64_t L, int64_t d_head,
-                               int causal, double *D, al_error *err) {
+int AL_MV(al_head_vanishing_D_window)(const double *q, const double *k, int64_t L, int64_t d_head,
+                                      int causal, int window, double *D, al_error *err) {
+    if (window < 0) return al__err(err, AL_E_INVALID, "vanishing_D: window %d < 0", window);
     if (!q || !k || !D) return al__err(err, AL_E_INVALID, "vanishing_D: NULL argument");
     if (L < 1 || d_head < 1)
         return al__err(err, AL_E_INVALID, "vanishing_D: bad shape (L %lld, d_head %lld)",
@@ -1431,9 +1444,23 @@ int AL_MV(al_head_vanishing_D)(const double *q, const double *k, int64_t L, int6
             sk += k[t * d_head + c] * k[t * d_head + c];
         }
         if (sk > run) run = sk;
-        D[t] = sqrt(sq) * sqrt(causal ? run : kmax_all) * scale;
+        double km = causal ? run : kmax_all;
+        if (causal && window > 0 && t >= window) { /* the max over the window's keys only */
+            km = 0;
+            for (int64_t j = t - window + 1; j <= t; j++) {
+                double s = 0;
+                for (int64_t c = 0; c < d_head; c++) s += k[j * d_head + c] * k[j * d_head + c];
+                km = s > km ? s : km;
+            }
+        }
+        D[t] = sqrt(sq) * sqrt(km) * scale;
     }
     return 0;
+}
+
+int AL_MV(al_head_vanishing_D)(const double *q, const double *k, int64_t L, int64_t d_head,
+                               int causal, double *D, al_error *err) {
+    return AL_MV(al_head_vanishing_D_window)(q, k, L, d_head, causal, 0, D, err);
 }
 
 /* ---- one copy of this file per instruction set (mv.h) --------------------------------------- */
@@ -1464,5 +1491,10 @@ int al__head_metrics_gram(const double *w, const double *x, const double *G, int
                           const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                           double *row_entropy, al_error *err) {
     return AL_MV_PICK(al__head_metrics_gram)(w, x, G, L, d, o, out, row_max, row_entropy, err);
+}
+
+int al_head_vanishing_D_window(const double *q, const double *k, int64_t L, int64_t d_head,
+                               int causal, int window, double *D, al_error *err) {
+    return AL_MV_PICK(al_head_vanishing_D_window)(q, k, L, d_head, causal, window, D, err);
 }
 #endif

@@ -352,15 +352,17 @@ static int check_opts(const al_reading_opts *o, int64_t n_max, int64_t d, al_err
                            o->top_n[k], k);
     if (o->mc_samples < 0)
         return al__err(err, AL_E_INVALID, "readings: Monte-Carlo samples %d < 0", o->mc_samples);
+    if (o->window < 0) return al__err(err, AL_E_INVALID, "readings: window %d < 0", o->window);
+    if (o->window > 0 && o->window < n_max) n_max = o->window; /* the longest row's keys */
     if (o->exact) return al_exact_check(n_max, o->top_n, o->n_top, o->exact_max, err);
     return 0;
 }
 
 static int check_finite(const double *v, int64_t rows, int64_t cols, int64_t ld, int causal,
-                        const char *what, al_error *err) {
+                        int win, const char *what, al_error *err) {
     for (int64_t i = 0; i < rows; i++) {
-        int64_t n = causal ? i + 1 : cols;
-        for (int64_t k = 0; k < n; k++)
+        int64_t lo = al__row_lo(i, causal, win), n = al__row_n(i, cols, causal, win);
+        for (int64_t k = lo; k < lo + n; k++)
             if (!isfinite(v[i * ld + k]))
                 return al__err(err, AL_E_RANGE,
                                "readings: %s: non-finite value %g at row %lld, column %lld", what,
@@ -395,6 +397,7 @@ static void finish(const al_reading_opts *o, const acc *ac, const al_topn_stats 
 /* Both entry points: rows of w (row t at w + t ldw, n_t keys). */
 static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t d, int causal,
                const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+    int win = ldw == 0 ? 0 : o->window;
     int vec = o->distance != AL_DIST_SUM_OF_NORMS;
     al_topn_stats *sn = NULL;
     int rc = 0;
@@ -404,7 +407,8 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
                               .distance = 1,
                               .mc_samples = o->mc_samples,
                               .mc_seed = o->mc_seed,
-                              .causal = causal};
+                              .causal = causal,
+                              .window = win};
         sn = al__calloc((size_t)(o->n_top > 0 ? o->n_top : 1), sizeof *sn, "readings", err);
         if (!sn) return AL_E_NOMEM;
         rc = ldw == 0 ? al_row_metrics(w, x, L, d, &mo, sn, err)
@@ -425,8 +429,8 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
     }
     int64_t rows = ldw == 0 ? 1 : L;
     for (int64_t t = 0; t < rows && (vec || o->exact); t++) {
-        int64_t n = ldw == 0 ? L : causal ? t + 1 : L;
-        vec_row(o, w + t * ldw, x, n, d, t, &ws, ac, vec);
+        int64_t lo = al__row_lo(t, causal, win), n = ldw == 0 ? L : al__row_n(t, L, causal, win);
+        vec_row(o, w + t * ldw + lo, x + lo * d, n, d, t, &ws, ac, vec);
     }
     finish(o, ac, sn, out);
     rws_free(&ws);
@@ -443,8 +447,8 @@ int AL_MV(al_row_reading)(const double *alpha, const double *x, int64_t n, int64
         return al__err(err, AL_E_INVALID, "readings: bad row length n = %lld", (long long)n);
     if (!alpha || !x || (o->n_top > 0 && !out))
         return al__err(err, AL_E_INVALID, "readings: NULL argument");
-    if ((rc = check_finite(alpha, 1, n, n, 0, "weights", err))) return rc;
-    if ((rc = check_finite(x, n, d, d, 0, "vectors", err))) return rc;
+    if ((rc = check_finite(alpha, 1, n, n, 0, 0, "weights", err))) return rc;
+    if ((rc = check_finite(x, n, d, d, 0, 0, "vectors", err))) return rc;
     return run(alpha, 0, x, n, d, 0, o, out, err);
 }
 
@@ -456,8 +460,8 @@ int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t 
         return al__err(err, AL_E_INVALID, "readings: bad head length L = %lld", (long long)L);
     if (!w || !x || (o->n_top > 0 && !out))
         return al__err(err, AL_E_INVALID, "readings: NULL argument");
-    if ((rc = check_finite(w, L, L, L, o->causal != 0, "weights", err))) return rc;
-    if ((rc = check_finite(x, L, d, d, 0, "vectors", err))) return rc;
+    if ((rc = check_finite(w, L, L, L, o->causal != 0, o->window, "weights", err))) return rc;
+    if ((rc = check_finite(x, L, d, d, 0, 0, "vectors", err))) return rc;
     return run(w, L, x, L, d, o->causal != 0, o, out, err);
 }
 

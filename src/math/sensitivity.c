@@ -275,8 +275,9 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     if (L < 1 || L > ((int64_t)1 << 24))
         return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
                        (long long)L, n_t, n_eps);
-    al_sens_opts sd = {1.0, 0};
+    al_sens_opts sd = {1.0, 0, 0};
     if (!so) so = &sd;
+    if (so->window < 0) return al__err(err, AL_E_INVALID, "sensitivity: window %d < 0", so->window);
     if (!(so->logit_scale > 0) || !isfinite(so->logit_scale))
         return al__err(err, AL_E_INVALID, "sensitivity: logit scale %g is not a positive number",
                        so->logit_scale);
@@ -302,14 +303,15 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     int64_t t0 = causal ? 1 : 0;
     size_t nfd = (size_t)n_t * (size_t)n_eps;
     for (int64_t t = t0; t < L; t++) {
-        int64_t n = causal ? t + 1 : L;
+        int64_t lo = al__row_lo(t, causal, so->window), n = al__row_n(t, L, causal, so->window);
         if (n < 2) continue;
-        const double *zt = z + t * L; /* [n] */
+        const double *zt = z + t * L + lo; /* [n] the row's keys lo..lo+n-1 */
         for (int64_t j = 0; j < n; j++)
             if (!isfinite(zt[j]) || (scaled && !isfinite(zt[j] * so->logit_scale))) {
                 rc = al__err(err, AL_E_RANGE,
                              "sensitivity: logits: non-finite value %g at row %lld, column %lld",
-                             scaled ? zt[j] * so->logit_scale : zt[j], (long long)t, (long long)j);
+                             scaled ? zt[j] * so->logit_scale : zt[j], (long long)t,
+                             (long long)(lo + j));
                 goto done;
             }
         if (scaled) {

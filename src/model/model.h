@@ -60,6 +60,8 @@ typedef struct al_model_vtable {
     struct cJSON *(*architecture)(const al_model *m);
     /* 1: forward passes al__model_attn(m) to every al__attn (.mod): attention variants work */
     int variants;
+    /* Optional: layer's causal sliding window (the keys a row sees; 0 = none: NULL) */
+    int (*layer_window)(const al_model *m, int layer);
 } al_model_vtable;
 
 /* One NaN/Inf warning of a load (al__model_warn_nonfinite). */
@@ -150,6 +152,8 @@ void al__model_files_free(al__model_files *f);
  * [{name, path, role, bytes, sha256}], family,
  * name, dtype, shape fields, n_params, load_warnings. NULL on error (err set). */
 struct cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err);
+/* Layer l's causal sliding window (row t sees keys max(0, t - window + 1)..t; 0 = none). */
+int al__model_layer_window(const al_model *m, int layer);
 /* The files array of such an object. */
 struct cJSON *al__model_files_json(const al__model_files *fs);
 /* What a files identity covers (the sha256_of string of every manifest). */

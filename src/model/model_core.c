@@ -313,6 +313,11 @@ const char AL__IDENTITY_OF[] =
     "the lines '<sha256>  <name>' of the files below, sorted by name (bytewise), each ending in a "
     "newline: `sha256sum FILES | LC_ALL=C sort -k 2 | sha256sum` in their directory";
 
+int al__model_layer_window(const al_model *m, int layer) {
+    if (!m->vt->layer_window || layer < 0 || layer >= m->info.n_layer) return 0;
+    return m->vt->layer_window(m, layer);
+}
+
 cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     al__model_files files;
     if (al__model_files_list(m, hash, &files, err)) return NULL;

@@ -111,6 +111,27 @@ def test_qwen2_biases(tmp_path):
     assert info.family == b"qwen2"
 
 
+@pytest.mark.parametrize("window,mwl", [(6, 1), (6, 0), (100, 1)])
+def test_qwen2_use_sliding_window(tmp_path, window, mwl):
+    """use_sliding_window = true as transformers 4.46.3's eager forward: every layer windowed,
+    whatever max_window_layers (its flash path alone reads it; the manifest records it)."""
+    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      rope_theta=10000.0, use_sliding_window=True, sliding_window=window,
+                      max_window_layers=mwl)
+    hf_ref.build(Qwen2ForCausalLM, cfg, tmp_path)
+    T = 40
+    d, info = hf_ref.compare(tmp_path, Qwen2ForCausalLM, tokens(T, cfg.vocab_size))
+    check(d)
+    assert d["window"] == {0: window, 1: window}
+    for l in (0, 1):  # the reference's own mask: row t sees min(t + 1, window) keys
+        for t in range(T):
+            assert np.count_nonzero(d["attn"][l][:, t, :] > 0, axis=-1).max() == min(t + 1, window)
+    r = test_llama.run_cli("info", "--model", str(tmp_path), "--json", check=True)
+    arch = json.loads(r.stdout)["architecture"]
+    assert arch["max_window_layers"] == mwl and arch["window_of_layer"] == [window, window]
+
+
 def edit_config(path, **kw):
     p = path / "config.json"
     c = json.loads(p.read_text())

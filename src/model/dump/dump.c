@@ -3,7 +3,9 @@
  * A dump is a directory: manifest.json and, for every stored layer l and array kind, the file
  * layer{l}.{q,k,v,logits,weights,hidden,embed}.npy (float32 or float64, C order):
  *   q, k, v          [n_heads, T, d_head]  (k, v: the key/value head each query head reads)
- *   logits, weights  [n_heads, T, T]       masked entries (j > t, causal): weights must hold 0,
+ *   logits, weights  [n_heads, T, T]       masked entries (j > t, causal; and under a layer's
+ *                                          sliding window W, "sliding_window": {"of_layer":
+ *                                          [...]}, the keys j < t - W + 1): weights must hold 0,
  *                                          logits anything (ignored; handed on as -inf)
  *   hidden, embed    [T, d_model]
  * n_heads = the stored heads, in increasing order. `attnlim capture` writes exactly this, so a
@@ -207,6 +209,35 @@ static int check_files(const cJSON *files, al__dump_desc *d, const char *name, a
     return 0;
 }
 
+/* "sliding_window": {"of_layer": [n_layer] windows >= 0} (absent or null: none); causal only. */
+static int parse_windows(const cJSON *sw, al__dump_desc *d, const char *name, al_error *err) {
+    if (!sw || cJSON_IsNull(sw)) return 0;
+    const cJSON *ol = cJSON_IsObject(sw) ? member(sw, "of_layer") : NULL;
+    if (!cJSON_IsArray(ol) || cJSON_GetArraySize(ol) != d->n_layer)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: \"sliding_window\" must be {\"of_layer\": [one window per layer, "
+                       "%d of them]}",
+                       name, d->n_layer);
+    if (!(d->window = al__calloc((size_t)d->n_layer, sizeof(int), "windows", err)))
+        return AL_E_NOMEM;
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ol) {
+        double x = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!isfinite(x) || x != floor(x) || x < 0 || x > AL__DUMP_MAX_DIM)
+            return al__err(err, AL_E_FORMAT,
+                           "%s: sliding_window.of_layer[%d] must be an integer in 0..%d (0 = none)",
+                           name, i, AL__DUMP_MAX_DIM);
+        if (x > 0 && !d->causal)
+            return al__err(err, AL_E_FORMAT,
+                           "%s: sliding_window.of_layer[%d] = %g, but a sliding window needs a "
+                           "causal model (model.causal is false)",
+                           name, i, x);
+        d->window[i++] = (int)x;
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *j, const char *name, al__dump_desc *d, al_error *err) {
     if (!cJSON_IsObject(j)) return al__err(err, AL_E_FORMAT, "%s: not a JSON object", name);
     const cJSON *schema = member(j, "schema"), *command = member(j, "command");
@@ -319,6 +350,7 @@ static int parse_root(const cJSON *j, const char *name, al__dump_desc *d, al_err
     if ((ar || d->from_capture) &&
         (rc = json_kinds(ar, d->from_capture ? "options.what" : "arrays", &d->arrays, name, err)))
         return rc;
+    if ((rc = parse_windows(member(j, "sliding_window"), d, name, err))) return rc;
     const cJSON *files = member(j, "files");
     if (files && (rc = check_files(files, d, name, err))) return rc;
     if (!(d->model_json = cJSON_Duplicate(model, 1)))
@@ -343,6 +375,7 @@ void al__dump_desc_free(al__dump_desc *d) {
     free(d->token_ids);
     free(d->layers);
     free(d->heads);
+    free(d->window);
     cJSON_Delete(d->model_json);
     memset(d, 0, sizeof *d);
 }
@@ -367,6 +400,11 @@ static void array_path(const dump_impl *p, int layer, int w, char *buf, size_t c
     snprintf(buf, cap, "%s/%s", p->dir, name);
 }
 
+/* Layer l's window (0 = none) and the first key row t sees. */
+static int win_of(const al__dump_desc *d, int l) {
+    return d->window ? d->window[l] : 0;
+}
+
 static double at(const al_array *a, size_t i) {
     return a->dtype == AL_F64 ? ((const double *)a->data)[i] : ((const float *)a->data)[i];
 }
@@ -379,15 +417,23 @@ static double at(const al_array *a, size_t i) {
  * "weights_sum_to_one": false (a normalizer that is not a distribution, sa-softmax) drops only
  * the two last. The first bad row is named with its layer, head and row. */
 #define AL__DUMP_SUM_TOL 1e-3
-static int check_distribution(const dump_impl *p, const al_array *a, int l, const char *path,
-                              al_error *err) {
+static int check_distribution(const dump_impl *p, const al_array *a, int l, int win,
+                              const char *path, al_error *err) {
     const al__dump_desc *d = &p->d;
     const size_t T = (size_t)d->T;
     for (size_t r = 0; r < (size_t)d->n_heads * T; r++) {
-        size_t t = r % T, n = d->causal ? t + 1 : T;
+        size_t t = r % T, lo = (size_t)al__row_lo((int64_t)t, d->causal, win);
+        size_t n = d->causal ? t + 1 : T;
         double sum = 0, mn = INFINITY, mk = 0;
         size_t neg = 0, mc = T;
-        for (size_t c = 0; c < n; c++) {
+        for (size_t c = 0; c < lo; c++) /* before the window: masked, stored as 0 */
+            if (!(at(a, r * T + c) == 0))
+                return al__err(err, AL_E_FORMAT,
+                               "%s: layer %d, head %d, row %zu: weight %g at column %zu, before "
+                               "the layer's sliding window of %d keys (columns %zu..%zu); "
+                               "masked weights must be 0",
+                               path, l, d->heads[r / T], t, at(a, r * T + c), c, win, lo, t);
+        for (size_t c = lo; c < n; c++) {
             double x = at(a, r * T + c);
             sum += x;
             if (x < mn) mn = x, neg = c;
@@ -470,13 +516,13 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
     /* finite, masked entries aside */
     size_t rows = (size_t)(w <= W_WEIGHTS ? d->n_heads * (size_t)d->T : (size_t)d->T);
     size_t cols = (size_t)a->shape[nd - 1];
-    int masked = d->causal && (w == W_LOGITS || w == W_WEIGHTS);
+    int masked = d->causal && (w == W_LOGITS || w == W_WEIGHTS), win = win_of(d, l);
     size_t bad = 0, first_r = 0, first_c = 0;
     double first_v = 0;
     for (size_t r = 0; r < rows; r++) {
         size_t t = w <= W_WEIGHTS ? r % (size_t)d->T : r;
-        size_t n = masked ? t + 1 : cols;
-        for (size_t c = 0; c < n; c++) {
+        size_t n = masked ? t + 1 : cols, lo = masked ? (size_t)al__row_lo((int64_t)t, 1, win) : 0;
+        for (size_t c = lo; c < n; c++) {
             double x = at(a, r * cols + c);
             if (isfinite(x)) continue;
             if (!bad++) first_r = r, first_c = c, first_v = x;
@@ -495,9 +541,11 @@ static int read_array(const dump_impl *p, int l, int w, al_array *a, al_error *e
                        "%s: %zu NaN/Inf values (first at %s: %g); a dump's arrays must be finite "
                        "(%s)",
                        path, bad, where, first_v,
-                       masked ? "entries above the diagonal are masked" : "nothing is masked");
+                       masked ? "entries above the diagonal and before a sliding window are "
+                                "masked"
+                              : "nothing is masked");
     }
-    if (w == W_WEIGHTS && (rc = check_distribution(p, a, l, path, err))) al_array_free(a);
+    if (w == W_WEIGHTS && (rc = check_distribution(p, a, l, win, path, err))) al_array_free(a);
     return rc;
 }
 
@@ -681,9 +729,12 @@ static int dump_forward(al_model *m, const int32_t *tokens, int T, const al_capt
                 float *o = buf[w] + (size_t)s * T * T;
                 take_rows(&arr[w], hp, dT, (size_t)dT, T, (size_t)T, o, NULL);
                 if (d->causal) /* the masked entries as capture writes them */
-                    for (int t = 0; t < T; t++)
-                        for (int j = t + 1; j < T; j++)
-                            o[(size_t)t * T + j] = w == W_LOGITS ? -INFINITY : 0.0f;
+                    for (int t = 0; t < T; t++) {
+                        int lo = (int)al__row_lo(t, 1, win_of(d, l));
+                        for (int j = 0; j < T; j++)
+                            if (j < lo || j > t)
+                                o[(size_t)t * T + j] = w == W_LOGITS ? -INFINITY : 0.0f;
+                    }
             }
         }
         for (int w = W_HIDDEN; w <= W_EMBED; w++)
@@ -710,18 +761,19 @@ static int dump_forward(al_model *m, const int32_t *tokens, int T, const al_capt
                 float *wo = buf[W_WEIGHTS] && !(load & AL_CAP_WEIGHTS)
                                 ? buf[W_WEIGHTS] + (size_t)s * T * T
                                 : NULL;
-                for (int t = 0; t < T; t++) {
-                    int n = d->causal ? t + 1 : T;
+                for (int t = 0; t < T; t++) { /* the row's keys lo..n-1 */
+                    int n = d->causal ? t + 1 : T, lo = (int)al__row_lo(t, d->causal, win_of(d, l));
                     double *zr = z + (size_t)t * T;
                     if (zo)
                         for (int j = 0; j < T; j++)
-                            zo[(size_t)t * T + j] = j < n ? (float)zr[j] : -INFINITY;
+                            zo[(size_t)t * T + j] = j >= lo && j < n ? (float)zr[j] : -INFINITY;
                     if (!wo) continue;
-                    double mx = zr[0], sum = 0;
-                    for (int j = 1; j < n; j++) mx = zr[j] > mx ? zr[j] : mx;
-                    for (int j = 0; j < n; j++) sum += exp(zr[j] - mx);
+                    double mx = zr[lo], sum = 0;
+                    for (int j = lo + 1; j < n; j++) mx = zr[j] > mx ? zr[j] : mx;
+                    for (int j = lo; j < n; j++) sum += exp(zr[j] - mx);
                     for (int j = 0; j < T; j++)
-                        wo[(size_t)t * T + j] = j < n ? (float)(exp(zr[j] - mx) / sum) : 0.0f;
+                        wo[(size_t)t * T + j] =
+                            j >= lo && j < n ? (float)(exp(zr[j] - mx) / sum) : 0.0f;
                 }
             }
         }
@@ -733,6 +785,7 @@ static int dump_forward(al_model *m, const int32_t *tokens, int T, const al_capt
                           .d_head = D,
                           .d_model = C,
                           .causal = d->causal,
+                          .window = win_of(d, l),
                           .n_sel = n_sel,
                           .heads = heads,
                           .kv_head = p->kv_head,
@@ -800,13 +853,18 @@ static int dump_files(al_model *m, al__model_files *fs, al_error *err) {
     return rc;
 }
 
+static int dump_layer_window(const al_model *m, int layer) {
+    return win_of(&((const dump_impl *)m->impl)->d, layer);
+}
+
 static const al_model_vtable DUMP_VT = {.forward = dump_forward,
                                         .destroy = dump_destroy,
                                         .tokenizer = dump_tokenizer,
                                         .tokens = dump_tokens,
                                         .check = dump_check,
                                         .files = dump_files,
-                                        .describe = al__dump_json};
+                                        .describe = al__dump_json,
+                                        .layer_window = dump_layer_window};
 
 static int add_file(dump_impl *p, const char *path, al_error *err) {
     char **g = realloc(p->files, sizeof(char *) * (size_t)(p->n_files + 1));

@@ -31,6 +31,8 @@ typedef struct al__dump_desc {
     int weights_free; /* "weights_sum_to_one": false: stored weights are not checked as rows of
                        * a distribution (a normalizer such as sa-softmax) */
     struct cJSON *model_json; /* a copy of the manifest's "model" object */
+    int *window; /* [n_layer] each layer's causal sliding window ("sliding_window": {"of_layer"});
+                  * 0 = none; NULL when the manifest declares none */
 } al__dump_desc;
 
 /* Parses manifest.json text (untrusted) into d. name (the manifest's path) starts every

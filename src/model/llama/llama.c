@@ -212,6 +212,7 @@ static int read_hparams(const al__gguf *g, llama *L, al_error *err) {
                        "llama, qwen2, gemma2 are)",
                        g->name, arch);
     int64_t v;
+    L->cfg.max_window_layers = -1; /* a Qwen2 HF config's alone */
     if ((rc = al__gguf_get_int(g, K(k, arch, "block_count"), 1, 1024, &v, err))) return rc;
     L->cfg.n_layer = (int)v;
     if ((rc = al__gguf_get_int(g, K(k, arch, "embedding_length"), 2, 65536, &v, err))) return rc;
@@ -547,6 +548,10 @@ static int llama_tokenizer_files(al_model *m, al__model_files *fs, al_error *err
     return al__hf_tokenizer_files(m, fs, err);
 }
 
+static int llama_layer_window(const al_model *m, int layer) {
+    return ((const llama *)m->impl)->layers[layer].window;
+}
+
 static cJSON *llama_architecture(const al_model *m) {
     const llama *L = m->impl;
     const al__llama_config *c = &L->cfg;
@@ -557,6 +562,12 @@ static cJSON *llama_architecture(const al_model *m) {
     cJSON_AddStringToObject(o, "window_means",
                             "row t sees keys max(0, t - window + 1)..t: METHOD's n = "
                             "min(t + 1, window); 0 = the whole causal prefix");
+    if (c->max_window_layers >= 0) {
+        cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
+        cJSON_AddStringToObject(o, "max_window_layers_means",
+                                "recorded, not applied: transformers 4.46.3's eager forward "
+                                "windows every layer (its flash path only layers >= it)");
+    }
     cJSON_AddNumberToObject(o, "logit_scale",
                             c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->d_head));
     if (c->attn_softcap > 0) cJSON_AddNumberToObject(o, "attn_logit_softcap", c->attn_softcap);
@@ -571,6 +582,7 @@ static cJSON *llama_architecture(const al_model *m) {
 
 static const al_model_vtable llama_vtable = {.forward = al__llama_forward,
                                              .architecture = llama_architecture,
+                                             .layer_window = llama_layer_window,
                                              .destroy = llama_destroy,
                                              .tokenizer = llama_tokenizer_any,
                                              .files = llama_files,

@@ -12,14 +12,15 @@
 typedef struct al__llama_config {
     char arch[32]; /* "llama", "mistral", "qwen2", "gemma2" (HF model_type / GGUF arch) */
     int n_layer, n_head, n_kv_head, d_model, d_head, d_ff, n_ctx, vocab;
-    double eps;         /* RMSNorm epsilon */
-    al__rope rope;      /* RoPE of every layer */
-    int window;         /* sliding window (keys a row sees, itself included); 0 = none */
-    int tied;           /* lm_head = embed_tokens */
-    int qkv_bias;       /* q, k, v projections have biases */
-    int o_bias;         /* o_proj has a bias */
-    int mlp_bias;       /* gate/up/down have biases */
-    int bos_id, eos_id; /* from config.json (-1 = none) */
+    double eps;            /* RMSNorm epsilon */
+    al__rope rope;         /* RoPE of every layer */
+    int window;            /* sliding window (keys a row sees, itself included); 0 = none */
+    int max_window_layers; /* Qwen2 with use_sliding_window: its config value (-1: not such) */
+    int tied;              /* lm_head = embed_tokens */
+    int qkv_bias;          /* q, k, v projections have biases */
+    int o_bias;            /* o_proj has a bias */
+    int mlp_bias;          /* gate/up/down have biases */
+    int bos_id, eos_id;    /* from config.json (-1 = none) */
     /* Gemma 2 (all 0 for the others) */
     int gemma;            /* (1 + w) RMSNorm (folded into the weights at load), post-norms */
     int alt_window;       /* the window on even layers only (0, 2, ...), global attention between */

@@ -7,14 +7,17 @@
  * mistral; = hidden_size / heads), intermediate_size, max_position_embeddings, vocab_size,
  * rms_norm_eps, rope_theta (10000), rope_scaling (null or {rope_type|type, factor, ...}),
  * tie_word_embeddings (false), attention_bias (llama: q/k/v/o biases), mlp_bias (llama),
- * sliding_window (mistral; null = none), use_sliding_window (qwen2: must be false, see below),
+ * sliding_window (mistral; null = none), use_sliding_window and max_window_layers (qwen2, below),
  * hidden_act ("silu"), bos_token_id, eos_token_id.
  *
  * Decisions: unknown tensors are an error (they mean a config that does not match the file),
  * except the rotary inv_freq buffers of old checkpoints; when tie_word_embeddings is true a
  * saved lm_head.weight is ignored (transformers ties it to embed_tokens). Qwen2 with
- * use_sliding_window = true is refused: transformers' eager forward then masks every layer,
- * its flash path only the layers from max_window_layers on, so there is no one reference. */
+ * use_sliding_window = true: as transformers 4.46.3's eager (and sdpa) forward, the reference
+ * output_attentions gives, every layer is windowed by sliding_window (Qwen2Config keeps it only
+ * with use_sliding_window; the 4-d mask ignores max_window_layers); max_window_layers, which its
+ * flash path (and later transformers) uses to leave layers < max_window_layers global, is
+ * recorded in the manifest. */
 #include "llama.h"
 #include "hf_config.h"
 #include "safetensors.h"
@@ -109,16 +112,15 @@ static int parse_shapes(const cJSON *j, al__llama_config *c, const char *name, a
 
 static int parse_window(const cJSON *j, al__llama_config *c, const char *name, al_error *err) {
     c->window = 0;
+    c->max_window_layers = -1;
     int use = 1, rc;
     if (strcmp(c->arch, "llama") == 0) return 0;
     if (strcmp(c->arch, "qwen2") == 0) {
         if ((rc = al__cfg_bool(j, "use_sliding_window", 0, &use, name, err))) return rc;
-        if (use)
-            return al__err(err, AL_E_UNSUPPORTED,
-                           "%s: qwen2 with use_sliding_window = true is not supported "
-                           "(transformers' eager and flash forwards disagree on its layers)",
-                           name);
-        return 0;
+        if (!use) return 0;
+        if ((rc = al__cfg_int(j, "max_window_layers", 0, 1 << 20, 28, &c->max_window_layers, name,
+                              err)))
+            return rc;
     }
     /* mistral, gemma2: null = none; absent = transformers' default, 4096 */
     c->alt_window = c->gemma; /* Gemma 2: layers 0, 2, ... slide, the others are global */
