@@ -1046,6 +1046,7 @@ typedef struct al_guide_opts {
                                 * -1 off */
     int monitor_n;             /* N of N_s/N (0: 16) */
     int resume, progress, quiet, threads;
+    int bos; /* the model's BOS first in the text: 0 the model's default, 1 on, 2 off */
 } al_guide_opts;
 AL_API int al_guidelines(const al_guide_opts *o, al_error *err);
 

@@ -37,7 +37,7 @@ static void make_plan(plan *p, al_repro_opts *o, int n_layer, int n_head, int ca
     snprintf(mi.path, sizeof mi.path, "hand-built");
     mi.n_layer = n_layer, mi.n_head = n_head, mi.n_ctx = 64, mi.causal = causal;
     al_error e = {0};
-    assert_int_equal(al__ex_build_plan(p, o, &mi, &e), 0);
+    assert_int_equal(al__ex_build_plan(p, o, &mi, 0, &e), 0);
 }
 
 static job *job_of(plan *p, int w, int L) {

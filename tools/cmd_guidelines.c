@@ -46,6 +46,7 @@ static const cli_opt opts[] = {
      "reuse the (L, variant) results in DIR/partial of the same model,\ncorpus and K"},
     {O_THREADS, "--threads", "T", "compute threads (default: OMP_NUM_THREADS or all cores)"},
     {O_QUIET, "--quiet", NULL, "no progress bar and no messages", "-q"},
+    CLI_MORE(CLI_FRAMING_OPTS),
     CLI_OPT_END,
 };
 
@@ -84,7 +85,7 @@ static int split_list(const char *s, char **buf, const char ***out, int *n) {
 int cmd_guidelines(int argc, char **argv) {
     al_guide_opts o = {0};
     al_error err = {0};
-    int rc = 0, *ks = NULL, *Ls = NULL;
+    int rc = 0, *ks = NULL, *Ls = NULL, wrap = 0;
     char *rbuf = NULL, *nbuf = NULL;
     const char **rules = NULL, **norms = NULL;
     long n;
@@ -96,6 +97,13 @@ int cmd_guidelines(int argc, char **argv) {
             goto out;
         } else if (id == O_RESUME) {
             o.resume = 1;
+        } else if (cli_framing_take(&p, id, &o.bos, &wrap)) {
+            if ((rc = p.status)) goto out; /* 2 after a word other than on / off */
+            if (wrap) {
+                rc = cli_usage_error("guidelines", "--wrap / --no-wrap are for encoders; "
+                                                   "guidelines runs causal LMs (--bos / --no-bos)");
+                goto out;
+            }
         } else if (id == O_QUIET) {
             o.quiet = 1;
         } else if (id == O_MODEL) {

@@ -99,7 +99,9 @@ int al__ex_cmp_dbl(const void *a, const void *b);
 int64_t al__ex_row_n(const plan *p, int h, int64_t t, int64_t L);
 double *al__ex_alloc_nan(size_t n, al_error *err); /* [n] NaN */
 int al__ex_check_reading_opts(const al_repro_opts *o, al_error *err);
-int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err);
+/* rank: this process's MPI rank (0 alone); only rank 0 prints the plan's warnings. */
+int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, int rank,
+                      al_error *err);
 void al__ex_free_plan(plan *p);
 
 /* ---- one job (jobs.c) */

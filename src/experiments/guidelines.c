@@ -147,9 +147,11 @@ static int load_tokens(guide *g, al_error *err) {
     char *text = NULL;
     size_t len = 0;
     int rc = al_model_tokenizer(g->m, &tk, err);
+    if (!rc && al_framing_make(tk, al__ex_switch(g->o.bos), -1, &g->fr, err))
+        rc = al__err_prefix(err, AL_E_INVALID, "%s", g->mi->path);
     if (!rc) rc = al_corpus_load(g->corpus, g->o.data_path, &text, &len, err);
     if (!rc) al_sha256_buf(text, len, g->corpus_sha);
-    if (!rc) rc = al_tokenize(tk, text, len, 0, &g->tokens, &g->n_tokens, err);
+    if (!rc) rc = al_framing_tokenize(tk, &g->fr, text, len, &g->tokens, &g->n_tokens, err);
     free(text);
     al_tokenizer_free(tk);
     if (rc) return rc;
@@ -166,8 +168,8 @@ static int load_tokens(guide *g, al_error *err) {
 
 static void fingerprint(guide *g) {
     char buf[512];
-    snprintf(buf, sizeof buf, "attnlim-guidelines-1|%s|%s|K%d|%s", g->mi->sha256, g->corpus_sha,
-             g->o.windows, al_version());
+    snprintf(buf, sizeof buf, "attnlim-guidelines-1|%s|%s|K%d|%s%s", g->mi->sha256, g->corpus_sha,
+             g->o.windows, al_version(), g->fr.bos ? "|bos" : ""); /* as before without BOS */
     al_sha256_buf(buf, strlen(buf), g->fingerprint);
 }
 

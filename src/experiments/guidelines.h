@@ -47,6 +47,7 @@ typedef struct guide {
     int32_t *tokens;
     size_t n_tokens;
     char corpus_sha[65], fingerprint[65];
+    al_framing fr; /* BOS first in the text or not (the model's default recorded) */
     const char *corpus;
     double fit[2][3];     /* [1%, 5%][linear, sqrt, log]: c of k = c f(L) */
     double fit_rms[2][3]; /* relative RMS residual of each fit */

@@ -147,6 +147,26 @@ static int write_text(const guide *g, const char *name, const char *txt, al_erro
     return al__write_file_atomic(path, txt, strlen(txt), err);
 }
 
+/* The --k values left out at some lengths (k >= L: top-k of every key is dense), each with
+ * those lengths: [{"k": k, "at_L": [L, ...]}, ...] (what stderr said, kept with the results). */
+static cJSON *k_left_out_json(const guide *g) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && g->o.k && i < g->o.n_k; i++) {
+        cJSON *at = NULL;
+        for (int l = 0; l < g->n_len; l++)
+            if (g->o.k[i] >= g->len[l].L) {
+                if (!at) {
+                    cJSON *o = cJSON_CreateObject();
+                    cJSON_AddItemToArray(arr, o);
+                    cJSON_AddNumberToObject(o, "k", g->o.k[i]);
+                    at = cJSON_AddArrayToObject(o, "at_L");
+                }
+                cJSON_AddItemToArray(at, cJSON_CreateNumber(g->len[l].L));
+            }
+    }
+    return arr;
+}
+
 static int write_json(guide *g, al_error *err) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlim.guidelines/1");
@@ -157,11 +177,13 @@ static int write_json(guide *g, al_error *err) {
         return err && err->code ? err->code : AL_E_NOMEM;
     }
     cJSON_AddItemToObject(man, "model", mo);
+    al__framing_json(&g->fr, man); /* "framing": BOS used, the model's default and its source */
     cJSON *co = cJSON_AddObjectToObject(man, "corpus");
     cJSON_AddStringToObject(co, "name", g->corpus);
     cJSON_AddStringToObject(co, "sha256", g->corpus_sha);
     cJSON_AddNumberToObject(co, "n_tokens", (double)g->n_tokens);
     cJSON_AddNumberToObject(man, "windows", g->o.windows);
+    cJSON_AddItemToObject(man, "k_left_out", k_left_out_json(g));
     cJSON_AddStringToObject(man, "attnlim", al_version());
     cJSON_AddStringToObject(man, "fingerprint", g->fingerprint);
     cJSON_AddStringToObject(man, "started", g->started);

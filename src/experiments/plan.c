@@ -391,8 +391,10 @@ int64_t al__ex_row_n(const plan *p, int h, int64_t t, int64_t L) {
     return al__row_n(t, L, p->causal, win);
 }
 
-int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, al_error *err) {
+int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, int rank,
+                      al_error *err) {
     memset(p, 0, sizeof *p);
+    p->rank = rank; /* its warnings: rank 0 only */
     p->o = *o;
     p->exp = o->experiments ? (o->experiments & AL_EXP_ALL) : AL_EXP_ALL;
     p->n_layer = mi->n_layer;

@@ -191,7 +191,7 @@ static int run_variants(run *r, al_error *err) {
         int bad = 0;
         if (!v->o.experiments)
             bad = al__err(&e, AL_E_INVALID, "none of the experiments it changes was run");
-        if (!bad) bad = al__ex_build_plan(&v->p, &v->o, r->mi, &e);
+        if (!bad) bad = al__ex_build_plan(&v->p, &v->o, r->mi, r->rank, &e);
         v->p.m = r->m;
         if (!bad && v->p.n_jobs == 0)
             bad = al__err(&e, AL_E_INVALID, "its experiments have no length to run at");
@@ -348,7 +348,7 @@ static int run_windows_all(run *r, al_error *err) {
     al_repro_opts o1 = r->o;
     o1.windows = 1;
     plan p1;
-    int rc = al__ex_build_plan(&p1, &o1, r->mi, err), maxL = 0;
+    int rc = al__ex_build_plan(&p1, &o1, r->mi, r->rank, err), maxL = 0;
     for (int i = 0; !rc && i < p1.n_jobs; i++) maxL = p1.jobs[i].L > maxL ? p1.jobs[i].L : maxL;
     al__ex_free_plan(&p1);
     int32_t K = 0;
@@ -393,7 +393,7 @@ static int run_setup(run *r, al_error *err) {
                                     sizeof r->own_label, err);
     }
     if (!rc && r->o.windows == AL_WINDOWS_ALL) rc = run_windows_all(r, err);
-    if (!rc) rc = al__ex_build_plan(&r->p, &r->o, r->mi, err);
+    if (!rc) rc = al__ex_build_plan(&r->p, &r->o, r->mi, r->rank, err);
     r->p.m = r->m;
     if (!rc && r->n_own) rc = al__ex_own_tokens_preflight(&r->p, r->m, err);
     if (!rc) rc = run_variants(r, err);

@@ -192,3 +192,31 @@ def test_monitoring_at_every_length(setup):
             assert 0 <= v["ns_ratio"][l] <= 1
             checked += 1
     assert checked >= 2 * len(L_GRID) * 2  # dense and the normalizers at both L, both layers
+
+
+def test_bos_switch(setup):
+    """--bos: the model's BOS (GPT-2: <|endoftext|>, 50256) first in the text, once; the dense
+    NLL of every window against the float64 numpy forward on [50256] + tiktoken's ids, and the
+    framing (used, the model's default: none) in the manifest; --wrap refused for a decoder."""
+    out = setup / "gbos"
+    args = [BIN, "guidelines", "--model", str(setup / "m"), "--corpus", str(setup / "corpus.txt"),
+            "--out", str(out), "--lengths", "32", "--windows", "2", "--k", "4,40", "--rules",
+            "topk-log:2", "--normalizers", "sparsemax", "--monitor-length", "-1", "--bos"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out / "guidelines.json"))
+    assert res["manifest"]["k_left_out"] == [{"k": 40, "at_L": [32]}]  # as stderr said
+    assert "--k 40: left out at L = 32" in r.stderr
+    fr = res["manifest"]["framing"]["bos"]
+    assert fr["used"] is True and fr["default"] is False and fr["id"] == 50256
+    params = bert_ref.load_safetensors(str(setup / "m" / "model.safetensors"))
+    params = {k.removeprefix("transformer."): v for k, v in params.items()}
+    cfg = json.load(open(setup / "m" / "config.json"))
+    toks = [50256] + gpt2_tiktoken().encode_ordinary((setup / "corpus.txt").read_text())
+    dense = res["lengths"][0]["variants"][0]
+    for w in range(2):
+        win = toks[w * 32:(w + 1) * 32]
+        want = gpt2_ref.nll(gpt2_ref.forward(params, cfg, win, capture=False)["logits"], win)
+        assert abs(dense["per_window_nll"][w] - want) < 1e-4
+    r = subprocess.run(args[:-1] + ["--wrap"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--wrap" in r.stderr and "encoders" in r.stderr
