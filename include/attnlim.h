@@ -925,6 +925,41 @@ AL_API void al_outdir_free(al_outdir *d);
 /* DIR holds nothing but entries own() accepts (for a run that works inside DIR itself). */
 AL_API int al_outdir_check_own(const char *dir, const char *tool, al_own_fn own, al_error *err);
 
+/* ==== Dump writer: attention dumps (docs/dumps.md), written by capture and write_dump ======== */
+
+/* A dump is written into a temporary directory beside DIR and becomes DIR in one rename
+ * (al_outdir_* rules: DIR absent or empty; with force, only over an earlier dump's manifest.json
+ * and layer{l}.{kind}.npy files). An unfinished writer freed leaves nothing behind. */
+typedef struct al_dump_writer al_dump_writer;
+/* Checks DIR, creates the temporary directory (tool names it: "capture", "dump"). NULL with
+ * err set. */
+AL_API al_dump_writer *al_dump_writer_open(const char *dir, const char *tool, int force,
+                                           al_error *err);
+/* The temporary directory (readable as a dump once the manifest is written), and DIR. */
+AL_API const char *al_dump_writer_path(const al_dump_writer *w);
+AL_API const char *al_dump_writer_dir(const al_dump_writer *w);
+/* Writes layer{layer}.{what}.npy (what: q, k, v, logits, weights, hidden, embed,
+ * logits_precap; dtype AL_F32 or AL_F64; C order data [shape[0], ..., shape[ndim-1]]) and its
+ * "files" entry {file, layer, what, shape, dtype} followed by the members of extra_json (a JSON
+ * object as text, or NULL). */
+AL_API int al_dump_writer_add(al_dump_writer *w, int layer, const char *what, int dtype, int ndim,
+                              const int64_t *shape, const void *data, const char *extra_json,
+                              al_error *err);
+/* Sets manifest member key to json (JSON text), members kept in the order set; key "files"
+ * with json NULL places the list of the arrays added there (else it comes last). */
+AL_API int al_dump_writer_set(al_dump_writer *w, const char *key, const char *json, al_error *err);
+/* Sets "model": m's manifest object (files and their SHA-256s, identity, family, shapes, load
+ * warnings, attention; given: the name or path m was opened with). */
+AL_API int al_dump_writer_model(al_dump_writer *w, al_model *m, const char *given, al_error *err);
+/* Writes manifest.json (pretty JSON), with check opens the temporary dump as al_model_open
+ * does (every array read back and checked), and publishes DIR; *manifest (if not NULL)
+ * receives the manifest's text (al_free). Then al_dump_writer_free only releases the writer. */
+AL_API int al_dump_writer_finish(al_dump_writer *w, int check, char **manifest, al_error *err);
+AL_API void al_dump_writer_free(al_dump_writer *w);
+/* The files m's tokenizer reads as JSON text {sha256, sha256_of, files: [{name, path, role,
+ * bytes, sha256}]} (al_free), hashed; NULL with err set. */
+AL_API char *al_model_tokenizer_json(al_model *m, al_error *err);
+
 /* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
  * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for
  * --resume; al_cancel_reset() clears the request. */
