@@ -26,16 +26,9 @@ RANK = {"base": 0, "math": 1, "text": 1, "formats": 1, "report": 1, "dist": 1, "
 FAMILIES = ("gpt2", "llama", "bert", "dump")
 
 # What the CLI still reaches below the public API (shrink only; docs/design.md "The CLI"):
-# train and study, whose option structs are not public.
-TOOLS_INTERNAL_HEADERS = {
-    "tools/cmd_study.c": {"study.h"},  # al__study_opts (not a public struct yet)
-    "tools/cmd_train.c": {"train_io.h"},  # al__tr_run_opts (not a public struct yet)
-}
-TOOLS_INTERNAL_CALLS = {
-    # train and study
-    "al__study_defaults", "al__study_parse_norms", "al__study_run", "al__tr_run",
-    "al__tr_run_defaults",
-}
+# nothing; the CLI is a client of include/attnlim.h alone.
+TOOLS_INTERNAL_HEADERS: dict = {}
+TOOLS_INTERNAL_CALLS: set = set()
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -98,8 +98,7 @@ static cJSON *file_entry(const char *name, int layer, const char *what, const al
 }
 
 int al_dump_writer_add(al_dump_writer *w, int layer, const char *what, int dtype, int ndim,
-                       const int64_t *shape, const void *data, const char *extra,
-                       al_error *err) {
+                       const int64_t *shape, const void *data, const char *extra, al_error *err) {
     if (!w || !what || !data || (ndim && !shape))
         return al__err(err, AL_E_INVALID, "al_dump_writer_add: NULL argument");
     if (layer < 0 || kind_index(what, strlen(what)) < 0)
