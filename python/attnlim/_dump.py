@@ -177,7 +177,7 @@ def write_dump(out_dir: str, layers: Any, token_ids: Optional[Sequence[int]] = N
     w = lib.al_dump_writer_open(os.fsencode(out_dir), b"dump", int(bool(force)), ctypes.byref(err))
     if not w:
         msg = err.msg.decode(errors="replace")
-        if "already holds files" in msg or "does not write" in msg:
+        if any(m in msg for m in ("already holds files", "does not write", "not a directory")):
             raise FileExistsError(msg + (" (give force=True to replace a dump)" if not force else ""))
         raise AttnlimError(err.code, msg)
     try:
