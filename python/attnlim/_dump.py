@@ -178,7 +178,8 @@ def write_dump(out_dir: str, layers: Any, token_ids: Optional[Sequence[int]] = N
     if not w:
         msg = err.msg.decode(errors="replace")
         if any(m in msg for m in ("already holds files", "does not write", "not a directory")):
-            raise FileExistsError(msg + (" (give force=True to replace a dump)" if not force else ""))
+            raise FileExistsError(msg + (" (give force=True to replace a dump)"
+                                         if "already holds files" in msg else ""))
         raise AttnlimError(err.code, msg)
     try:
         for (l, k), a in sorted(conv.items(), key=lambda e: (e[0][0], KINDS.index(e[0][1]))):
