@@ -614,6 +614,9 @@ AL_API void al_model_nonfinite_cause(const al_model *m, char *buf, size_t cap);
 /* The "attention" object of every manifest as JSON text ({rule, k, normalizer, layers, heads,
  * tie_rule, modified}): malloc'ed (al_free); NULL when out of memory. */
 AL_API char *al_model_attention_json(const al_model *m);
+/* Layer l's causal sliding window: the number of keys a row sees at most (Mistral, Gemma 2's
+ * local layers); 0 = none (every earlier key), also for a layer out of range. */
+AL_API int al_model_layer_window(const al_model *m, int layer);
 /* A known model name (smollm2, minilm, gpt2) as the path of its files in the cache, fetching
  * them on first use when the network is allowed (al_set_network); every file's SHA-256 is
  * pinned. */
@@ -982,6 +985,105 @@ AL_API int al_outdir_publish(al_outdir *d, al_error *err);
 AL_API void al_outdir_free(al_outdir *d);
 /* DIR holds nothing but entries own() accepts (for a run that works inside DIR itself). */
 AL_API int al_outdir_check_own(const char *dir, const char *tool, al_own_fn own, al_error *err);
+
+/* ==== Training: a GPT-2 of any normalizer (docs/training.md), and the normalizer study ===== */
+
+/* The options of a training run. size: sizeof(al_train_opts), set by al_train_defaults (a
+ * struct of another version is refused): fill with al_train_defaults, then change fields. */
+typedef struct al_train_opts {
+    size_t size;
+    int n_layer, n_head, n_embd, n_ctx; /* the model (vocab_size: the tokenizer's) */
+    al_norm norm;                       /* the attention normalizer */
+    int ssmax_learn;                    /* ssmax: s learnable per (layer, head) */
+    double lr, min_lr_frac;             /* peak learning rate; cosine floor as a fraction */
+    int warmup, steps;                  /* linear warmup steps; total steps */
+    double beta1, beta2, eps, weight_decay, clip; /* AdamW; global norm clip (<= 0: off) */
+    int B, T;                                     /* batch: B sequences of T tokens (T <= n_ctx) */
+    uint64_t seed;                                /* initialisation and data order */
+    int fixed_batch;                              /* every step on the batch of step 0 */
+    const char *corpus;                           /* "war-and-peace" or a text file */
+    const char *data_path;                        /* al_data_find's explicit path (NULL) */
+    const char *tokenizer;                        /* "bytes" or "gpt2" */
+    double val_frac;                              /* held-out tail */
+    int eval_every;   /* validation every K steps (0: only at the end) */
+    int val_windows;  /* windows of T tokens per validation */
+    int ckpt_every;   /* checkpoint + state every K steps (0: only at the end) */
+    int stop_after;   /* stop (saving) after this many steps of this call (0: off) */
+    const char *out;  /* the run's directory */
+    int resume;       /* continue from out/state.bin */
+    const char *init; /* start from these GPT-2 weights instead of the seeded init */
+    const char *dump; /* write the first step (batch, loss, gradients, weights) */
+    int progress;     /* draw the progress line */
+} al_train_opts;
+
+typedef struct al_train_summary {
+    int steps_done;      /* steps completed in total (with earlier calls) */
+    double last_loss;    /* training loss of the last step */
+    double val_loss;     /* last validation loss (NaN if none) */
+    double tokens_per_s; /* training tokens per second in this call */
+    double seconds;
+} al_train_summary;
+
+AL_API void al_train_defaults(al_train_opts *o);
+/* Trains (or resumes) into o->out: model.safetensors, config.json, state.bin, train.json. */
+AL_API int al_train(const al_train_opts *o, al_train_summary *s, al_error *err);
+
+#define AL_STUDY_MAX_L 16
+/* The study: one model per normalizer at the same budget (base), then the paper's diagnostics
+ * on each. size: sizeof(al_study_opts), set by al_study_defaults. */
+typedef struct al_study_opts {
+    size_t size;
+    al_train_opts base;         /* model, data, optimizer, batch, seed: the same for every run */
+    const char *normalizers;    /* "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax" */
+    int windows;                /* validation windows of T tokens diagnosed */
+    int crit_L[AL_STUDY_MAX_L]; /* window lengths of the critical-N test (<= T) */
+    int n_crit_L;
+    const char *out;
+    int progress;
+} al_study_opts;
+
+AL_API void al_study_defaults(al_study_opts *o);
+/* Checks a normalizer list as al_study reads it (ssmax: s learnable; ssmax-fixed[:S]: fixed);
+ * *n receives the number of runs. */
+AL_API int al_study_normalizers(const char *list, int *n, al_error *err);
+/* Trains (or resumes) every run into OUT/runs/NAME, diagnoses each, then writes
+ * OUT/study.json, OUT/study.csv, OUT/figures/ and OUT/report.html. */
+AL_API int al_study(const al_study_opts *o, al_error *err);
+
+/* ==== Dump writer: attention dumps (docs/dumps.md), written by capture and write_dump ======== */
+
+/* A dump is written into a temporary directory beside DIR and becomes DIR in one rename
+ * (al_outdir_* rules: DIR absent or empty; with force, only over an earlier dump's manifest.json
+ * and layer{l}.{kind}.npy files). An unfinished writer freed leaves nothing behind. */
+typedef struct al_dump_writer al_dump_writer;
+/* Checks DIR, creates the temporary directory (tool names it: "capture", "dump"). NULL with
+ * err set. */
+AL_API al_dump_writer *al_dump_writer_open(const char *dir, const char *tool, int force,
+                                           al_error *err);
+/* The temporary directory (readable as a dump once the manifest is written), and DIR. */
+AL_API const char *al_dump_writer_path(const al_dump_writer *w);
+AL_API const char *al_dump_writer_dir(const al_dump_writer *w);
+/* Writes layer{layer}.{what}.npy (what: q, k, v, logits, weights, hidden, embed,
+ * logits_precap; dtype AL_F32 or AL_F64; C order data [shape[0], ..., shape[ndim-1]]) and its
+ * "files" entry {file, layer, what, shape, dtype} followed by the members of extra_json (a JSON
+ * object as text, or NULL). */
+AL_API int al_dump_writer_add(al_dump_writer *w, int layer, const char *what, int dtype, int ndim,
+                              const int64_t *shape, const void *data, const char *extra_json,
+                              al_error *err);
+/* Sets manifest member key to json (JSON text), members kept in the order set; key "files"
+ * with json NULL places the list of the arrays added there (else it comes last). */
+AL_API int al_dump_writer_set(al_dump_writer *w, const char *key, const char *json, al_error *err);
+/* Sets "model": m's manifest object (files and their SHA-256s, identity, family, shapes, load
+ * warnings, attention; given: the name or path m was opened with). */
+AL_API int al_dump_writer_model(al_dump_writer *w, al_model *m, const char *given, al_error *err);
+/* Writes manifest.json (pretty JSON), with check opens the temporary dump as al_model_open
+ * does (every array read back and checked), and publishes DIR; *manifest (if not NULL)
+ * receives the manifest's text (al_free). Then al_dump_writer_free only releases the writer. */
+AL_API int al_dump_writer_finish(al_dump_writer *w, int check, char **manifest, al_error *err);
+AL_API void al_dump_writer_free(al_dump_writer *w);
+/* The files m's tokenizer reads as JSON text {sha256, sha256_of, files: [{name, path, role,
+ * bytes, sha256}]} (al_free), hashed; NULL with err set. */
+AL_API char *al_model_tokenizer_json(al_model *m, al_error *err);
 
 /* Asks a running al_reproduce to stop at the next layer of its forward (async-signal-safe: call
  * it from a SIGINT handler). The run returns AL_E_CANCELLED, its finished jobs saved for

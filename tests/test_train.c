@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "train_io.h"
 
 typedef struct normcase {
     const char *name;
@@ -462,12 +462,41 @@ static void test_bad_config(void **state) {
     al__tr_model_free(m);
 }
 
+/* The public options (include/attnlim.h) carry the internal defaults field by field, and a struct
+ * of another size is refused before anything runs. */
+static void test_public_options(void **state) {
+    (void)state;
+    al_train_opts o;
+    al_train_defaults(&o);
+    al__tr_run_opts i;
+    al__tr_run_defaults(&i);
+    assert_int_equal(o.size, sizeof o);
+    assert_int_equal(o.n_layer, i.cfg.n_layer), assert_int_equal(o.n_ctx, i.cfg.n_ctx);
+    assert_int_equal(o.B, i.B), assert_int_equal(o.T, i.T), assert_int_equal(o.steps, i.opt.steps);
+    assert_true(o.lr == i.opt.lr && o.beta2 == i.opt.beta2 && o.val_frac == i.val_frac);
+    assert_true(o.seed == i.seed && o.norm.kind == i.cfg.norm.kind);
+    al_error e = {0};
+    o.size--;
+    assert_int_equal(al_train(&o, NULL, &e), AL_E_INVALID);
+    assert_non_null(strstr(e.msg, "another version"));
+    al_study_opts so;
+    al_study_defaults(&so);
+    assert_int_equal(so.size, sizeof so);
+    assert_int_equal(so.n_crit_L, 4), assert_int_equal(so.crit_L[3], 1024);
+    int n = 0;
+    assert_int_equal(al_study_normalizers(so.normalizers, &n, &e), 0);
+    assert_int_equal(n, 6);
+    assert_int_not_equal(al_study_normalizers("softmax,nosuch", &n, &e), 0);
+    so.size = 0;
+    assert_int_equal(al_study(&so, &e), AL_E_INVALID);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_backward), cmocka_unit_test(test_model_gradients),
         cmocka_unit_test(test_adamw),        cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_overfit),      cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_config),   cmocka_unit_test(test_public_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,9 @@
  * per-layer arrays as DIR/layer{l}.{what}.npy plus DIR/manifest.json.
  *
  * Publication is one rename: the arrays stream from the forward's observer to .npy files in a
- * sibling temporary directory PARENT/.capture-PID.tmp (src/base/outdir.c), the manifest last;
- * only when the whole run succeeded does that directory become DIR:
+ * sibling temporary directory PARENT/.capture-PID.tmp, the manifest last, through the library's
+ * dump writer (al_dump_writer_*, src/model/dump/dump_write.c, which write_dump of the Python
+ * package uses too); only when the whole run succeeded does that directory become DIR:
  *   - DIR absent, or an empty directory: rename(tmp, DIR) (POSIX replaces an empty directory);
  *   - DIR holding files: refused unless --force; with --force (and only over an earlier
  *     capture's files) the two directories are exchanged atomically (renameat2
@@ -21,16 +22,14 @@
  * at once (its temporary directory is swept by the next run). A signal inherited as ignored
  * (a background job of a non-interactive shell) stays ignored, as the shell intended. */
 #include "cli.h"
-#include "internal.h"
-#include "model.h"
 #include "run_tokens.h"
+
+#include <cjson/cJSON.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cairo.h>
 #include <cblas.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <openssl/crypto.h>
@@ -142,32 +141,14 @@ static int check_stop(al_error *err) {
                                          : "a signal");
 }
 
-/* ---- the output directory -------------------------------------------------------------------- */
-
-/* Is name a file capture writes (so that --force may replace it)? */
-static int capture_file_name(const char *name, int is_dir) {
-    if (is_dir) return 0;
-    if (!strcmp(name, "manifest.json")) return 1;
-    if (strncmp(name, "layer", 5) != 0) return 0;
-    const char *p = name + 5, *digits = p;
-    while (*p >= '0' && *p <= '9') p++;
-    if (p == digits || *p++ != '.') return 0;
-    for (int i = 0; i < N_WHAT; i++) {
-        size_t n = strlen(WHAT[i].name);
-        if (!strncmp(p, WHAT[i].name, n) && !strcmp(p + n, ".npy")) return 1;
-    }
-    return 0;
-}
-
 /* ---- the run --------------------------------------------------------------------------------- */
 
 typedef struct capture_run {
-    const al_outdir *out;
+    al_dump_writer *out;
     al_model *model;
     int allow_nonfinite;
     int n_files;
     size_t n_nonfinite; /* over all arrays (--allow-nonfinite) */
-    cJSON *jfiles;      /* manifest entries */
     double write_s;
     al_bar *prog;
 } capture_run;
@@ -233,29 +214,21 @@ static int write_layer(void *user, const al_capture *c, al_error *err) {
                                 "(--allow-nonfinite writes them anyway)",
                                 c->layer, WHAT[i].name, bad, where, (double)arr[i][first], cause);
         }
-        char name[64], path[PATH_MAX + 160];
-        snprintf(name, sizeof name, "layer%d.%s.npy", c->layer, WHAT[i].name);
-        snprintf(path, sizeof path, "%s/%s", al_outdir_path(r->out), name);
-        if ((rc = al_npy_write(path, &a, err)))
-            return al_error_prefix(err, "%s: writing %s", al_outdir_dir(r->out), name);
+        char extra[160] = "";
+        if (bad)
+            snprintf(extra, sizeof extra, "{\"nonfinite\": %zu, \"first_nonfinite_at\": \"%s\"}",
+                     bad, where);
+        if ((rc = al_dump_writer_add(r->out, c->layer, WHAT[i].name, AL_F32, a.ndim, a.shape,
+                                     arr[i], bad ? extra : NULL, err)))
+            return rc;
         r->n_files++;
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "file", name);
-        cJSON_AddNumberToObject(f, "layer", c->layer);
-        cJSON_AddStringToObject(f, "what", WHAT[i].name);
-        cJSON *shape = cJSON_AddArrayToObject(f, "shape");
-        for (int d = 0; d < a.ndim; d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)a.shape[d]));
         if (bad) {
-            cJSON_AddNumberToObject(f, "nonfinite", (double)bad);
-            cJSON_AddStringToObject(f, "first_nonfinite_at", where);
             fprintf(stderr,
                     "attnlim capture: warning: layer %d %s: %zu NaN/Inf values (first at "
                     "%s), written (--allow-nonfinite)\n",
                     c->layer, WHAT[i].name, bad, where);
             r->n_nonfinite += bad;
         }
-        cJSON_AddItemToArray(r->jfiles, f);
     }
     r->write_s += al_now() - t0;
     char status[64];
@@ -355,6 +328,34 @@ static int token_strings_json(al_model *m, const int32_t *win, long n, int requi
     return rc;
 }
 
+/* The tokenizer's files object {sha256, sha256_of, files} of the manifest's "tokens". */
+static int tokenizer_files(al_model *m, cJSON **out, al_error *err) {
+    char *text = al_model_tokenizer_json(m, err);
+    if (!text) return err->code ? err->code : AL_E_NOMEM;
+    *out = cJSON_Parse(text);
+    al_free(text);
+    return *out ? 0 : al_error_set(err, AL_E_NOMEM, "out of memory (tokenizer files)");
+}
+
+/* man's members, in order, into the dump writer: "model" and "files" (null in man) are the
+ * writer's own. */
+static int write_manifest(al_dump_writer *w, const cJSON *man, al_model *m, const char *given,
+                          al_error *err) {
+    int rc = 0;
+    for (const cJSON *it = man->child; it && !rc; it = it->next) {
+        if (!strcmp(it->string, "model")) {
+            rc = al_dump_writer_model(w, m, given, err);
+            continue;
+        }
+        char *text = cJSON_IsNull(it) ? NULL : al_json_print(it, 0);
+        if (!cJSON_IsNull(it) && !text)
+            return al_error_set(err, AL_E_NOMEM, "out of memory writing the manifest");
+        rc = al_dump_writer_set(w, it->string, text, err);
+        al_free(text);
+    }
+    return rc;
+}
+
 /* "about X MB in N arrays (...) to DIR": every selected layer's arrays, float32, before the
  * forward (the manifest adds a few kB). */
 static void size_estimate(const al_model_info *info, const uint8_t *layers, const uint8_t *heads,
@@ -409,16 +410,16 @@ int cmd_capture(int argc, char **argv) {
     double t_start = al_now();
     al_model *m = NULL;
     run_tokens tk = {0};
-    al_outdir *od = NULL; /* DIR first: a refused --out costs no model load (--dry-run: none) */
-    if (!dry_run && !(od = al_outdir_open(out, "capture", capture_file_name, force, &err)))
+    al_dump_writer *od =
+        NULL; /* DIR first: a refused --out costs no model load (--dry-run: none) */
+    if (!dry_run && !(od = al_dump_writer_open(out, "capture", force, &err)))
         return cli_fail("capture", &err);
     capture_run run = {.out = od, .allow_nonfinite = allow_nonfinite};
     uint8_t *layers = NULL, *heads = NULL;
     cJSON *man = NULL;
-    al__model_files mfiles = {0}, tfiles = {0};
+    cJSON *tz_files = NULL; /* the tokenizer's files object (tokens from text) */
     int rc = 0;
     catch_stop_signals();
-    if (!dry_run && (rc = al_outdir_make(od, &err))) goto done;
     if ((rc = al_model_open(model, &m, &err))) goto done;
     run.model = m;
     const al_model_info *info = al_model_get_info(m);
@@ -460,12 +461,11 @@ int cmd_capture(int argc, char **argv) {
         if (!json) fprintf(stderr, "attnlim capture: %s\n", est);
     }
     double t_hash0 = al_now();
-    if ((rc = al__model_files_list(m, 1, &mfiles, &err))) goto done;
-    if (tk.from_corpus && (rc = al__model_tokenizer_files(m, 1, &tfiles, &err))) goto done;
+    if ((rc = al_model_hash(m, &err))) goto done; /* every file's SHA-256, kept in m */
+    if (tk.from_corpus && (rc = tokenizer_files(m, &tz_files, &err))) goto done;
     double hash_s = al_now() - t_hash0;
     if ((rc = check_stop(&err))) goto done;
 
-    run.jfiles = cJSON_CreateArray();
     int n_sel_layers = 0;
     for (int l = 0; l < info->n_layer; l++) n_sel_layers += layers[l];
     run.prog = al_bar_begin(isatty(2) ? 1 : 2, n_sel_layers); /* else plain lines */
@@ -481,12 +481,7 @@ int cmd_capture(int argc, char **argv) {
     man = cJSON_CreateObject();
     cJSON_AddStringToObject(man, "command", "capture");
     cJSON_AddItemToObject(man, "versions", versions_json());
-    cJSON *jm = al__model_json(m, model, 1, &err);
-    if (!jm) {
-        rc = err.code ? err.code : AL_E_NOMEM;
-        goto done;
-    }
-    cJSON_AddItemToObject(man, "model", jm);
+    cJSON_AddNullToObject(man, "model"); /* the writer's (al_dump_writer_model) */
     cJSON *src = cJSON_AddObjectToObject(man, "tokens");
     cJSON_AddStringToObject(src, tk.from_corpus ? "corpus" : "file", tk.source);
     cJSON_AddStringToObject(src, "sha256", tk.sha256);
@@ -499,25 +494,15 @@ int cmd_capture(int argc, char **argv) {
             cJSON_AddNumberToObject(src, "invalid_utf8_at", (double)tk.invalid_utf8_at);
         else
             cJSON_AddNullToObject(src, "invalid_utf8_at");
-        cJSON *tz = cJSON_AddObjectToObject(src, "tokenizer");
-        cJSON_AddStringToObject(tz, "sha256", tfiles.sha256);
-        cJSON_AddStringToObject(tz, "sha256_of", AL__IDENTITY_OF);
-        cJSON_AddItemToObject(tz, "files", al__model_files_json(&tfiles));
+        cJSON_AddItemToObject(src, "tokenizer", tz_files);
+        tz_files = NULL;
     }
     run_tokens_framing_json(&tk, man);
     cJSON_AddNumberToObject(man, "window", (double)window);
     /* each layer's causal sliding window (0 = none): keys before it are masked as the future */
-    const cJSON *wol = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(jm, "architecture"), "window_of_layer");
-    cJSON *sw = cJSON_AddObjectToObject(man, "sliding_window");
-    cJSON *swl = cJSON_IsArray(wol) && cJSON_GetArraySize(wol) == info->n_layer
-                     ? cJSON_Duplicate(wol, 1)
-                     : NULL;
-    if (!swl) { /* a family without windows */
-        swl = cJSON_CreateArray();
-        for (int l = 0; l < info->n_layer; l++) cJSON_AddItemToArray(swl, cJSON_CreateNumber(0));
-    }
-    cJSON_AddItemToObject(sw, "of_layer", swl);
+    cJSON *swl = cJSON_AddArrayToObject(cJSON_AddObjectToObject(man, "sliding_window"), "of_layer");
+    for (int l = 0; l < info->n_layer; l++)
+        cJSON_AddItemToArray(swl, cJSON_CreateNumber(al_model_layer_window(m, l)));
     cJSON_AddNumberToObject(man, "length", (double)length);
     cJSON_AddNumberToObject(man, "first_token",
                             (double)window *
@@ -542,8 +527,7 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddStringToObject(conv, "masked_entries", MASK_CONVENTION);
     cJSON_AddStringToObject(conv, "dtype", "float32, C order");
     cJSON_AddNumberToObject(man, "nonfinite_values", (double)run.n_nonfinite);
-    cJSON_AddItemToObject(man, "files", run.jfiles);
-    run.jfiles = NULL;
+    cJSON_AddNullToObject(man, "files"); /* the arrays written (al_dump_writer_add) */
     cJSON *tm = cJSON_AddObjectToObject(man, "timings_s");
     cJSON_AddNumberToObject(tm, "load_model", t_loaded - t_start);
     cJSON_AddNumberToObject(tm, "tokens", tk.seconds);
@@ -551,33 +535,27 @@ int cmd_capture(int argc, char **argv) {
     cJSON_AddNumberToObject(tm, "forward", fwd_total - run.write_s);
     cJSON_AddNumberToObject(tm, "write", run.write_s);
     cJSON_AddNumberToObject(tm, "total", al_now() - t_start);
-    char *text = al_json_print(man, 1);
-    char tmp_manifest[PATH_MAX + 80];
-    snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", al_outdir_path(od));
-    rc = text ? al__write_file_atomic(tmp_manifest, text, strlen(text), &err)
-              : al_error_set(&err, AL_E_NOMEM, "out of memory writing the manifest");
-    free(text);
-    if (rc) {
-        al_error_prefix(&err, "%s: writing manifest.json", al_outdir_dir(od));
-        goto done;
-    }
     if ((rc = check_stop(&err))) goto done;
-    if ((rc = al_outdir_publish(od, &err))) goto done;
-    if (json) {
-        cJSON_AddStringToObject(man, "out", al_outdir_dir(od));
+    if ((rc = write_manifest(od, man, m, model, &err))) goto done;
+    cJSON_Delete(man);
+    man = NULL;
+    char *text = NULL;
+    if ((rc = al_dump_writer_finish(od, 0, json ? &text : NULL, &err))) goto done;
+    man = text ? cJSON_Parse(text) : NULL;
+    al_free(text);
+    if (json && man) {
+        cJSON_AddStringToObject(man, "out", al_dump_writer_dir(od));
         cli_print_json(man, 0);
         man = NULL;
     } else {
         printf("wrote %d arrays and manifest.json to %s (forward %.3f s, writing %.3f s)\n",
-               run.n_files, al_outdir_dir(od), fwd_total - run.write_s, run.write_s);
+               run.n_files, al_dump_writer_dir(od), fwd_total - run.write_s, run.write_s);
     }
 
 done:
-    al_outdir_free(od); /* on success: only releases the lock */
-    cJSON_Delete(run.jfiles);
+    al_dump_writer_free(od); /* on success: only releases the lock */
     cJSON_Delete(man);
-    al__model_files_free(&mfiles);
-    al__model_files_free(&tfiles);
+    cJSON_Delete(tz_files);
     free(layers);
     free(heads);
     run_tokens_free(&tk);

@@ -1,7 +1,6 @@
 /* cmd_study.c: attnlim study: one model per normalizer at the same budget, the paper's
  * diagnostics on each, and a report (src/train/study.c). */
 #include "cli.h"
-#include "study.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,22 +75,22 @@ static void usage(FILE *f) {
 }
 
 int cmd_study(int argc, char **argv) {
-    al__study_opts o;
-    al__study_defaults(&o);
+    al_study_opts o;
+    al_study_defaults(&o);
     al_error err = {0};
-    const char *norms = "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax";
+    const char *norms = o.normalizers;
     double scale = 1;
     uint64_t seed = 1;
     int json = 0, quiet = 0, threads = 0, seq = 0;
     const struct {
         int *dst;
         long lo, hi;
-    } ints[N_INTS] = {{&o.base.opt.steps, 0, 1000000000},
-                      {&o.base.opt.warmup, 0, 1000000000},
-                      {&o.base.cfg.n_layer, 1, 256},
-                      {&o.base.cfg.n_head, 1, 1024},
-                      {&o.base.cfg.n_embd, 1, 8192},
-                      {&o.base.cfg.n_ctx, 2, 8192},
+    } ints[N_INTS] = {{&o.base.steps, 0, 1000000000},
+                      {&o.base.warmup, 0, 1000000000},
+                      {&o.base.n_layer, 1, 256},
+                      {&o.base.n_head, 1, 1024},
+                      {&o.base.n_embd, 1, 8192},
+                      {&o.base.n_ctx, 2, 8192},
                       {&o.base.B, 1, 4096},
                       {&seq, 2, 8192},
                       {&o.base.eval_every, 0, 1000000000},
@@ -126,14 +125,14 @@ int cmd_study(int argc, char **argv) {
             double d;
             if (cli_parse_double(v, a, &d, &err)) return cli_usage_error("study", "%s", err.msg);
             if (!(d > 0)) return cli_usage_error("study", "%s must be > 0", a);
-            *(id == O_SCALE ? &scale : &o.base.opt.lr) = d;
+            *(id == O_SCALE ? &scale : &o.base.lr) = d;
         } else if (id == O_CRIT_L) {
             int *L, n;
             if (cli_parse_int_list(v, a, &L, &n, &err))
                 return cli_usage_error("study", "%s", err.msg);
-            if (n > AL__STUDY_MAX_L) {
+            if (n > AL_STUDY_MAX_L) {
                 free(L);
-                return cli_usage_error("study", "--crit-L: at most %d lengths", AL__STUDY_MAX_L);
+                return cli_usage_error("study", "--crit-L: at most %d lengths", AL_STUDY_MAX_L);
             }
             memcpy(o.crit_L, L, (size_t)n * sizeof *L);
             o.n_crit_L = n;
@@ -141,14 +140,15 @@ int cmd_study(int argc, char **argv) {
         }
     }
     if (!o.out) return cli_usage_error("study", "--out DIR is required");
-    if (al__study_parse_norms(norms, &o, &err)) return cli_usage_error("study", "%s", err.msg);
+    int n_norms = 0;
+    if (al_study_normalizers(norms, &n_norms, &err)) return cli_usage_error("study", "%s", err.msg);
+    o.normalizers = norms;
     o.base.seed = seed;
-    o.base.opt.steps = (int)ceil(o.base.opt.steps * scale);
-    o.base.T = seq ? seq : o.base.cfg.n_ctx;
-    if (o.base.T > o.base.cfg.n_ctx)
-        return cli_usage_error("study", "--seq %d is longer than --ctx %d", o.base.T,
-                               o.base.cfg.n_ctx);
-    if (o.base.cfg.n_embd % o.base.cfg.n_head)
+    o.base.steps = (int)ceil(o.base.steps * scale);
+    o.base.T = seq ? seq : o.base.n_ctx;
+    if (o.base.T > o.base.n_ctx)
+        return cli_usage_error("study", "--seq %d is longer than --ctx %d", o.base.T, o.base.n_ctx);
+    if (o.base.n_embd % o.base.n_head)
         return cli_usage_error("study", "--embd is not a multiple of --heads");
     int kept = 0; /* lengths past the window are dropped (a smaller --seq) */
     for (int k = 0; k < o.n_crit_L; k++)
@@ -156,15 +156,15 @@ int cmd_study(int argc, char **argv) {
     o.n_crit_L = kept;
     if (threads) al_set_threads(threads);
     o.progress = !quiet && isatty(2);
-    if (al__study_run(&o, &err)) return cli_fail("study", &err);
+    if (al_study(&o, &err)) return cli_fail("study", &err);
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "out", o.out);
-        cJSON_AddNumberToObject(j, "runs", o.n_norms);
-        cJSON_AddNumberToObject(j, "steps", o.base.opt.steps);
+        cJSON_AddNumberToObject(j, "runs", n_norms);
+        cJSON_AddNumberToObject(j, "steps", o.base.steps);
         cli_print_json(j, 0);
     } else {
-        printf("%s: %d models; report %s/report.html\n", o.out, o.n_norms, o.out);
+        printf("%s: %d models; report %s/report.html\n", o.out, n_norms, o.out);
     }
     return 0;
 }

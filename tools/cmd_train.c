@@ -1,7 +1,6 @@
 /* cmd_train.c: attnlim train: a GPT-2-style decoder trained in C with a chosen attention
  * normalizer (src/train). */
 #include "cli.h"
-#include "train_io.h"
 
 #include <math.h>
 #include <string.h>
@@ -133,11 +132,11 @@ static int parse_norm(const char *name, al_norm *nm) {
     return 0;
 }
 
-static void print_summary(const al__tr_run_opts *o, const al__tr_summary *s, int json) {
+static void print_summary(const al_train_opts *o, const al_train_summary *s, int json) {
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "out", o->out);
-        cJSON_AddStringToObject(j, "normalizer", al_norm_name(o->cfg.norm.kind));
+        cJSON_AddStringToObject(j, "normalizer", al_norm_name(o->norm.kind));
         cJSON_AddNumberToObject(j, "steps_done", s->steps_done);
         cJSON_AddItemToObject(j, "loss", cli_json_num(s->last_loss));
         cJSON_AddItemToObject(j, "val_loss", cli_json_num(s->val_loss));
@@ -151,34 +150,34 @@ static void print_summary(const al__tr_run_opts *o, const al__tr_summary *s, int
 }
 
 int cmd_train(int argc, char **argv) {
-    al__tr_run_opts o;
-    al__tr_run_defaults(&o);
+    al_train_opts o;
+    al_train_defaults(&o);
     int json = 0, quiet = 0, seq = 0, threads = 0;
     al_error err = {0};
     const numopt nums[N_NUMS] = {
-        [O_LAYERS] = {1, 1, 256, &o.cfg.n_layer},
-        [O_HEADS] = {1, 1, 1024, &o.cfg.n_head},
-        [O_EMBD] = {1, 1, 8192, &o.cfg.n_embd},
-        [O_CTX] = {1, 1, 8192, &o.cfg.n_ctx},
+        [O_LAYERS] = {1, 1, 256, &o.n_layer},
+        [O_HEADS] = {1, 1, 1024, &o.n_head},
+        [O_EMBD] = {1, 1, 8192, &o.n_embd},
+        [O_CTX] = {1, 1, 8192, &o.n_ctx},
         [O_BATCH] = {1, 1, 4096, &o.B},
         [O_SEQ] = {1, 1, 8192, &seq},
-        [O_STEPS] = {1, 0, 1e9, &o.opt.steps},
-        [O_WARMUP] = {1, 0, 1e9, &o.opt.warmup},
+        [O_STEPS] = {1, 0, 1e9, &o.steps},
+        [O_WARMUP] = {1, 0, 1e9, &o.warmup},
         [O_EVAL_EVERY] = {1, 0, 1e9, &o.eval_every},
         [O_VAL_WINDOWS] = {1, 1, 1e6, &o.val_windows},
         [O_CKPT_EVERY] = {1, 0, 1e9, &o.ckpt_every},
         [O_STOP_AFTER] = {1, 0, 1e9, &o.stop_after},
         [O_THREADS] = {1, 0, 4096, &threads},
-        [O_LR] = {0, 1e-12, 10, &o.opt.lr},
-        [O_MIN_LR_FRAC] = {0, 0, 1, &o.opt.min_lr_frac},
-        [O_WEIGHT_DECAY] = {0, 0, 10, &o.opt.weight_decay},
-        [O_BETA1] = {0, 0, 0.999999, &o.opt.beta1},
-        [O_BETA2] = {0, 0, 0.999999, &o.opt.beta2},
-        [O_CLIP] = {0, 0, 1e9, &o.opt.clip},
+        [O_LR] = {0, 1e-12, 10, &o.lr},
+        [O_MIN_LR_FRAC] = {0, 0, 1, &o.min_lr_frac},
+        [O_WEIGHT_DECAY] = {0, 0, 10, &o.weight_decay},
+        [O_BETA1] = {0, 0, 0.999999, &o.beta1},
+        [O_BETA2] = {0, 0, 0.999999, &o.beta2},
+        [O_CLIP] = {0, 0, 1e9, &o.clip},
         [O_VAL_FRAC] = {0, 1e-6, 0.49, &o.val_frac},
-        [O_TEMPERATURE] = {0, 1e-6, 1e6, &o.cfg.norm.temperature},
-        [O_ALPHA] = {0, 1.000001, 100, &o.cfg.norm.alpha},
-        [O_SSMAX_S] = {0, 1e-3, 1e3, &o.cfg.norm.ssmax_s},
+        [O_TEMPERATURE] = {0, 1e-6, 1e6, &o.norm.temperature},
+        [O_ALPHA] = {0, 1.000001, 100, &o.norm.alpha},
+        [O_SSMAX_S] = {0, 1e-3, 1e3, &o.norm.ssmax_s},
     };
     const char *norm_name = "softmax", *v;
     cli_parser p = {"train", argc, argv, opts, usage};
@@ -199,7 +198,7 @@ int cmd_train(int argc, char **argv) {
         if (k == O_QUIET) quiet = 1;
         if (k == O_RESUME) o.resume = 1;
         if (k == O_FIXED_BATCH) o.fixed_batch = 1;
-        if (k == O_SSMAX_LEARN) o.cfg.ssmax_learn = 1;
+        if (k == O_SSMAX_LEARN) o.ssmax_learn = 1;
         if (k == O_SEED && cli_parse_u64(v, p.opt, &o.seed, &err))
             return cli_usage_error("train", "%s", err.msg);
         if (k >= N_NUMS || k == O_SEED) continue;
@@ -219,19 +218,19 @@ int cmd_train(int argc, char **argv) {
         }
     }
     if (!o.out) return cli_usage_error("train", "--out DIR is required");
-    if (parse_norm(norm_name, &o.cfg.norm)) return 2;
-    o.T = seq ? seq : o.cfg.n_ctx;
-    if (o.T > o.cfg.n_ctx)
-        return cli_usage_error("train", "--seq %d is longer than --ctx %d", o.T, o.cfg.n_ctx);
-    if (o.cfg.n_embd % o.cfg.n_head)
-        return cli_usage_error("train", "--embd %d is not a multiple of --heads %d", o.cfg.n_embd,
-                               o.cfg.n_head);
-    if (o.cfg.ssmax_learn && o.cfg.norm.kind != AL_NORM_SSMAX)
+    if (parse_norm(norm_name, &o.norm)) return 2;
+    o.T = seq ? seq : o.n_ctx;
+    if (o.T > o.n_ctx)
+        return cli_usage_error("train", "--seq %d is longer than --ctx %d", o.T, o.n_ctx);
+    if (o.n_embd % o.n_head)
+        return cli_usage_error("train", "--embd %d is not a multiple of --heads %d", o.n_embd,
+                               o.n_head);
+    if (o.ssmax_learn && o.norm.kind != AL_NORM_SSMAX)
         return cli_usage_error("train", "--ssmax-learn is for --attention-normalizer ssmax");
     if (threads) al_set_threads(threads);
     o.progress = !quiet && isatty(2);
-    al__tr_summary s;
-    if (al__tr_run(&o, &s, &err)) return cli_fail("train", &err);
+    al_train_summary s;
+    if (al_train(&o, &s, &err)) return cli_fail("train", &err);
     print_summary(&o, &s, json);
     return 0;
 }

@@ -3,12 +3,27 @@
 A dump is a directory: manifest.json ("schema": "attnlim.dump/1") and, per stored layer l and
 array kind, layer{l}.{kind}.npy. `attnlim reproduce --model DIR` and `attnlim diagnose --model
 DIR` analyse it as they analyse a model (its tokens are the dump's T tokens)."""
+import ctypes
 import json
 import os
-import shutil
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
+
+from . import AttnlimError, _check, _Error, lib
+
+_ep = ctypes.POINTER(_Error)
+for _name, _res, _args in (
+        ("al_dump_writer_open", ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, _ep]),
+        ("al_dump_writer_path", ctypes.c_char_p, [ctypes.c_void_p]),
+        ("al_dump_writer_add", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                              ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
+                                              ctypes.c_char_p, _ep]),
+        ("al_dump_writer_set", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, _ep]),
+        ("al_dump_writer_finish", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), _ep]),
+        ("al_dump_writer_free", None, [ctypes.c_void_p])):
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args
 
 KINDS = ("q", "k", "v", "logits", "weights", "hidden", "embed")
 _PER_HEAD = ("q", "k", "v", "logits", "weights")
@@ -156,60 +171,39 @@ def write_dump(out_dir: str, layers: Any, token_ids: Optional[Sequence[int]] = N
             a[:, upper] = -np.inf if k == "logits" else 0.0
             conv[(l, k)] = a
     out_dir = os.path.abspath(out_dir)
-    parent, base = os.path.dirname(out_dir), os.path.basename(out_dir)
-    if not base:
+    if not os.path.basename(out_dir):
         raise ValueError("out_dir: name the directory")
-    if os.path.lexists(out_dir):
-        if not os.path.isdir(out_dir):
-            raise FileExistsError("%s exists and is not a directory" % out_dir)
-        held = os.listdir(out_dir)
-        if held and not force:
-            raise FileExistsError("%s already holds files (%s, ...): give force=True to replace a dump"
-                                  % (out_dir, sorted(held)[0]))
-        foreign = [f for f in held if f != "manifest.json" and not (f.startswith("layer") and f.endswith(".npy"))]
-        if foreign:
-            raise FileExistsError("%s holds %s, which a dump does not: force replaces only a dump"
-                                  % (out_dir, sorted(foreign)[0]))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, ".%s.dump-%d.tmp" % (base, os.getpid()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.mkdir(tmp)
+    err = _Error()
+    w = lib.al_dump_writer_open(os.fsencode(out_dir), b"dump", int(bool(force)), ctypes.byref(err))
+    if not w:
+        msg = err.msg.decode(errors="replace")
+        if any(m in msg for m in ("already holds files", "does not write", "not a directory")):
+            raise FileExistsError(msg + (" (give force=True to replace a dump)"
+                                         if "already holds files" in msg else ""))
+        raise AttnlimError(err.code, msg)
     try:
-        files = []
         for (l, k), a in sorted(conv.items(), key=lambda e: (e[0][0], KINDS.index(e[0][1]))):
-            name = "layer%d.%s.npy" % (l, k)
-            np.save(os.path.join(tmp, name), a, allow_pickle=False)
-            files.append({"file": name, "layer": l, "what": k, "shape": list(a.shape),
-                          "dtype": "float64" if a.dtype == np.float64 else "float32"})
+            shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+            _check(lib.al_dump_writer_add(w, l, k.encode(), 1 if a.dtype == np.float64 else 0, a.ndim, shape,
+                                          a.ctypes.data_as(ctypes.c_void_p), None, ctypes.byref(err)), err)
         man = {"schema": SCHEMA, "producer": "attnlim.write_dump", "model": model, "T": int(T)}
         if ids is not None:
             man["token_ids"] = ids
-        man.update({"layers": [l for l, _ in items], "heads": heads, "arrays": kinds, "files": files,
+        man.update({"layers": [l for l, _ in items], "heads": heads, "arrays": kinds, "files": None,
                     "conventions": {
                         "layout": "q, k, v [n_heads, T, d_head]; logits, weights [n_heads, T, T]; "
                                   "hidden, embed [T, d_model]; n_heads = the heads listed, in order",
                         "masked_entries": "causal dumps: for query row t, keys j > t are masked: "
                                           "logits -inf, weights 0; encoders mask nothing"}})
-        with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
-            json.dump(man, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        if check:
-            from ._api import Model
-            Model(tmp).close()  # raises AttnlimError naming the file and the fault
-        if os.path.isdir(out_dir) and os.listdir(out_dir):  # force: the old dump aside, the new in
-            old = os.path.join(parent, ".%s.dump-%d.old" % (base, os.getpid()))
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(out_dir, old)
-            try:
-                os.rename(tmp, out_dir)
-            except BaseException:
-                os.rename(old, out_dir)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)  # replaces an empty directory
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        for key, value in man.items():
+            text = None if key == "files" else json.dumps(value).encode()
+            _check(lib.al_dump_writer_set(w, key.encode(), text, ctypes.byref(err)), err)
+        text = ctypes.c_void_p()
+        _check(lib.al_dump_writer_finish(w, int(bool(check)), ctypes.byref(text), ctypes.byref(err)), err)
+        try:
+            man = json.loads(ctypes.string_at(text).decode())
+        finally:
+            lib.al_free(text)
+    finally:
+        lib.al_dump_writer_free(w)
     return man

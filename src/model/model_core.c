@@ -318,6 +318,10 @@ int al__model_layer_window(const al_model *m, int layer) {
     return m->vt->layer_window(m, layer);
 }
 
+int al_model_layer_window(const al_model *m, int layer) {
+    return m ? al__model_layer_window(m, layer) : 0;
+}
+
 cJSON *al__model_json(al_model *m, const char *given, int hash, al_error *err) {
     al__model_files files;
     if (al__model_files_list(m, hash, &files, err)) return NULL;

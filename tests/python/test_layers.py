@@ -26,21 +26,9 @@ RANK = {"base": 0, "math": 1, "text": 1, "formats": 1, "report": 1, "dist": 1, "
 FAMILIES = ("gpt2", "llama", "bert", "dump")
 
 # What the CLI still reaches below the public API (shrink only; docs/design.md "The CLI"):
-# capture's directory writer and manifest (issue 19: to become the library's one dump writer,
-# shared with python/attnlim/_dump.py); train and study, whose option structs are not public.
-TOOLS_INTERNAL_HEADERS = {
-    "tools/cmd_capture.c": {"internal.h", "model.h"},  # the manifest's model and files objects
-    "tools/cmd_study.c": {"study.h"},  # al__study_opts (not a public struct yet)
-    "tools/cmd_train.c": {"train_io.h"},  # al__tr_run_opts (not a public struct yet)
-}
-TOOLS_INTERNAL_CALLS = {
-    # capture's manifest and atomic writes
-    "al__model_files_free", "al__model_files_json", "al__model_files_list", "al__model_json",
-    "al__model_tokenizer_files", "al__write_file_atomic",
-    # train and study
-    "al__study_defaults", "al__study_parse_norms", "al__study_run", "al__tr_run",
-    "al__tr_run_defaults",
-}
+# nothing; the CLI is a client of include/attnlim.h alone.
+TOOLS_INTERNAL_HEADERS: dict = {}
+TOOLS_INTERNAL_CALLS: set = set()
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
