@@ -375,6 +375,22 @@ static int deliver_capture(const al__attn *a, const cap_bufs *cb, unsigned what,
     return 0;
 }
 
+/* Key/value group g packed for the tile kernels: keys kt [Tp / 16, D, 16] (rows past T zero),
+ * values vp [Dp / 16, T, 16] (columns past D zero). */
+static void pack_group(const al__attn *a, int g, float *kt, float *vp, size_t Tp, size_t Dp) {
+    const int T = a->T, D = a->d_head;
+    for (int t = 0; t < T; t++) {
+        const float *kr = a->k + t * a->k_stride + (size_t)g * D;
+        float *panel = kt + (size_t)(t / 16) * D * 16 + t % 16; /* [D] at stride 16 */
+        for (int d = 0; d < D; d++) panel[(size_t)d * 16] = kr[d];
+        const float *vr = a->v + t * a->v_stride + (size_t)g * D;
+        for (size_t c = 0; c < Dp; c++)
+            vp[(c / 16) * T * 16 + (size_t)t * 16 + c % 16] = c < (size_t)D ? vr[c] : 0.0f;
+    }
+    for (size_t t = (size_t)T; t < Tp; t++) /* the last panel's padding */
+        for (int d = 0; d < D; d++) kt[(t / 16) * D * 16 + (size_t)d * 16 + t % 16] = 0.0f;
+}
+
 int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     const int T = a->T, H = a->n_head, G = a->n_kv_head, D = a->d_head;
     if (T < 1 || H < 1 || G < 1 || D < 1 || H % G != 0 || !a->q || !a->k || !a->v || !a->out)
@@ -443,19 +459,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             }
         }
 #pragma omp for schedule(static)
-        for (int g = 0; g < (tiles ? G : 0); g++) {
-            float *kt = Kt + (size_t)g * D * Tp, *vp = Vp + (size_t)g * Dp * T;
-            for (int t = 0; t < T; t++) {
-                const float *kr = a->k + t * a->k_stride + (size_t)g * D;
-                float *panel = kt + (size_t)(t / 16) * D * 16 + t % 16; /* [D] at stride 16 */
-                for (int d = 0; d < D; d++) panel[(size_t)d * 16] = kr[d];
-                const float *vr = a->v + t * a->v_stride + (size_t)g * D;
-                for (size_t c = 0; c < Dp; c++)
-                    vp[(c / 16) * T * 16 + (size_t)t * 16 + c % 16] = c < (size_t)D ? vr[c] : 0.0f;
-            }
-            for (size_t t = (size_t)T; t < Tp; t++) /* the last panel's padding */
-                for (int d = 0; d < D; d++) kt[(t / 16) * D * 16 + (size_t)d * 16 + t % 16] = 0.0f;
-        }
+        for (int g = 0; g < (tiles ? G : 0); g++)
+            pack_group(a, g, Kt + (size_t)g * D * Tp, Vp + (size_t)g * Dp * T, Tp, Dp);
 #pragma omp for schedule(dynamic, 1)
         for (int task = 0; task < n_tasks; task++) {
             int bi = n_blocks - 1 - task / H, h = task % H, g = kv_head[h], sel = sel_of[h];
