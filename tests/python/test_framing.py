@@ -180,6 +180,12 @@ def test_reproduce_layers_heads(gpt2, tmp_path):
     assert "1 of 4 heads" in open(sub / "report.html").read()
     p = run(*base, "--layers", "0", "--out", sub, "--resume", check=1)
     assert "heads" in p.stderr and "other options" in p.stderr, p.stderr
+    # the Python package's reproduce(layers=, heads=): the CLI's subset run, value for value
+    py = attnlim.reproduce(tmp_path / "py", model=gpt2, quick=True, layers=[1], heads=[0],
+                           experiments=["vanishing", "alg1", "alg2", "alg4"])
+    assert py["manifest"]["options"]["heads_analysed"] == 1
+    for exp, key in (("alg2", "dtilde"), ("alg4", "ratio"), ("alg1", "dtilde")):
+        assert py[exp]["per_head"][key] == s[exp]["per_head"][key]
 
 
 def full_opts_all(res):
