@@ -887,6 +887,21 @@ def sparsemax_ref(z):
     return np.maximum(z - tau, 0)
 
 
+def ref_row_sensitivity(zt, v, f, kind, temps, eps, spec, fd):
+    """Adds one row's |J|_2 (the exact Jacobian of softmax / sparsemax at T) to spec[a] and its
+    finite-difference quotients along v to fd[a, e]."""
+    for a, T in enumerate(temps):
+        p0 = f(zt / T)
+        if kind == 0:
+            J = (np.diag(p0) - np.outer(p0, p0)) / T
+        else:
+            g = (p0 > 0).astype(float)
+            J = (np.diag(g) - np.outer(g, g) / g.sum()) / T
+        spec[a] += np.abs(np.linalg.eigvalsh(J)).max()
+        for e, ep in enumerate(eps):
+            fd[a, e] += np.linalg.norm(f((zt + ep * v) / T) - p0) / ep
+
+
 def ref_sensitivity(lib, z, causal, kind, temps, eps, seed, layer, head):
     L = z.shape[0]
     fd = np.zeros((len(temps), len(eps)))
@@ -900,16 +915,7 @@ def ref_sensitivity(lib, z, causal, kind, temps, eps, seed, layer, head):
         zt = z[t, :n]
         v = direction(lib, seed, layer, head, t, n)
         f = softmax if kind == 0 else sparsemax_ref
-        for a, T in enumerate(temps):
-            p0 = f(zt / T)
-            if kind == 0:
-                J = (np.diag(p0) - np.outer(p0, p0)) / T
-            else:
-                g = (p0 > 0).astype(float)
-                J = (np.diag(g) - np.outer(g, g) / g.sum()) / T
-            spec[a] += np.abs(np.linalg.eigvalsh(J)).max()
-            for e, ep in enumerate(eps):
-                fd[a, e] += np.linalg.norm(f((zt + ep * v) / T) - p0) / ep
+        ref_row_sensitivity(zt, v, f, kind, temps, eps, spec, fd)
     return fd / rows, spec / rows
 
 

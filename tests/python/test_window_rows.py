@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from test_metrics import (KEYS, LIB_PATH, Err, Norm, Stats, close, direction, lib, ref_row,  # noqa: F401
+                          ref_row_sensitivity,
                           softmax, sparsemax_ref)
 
 dp = ctypes.POINTER(ctypes.c_double)
@@ -147,16 +148,7 @@ def test_sensitivity_windowed(lib, kind):
         zt = z[t, lo_of(t, W):t + 1]
         v = direction(lib, 5, 2, 3, t, len(zt))
         rows += 1
-        for a, T in enumerate(temps):
-            p0 = f(zt / T)
-            if kind == 0:
-                J = (np.diag(p0) - np.outer(p0, p0)) / T
-            else:
-                g = (p0 > 0).astype(float)
-                J = (np.diag(g) - np.outer(g, g) / g.sum()) / T
-            rspec[a] += np.abs(np.linalg.eigvalsh(J)).max()
-            for e, ep in enumerate(eps):
-                rfd[a, e] += np.linalg.norm(f((zt + ep * v) / T) - p0) / ep
+        ref_row_sensitivity(zt, v, f, kind, temps, eps, rspec, rfd)
     rfd /= rows
     rspec /= rows
     assert np.all(np.abs(spec - rspec) <= 1e-10 * rspec + 1e-12 / temps), (spec, rspec)
