@@ -17,8 +17,17 @@ if [ ! -x "$LB" ]; then
     SD=$(ls -d "$CACHE"/llama_cpp_python-*.tar.gz | tail -1)
     tar xzf "$SD" -C "$CACHE"
     SRC=$(ls -d "$CACHE"/llama_cpp_python-*/vendor/llama.cpp | tail -1)
-    nice -n 5 cmake -S "$SRC" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-        -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    # explicit instruction sets (never GGML_NATIVE): AVX2, plus AVX-512 where this CPU has it,
+    # as attnlim's kernels pick at run time, so that both sides use the same vector width
+    ISA="-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    if grep -qw avx512f /proc/cpuinfo; then
+        ISA="$ISA -DGGML_AVX512=ON"
+        for f in vnni:AVX512_VNNI vbmi:AVX512_VBMI bf16:AVX512_BF16; do
+            grep -qw "avx512_${f%%:*}\|avx512${f%%:*}" /proc/cpuinfo && ISA="$ISA -DGGML_${f#*:}=ON"
+        done
+    fi
+    # shellcheck disable=SC2086
+    nice -n 5 cmake -S "$SRC" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF $ISA -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF
     nice -n 5 cmake --build "$CACHE/build" -j2 --target llama-bench
 fi
