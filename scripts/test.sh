@@ -6,7 +6,7 @@
 #   2. the same suite on an AddressSanitizer + UndefinedBehaviorSanitizer build;
 #   3. valgrind memcheck of the CLI on a small model: zero errors, zero definite, indirect or
 #      possible leaks;
-#   4. every libFuzzer harness (tests/fuzz) for AL_FUZZ_SECONDS (default 20) each, from its
+#   4. every libFuzzer harness (tests/fuzz) for AL_FUZZ_SECONDS (default 10) each, from its
 #      committed seed corpus.
 # Usage: scripts/test.sh [--fast]   (--fast: stage 1 only)
 set -euo pipefail
@@ -30,6 +30,6 @@ cmake --build build-asan -j"$jobs"
 echo "== stage 3: valgrind memcheck of the CLI"
 scripts/valgrind.sh build/attnlim
 
-echo "== stage 4: fuzz harnesses, ${AL_FUZZ_SECONDS:-20} s each"
-scripts/fuzz.sh "${AL_FUZZ_SECONDS:-20}"
+echo "== stage 4: fuzz harnesses, ${AL_FUZZ_SECONDS:-10} s each"
+scripts/fuzz.sh "${AL_FUZZ_SECONDS:-10}"
 echo "all stages passed"
