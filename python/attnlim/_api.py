@@ -40,6 +40,10 @@ class _MetricsOpts(_c.Structure):  # al_metrics_opts, 40 bytes
 _TOPN_FIELDS = ["dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_upper"]
 
 
+class _SensOpts(_c.Structure):  # al_sens_opts, 16 bytes
+    _fields_ = [("logit_scale", _c.c_double), ("fresh", _c.c_int), ("window", _c.c_int)]
+
+
 class _TopN(_c.Structure):  # al_topn_stats, 80 bytes
     _fields_ = [("N", _c.c_int), ("rows", _c.c_int64)] + [(f, _c.c_double) for f in _TOPN_FIELDS]
 
@@ -111,6 +115,8 @@ _proto("al_row_sensitivity", _c.c_int, _dp, _i64, _N, _dp, _c.c_int, _dp, _c.c_i
        _ep)
 _proto("al_head_sensitivity", _c.c_int, _dp, _i64, _c.c_int, _N, _dp, _c.c_int, _dp, _c.c_int,
        _c.c_uint64, _c.c_int, _c.c_int, _dp, _dp, _ep)
+_proto("al_head_sensitivity_ex", _c.c_int, _dp, _i64, _c.c_int, _N, _dp, _c.c_int, _dp, _c.c_int,
+       _c.c_uint64, _c.c_int, _c.c_int, _c.POINTER(_SensOpts), _dp, _dp, _ep)
 _proto("al_sensitivity_direction", _c.c_int, _c.c_uint64, _c.c_int, _c.c_int, _i64, _i64, _dp)
 _proto("al_ks_2samp", _c.c_int, _dp, _c.c_size_t, _dp, _c.c_size_t, _dp, _dp, _ep)
 _proto("al_critical_n", _c.c_int, _c.POINTER(_c.c_int), _c.c_int, _dp, _dp, _c.c_int, _c.c_double,
@@ -320,10 +326,11 @@ def vanishing_D(q: ArrayLike, k: ArrayLike, causal: bool = True, window: int = 0
 
 def sensitivity(z: ArrayLike, temps: ArrayLike, eps: ArrayLike, method: str = "softmax", causal: bool = True,
                 seed: int = 0, layer: int = 0, head: int = 0, alpha: float = 1.5,
-                ssmax_s: float = 0.43) -> Tuple[np.ndarray, np.ndarray]:
+                ssmax_s: float = 0.43, window: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """METHOD section 6. Algorithm 5 on logits z[L, L] (causal: row t uses columns 0..t): returns (fd_mean[n_t,
     n_eps], spec_mean[n_t]), the means over rows (n >= 2) of |f((z + eps v)/T) - f(z/T)| / eps
-    and of the exact spectral norm of the Jacobian of f(z/T). v: sensitivity_direction."""
+    and of the exact spectral norm of the Jacobian of f(z/T). v: sensitivity_direction. window > 0 (causal
+    sliding window, Mistral / Gemma 2): row t uses columns max(0, t - window + 1)..t, n = min(t + 1, window)."""
     nm = _norm(method, 1.0, alpha, ssmax_s)
     zs = _f64(z, 2, "z")
     L = zs.shape[0]
@@ -331,8 +338,9 @@ def sensitivity(z: ArrayLike, temps: ArrayLike, eps: ArrayLike, method: str = "s
         raise ValueError("z must be [L, L], got %s" % (zs.shape,))
     ts, es = _f64(np.atleast_1d(temps), 1, "temps"), _f64(np.atleast_1d(eps), 1, "eps")
     fd, sp = np.empty((len(ts), len(es))), np.empty(len(ts))
-    _call(lib.al_head_sensitivity, _ptr(zs), L, int(bool(causal)), _c.byref(nm), _ptr(ts), len(ts),
-          _ptr(es), len(es), int(seed), int(layer), int(head), _ptr(fd), _ptr(sp))
+    so = _SensOpts(1.0, 0, int(window))
+    _call(lib.al_head_sensitivity_ex, _ptr(zs), L, int(bool(causal)), _c.byref(nm), _ptr(ts), len(ts),
+          _ptr(es), len(es), int(seed), int(layer), int(head), _c.byref(so), _ptr(fd), _ptr(sp))
     return fd, sp
 
 

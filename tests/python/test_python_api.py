@@ -51,7 +51,7 @@ def test_layouts_roundtrip():
     assert ctypes.sizeof(_api._ModelInfo) == 1296 and ctypes.sizeof(_api._Capture) == 136
     assert ctypes.sizeof(_api._CaptureRequest) == 40 and ctypes.sizeof(A._Error) == 1028
     assert ctypes.sizeof(_api._ReproOpts) == 304 and ctypes.sizeof(_api._DiagOpts) == 144
-    assert ctypes.sizeof(_api._AttnSpec) == 48
+    assert ctypes.sizeof(_api._AttnSpec) == 48 and ctypes.sizeof(_api._SensOpts) == 16
     # al_norm by value: the header's documented defaults come back in the right fields
     for kind in range(7):
         nm = A.lib.al_norm_default(kind)
@@ -276,6 +276,43 @@ def test_sensitivity_against_scipy_and_svd():
                 fd_ref[a, b] += np.linalg.norm(scipy.special.softmax((zt + e * v) / T) - p) / e
     np.testing.assert_allclose(fd, fd_ref / (L - 1), rtol=1e-7)
     np.testing.assert_allclose(spec, sp_ref / (L - 1), rtol=1e-9)
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, 20])
+def test_sensitivity_window_against_scipy_and_svd(window):
+    """window (Mistral / Gemma 2 sliding window): row t sees keys max(0, t - window + 1)..t only, its
+    direction drawn for that n; window >= L is the plain causal reading, 1 leaves no row (NaN)."""
+    rng = np.random.default_rng(15)
+    L = 10
+    z = rng.normal(size=(L, L)) * 3
+    temps, eps = np.array([0.2, 1.0, 3.0]), np.array([1e-3, 1.0])
+    fd, spec = A.sensitivity(z, temps, eps, seed=3, layer=0, head=1, window=window)
+    fd_ref, sp_ref, rows = np.zeros((3, 2)), np.zeros(3), 0
+    for t in range(L):
+        lo = max(0, t - window + 1)
+        zt = z[t, lo:t + 1]
+        if len(zt) < 2:
+            continue
+        rows += 1
+        v = A.sensitivity_direction(3, 0, 1, t, len(zt))
+        for a, T in enumerate(temps):
+            p = scipy.special.softmax(zt / T)
+            sp_ref[a] += np.linalg.svd((np.diag(p) - np.outer(p, p)) / T, compute_uv=False)[0]
+            for b, e in enumerate(eps):
+                fd_ref[a, b] += np.linalg.norm(scipy.special.softmax((zt + e * v) / T) - p) / e
+    if rows == 0:
+        assert np.isnan(fd).all() and np.isnan(spec).all()
+        return
+    np.testing.assert_allclose(fd, fd_ref / rows, rtol=1e-7)
+    np.testing.assert_allclose(spec, sp_ref / rows, rtol=1e-9)
+    if window >= L:  # no key leaves any row's window: the unwindowed call, bit for bit
+        fd0, sp0 = A.sensitivity(z, temps, eps, seed=3, layer=0, head=1)
+        assert (fd0 == fd).all() and (sp0 == spec).all()
+
+
+def test_sensitivity_window_negative_refused():
+    with pytest.raises(A.AttnlimError, match="window -2 < 0"):
+        A.sensitivity(np.zeros((4, 4)), [1.0], [1e-3], window=-2)
 
 
 def test_row_vanishing_and_row_sensitivity_against_numpy():
