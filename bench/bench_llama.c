@@ -24,8 +24,8 @@ static int cmp_double(const void *a, const void *b) {
 static void flops(const al_model_info *in, int T, double *mm, double *att) {
     double C = in->d_model, Hd = (double)in->n_head * in->d_head,
            Gd = (double)in->n_kv_head * in->d_head;
-    double F = in->d_ff;
-    *mm = 2.0 * T * in->n_layer * (C * Hd + 2 * C * Gd + Hd * C + 3 * C * F);
+    double F = in->d_ff, nf = strcmp(in->family, "gpt_neox") == 0 ? 2 : 3; /* GELU MLP or gated */
+    *mm = 2.0 * T * in->n_layer * (C * Hd + 2 * C * Gd + Hd * C + nf * C * F);
     *att = 2.0 * 2.0 * in->n_layer * in->n_head * in->d_head * ((double)T * (T + 1) / 2);
 }
 

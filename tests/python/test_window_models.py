@@ -209,3 +209,36 @@ def test_windowed_dump(tmp_path, book):
         assert e["mean_max_weight"] == pytest.approx(np.mean([r.max() for r in rows]), abs=1e-6)
         sink = [rows[t][0] for t in range(L) if lo_of(t, win_of(l)) == 0]
         assert e["mean_weight_on_token0"] == pytest.approx(np.mean(sink), abs=1e-6)
+
+
+def test_resume_with_window_shorter_than_L(tmp_path, book):
+    """--resume on a Mistral whose window (6) is shorter than L (16, 32): a lost (window, L) job is
+    recomputed under the window and the results equal a fresh run's value for value; the same
+    directory with another window in config.json is another model (its SHA-256 differs), which
+    --resume refuses, naming it."""
+    cls, cfg_fn, pipe, _ = FAMS["mistral"]
+    F.FAMILIES["mistral"] = (cls, cfg_fn, pipe)
+    d = tmp_path / "model"
+    F.make("mistral", book, d)
+    args = ["reproduce", "--model", str(d), "--quick", "--quiet", "--lengths", "16,32", "--long-length", "32",
+            "--experiments", "alg1,alg2,alg5"]
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    test_llama.run_cli(*args, "--out", str(ref), check=True)
+    res = json.loads((ref / "results.json").read_text())
+    assert res["manifest"]["model"]["sliding_window"]["of_layer"] == [W, W]
+    import shutil
+    shutil.copytree(ref, out)
+    jobs = sorted(j for j in (out / "partial").iterdir() if j.is_dir())
+    assert len(jobs) >= 2, jobs
+    shutil.rmtree(jobs[-1])
+    r = test_llama.run_cli(*[a for a in args if a != "--quiet"], "--resume", "--out", str(out), check=True)
+    assert "reused %d and computed 1 of %d" % (len(jobs) - 1, len(jobs)) in r.stderr, r.stderr
+    strip = lambda p: {k: v for k, v in json.loads((p / "results.json").read_text()).items() if k != "manifest"}
+    assert strip(out) == strip(ref)
+    for f in sorted(p.name for p in ref.glob("*.npy")):
+        assert np.array_equal(np.load(out / f), np.load(ref / f), equal_nan=True), f
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["sliding_window"] = 12
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = test_llama.run_cli(*args, "--resume", "--out", str(out))
+    assert r.returncode != 0 and "--resume" in r.stderr and "other options: model" in r.stderr, r.stderr

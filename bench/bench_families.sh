@@ -1,0 +1,49 @@
+#!/bin/sh
+# bench_families.sh BUILD LLAMA_CACHE WORK [FAMILIES]: every family's forward without capture
+# (bench_llama --no-capture) against llama.cpp's prompt processing (llama-bench -p T -n 0) on the
+# same GGUF, 2 threads each, T = 1024 and 2048, alternated A/B (the machine is shared: quote
+# ratios); and our forward on the HF directory beside the GGUF one (the >= 90% GFLOP/s target).
+# Random-weight models of real shapes (bench/family_shapes.py, transformers' own classes) are
+# converted by llama.cpp's convert_hf_to_gguf.py (bench/family_gguf.py). LLAMA_CACHE: as for
+# bench/bench_llamacpp.sh (llama-bench in LLAMA_CACHE/build/bin, built by that script). Never a
+# test dependency. FAMILIES: default "qwen2 mistral gemma2 gptneox"; env REPS (A/B pairs per T,
+# default 2) and HF (the families whose HF directory is timed too, default all).
+set -eu
+BUILD=$1
+CACHE=$2
+WORK=$3
+FAMS=${4:-qwen2 mistral gemma2 gptneox}
+PY=${PY:-python3}
+REPS=${REPS:-2}
+HF=${HF:-$FAMS}
+HERE=$(cd "$(dirname "$0")" && pwd)
+LB="$CACHE/build/bin/llama-bench"
+SRC=$(ls -d "$CACHE"/llama_cpp_python-*/vendor/llama.cpp | tail -1)
+[ -x "$LB" ] || { echo "bench_families: no $LB (run bench/bench_llamacpp.sh first)" >&2; exit 1; }
+mkdir -p "$WORK"
+for f in $FAMS; do
+    [ -f "$WORK/$f/config.json" ] || nice -n 5 "$PY" "$HERE/family_shapes.py" "$WORK/$f" "$f"
+    [ -f "$WORK/$f.gguf" ] || nice -n 5 "$PY" "$HERE/family_gguf.py" "$SRC" "$WORK/$f" "$WORK/$f.gguf" f16
+done
+ours() { # MODEL T
+    OMP_WAIT_POLICY=PASSIVE nice -n 5 "$BUILD/bench_llama" --model "$1" --threads 2 --T "$2" \
+        --reps 1 --long 0 --no-capture | grep "^model\|^T =\|^CPU"
+}
+uptime
+for f in $FAMS; do
+    for T in 1024 2048; do
+        for rep in $(seq "$REPS"); do
+            echo "== $f attnlim GGUF T=$T run $rep"
+            ours "$WORK/$f.gguf" "$T"
+            echo "== $f llama.cpp T=$T run $rep"
+            nice -n 5 "$LB" -m "$WORK/$f.gguf" -t 2 -p "$T" -n 0 -r 1 -o md | grep "pp$T"
+        done
+    done
+    case " $HF " in *" $f "*)
+        echo "== $f attnlim HF directory T=1024"
+        ours "$WORK/$f" 1024
+        echo "== $f attnlim GGUF T=1024 (beside the HF run)"
+        ours "$WORK/$f.gguf" 1024 ;;
+    esac
+    uptime
+done
