@@ -467,6 +467,15 @@ dump_dir("dump/weights_masked_nonzero", DM, dict(DA, **{"layer0.weights.npy": mk
 mkn = dw.copy()
 mkn[0, 2, 3] = np.nan
 dump_dir("dump/weights_masked_nan", dict(DM, weights_sum_to_one=False), dict(DA, **{"layer0.weights.npy": mkn}))
+# "sliding_window" (issue 14): negative, past the largest T, one per layer, causal only, and
+# inconsistent with the stored weights (a window of 2 over full causal rows). A window wider than
+# T is no fault (a Mistral's 4096 over a dump of 32 tokens: every row sees its whole prefix).
+dump_dir("dump/window_negative", dman(sliding_window={"of_layer": [-1]}), DA)
+dump_dir("dump/window_past_max", dman(sliding_window={"of_layer": [1 << 21]}), DA)
+dump_dir("dump/window_count", dman(sliding_window={"of_layer": [2, 2]}), DA)
+dump_dir("dump/window_bidirectional", dman(model={"causal": False}, sliding_window={"of_layer": [2]}),
+         {"layer0.q.npy": dq, "layer0.k.npy": dk, "layer0.v.npy": dv, "layer0.logits.npy": bz})
+dump_dir("dump/window_weights_inconsistent", dman(sliding_window={"of_layer": [2]}), DA)
 
 # ---- Llama-family HF directories (config.json faults; a tiny valid model for the tokenizer) ---
 LC = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 8,
