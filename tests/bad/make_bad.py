@@ -506,6 +506,8 @@ llama_dir("unknown_arch", dict(LC, model_type="falcon"))
 llama_dir("unknown_rope", dict(LC, rope_scaling={"rope_type": "longrope", "factor": 2.0}))
 llama_dir("bad_heads", dict(LC, num_key_value_heads=3, num_attention_heads=2))
 llama_dir("window_too_large", dict(LC, model_type="mistral", sliding_window=64))
+llama_dir("qwen2_layer_types", dict(LC, model_type="qwen2", use_sliding_window=True, sliding_window=8,
+                                    max_window_layers=1, layer_types=["sliding_attention"]))
 llama_dir("bad_act", dict(LC, hidden_act="gelu"))
 llama_dir("neox_odd_rotary", {"model_type": "gpt_neox", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12,
                               "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 16,

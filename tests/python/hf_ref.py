@@ -46,9 +46,16 @@ def build(cls, config, path, dtype=torch.float32, seed=0, **save):
     return m
 
 
-def reference(path, cls, tokens):
+def reference(path, cls, tokens, global_layers=()):
+    """global_layers: layers given the plain causal mask instead of the model's (4.46.3's eager
+    Qwen2 windows every layer; current transformers leaves those below max_window_layers global)."""
     m = cls.from_pretrained(str(path), torch_dtype=torch.float64, attn_implementation="eager")
     m.eval()
+    T = len(tokens)
+    causal = torch.full((T, T), torch.finfo(torch.float64).min, dtype=torch.float64).triu(1)[None, None]
+    for l in global_layers:
+        layer = m.model.layers[l]
+        layer.forward = (lambda f: lambda *a, **k: f(*a, **dict(k, attention_mask=causal)))(layer.forward)
     ids = torch.tensor([tokens])
     out = m(ids, output_attentions=True, output_hidden_states=True, use_cache=False)
     return m, out
@@ -72,8 +79,8 @@ def diffs(ref, out, got, n_layer):
     return d
 
 
-def compare(path, cls, tokens):
-    ref, out = reference(path, cls, tokens)
+def compare(path, cls, tokens, global_layers=()):
+    ref, out = reference(path, cls, tokens, global_layers)
     c = test_llama.CModel(path)
     try:
         got = c.forward(tokens, what=("hidden", "weights"), logits=True, final=True)

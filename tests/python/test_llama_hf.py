@@ -111,25 +111,37 @@ def test_qwen2_biases(tmp_path):
     assert info.family == b"qwen2"
 
 
-@pytest.mark.parametrize("window,mwl", [(6, 1), (6, 0), (100, 1)])
+@pytest.mark.parametrize("window,mwl", [(6, 1), (6, 0), (6, 3), (100, 1)])
 def test_qwen2_use_sliding_window(tmp_path, window, mwl):
-    """use_sliding_window = true as transformers 4.46.3's eager forward: every layer windowed,
-    whatever max_window_layers (its flash path alone reads it; the manifest records it)."""
-    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    """use_sliding_window = true as current transformers (Qwen2Config.layer_types): layers below
+    max_window_layers global, the others windowed. The reference is transformers 4.46.3's float64
+    eager forward, which windows every layer, with the plain causal mask handed to the layers
+    below max_window_layers (max_window_layers = 0 is 4.46.3 unchanged); "layer_types" in the
+    config, as current transformers writes it, is read and checked against these fields."""
+    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                       rope_theta=10000.0, use_sliding_window=True, sliding_window=window,
                       max_window_layers=mwl)
     hf_ref.build(Qwen2ForCausalLM, cfg, tmp_path)
     T = 40
-    d, info = hf_ref.compare(tmp_path, Qwen2ForCausalLM, tokens(T, cfg.vocab_size))
+    win = [0 if l < mwl else window for l in range(3)]
+    d, info = hf_ref.compare(tmp_path, Qwen2ForCausalLM, tokens(T, cfg.vocab_size), global_layers=range(mwl))
     check(d)
-    assert d["window"] == {0: window, 1: window}
-    for l in (0, 1):  # the reference's own mask: row t sees min(t + 1, window) keys
+    assert d["window"] == dict(enumerate(win))
+    for l in range(3):  # the reference's mask: row t sees min(t + 1, window) keys (all t + 1 if global)
         for t in range(T):
-            assert np.count_nonzero(d["attn"][l][:, t, :] > 0, axis=-1).max() == min(t + 1, window)
+            assert np.count_nonzero(d["attn"][l][:, t, :] > 0, axis=-1).max() == min(t + 1, win[l] or T)
     r = test_llama.run_cli("info", "--model", str(tmp_path), "--json", check=True)
     arch = json.loads(r.stdout)["architecture"]
-    assert arch["max_window_layers"] == mwl and arch["window_of_layer"] == [window, window]
+    assert arch["max_window_layers"] == mwl and arch["window_of_layer"] == win
+    types = ["sliding_attention" if w else "full_attention" for w in win]
+    edit_config(tmp_path, layer_types=types)  # as current transformers saves it: accepted
+    test_llama.run_cli("info", "--model", str(tmp_path), check=True)
+    edit_config(tmp_path, layer_types=types[::-1] if mwl not in (0, 3) else ["full_attention"] + types[1:]
+                if mwl == 0 else ["sliding_attention"] * 3)
+    r = test_llama.run_cli("info", "--model", str(tmp_path))
+    assert r.returncode != 0 and "config.json: layer_types[" in r.stderr and "max_window_layers" in r.stderr, \
+        r.stderr
 
 
 def edit_config(path, **kw):

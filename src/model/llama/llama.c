@@ -333,7 +333,7 @@ static int load_weights(al_model *m, al__gguf *g, llama *L, al_error *err) {
             w->dst = t[i].dst;
             w->permute_heads = t[i].perm;
         }
-        ly->window = c->alt_window && l % 2 ? 0 : c->window;
+        ly->window = al__llama_layer_window(c, l);
     }
     /* check everything (cheap) before allocating the float32 arena */
     int rc = 0;
@@ -565,8 +565,9 @@ static cJSON *llama_architecture(const al_model *m) {
     if (c->max_window_layers >= 0) {
         cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
         cJSON_AddStringToObject(o, "max_window_layers_means",
-                                "recorded, not applied: transformers 4.46.3's eager forward "
-                                "windows every layer (its flash path only layers >= it)");
+                                "layers below it attend globally, the others through the "
+                                "window (current transformers' layer_types; 4.46.3's eager "
+                                "forward windowed every layer)");
     }
     cJSON_AddNumberToObject(o, "logit_scale",
                             c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->d_head));

@@ -15,7 +15,8 @@ typedef struct al__llama_config {
     double eps;            /* RMSNorm epsilon */
     al__rope rope;         /* RoPE of every layer */
     int window;            /* sliding window (keys a row sees, itself included); 0 = none */
-    int max_window_layers; /* Qwen2 with use_sliding_window: its config value (-1: not such) */
+    int max_window_layers; /* Qwen2 with use_sliding_window: layers below it are global (-1: no
+                              such) */
     int tied;              /* lm_head = embed_tokens */
     int qkv_bias;          /* q, k, v projections have biases */
     int o_bias;            /* o_proj has a bias */
@@ -30,6 +31,12 @@ typedef struct al__llama_config {
     double attn_softcap;  /* attn_logit_softcapping (0 = none) */
     double final_softcap; /* final_logit_softcapping (0 = none) */
 } al__llama_config;
+
+/* Layer l's sliding window (0 = none): global below a Qwen2's max_window_layers (current
+ * transformers' layer_types rule) and on Gemma 2's odd layers, else c->window. */
+static inline int al__llama_layer_window(const al__llama_config *c, int l) {
+    return l < c->max_window_layers || (c->alt_window && l % 2) ? 0 : c->window;
+}
 
 /* Parses an HF config.json text[len] (name for messages) of model_type llama, mistral or qwen2
  * into cfg, checking every field against sane bounds and against each other: the fuzz entry

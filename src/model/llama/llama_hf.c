@@ -13,11 +13,11 @@
  * Decisions: unknown tensors are an error (they mean a config that does not match the file),
  * except the rotary inv_freq buffers of old checkpoints; when tie_word_embeddings is true a
  * saved lm_head.weight is ignored (transformers ties it to embed_tokens). Qwen2 with
- * use_sliding_window = true: as transformers 4.46.3's eager (and sdpa) forward, the reference
- * output_attentions gives, every layer is windowed by sliding_window (Qwen2Config keeps it only
- * with use_sliding_window; the 4-d mask ignores max_window_layers); max_window_layers, which its
- * flash path (and later transformers) uses to leave layers < max_window_layers global, is
- * recorded in the manifest. */
+ * use_sliding_window = true: as current transformers (Qwen2Config.layer_types: layer i slides
+ * iff i >= max_window_layers, default 28), and as 4.46.3's flash path; 4.46.3's eager and sdpa
+ * forwards windowed every layer (their 4-d mask ignored max_window_layers), which
+ * max_window_layers = 0 gives. A config's "layer_types" (written by current transformers) must
+ * agree layer by layer with what the fields above derive. */
 #include "llama.h"
 #include "hf_config.h"
 #include "safetensors.h"
@@ -134,6 +134,37 @@ static int parse_window(const cJSON *j, al__llama_config *c, const char *name, a
     return 0;
 }
 
+/* "layer_types" (current transformers: "sliding_attention" / "full_attention" per layer), when
+ * present, must be what the other fields derive (al__llama_layer_window). */
+static int check_layer_types(const cJSON *j, const al__llama_config *c, const char *name,
+                             al_error *err) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) return 0;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layer)
+        return al__err(err, AL_E_FORMAT,
+                       "%s: layer_types must be a list of num_hidden_layers (%d) strings", name,
+                       c->n_layer);
+    for (int l = 0; l < c->n_layer; l++) {
+        const cJSON *e = cJSON_GetArrayItem(lt, l);
+        const char *s = cJSON_IsString(e) ? e->valuestring : "";
+        int sliding = !strcmp(s, "sliding_attention");
+        if (!sliding && strcmp(s, "full_attention"))
+            return al__err(err, AL_E_UNSUPPORTED,
+                           "%s: layer_types[%d] '%.40s' is not supported (sliding_attention, "
+                           "full_attention are)",
+                           name, l, s);
+        if (sliding != (al__llama_layer_window(c, l) > 0))
+            return al__err(err, AL_E_FORMAT,
+                           "%s: layer_types[%d] is '%s', but sliding_window%s make layer %d %s",
+                           name, l, s,
+                           c->max_window_layers >= 0 ? ", use_sliding_window and max_window_layers"
+                           : c->alt_window           ? " and Gemma 2's alternation"
+                                                     : "",
+                           l, sliding ? "global" : "sliding");
+    }
+    return 0;
+}
+
 int al__llama_config_parse(const char *text, size_t len, const char *name, al__llama_config *c,
                            al_error *err) {
     memset(c, 0, sizeof *c);
@@ -154,6 +185,7 @@ int al__llama_config_parse(const char *text, size_t len, const char *name, al__l
         rc = al__llama_check_config(c, name, err);
     }
     if (!rc) rc = parse_window(j, c, name, err);
+    if (!rc) rc = check_layer_types(j, c, name, err);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
     if (!rc && c->gemma && rs && !cJSON_IsNull(rs))
         rc =
@@ -221,7 +253,7 @@ static int list_specs(llama *L, hspec **out, int *n_out, al_error *err) {
             snprintf(w->name, sizeof w->name, "model.layers.%d.%s", l, t[i].suffix);
             w->ndim = t[i].nd, w->shape[0] = t[i].s0, w->shape[1] = t[i].s1, w->dst = t[i].dst;
         }
-        y->window = c->alt_window && l % 2 ? 0 : c->window;
+        y->window = al__llama_layer_window(c, l);
     }
     *out = s, *n_out = n;
     return 0;
