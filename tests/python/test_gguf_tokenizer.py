@@ -162,7 +162,16 @@ def spm_gguf(hf, path, add_space_prefix):
 def spm_reference(toks, scores, types, add_space_prefix):
     """HF tokenizers BPE over the merges transformers' GGUF reader derives from tokens + scores."""
     from transformers.integrations.ggml import GGUFTokenizerSkeleton
-    sk = GGUFTokenizerSkeleton({"tokens": toks, "scores": scores})
+
+    class Tokens(list):  # the same list, with O(1) membership: the skeleton asks `piece in tokens`
+        def __init__(self, t):
+            super().__init__(t)
+            self.set = set(t)
+
+        def __contains__(self, x):
+            return x in self.set
+
+    sk = GGUFTokenizerSkeleton({"tokens": Tokens(toks), "scores": scores})
     tk = Tokenizer(models.BPE({t: i for i, t in enumerate(toks)}, sk.merges, unk_token="<unk>",
                               fuse_unk=True, byte_fallback=True))
     rep = [normalizers.Replace(" ", "\u2581")]
@@ -360,3 +369,92 @@ def test_gptneox_gguf_tokenizer(tmp_path, book):
         assert list(m.tokenize(text.encode())) == hf.encode(text).ids
     finally:
         m.close()
+
+
+def sentencepiece_pieces(data):
+    """(pieces, scores, types, add_dummy_prefix) of a SentencePiece ModelProto (sentencepiece_model
+    .proto: pieces = 1 {piece = 1, score = 2, type = 3}, normalizer_spec = 3 {add_dummy_prefix =
+    3}), read with a minimal protobuf wire-format decoder (no sentencepiece package here)."""
+    def fields(b):
+        i = 0
+        while i < len(b):
+            key, i = varint(b, i)
+            f, wt = key >> 3, key & 7
+            if wt == 0:
+                v, i = varint(b, i)
+            elif wt == 1:
+                v, i = b[i:i + 8], i + 8
+            elif wt == 2:
+                n, i = varint(b, i)
+                v, i = b[i:i + n], i + n
+            elif wt == 5:
+                v, i = b[i:i + 4], i + 4
+            else:
+                raise ValueError("wire type %d" % wt)
+            yield f, v
+
+    def varint(b, i):
+        x = s = 0
+        while True:
+            c = b[i]
+            i += 1
+            x |= (c & 0x7F) << s
+            s += 7
+            if c < 0x80:
+                return x, i
+
+    import struct
+    pieces, scores, types, prefix = [], [], [], True
+    for f, v in fields(data):
+        if f == 1:
+            p = {1: b"", 2: struct.pack("<f", 0.0), 3: 1}
+            p.update(dict(fields(v)))
+            pieces.append(p[1].decode("utf-8"))
+            scores.append(struct.unpack("<f", p[2])[0])
+            types.append(p[3])
+        elif f == 3:
+            prefix = bool(dict(fields(v)).get(3, 1))
+    return pieces, scores, types, prefix
+
+
+MISTRAL_WHEEL = "mistral_common-1.13.1-py3-none-any.whl"
+MISTRAL_WHEEL_SHA = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
+MISTRAL_MODEL_SHA = "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"
+
+
+def test_real_mistral_sentencepiece(tmp_path, book):
+    """Mistral 7B v0.1's SentencePiece tokenizer (tokenizer.model.v1 of the PyPI wheel
+    mistral-common 1.13.1, pinned by SHA-256, never installed) written to GGUF as llama.cpp's
+    converter does (pieces, scores, types, add_space_prefix): our GGUF tokenizer against the HF
+    tokenizer transformers builds from such a GGUF (GGUFTokenizerSkeleton's merges, byte
+    fallback, the Llama normalizer), on a third of War and Peace and the torture texts."""
+    house = os.environ.get("ATTNLIM_WHEELHOUSE") or "/tmp/wheels"
+    whl = os.path.join(house, MISTRAL_WHEEL)
+    if not os.path.exists(whl):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                        "-d", str(tmp_path), "mistral-common==1.13.1"], check=True)
+        whl = str(tmp_path / MISTRAL_WHEEL)
+    assert hashlib.sha256(open(whl, "rb").read()).hexdigest() == MISTRAL_WHEEL_SHA
+    data = zipfile.ZipFile(whl).read("mistral_common/data/tokenizer.model.v1")
+    assert hashlib.sha256(data).hexdigest() == MISTRAL_MODEL_SHA
+    toks, scores, types, prefix = sentencepiece_pieces(data)
+    assert len(toks) == 32000 and toks[:3] == ["<unk>", "<s>", "</s>"] and prefix
+    assert types[3:259] == [6] * 256 and toks[3] == "<0x00>"
+    U = gguf.GGUFValueType
+    g = tmp_path / "mistral.gguf"
+    write_gguf(g, {"tokenizer.ggml.model": ("llama", None), "tokenizer.ggml.tokens": (toks, U.STRING),
+                   "tokenizer.ggml.scores": (scores, U.FLOAT32), "tokenizer.ggml.token_type": (types, U.INT32),
+                   "tokenizer.ggml.unknown_token_id": (0, U.UINT32), "tokenizer.ggml.bos_token_id": (1, U.UINT32),
+                   "tokenizer.ggml.eos_token_id": (2, U.UINT32), "tokenizer.ggml.add_space_prefix": (prefix, U.BOOL)})
+    hf = spm_reference(toks, scores, types, prefix)
+    ours = CGGUFTok(g)
+    try:
+        assert ours.encode("Hello world") == [1] + hf.encode("Hello world", add_special_tokens=False).ids
+        ours.bos(0, 0)
+        for text in TEXTS:
+            assert ours.encode(text) == hf.encode(text, add_special_tokens=False).ids, repr(text)
+        part = book[:1000000]
+        ref = hf.encode(part, add_special_tokens=False).ids
+        assert len(ref) > 200000 and ours.encode(part) == ref
+    finally:
+        ours.close()
