@@ -234,6 +234,13 @@ static int run_variant(guide *g, int L, gvar *v, float *logits, al__progress *pg
         al__progress_add(pg, (double)g->o.windows * L, NULL);
         return 0;
     }
+    char saved[4400]; /* saved but not reusable: say so (issue 12, class 10) */
+    partial_path(g, L, v->name, saved, sizeof saved);
+    if (g->o.resume && access(saved, F_OK) == 0)
+        al__log(AL_LOG_WARNING,
+                "--resume: %s recomputed: unreadable, saved with other options, or an NLL that "
+                "is missing or not finite",
+                saved);
     int rc = al_model_set_attention(g->m, v->kind == GV_DENSE ? NULL : &v->v, err);
     for (int k = 0; !rc && k < g->o.windows; k++) {
         const int32_t *win = g->tokens + (size_t)k * L;

@@ -110,22 +110,52 @@ int al__ex_save_job(const plan *p, const job *j, al_error *err) {
     return al__write_file_atomic(path, buf, (size_t)len, err);
 }
 
-/* What a saved array may hold, whatever its checksum says (a done.json rewritten to match
- * is no proof): NaN only as the "not computed" marker of the arrays that use one (dmax under
- * --readings, E_mc / E_mc_se without Monte Carlo, the separability and finite-difference
- * readings), never +-Inf in the per-head readings, and nothing non-finite in the vanishing
- * readings and Algorithm 5's spectral norms, which every completed job has in full. */
-static int finite_where_needed(const named_arr *a) {
-    static const char *const all_finite[] = {"van_max", "van_entropy", "van_D", "alg5_spec"};
-    static const char *const no_inf[] = {"dtilde", "dmax", "E", "E_mc", "E_mc_se"};
-    int strict = 0, inf = 0;
-    for (size_t k = 0; k < sizeof all_finite / sizeof *all_finite; k++)
-        strict |= !strcmp(a->name, all_finite[k]);
-    for (size_t k = 0; k < sizeof no_inf / sizeof *no_inf; k++) inf |= !strcmp(a->name, no_inf[k]);
-    size_t count = (size_t)(a->shape[0] * a->shape[1]);
-    for (size_t i = 0; i < count; i++) {
-        double x = a->data[i];
-        if ((strict && !isfinite(x)) || (inf && isinf(x))) return 0;
+/* Which entries of a saved array the plan computes, so that they must be finite whatever the
+ * checksum says (a done.json rewritten to match is no proof; issue 12, class 10). NaN is the
+ * "not computed" marker, so it is allowed only where the plan computes nothing: the heads left
+ * out by --layers / --heads (every array's row is a head), a grid N that no row of the head
+ * sees more than N keys for (N at or above a layer's sliding window), dmax under the other
+ * distances, E_mc without Monte Carlo and E_mc_se with fewer than 2 samples. +-Inf is never
+ * allowed. Columns: grid N (distance and separability readings), row (vanishing), temperature
+ * and eps (Algorithm 5). */
+enum { COL_ND, COL_NS, COL_ALL };
+
+static int col_kind(const char *name, const plan *p, int *kind) {
+    static const char *const nd[] = {"dtilde", "E", "dmax", "E_mc", "E_mc_se"};
+    static const char *const ns[] = {"ns_ratio", "ns_lower", "ns_upper"};
+    static const char *const all[] = {"van_max", "van_entropy", "van_D", "alg5_fd", "alg5_spec"};
+    const int need[5] = {1, 1, p->o.distance == AL_DIST_SUM_OF_NORMS, p->o.mc_samples > 0,
+                         p->o.mc_samples > 1};
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(name, nd[k])) return *kind = COL_ND, need[k];
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(name, ns[k])) return *kind = COL_NS, 1;
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(name, all[k])) return *kind = COL_ALL, 1;
+    return *kind = COL_ALL, 0;
+}
+
+/* The most keys any row of head h sees in a window of L (METHOD's n: L, or a sliding window). */
+static int64_t max_keys(const plan *p, int h, int64_t L) {
+    int64_t m = 0;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t n = al__ex_row_n(p, h, t, L);
+        m = n > m ? n : m;
+    }
+    return m;
+}
+
+static int finite_where_needed(const plan *p, const job *j, const named_arr *a) {
+    int kind, need = col_kind(a->name, p, &kind);
+    for (int64_t h = 0; h < a->shape[0]; h++) {
+        int sel = need && h < p->H && al__ex_head_selected(p, (int)h);
+        int64_t mk = sel && kind != COL_ALL ? max_keys(p, (int)h, j->L) : 0;
+        for (int64_t c = 0; c < a->shape[1]; c++) {
+            double x = a->data[h * a->shape[1] + c];
+            int must = sel && (kind == COL_ALL || (kind == COL_ND && j->Nd[c] < mk) ||
+                               (kind == COL_NS && j->Ns[c] < mk));
+            if (isinf(x) || (must && !isfinite(x))) return 0;
+        }
     }
     return 1;
 }
@@ -174,7 +204,7 @@ int al__ex_load_job(const plan *p, job *j) {
             memcpy(a[i].data, arr.data, sizeof(double) * (size_t)(a[i].shape[0] * a[i].shape[1]));
         al_array_free(&arr);
     }
-    for (int i = 0; i < n && ok; i++) ok = finite_where_needed(&a[i]);
+    for (int i = 0; i < n && ok; i++) ok = finite_where_needed(p, j, &a[i]);
     if (ok) { /* the arrays are the ones saved: not changed, cut or poisoned since */
         char got[65];
         arrays_sha(a, n, got);

@@ -203,22 +203,10 @@ def gkv(key, value):
     return gstr(key) + struct.pack("<I", 4) + struct.pack("<I", value)
 
 
-def llama_gguf(edit=None, kv_extra=(), tensor_extra=(), kv_raw=(), kv_override=None):
-    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values;
-    kv_raw: encoded metadata entries (garr) appended to the rest; kv_override {key: value}
-    replaces metadata values in place."""
-    g = np.random.default_rng(11)
-    kv = [("general.architecture", "llama"), ("general.name", "tiny-bad"), ("llama.block_count", 1),
-          ("llama.context_length", 16), ("llama.embedding_length", 8), ("llama.feed_forward_length", 16),
-          ("llama.attention.head_count", 2), ("llama.attention.head_count_kv", 2),
-          ("llama.rope.freq_base", 10000.0), ("llama.attention.layer_norm_rms_epsilon", 1e-5),
-          ("llama.rope.dimension_count", 4)] + list(kv_extra)
-    kv = [(k, (kv_override or {}).get(k, v)) for k, v in kv]
-    shapes = [("token_embd.weight", (16, 8)), ("blk.0.attn_norm.weight", (8,)), ("blk.0.attn_q.weight", (8, 8)),
-              ("blk.0.attn_k.weight", (8, 8)), ("blk.0.attn_v.weight", (8, 8)),
-              ("blk.0.attn_output.weight", (8, 8)), ("blk.0.ffn_norm.weight", (8,)),
-              ("blk.0.ffn_gate.weight", (16, 8)), ("blk.0.ffn_up.weight", (16, 8)),
-              ("blk.0.ffn_down.weight", (8, 16)), ("output_norm.weight", (8,))] + list(tensor_extra)
+def gguf_model(kv, shapes, edit=None, kv_raw=(), seed=11):
+    """(file bytes, {section: (start, end)}): metadata kv [(key, value)], float32 tensors
+    [(name, numpy shape)] drawn from default_rng(seed); edit(name, array) may change one."""
+    g = np.random.default_rng(seed)
     kvs = b"".join(gkv(k, v) for k, v in kv) + b"".join(kv_raw)
     infos, blobs, off = b"", b"", 0
     for name, shape in shapes:
@@ -239,6 +227,28 @@ def llama_gguf(edit=None, kv_extra=(), tensor_extra=(), kv_raw=(), kv_override=N
     s4 = s3 + len(pad)
     return pre + pad + blobs, {"header": (0, s1), "kv": (s1, s2), "tensor_info": (s2, s3),
                                "padding": (s3, s4), "data": (s4, s4 + len(blobs))}
+
+
+def llama_gguf(edit=None, kv_extra=(), tensor_extra=(), kv_raw=(), kv_override=None, arch="llama"):
+    """(file bytes, {section: (start, end)}); edit(name, array) may change a tensor's values;
+    kv_raw: encoded metadata entries (garr) appended to the rest; kv_override {key: value}
+    replaces metadata values in place (keys as written for llama); arch: the architecture
+    (qwen2, gemma2: the same keys under its prefix)."""
+    kv = [("general.architecture", "llama"), ("general.name", "tiny-bad"), ("llama.block_count", 1),
+          ("llama.context_length", 16), ("llama.embedding_length", 8), ("llama.feed_forward_length", 16),
+          ("llama.attention.head_count", 2), ("llama.attention.head_count_kv", 2),
+          ("llama.rope.freq_base", 10000.0), ("llama.attention.layer_norm_rms_epsilon", 1e-5),
+          ("llama.rope.dimension_count", 4)] + list(kv_extra)
+    kv = [(k, (kv_override or {}).get(k, v)) for k, v in kv]
+    if arch != "llama":
+        kv = [(arch + k[5:] if k.startswith("llama.") else k, arch if k == "general.architecture" else v)
+              for k, v in kv]
+    shapes = [("token_embd.weight", (16, 8)), ("blk.0.attn_norm.weight", (8,)), ("blk.0.attn_q.weight", (8, 8)),
+              ("blk.0.attn_k.weight", (8, 8)), ("blk.0.attn_v.weight", (8, 8)),
+              ("blk.0.attn_output.weight", (8, 8)), ("blk.0.ffn_norm.weight", (8,)),
+              ("blk.0.ffn_gate.weight", (16, 8)), ("blk.0.ffn_up.weight", (16, 8)),
+              ("blk.0.ffn_down.weight", (8, 16)), ("output_norm.weight", (8,))] + list(tensor_extra)
+    return gguf_model(kv, shapes, edit, kv_raw)
 
 
 def llama_gguf_kv(*overrides):
@@ -552,4 +562,47 @@ w("gguf/claims_huge_ffn.gguf", llama_gguf_kv(("llama.feed_forward_length", 1 << 
                                             ("llama.rope.dimension_count", 128)))
 dump_dir("dump/claims_huge_T", dict(DM, T=1 << 20), DA)
 w("text/letters.txt", "abcdefghijklmnop " * 8)
+
+# ---- class 5 for the other GGUF families: a tiny GPT-NeoX (C 8, 2 heads, FFN 12, vocab 16, biases,
+# untied output), and qwen2 / gemma2 under the Llama layout, each claiming more than it holds
+# (the tensor mismatch names the tensor, before any weight is allocated), or inconsistent heads.
+def neox_gguf(*overrides):
+    kv = [("general.architecture", "gptneox"), ("general.name", "tiny-neox-bad"), ("gptneox.block_count", 1),
+          ("gptneox.context_length", 16), ("gptneox.embedding_length", 8), ("gptneox.feed_forward_length", 12),
+          ("gptneox.attention.head_count", 2), ("gptneox.rope.dimension_count", 2),
+          ("gptneox.attention.layer_norm_epsilon", 1e-5)]
+    kv = [(k, dict(overrides).get(k, v)) for k, v in kv]
+    shapes = [("token_embd.weight", (16, 8)), ("output_norm.weight", (8,)), ("output_norm.bias", (8,)),
+              ("output.weight", (16, 8))]
+    for sfx, shp in (("attn_norm.weight", (8,)), ("attn_norm.bias", (8,)), ("ffn_norm.weight", (8,)),
+                     ("ffn_norm.bias", (8,)), ("attn_qkv.weight", (24, 8)), ("attn_qkv.bias", (24,)),
+                     ("attn_output.weight", (8, 8)), ("attn_output.bias", (8,)), ("ffn_up.weight", (12, 8)),
+                     ("ffn_up.bias", (12,)), ("ffn_down.weight", (8, 12)), ("ffn_down.bias", (8,))):
+        shapes.append(("blk.0." + sfx, shp))
+    return gguf_model(kv, shapes, seed=12)[0]
+
+
+w("gguf/neox_claims_huge_ffn.gguf", neox_gguf(("gptneox.feed_forward_length", 1 << 20)))
+w("gguf/neox_claims_layers.gguf", neox_gguf(("gptneox.block_count", 1024)))
+w("gguf/neox_claims_huge_embd.gguf", neox_gguf(("gptneox.embedding_length", 65536),
+                                                ("gptneox.attention.head_count", 512)))
+w("gguf/neox_bad_heads.gguf", neox_gguf(("gptneox.attention.head_count", 3)))
+QB = [("blk.0.attn_q.bias", (8,)), ("blk.0.attn_k.bias", (8,)), ("blk.0.attn_v.bias", (8,))]
+GN = [("blk.0.post_attention_norm.weight", (8,)), ("blk.0.post_ffw_norm.weight", (8,))]
+w("gguf/qwen2_claims_huge_ffn.gguf", llama_gguf(arch="qwen2", tensor_extra=QB,
+                                                kv_override={"llama.feed_forward_length": 1 << 20})[0])
+w("gguf/gemma2_claims_huge_ffn.gguf", llama_gguf(arch="gemma2", tensor_extra=GN,
+                                                 kv_override={"llama.feed_forward_length": 1 << 20})[0])
+w("gguf/qwen2_claims_layers.gguf", llama_gguf(arch="qwen2", tensor_extra=QB,
+                                              kv_override={"llama.block_count": 1024})[0])
+w("gguf/llama_bad_kv_heads.gguf", llama_gguf_kv(("llama.attention.head_count_kv", 3)))
+gt = llama_tensors()
+gt.update({"model.layers.0.pre_feedforward_layernorm.weight": np.zeros(8, np.float32),
+           "model.layers.0.post_feedforward_layernorm.weight": np.zeros(8, np.float32)})
+llama_dir("gemma2_claims_terabytes", dict(LC, model_type="gemma2", architectures=["Gemma2ForCausalLM"], head_dim=128,
+                                          sliding_window=8, query_pre_attn_scalar=128,
+                                          hidden_activation="gelu_pytorch_tanh", **HUGE), gt)
+llama_dir("mistral_claims_terabytes", dict(LC, model_type="mistral", architectures=["MistralForCausalLM"],
+                                           sliding_window=8, **HUGE), llama_tensors())
+llama_dir("neox_bad_heads", dict(NX, num_attention_heads=3), nt)
 print("wrote", OUT)

@@ -14,6 +14,7 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, GPTNeoXConfig, GPTNeo
 
 import attnlim
 import hf_ref
+import stage
 import test_hf_tokenizer as th
 import test_llama
 
@@ -113,23 +114,29 @@ def test_family_everywhere(tmp_path, book, name):
 
 
 def test_bos_switch(tmp_path, book):
-    """--bos on|off overrides what the files say (the template adds <s> here): one token more."""
+    """--bos on|off overrides what the files say (the template adds <s> here): one token more.
+    The flag checks run on a 20000-character corpus file (each run tokenizes its whole corpus);
+    the token count of the whole book once, against HF's."""
     d = tmp_path / "model"
     cls, cfg, tk = make("mistral", book, d)
+    short = tmp_path / "short.txt"
+    short.write_text(book[:20000])
+    corpus = ("--corpus", str(short))
     n = {}
     for b in ("on", "off"):
-        r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+        r = test_llama.run_cli("perplexity", "--model", str(d), *corpus, "--length", "16",
                                "--bos", b, "--json", check=True)
         n[b] = json.loads(r.stdout)["n_tokens"]
-    r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16", "--json",
+    r = test_llama.run_cli("perplexity", "--model", str(d), *corpus, "--length", "16", "--json",
                            check=True)
     assert n["on"] == n["off"] + 1 == json.loads(r.stdout)["n_tokens"]
+    assert n["off"] == len(tk.encode(book[:20000], add_special_tokens=False).ids)
     # the model's default is recorded with where it comes from; --bos / --no-bos are the same
     fr = json.loads(r.stdout)["framing"]["bos"]
     assert fr["used"] is True and fr["default"] is True and fr["token"] == "<s>", fr
     assert "tokenizer" in fr["default_from"], fr
     for flag, want in (("--no-bos", n["off"]), ("--bos", n["on"]), ("--bos=off", n["off"])):
-        r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+        r = test_llama.run_cli("perplexity", "--model", str(d), *corpus, "--length", "16",
                                flag, "--json", check=True)
         j = json.loads(r.stdout)
         assert j["n_tokens"] == want and j["framing"]["bos"]["used"] == (want == n["on"])
@@ -138,7 +145,17 @@ def test_bos_switch(tmp_path, book):
     r = test_llama.run_cli("diagnose", "--model", str(d), "--length", "16", "--no-bos", "--json", check=True)
     j = json.loads(r.stdout)
     assert j["framing"]["bos"] == dict(fr, used=False) and j["window_tokens"]["token_ids"][0] != tk.token_to_id("<s>")
-    assert n["off"] == len(tk.encode(test_llama.corpus().decode("utf-8"), add_special_tokens=False).ids)
-    r = test_llama.run_cli("perplexity", "--model", str(d), "--corpus", "war-and-peace", "--length", "16",
+    # the whole book (war-and-peace; in the sanitizer stage its first part, stage.book)
+    full = test_llama.corpus().decode("utf-8")
+    text = stage.book(full)
+    if text == full:
+        whole = ("--corpus", "war-and-peace")
+    else:
+        (tmp_path / "book.txt").write_text(text)
+        whole = ("--corpus", str(tmp_path / "book.txt"))
+    r = test_llama.run_cli("perplexity", "--model", str(d), *whole, "--length", "16", "--bos", "off", "--json",
+                           check=True)
+    assert json.loads(r.stdout)["n_tokens"] == len(tk.encode(text, add_special_tokens=False).ids)
+    r = test_llama.run_cli("perplexity", "--model", str(d), *corpus, "--length", "16",
                            "--bos", "maybe")
     assert r.returncode == 2 and "expected on or off" in r.stderr

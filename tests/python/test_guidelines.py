@@ -220,3 +220,33 @@ def test_bos_switch(setup):
         assert abs(dense["per_window_nll"][w] - want) < 1e-4
     r = subprocess.run(args[:-1] + ["--wrap"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "--wrap" in r.stderr and "encoders" in r.stderr
+
+
+@pytest.mark.parametrize("damage", ["1e999", "null", "short"])
+def test_resume_recomputes_a_nonfinite_partial(setup, damage):
+    """issue 12, class 10: guidelines --resume reuses a saved (L, variant) only when its NLL of
+    every window is a finite number: an infinite one (1e999), a missing one (null: what a NaN
+    becomes in JSON) or a list of the wrong length is recomputed, the warning names the file,
+    and the results equal the first run's."""
+    out = setup / ("gr_" + damage)
+    args = [BIN, "guidelines", "--model", str(setup / "m"), "--corpus", str(setup / "corpus.txt"),
+            "--out", str(out), "--lengths", "32", "--windows", "2", "--k", "1", "--rules", "topk-sqrt:1",
+            "--normalizers", "sparsemax", "--monitor-length", "-1"]
+    r = subprocess.run(args + ["--quiet"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    nlls = lambda res: [[v["per_window_nll"] for v in e["variants"]] for e in res["lengths"]]
+    first = nlls(json.load(open(out / "guidelines.json")))
+    path = out / "partial" / "L32" / "dense.json"
+    j = json.loads(path.read_text())
+    assert len(j["nll"]) == 2 and all(math.isfinite(x) for x in j["nll"])
+    text = json.dumps(j)
+    old = json.dumps(j["nll"])
+    new = {"1e999": "[%r, 1e999]" % j["nll"][0], "null": "[%r, null]" % j["nll"][0],
+           "short": "[%r]" % j["nll"][0]}[damage]
+    path.write_text(text.replace(old, new))
+    r = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "--resume: %s recomputed" % path in r.stderr, r.stderr
+    again = json.load(open(out / "guidelines.json"))
+    assert again["manifest"]["resume"]["computed"] == 1, again["manifest"]["resume"]
+    assert nlls(again) == first

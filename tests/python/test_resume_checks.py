@@ -73,19 +73,12 @@ ORDER = ["dtilde", "dmax", "E", "E_mc", "E_mc_se", "ns_ratio", "ns_lower", "ns_u
          "van_entropy", "van_D", "alg5_fd", "alg5_spec"]  # al__ex_job_arrays (partial.c)
 
 
-@pytest.mark.parametrize("array,value", [("E", np.inf), ("dtilde", -np.inf)])
-def test_nonfinite_partial_with_forged_checksum_is_recomputed(fresh, tmp_path, array, value):
-    """issue 12, class 10: a saved array that is not finite where it must be is recomputed even
-    when done.json's checksum was rewritten to match it (the checksum proves only that nothing
-    changed since it was written). The checksum is recomputed here independently (hashlib)."""
+def plant(jd, array, index, value):
+    """Writes value at index of the saved array in job directory jd and forges done.json's
+    checksum to match (computed here with hashlib, independently of partial.c)."""
     import hashlib
-    out = tmp_path / "out"
-    shutil.copytree(fresh / "ref", out)
-    job = next(j for j in sorted(os.listdir(out / "partial"))
-               if j.startswith("w0_L") and os.path.exists(out / "partial" / j / (array + ".npy")))
-    jd = out / "partial" / job
     a = np.load(jd / (array + ".npy"))
-    a.flat[0] = value
+    a[index] = value
     np.save(jd / (array + ".npy"), a)
     present = [n for n in ORDER if os.path.exists(jd / (n + ".npy"))]
     cat = "".join(hashlib.sha256(np.ascontiguousarray(np.load(jd / (n + ".npy")), "<f8").tobytes()).hexdigest()
@@ -93,11 +86,72 @@ def test_nonfinite_partial_with_forged_checksum_is_recomputed(fresh, tmp_path, a
     done = json.load(open(jd / "done.json"))
     done["arrays_sha256"] = hashlib.sha256(cat.encode()).hexdigest()
     (jd / "done.json").write_text(json.dumps(done))
+
+
+def first_job(out, array):
+    return next(j for j in sorted(os.listdir(out / "partial"))
+                if j.startswith("w0_L") and os.path.exists(out / "partial" / j / (array + ".npy")))
+
+
+# Inf anywhere; NaN in an entry the plan computes (NaN is also the "not computed" marker)
+@pytest.mark.parametrize("array,value", [("E", np.inf), ("dtilde", -np.inf), ("dtilde", np.nan),
+                                         ("E", np.nan)])
+def test_nonfinite_partial_with_forged_checksum_is_recomputed(fresh, tmp_path, array, value):
+    """issue 12, class 10: a saved array that is not finite where it must be is recomputed even
+    when done.json's checksum was rewritten to match it (the checksum proves only that nothing
+    changed since it was written). The checksum is recomputed here independently (hashlib)."""
+    out = tmp_path / "out"
+    shutil.copytree(fresh / "ref", out)
+    job = first_job(out, array)
+    plant(out / "partial" / job, array, (1, 0), value)  # head 1, the first N of the grid
     r = run("reproduce", "--model", fresh / "m", "--quick", "--experiments", "alg1,alg2", "--resume",
             "--out", out)
     assert "not finite where they must be" in r.stderr and job in r.stderr, r.stderr
     assert "computed 1 of" in r.stderr, r.stderr
     assert results(out) == results(fresh / "ref")
+
+
+def test_nan_only_where_the_plan_computes_nothing(fresh, tmp_path):
+    """issue 12, class 10: under --layers 1 the heads of layer 0 are not computed (NaN, the
+    marker): a NaN there is reused, a NaN planted in a computed head of layer 1 is recomputed."""
+    opts = ["--quick", "--quiet", "--experiments", "alg1,alg3", "--layers", "1"]
+    ref = tmp_path / "ref"
+    run("reproduce", "--model", fresh / "m", *opts, "--out", ref)
+    job = first_job(ref, "dtilde")
+    d = np.load(ref / "partial" / job / "dtilde.npy")  # [H = 2 layers x 2 heads, N grid]
+    assert np.isnan(d[:2]).all() and np.isfinite(d[2:]).all(), d
+    for head, recomputed in ((0, False), (3, True)):
+        out = tmp_path / ("h%d" % head)
+        shutil.copytree(ref, out)
+        plant(out / "partial" / job, "E", (head, d.shape[1] - 1), np.nan)
+        r = run("reproduce", "--model", fresh / "m", *opts[:1], *opts[2:], "--resume", "--out", out)
+        assert ("not finite where they must be" in r.stderr) == recomputed, r.stderr
+        assert (job in r.stderr) == recomputed, r.stderr
+        assert results(out) == results(ref)
+
+
+@pytest.fixture(scope="module")
+def van_sens(fresh):
+    """A run of the vanishing readings and Algorithm 5 (sensitivity) at one short length."""
+    out = fresh / "vs"
+    opts = ["--quick", "--experiments", "vanishing,alg5", "--lengths", "16", "--long-length", "16"]
+    run("reproduce", "--model", fresh / "m", *opts, "--quiet", "--out", out)
+    return out, opts
+
+
+@pytest.mark.parametrize("array", ["van_max", "van_entropy", "van_D", "alg5_fd", "alg5_spec"])
+def test_vanishing_and_sensitivity_must_be_finite(fresh, van_sens, tmp_path, array):
+    """issue 12, class 10: the vanishing readings and Algorithm 5's arrays are computed for every
+    analysed head: a NaN in one, with the checksum forged, is recomputed."""
+    ref, opts = van_sens
+    out = tmp_path / "out"
+    shutil.copytree(ref, out)
+    job = first_job(out, array)
+    assert np.isfinite(np.load(out / "partial" / job / (array + ".npy"))).all()
+    plant(out / "partial" / job, array, (0, 0), np.nan)
+    r = run("reproduce", "--model", fresh / "m", *opts, "--resume", "--out", out)
+    assert "not finite where they must be" in r.stderr and job in r.stderr, r.stderr
+    assert results(out) == results(ref)
 
 
 def test_dropped_grid_values_are_reported(fresh, tmp_path):
