@@ -4,6 +4,7 @@ Mistral, Qwen2, Gemma and GPT-NeoX families use, trained here with the `tokenize
 War and Peace, identical ids on the whole War and Peace body and on a Unicode torture text;
 BOS/EOS from the post-processor and tokenizer_config.json, and the override."""
 import ctypes
+import inspect
 import json
 import os
 
@@ -85,8 +86,9 @@ def train(name, book, path):
         # the byte tokens of SentencePiece vocabularies are plain vocabulary entries (as Llama 2's)
         j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] not in BYTES]
         return json.dumps(j, ensure_ascii=False).encode()
-    src = open(__file__, "rb").read()
-    data = stage.cached(("hf-tokenizer", name, src, book[:400000], tokenizers.__version__), make)
+    # the key: this file (the pipelines' helpers) and the file defining the pipeline itself
+    src = [open(f, "rb").read() for f in (__file__, inspect.getsourcefile(PIPELINES[name]))]
+    data = stage.cached(("hf-tokenizer", name, *src, book[:400000], tokenizers.__version__), make)
     path.mkdir(exist_ok=True)
     (path / "tokenizer.json").write_bytes(data)
     return Tokenizer.from_file(str(path / "tokenizer.json"))
