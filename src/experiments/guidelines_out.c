@@ -167,6 +167,15 @@ static cJSON *k_left_out_json(const guide *g) {
     return arr;
 }
 
+/* "all" or the indices i < n with mask[i] set */
+static cJSON *subset_json(const uint8_t *mask, int n) {
+    if (!mask) return cJSON_CreateString("all");
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        if (mask[i]) cJSON_AddItemToArray(a, cJSON_CreateNumber(i));
+    return a;
+}
+
 static int write_json(guide *g, al_error *err) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlim.guidelines/1");
@@ -184,6 +193,10 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddNumberToObject(co, "n_tokens", (double)g->n_tokens);
     cJSON_AddNumberToObject(man, "windows", g->o.windows);
     cJSON_AddItemToObject(man, "k_left_out", k_left_out_json(g));
+    cJSON *sub = cJSON_AddObjectToObject(man, "attention_subset"); /* what every variant modifies */
+    cJSON_AddItemToObject(sub, "layers", subset_json(g->mask_l, g->mi->n_layer));
+    cJSON_AddItemToObject(sub, "heads", subset_json(g->mask_h, g->mi->n_head));
+    cJSON_AddStringToObject(sub, "text", g->subset);
     cJSON_AddStringToObject(man, "attnlim", al_version());
     cJSON_AddStringToObject(man, "fingerprint", g->fingerprint);
     cJSON_AddStringToObject(man, "started", g->started);
@@ -201,7 +214,8 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddStringToObject(
         root, "definitions",
         "NLL: mean over windows 0..K-1 of the mean next-token negative log-likelihood inside each "
-        "window (L - 1 predictions); the variant runs in every layer and head; delta_rel = "
+        "window (L - 1 predictions); the variant runs in the layers and heads of "
+        "manifest.attention_subset (default every one); delta_rel = "
         "(NLL - dense NLL) / dense NLL; smallest sufficient k: the smallest fixed k < L of the "
         "grid whose NLL is <= dense NLL (1 + level); k_at_L: keys kept by the last row (n = L), "
         "mean_kept_over_L: over all rows");
@@ -455,9 +469,10 @@ static int write_md(const guide *g, al_error *err) {
     int bad = bprintf(&b, &n, &cap,
                       "# Guidelines tested in the loss: %s\n\n"
                       "Top-k attention and alternative normalizers inside the forward pass, in "
-                      "every layer and head, scored by the mean next-token NLL over windows "
+                      "%s, scored by the mean next-token NLL over windows "
                       "0..%d of %s (docs/guidelines.md). Model identity %.16s...\n\n",
-                      g->mi->name, g->o.windows - 1, g->corpus, g->mi->sha256);
+                      g->mi->name, g->mask_l || g->mask_h ? g->subset : "every layer and head",
+                      g->o.windows - 1, g->corpus, g->mi->sha256);
     bad |= bprintf(&b, &n, &cap,
                    "| L | dense NLL | smallest k within 1%% (k/L) | within 5%% (k/L) | KS "
                    "critical N (N/L) |\n|---|---|---|---|---|\n");
