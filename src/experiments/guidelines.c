@@ -167,6 +167,7 @@ static void free_guide(guide *g) {
         free(g->mon[i].maxw);
     }
     free(g->mon);
+    free(g->rank_forwards);
     free(g->mask_l);
     free(g->mask_h);
     free(g->tokens);
@@ -281,6 +282,7 @@ static int run_window(guide *g, int L, gvar *v, int k, float *logits, al__progre
     double t0 = al__now();
     int rc = al_model_forward(g->m, win, L, NULL, logits, NULL, err);
     g->t_forward += al__now() - t0;
+    g->n_forwards++;
     if (rc) return al__err_prefix(err, (al_code)rc, "guidelines");
     v->nll[k] = al_next_token_nll(logits, win, L, g->mi->vocab_size);
     if (!isfinite(v->nll[k]))
@@ -539,6 +541,7 @@ static int monitor_one(guide *g, int L, const gvar *v, gmon *mon, al_error *err)
     al_capture_request req = {.what = AL_CAP_WEIGHTS | AL_CAP_V, .fn = mon_layer, .user = &c};
     int rc = al_model_set_attention(g->m, v->kind == GV_DENSE ? NULL : &v->v, err);
     if (!rc) rc = al_model_forward(g->m, g->tokens, L, &req, NULL, NULL, err);
+    g->n_forwards++;
     if (!rc) rc = al_model_set_attention(g->m, NULL, err);
     return rc;
 }
@@ -666,6 +669,18 @@ static int setup_out(guide *g, int *lock, al_error *err) {
     return rc;
 }
 
+/* Collective, several ranks: the forward seconds summed and each rank's forwards onto rank 0. */
+static int share_counts(guide *g, al_error *err) {
+    int rc = al__dist_reduce(g->dist, &g->t_forward, 1, 0, err);
+    double mine = g->n_forwards;
+    if (!rc && g->rank == 0 &&
+        !(g->rank_forwards = al__calloc((size_t)g->size, sizeof(double), "ranks", err)))
+        rc = AL_E_NOMEM;
+    if ((rc = al__dist_agree(g->dist, rc, err))) return rc;
+    return al__dist_agree(g->dist,
+                          al__dist_gather(g->dist, &mine, sizeof mine, g->rank_forwards, err), err);
+}
+
 int al_guidelines(const al_guide_opts *opts, al_error *err) {
     return al_guidelines_dist(opts, NULL, err);
 }
@@ -690,7 +705,7 @@ int al_guidelines_dist(const al_guide_opts *opts, al_dist *d, al_error *err) {
     if (!rc) rc = run_all(&g, err);
     if (!rc) sufficient(&g);
     if (!rc) rc = monitor(&g, err);
-    if (!rc && g.size > 1) rc = al__dist_reduce(g.dist, &g.t_forward, 1, 0, err);
+    if (!rc && g.size > 1) rc = share_counts(&g, err);
     if (!rc) rc = al__dist_agree(g.dist, g.rank == 0 ? al__guide_write(&g, err) : 0, err);
     if (!rc && !g.o.quiet)
         al__log(AL_LOG_NOTE,

@@ -58,6 +58,8 @@ typedef struct guide {
     char subset[512];         /* "layers all; heads all" or the lists (manifest, partials) */
     al_dist *dist;            /* the processes (dist.h): (variant, window) forwards round robin */
     int rank, size;           /* rank 0 reads, decides --resume, writes, prints */
+    int n_forwards;           /* this rank's forwards */
+    double *rank_forwards;    /* [size] on rank 0 with several ranks: each rank's forwards */
     int n_reused, n_computed;
     double t_start, t_forward;
     char started[32];

@@ -207,6 +207,11 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddBoolToObject(rs, "requested", g->o.resume);
     cJSON_AddNumberToObject(rs, "reused", g->n_reused);
     cJSON_AddNumberToObject(rs, "computed", g->n_computed);
+    cJSON *par = cJSON_AddObjectToObject(man, "parallel"); /* the MPI ranks (1: this process) */
+    cJSON_AddNumberToObject(par, "ranks", g->size);
+    cJSON_AddItemToObject(par, "forwards_per_rank",
+                          g->rank_forwards ? cJSON_CreateDoubleArray(g->rank_forwards, g->size)
+                                           : cJSON_CreateIntArray(&g->n_forwards, 1));
     cJSON *tm = cJSON_AddObjectToObject(man, "timings_s");
     cJSON_AddNumberToObject(tm, "forwards", g->t_forward);
     cJSON_AddNumberToObject(tm, "total", al__now() - g->t_start);
