@@ -167,15 +167,6 @@ static cJSON *k_left_out_json(const guide *g) {
     return arr;
 }
 
-/* "all" or the indices i < n with mask[i] set */
-static cJSON *subset_json(const uint8_t *mask, int n) {
-    if (!mask) return cJSON_CreateString("all");
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++)
-        if (mask[i]) cJSON_AddItemToArray(a, cJSON_CreateNumber(i));
-    return a;
-}
-
 static int write_json(guide *g, al_error *err) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlim.guidelines/1");
@@ -194,8 +185,8 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddNumberToObject(man, "windows", g->o.windows);
     cJSON_AddItemToObject(man, "k_left_out", k_left_out_json(g));
     cJSON *sub = cJSON_AddObjectToObject(man, "attention_subset"); /* what every variant modifies */
-    cJSON_AddItemToObject(sub, "layers", subset_json(g->mask_l, g->mi->n_layer));
-    cJSON_AddItemToObject(sub, "heads", subset_json(g->mask_h, g->mi->n_head));
+    cJSON_AddItemToObject(sub, "layers", al__mask_json(g->mask_l, g->mi->n_layer));
+    cJSON_AddItemToObject(sub, "heads", al__mask_json(g->mask_h, g->mi->n_head));
     cJSON_AddStringToObject(sub, "text", g->subset);
     cJSON_AddStringToObject(man, "attnlim", al_version());
     cJSON_AddStringToObject(man, "fingerprint", g->fingerprint);
