@@ -1149,6 +1149,12 @@ typedef struct al_guide_opts {
     int monitor_n;             /* N of N_s/N (0: 16) */
     int resume, progress, quiet, threads;
     int bos; /* the model's BOS first in the text: 0 the model's default, 1 on, 2 off */
+    /* the layers / query heads every variant modifies (--attention-layers / --attention-heads);
+     * NULL: every one. Recorded in the manifest; --resume refuses results of another subset. */
+    const int *attn_layers; /* [n_attn_layers] */
+    int n_attn_layers;
+    const int *attn_heads; /* [n_attn_heads] */
+    int n_attn_heads;
 } al_guide_opts;
 AL_API int al_guidelines(const al_guide_opts *o, al_error *err);
 
@@ -1188,6 +1194,12 @@ AL_API int al_dist_agree(al_dist *d, int rc, al_error *err);
  * al_reproduce and al_diagnose. */
 AL_API int al_reproduce_dist(const al_repro_opts *o, al_dist *d, al_error *err);
 AL_API int al_diagnose_dist(const al_diag_opts *o, al_dist *d, char **json, al_error *err);
+/* al_guidelines over the group d (collective, the same options on every rank): each L's
+ * (variant, window) forwards and the monitoring forwards go round robin over the ranks; rank 0
+ * reads the corpus (and sends the tokens), decides what --resume reuses, gathers the NLLs, alone
+ * writes and prints. Every rank opens the model, which must have rank 0's identity. d NULL or
+ * of size 1: al_guidelines. */
+AL_API int al_guidelines_dist(const al_guide_opts *o, al_dist *d, al_error *err);
 
 #ifdef __cplusplus
 }

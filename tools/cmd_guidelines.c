@@ -46,6 +46,10 @@ static const cli_opt opts[] = {
      "reuse the (L, variant) results in DIR/partial of the same model,\ncorpus and K"},
     {O_THREADS, "--threads", "T", "compute threads (default: OMP_NUM_THREADS or all cores)"},
     {O_QUIET, "--quiet", NULL, "no progress bar and no messages", "-q"},
+    {CLI_O_ATTENTION_LAYERS, "--attention-layers", "LIST",
+     "the layers every variant modifies (default all; recorded,\n--resume refuses a change)"},
+    {CLI_O_ATTENTION_HEADS, "--attention-heads", "LIST",
+     "the query heads every variant modifies (default all)"},
     CLI_MORE(CLI_FRAMING_OPTS),
     CLI_OPT_END,
 };
@@ -82,14 +86,19 @@ static int split_list(const char *s, char **buf, const char ***out, int *n) {
     return *n ? 0 : -1;
 }
 
-int cmd_guidelines(int argc, char **argv) {
+/* Under an MPI launcher every rank parses the same arguments; only rank 0 prints. */
+static int guidelines_main(int argc, char **argv, al_dist *d) {
+    int root = al_dist_rank(d) == 0;
+#define USAGE_ERROR(...) (root ? cli_usage_error("guidelines", __VA_ARGS__) : 2)
     al_guide_opts o = {0};
     al_error err = {0};
     int rc = 0, *ks = NULL, *Ls = NULL, wrap = 0;
     char *rbuf = NULL, *nbuf = NULL;
     const char **rules = NULL, **norms = NULL;
+    int *sub[2] = {NULL, NULL}; /* --attention-layers, --attention-heads */
+    al_attn_spec spec = {0};
     long n;
-    cli_parser p = {"guidelines", argc, argv, opts, usage};
+    cli_parser p = {"guidelines", argc, argv, opts, usage, 0, !root};
     const char *v;
     for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
         if (id == CLI_STOP) {
@@ -100,12 +109,16 @@ int cmd_guidelines(int argc, char **argv) {
         } else if (cli_framing_take(&p, id, &o.bos, &wrap)) {
             if ((rc = p.status)) goto out; /* 2 after a word other than on / off */
             if (wrap) {
-                rc = cli_usage_error("guidelines", "--wrap / --no-wrap are for encoders; "
-                                                   "guidelines runs causal LMs (--bos / --no-bos)");
+                rc = USAGE_ERROR("--wrap / --no-wrap are for encoders; "
+                                 "guidelines runs causal LMs (--bos / --no-bos)");
                 goto out;
             }
         } else if (id == O_QUIET) {
             o.quiet = 1;
+        } else if (CLI_IS_ATTN(id)) {
+            if (cli_attn_arg(p.opt, v, &spec, sub, &err) < 0) goto usage_err;
+            o.attn_layers = spec.layers, o.n_attn_layers = spec.n_layers;
+            o.attn_heads = spec.heads, o.n_attn_heads = spec.n_heads;
         } else if (id == O_MODEL) {
             o.model = v;
         } else if (id == O_CORPUS) {
@@ -138,7 +151,7 @@ int cmd_guidelines(int argc, char **argv) {
             int r = id == O_RULES;
             int *cnt = r ? &o.n_rules : &o.n_normalizers;
             if (split_list(v, r ? &rbuf : &nbuf, r ? &rules : &norms, cnt)) {
-                rc = cli_usage_error("guidelines", "%s: an empty list", p.opt);
+                rc = USAGE_ERROR("%s: an empty list", p.opt);
                 goto out;
             }
             al_attn_variant probe = {0};
@@ -154,14 +167,14 @@ int cmd_guidelines(int argc, char **argv) {
         }
     }
     if (!o.model) {
-        rc = cli_usage_error("guidelines", "--model is required");
+        rc = USAGE_ERROR("--model is required");
         goto out;
     }
-    o.progress = !o.quiet && isatty(2);
-    if (al_guidelines(&o, &err)) rc = cli_fail("guidelines", &err);
+    o.progress = o.quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
+    if (al_guidelines_dist(&o, d, &err)) rc = root ? cli_fail("guidelines", &err) : 1;
     goto out;
 usage_err:
-    rc = cli_usage_error("guidelines", "%s", err.msg);
+    rc = USAGE_ERROR("%s", err.msg);
 out:
     free(ks);
     free(Ls);
@@ -169,5 +182,17 @@ out:
     free(nbuf);
     free(rules);
     free(norms);
+    free(sub[0]);
+    free(sub[1]);
+    return rc;
+#undef USAGE_ERROR
+}
+
+int cmd_guidelines(int argc, char **argv) {
+    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
+    al_error err = {0};
+    if (al_dist_open(&d, &err)) return cli_fail("guidelines", &err);
+    int rc = guidelines_main(argc, argv, d);
+    al_dist_close(d); /* MPI_Finalize: every path out of guidelines_main comes here */
     return rc;
 }

@@ -54,6 +54,12 @@ typedef struct guide {
     char crit_source[4200];
     int monitor_L, monitor_n, n_mon; /* monitor_L: the L of the figures */
     gmon *mon;                       /* [n_mon]: every monitored (L, variant) */
+    uint8_t *mask_l, *mask_h; /* [n_layer], [n_head]: --attention-layers / -heads (NULL: all) */
+    char subset[512];         /* "layers all; heads all" or the lists (manifest, partials) */
+    al_dist *dist;            /* the processes (dist.h): (variant, window) forwards round robin */
+    int rank, size;           /* rank 0 reads, decides --resume, writes, prints */
+    int n_forwards;           /* this rank's forwards */
+    double *rank_forwards;    /* [size] on rank 0 with several ranks: each rank's forwards */
     int n_reused, n_computed;
     double t_start, t_forward;
     char started[32];

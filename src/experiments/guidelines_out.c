@@ -184,6 +184,10 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddNumberToObject(co, "n_tokens", (double)g->n_tokens);
     cJSON_AddNumberToObject(man, "windows", g->o.windows);
     cJSON_AddItemToObject(man, "k_left_out", k_left_out_json(g));
+    cJSON *sub = cJSON_AddObjectToObject(man, "attention_subset"); /* what every variant modifies */
+    cJSON_AddItemToObject(sub, "layers", al__mask_json(g->mask_l, g->mi->n_layer));
+    cJSON_AddItemToObject(sub, "heads", al__mask_json(g->mask_h, g->mi->n_head));
+    cJSON_AddStringToObject(sub, "text", g->subset);
     cJSON_AddStringToObject(man, "attnlim", al_version());
     cJSON_AddStringToObject(man, "fingerprint", g->fingerprint);
     cJSON_AddStringToObject(man, "started", g->started);
@@ -194,6 +198,11 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddBoolToObject(rs, "requested", g->o.resume);
     cJSON_AddNumberToObject(rs, "reused", g->n_reused);
     cJSON_AddNumberToObject(rs, "computed", g->n_computed);
+    cJSON *par = cJSON_AddObjectToObject(man, "parallel"); /* the MPI ranks (1: this process) */
+    cJSON_AddNumberToObject(par, "ranks", g->size);
+    cJSON_AddItemToObject(par, "forwards_per_rank",
+                          g->rank_forwards ? cJSON_CreateDoubleArray(g->rank_forwards, g->size)
+                                           : cJSON_CreateIntArray(&g->n_forwards, 1));
     cJSON *tm = cJSON_AddObjectToObject(man, "timings_s");
     cJSON_AddNumberToObject(tm, "forwards", g->t_forward);
     cJSON_AddNumberToObject(tm, "total", al__now() - g->t_start);
@@ -201,7 +210,8 @@ static int write_json(guide *g, al_error *err) {
     cJSON_AddStringToObject(
         root, "definitions",
         "NLL: mean over windows 0..K-1 of the mean next-token negative log-likelihood inside each "
-        "window (L - 1 predictions); the variant runs in every layer and head; delta_rel = "
+        "window (L - 1 predictions); the variant runs in the layers and heads of "
+        "manifest.attention_subset (default every one); delta_rel = "
         "(NLL - dense NLL) / dense NLL; smallest sufficient k: the smallest fixed k < L of the "
         "grid whose NLL is <= dense NLL (1 + level); k_at_L: keys kept by the last row (n = L), "
         "mean_kept_over_L: over all rows");
@@ -455,9 +465,10 @@ static int write_md(const guide *g, al_error *err) {
     int bad = bprintf(&b, &n, &cap,
                       "# Guidelines tested in the loss: %s\n\n"
                       "Top-k attention and alternative normalizers inside the forward pass, in "
-                      "every layer and head, scored by the mean next-token NLL over windows "
+                      "%s, scored by the mean next-token NLL over windows "
                       "0..%d of %s (docs/guidelines.md). Model identity %.16s...\n\n",
-                      g->mi->name, g->o.windows - 1, g->corpus, g->mi->sha256);
+                      g->mi->name, g->mask_l || g->mask_h ? g->subset : "every layer and head",
+                      g->o.windows - 1, g->corpus, g->mi->sha256);
     bad |= bprintf(&b, &n, &cap,
                    "| L | dense NLL | smallest k within 1%% (k/L) | within 5%% (k/L) | KS "
                    "critical N (N/L) |\n|---|---|---|---|---|\n");

@@ -283,7 +283,7 @@ int al_model_set_attention_spec(al_model *m, const al_attn_spec *s, al_error *er
 }
 
 /* "all" or the indices i < n with mask[i] set */
-static cJSON *mask_json(const uint8_t *mask, int n) {
+cJSON *al__mask_json(const uint8_t *mask, int n) {
     if (!mask) return cJSON_CreateString("all");
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++)
@@ -311,8 +311,8 @@ cJSON *al__attn_json(const al_model *m) {
                 cJSON_AddItemToArray(a, cJSON_CreateNumber(m->own_s[i]));
         }
     }
-    cJSON_AddItemToObject(o, "layers", mask_json(v->layers, m->info.n_layer));
-    cJSON_AddItemToObject(o, "heads", mask_json(v->heads, m->info.n_head));
+    cJSON_AddItemToObject(o, "layers", al__mask_json(v->layers, m->info.n_layer));
+    cJSON_AddItemToObject(o, "heads", al__mask_json(v->heads, m->info.n_head));
     cJSON_AddStringToObject(
         o, "kept",
         "per query row of n visible keys in a window of L: min(n, K), K = topk:K, ceil(F L), "

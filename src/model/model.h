@@ -111,6 +111,8 @@ static inline const al_attn_variant *al__model_attn(const al_model *m) {
 /* The "attention" object of every manifest: {rule, k (the rule as text), normalizer, layers,
  * heads ("all" or [indices]), tie_rule, modified: bool}. */
 struct cJSON *al__attn_json(const al_model *m);
+/* "all" (mask NULL) or the array of the indices i < n with mask[i] set */
+struct cJSON *al__mask_json(const uint8_t *mask, int n);
 /* Frees the masks (al_model_free) and restores the model's own attention. */
 void al__attn_clear(al_model *m);
 /* Makes nm (every layer and head; any al_norm kind, sa-softmax and a temperature included: the

@@ -250,3 +250,45 @@ def test_resume_recomputes_a_nonfinite_partial(setup, damage):
     again = json.load(open(out / "guidelines.json"))
     assert again["manifest"]["resume"]["computed"] == 1, again["manifest"]["resume"]
     assert nlls(again) == first
+
+
+def test_layer_head_subset(setup):
+    """--attention-layers / --attention-heads: every variant modifies only layer 1's head 0; each
+    NLL against the float64 reference forward with that subset (attn_variant_ref); the subset in
+    the manifest; --resume with another subset refused naming the partial result, nothing
+    reused; an index outside the model refused (exit 2 or 1, naming the option)."""
+    out = setup / "gsub"
+    args = [BIN, "guidelines", "--model", str(setup / "m"), "--corpus", str(setup / "corpus.txt"),
+            "--out", str(out), "--lengths", "32", "--windows", "2", "--k", "2", "--rules",
+            "topk-log:2", "--normalizers", "sparsemax", "--monitor-length", "-1",
+            "--attention-layers", "1", "--attention-heads", "0"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(out / "guidelines.json"))
+    sub = res["manifest"]["attention_subset"]
+    assert sub["layers"] == [1] and sub["heads"] == [0], sub
+    params = bert_ref.load_safetensors(str(setup / "m" / "model.safetensors"))
+    params = {k.removeprefix("transformer."): v for k, v in params.items()}
+    cfg = json.load(open(setup / "m" / "config.json"))
+    toks = gpt2_tiktoken().encode_ordinary((setup / "corpus.txt").read_text())
+    dense = res["lengths"][0]["variants"][0]["per_window_nll"]
+    for v in res["lengths"][0]["variants"][1:]:
+        rule = "dense" if v["kind"] == "normalizer" else v["name"]
+        norm = v["name"] if v["kind"] == "normalizer" else "softmax"
+        var = AV.Variant(rule, norm, layers=[1], heads=[0])
+        for w in range(2):
+            win = toks[w * 32:(w + 1) * 32]
+            want = gpt2_ref.nll(gpt2_ref.forward(params, cfg, win, capture=False, attn=var)["logits"], win)
+            assert abs(v["per_window_nll"][w] - want) < 1e-4, (v["name"], w)
+            full = gpt2_ref.nll(gpt2_ref.forward(params, cfg, win, capture=False,
+                                                 attn=AV.Variant(rule, norm))["logits"], win)
+            assert abs(want - full) > 1e-4 or abs(want - dense[w]) < 1e-4  # the subset mattered
+    # another subset on --resume: refused, naming the partial and both subsets
+    r = subprocess.run(args[:-1] + ["1", "--resume"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "refuses a change" in r.stderr and "heads 0" in r.stderr, r.stderr
+    assert json.load(open(out / "guidelines.json")) == res  # nothing rewritten
+    r = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert json.load(open(out / "guidelines.json"))["manifest"]["resume"]["computed"] == 0
+    r = subprocess.run(args[:-4] + ["--attention-layers", "7"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--attention-layers: 7 is outside 0..1" in r.stderr, r.stderr

@@ -298,3 +298,41 @@ def test_windows_all_under_mpi(work, mpirun, tmp_path):
     assert one["manifest"]["windows"]["count"] >= 2
     assert two["manifest"]["windows"]["count"] == one["manifest"]["windows"]["count"]
     close_json(two, one)
+
+
+GL_OPTS = ["--lengths", "32,64", "--windows", "3", "--k", "2,8", "--rules", "topk-log:2",
+           "--normalizers", "sparsemax", "--monitor-n", "4", "--threads", "1", "--quiet"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_guidelines_equals_one_process(work, mpirun, n, tmp_path):
+    """`attnlim guidelines` over n ranks (each L's 15 (variant, window) forwards and its
+    monitoring forwards round robin, uneven at 2 and 3 ranks) against one plain process: guidelines.json equal to 1e-12
+    but for timings / resume counts, the CSVs and every partial result the same bytes; then
+    --resume under MPI reuses every (L, variant)."""
+    one = work["dir"] / "gl_one"
+    if not one.exists():
+        run("guidelines", "--model", work["model"], *GL_OPTS, "--out", str(one))
+    out = tmp_path / f"gl{n}"
+    launch(mpirun, n, "guidelines", "--model", work["model"], *GL_OPTS, "--out", str(out))
+    a, b = json.load(open(out / "guidelines.json")), json.load(open(one / "guidelines.json"))
+    _close_json(a, b, skip=RUN_KEYS + ("manifest.timings_s", "manifest.parallel"))
+    per = a["manifest"]["parallel"]["forwards_per_rank"]  # every rank did its share
+    assert len(per) == n and sum(per) == b["manifest"]["parallel"]["forwards_per_rank"][0], per
+    assert max(per) - min(per) <= 2 and min(per) > 0, per
+    assert a["monitoring"]["lengths"] == [32, 64] and len(a["monitoring"]["variants"]) >= 4
+    for f in ("guidelines.csv", "monitoring.csv"):
+        assert (out / f).read_bytes() == (one / f).read_bytes(), f
+    pa = sorted(p.relative_to(out) for p in out.glob("partial/*/*.json"))
+    assert pa == sorted(p.relative_to(one) for p in one.glob("partial/*/*.json")) and len(pa) == 10
+    for p in pa:
+        assert (out / p).read_bytes() == (one / p).read_bytes(), p
+    r = launch(mpirun, n, "guidelines", "--model", work["model"], *GL_OPTS, "--out", str(out),
+               "--resume")
+    again = json.load(open(out / "guidelines.json"))
+    assert again["manifest"]["resume"] == {"requested": True, "reused": 10, "computed": 0}, r.stderr
+    for res in (again, b):  # each variant's "reused" flag differs by design
+        for e in res["lengths"]:
+            for v in e["variants"]:
+                v.pop("reused")
+    _close_json(again, b, skip=RUN_KEYS + ("manifest.timings_s", "manifest.parallel"))
