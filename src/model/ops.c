@@ -47,13 +47,14 @@ static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
     int minw = cunits / (8 * per) > 8 ? 8 : (cunits / (8 * per) > 1 ? cunits / (8 * per) : 1);
     int n = 0, done[64] = {0}; /* column units handed out per row part (rm <= nt <= 64) */
     for (int left = 1; left;) {
+        int last = n + 2 * rm > AL__GEMM_MAX_TILES; /* a sweep adds <= rm tiles: the rest now */
         left = 0;
         for (int p = 0; p < rm; p++) {
             int rest = cunits - done[p];
             if (rest <= 0) continue;
             int w = (rest + 2 * per - 1) / (2 * per);
             if (w < minw) w = minw;
-            if (w > rest || rest - w < minw || n + rm >= AL__GEMM_MAX_TILES) w = rest;
+            if (w > rest || rest - w < minw || last) w = rest;
             tiles[n].m0 = (int)((int64_t)M * p / rm),
             tiles[n].m1 = (int)((int64_t)M * (p + 1) / rm);
             tiles[n].c0 = done[p] * 16, done[p] += w;
