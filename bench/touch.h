@@ -31,7 +31,7 @@ static inline int touch_capture(void *user, const al_capture *c, al_error *err) 
     touch *s = user;
     size_t n = (size_t)c->T * c->T;
     double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
+#pragma omp parallel for reduction(+ : total) schedule(dynamic, 1)
     for (int h = 0; h < c->n_sel; h++) total += touch_sum(c->weights + h * n, n); /* [T, T] */
     s->sum += total;
     s->heads += c->n_sel;

@@ -310,6 +310,7 @@ static int capture_layout(const al__attn *a, al__attn_ws *ws, int capture, unsig
     if (what & AL_CAP_LOGITS) need += n_tt;
     if (what & AL_CAP_WEIGHTS) need += n_tt;
     if ((what & AL_CAP_LOGITS_PRECAP) && a->softcap > 0) need += n_tt;
+    if (need > ws->cap_n) ws->above_w = ws->above_l = NULL; /* a new block: nothing known */
     if (need &&
         (rc = grow((void **)&ws->cap, &ws->cap_n, need, sizeof(float), "capture buffers", err)))
         return rc;
@@ -443,12 +444,17 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
     const float scale = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)D));
     const float softcap = a->softcap;
     const size_t ldo = (size_t)H * D;
+    /* the capture arrays' parts above the blocks: already set by the last pass (same layout)? */
+    const int same = a->causal && T == ws->above_T && n_sel == ws->above_n;
+    const int skip_w = same && cw && cw == ws->above_w,
+              skip_l = same && clog && clog == ws->above_l;
+    ws->above_w = ws->above_l = NULL; /* until this pass is complete */
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *scr = ws->scratch + per_thread * (size_t)omp_get_thread_num();
         float *vscr = mod ? ws->vscr + per_thread_v * (size_t)omp_get_thread_num() : NULL;
         /* capture copies of q, k, v: [n_sel, T, D] from the strided inputs */
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(dynamic, 1) nowait
         for (int s = 0; s < n_sel; s++) {
             int h = heads[s], g = kv_head[h];
             for (int t = 0; t < T; t++) {
@@ -458,7 +464,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 if (cv) memcpy(cv + o, a->v + t * a->v_stride + (size_t)g * D, D * sizeof(float));
             }
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
         for (int g = 0; g < (tiles ? G : 0); g++)
             pack_group(a, g, Kt + (size_t)g * D * Tp, Vp + (size_t)g * Dp * T, Tp, Dp);
 #pragma omp for schedule(dynamic, 1)
@@ -514,9 +520,9 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = 0; j < lo; j++) Li[j] = -INFINITY;
-                for (int j = n, end = wcap ? T : kend; j < end; j++) Wi[j] = 0.0f;
+                for (int j = n, end = wcap && !skip_w ? T : kend; j < end; j++) Wi[j] = 0.0f;
                 if (lcap)
-                    for (int j = n; j < T; j++) Li[j] = -INFINITY;
+                    for (int j = n, end = skip_l ? kend : T; j < end; j++) Li[j] = -INFINITY;
             }
 #ifdef AL_ATTN_AVX2
             if (tiles == 2)
@@ -532,5 +538,6 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                             a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
         }
     }
+    if (a->causal) ws->above_w = cw, ws->above_l = clog, ws->above_T = T, ws->above_n = n_sel;
     return capture ? deliver_capture(a, &cb, what, scale, err) : 0;
 }

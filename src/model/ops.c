@@ -27,11 +27,45 @@ void al__blas_single(void) {
 }
 
 /* C[M, N] = A[M, K] @ op(B) (+ bias[N] broadcast over rows), op(B) = B [K, N] or B[N, K]^T,
- * as tiles [mt rows, nt columns] taken by the OpenMP threads dynamically (a thread slowed by
- * another process on its core takes fewer tiles instead of holding up the others at the end):
- * 3 tiles per thread: the thread's rows in 3 column parts (each tile packs its rows of A and its
- * columns of B once: a finer split costs ~5% per doubling through the re-packing, measured),
- * or, with fewer than 64 rows per thread, columns only, in multiples of 16 floats. */
+ * as tiles [rows of a row part, a column chunk] taken by the OpenMP threads dynamically from a
+ * list ordered largest first (guided self-scheduling): each of the rm row parts (one per thread
+ * while there are >= 64 rows each) has its columns cut into chunks of half of what is left for
+ * its threads, down to 128 columns (multiples of 16 floats; 1/8 of a row part's share at most). So
+ * the threads start on large tiles (OpenBLAS re-packs A and B per call: a finer uniform split costs
+ * ~5% per doubling) and end on small ones: a thread whose core is shared with another process takes
+ * fewer tiles and the others wait at the end for at most a small tile, not a third of their share.
+ */
+#define AL__GEMM_MAX_TILES 256
+typedef struct gemm_tile_t {
+    int m0, m1, c0, c1; /* rows [m0, m1), columns [c0, c1) */
+} gemm_tile_t;
+
+/* the tile list of an M x N product on nt threads: its length (tiles[AL__GEMM_MAX_TILES]) */
+static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
+    int rm = M / 64 < nt ? (M / 64 > 0 ? M / 64 : 1) : nt, cunits = (N + 15) / 16;
+    int per = (nt + rm - 1) / rm; /* threads per row part */
+    int minw = cunits / (8 * per) > 8 ? 8 : (cunits / (8 * per) > 1 ? cunits / (8 * per) : 1);
+    int n = 0, done[64] = {0}; /* column units handed out per row part (rm <= nt <= 64) */
+    for (int left = 1; left;) {
+        int last = n + 2 * rm > AL__GEMM_MAX_TILES; /* a sweep adds <= rm tiles: the rest now */
+        left = 0;
+        for (int p = 0; p < rm; p++) {
+            int rest = cunits - done[p];
+            if (rest <= 0) continue;
+            int w = (rest + 2 * per - 1) / (2 * per);
+            if (w < minw) w = minw;
+            if (w > rest || rest - w < minw || last) w = rest;
+            tiles[n].m0 = (int)((int64_t)M * p / rm),
+            tiles[n].m1 = (int)((int64_t)M * (p + 1) / rm);
+            tiles[n].c0 = done[p] * 16, done[p] += w;
+            tiles[n].c1 = done[p] * 16 < N ? done[p] * 16 : N;
+            n++;
+            left |= done[p] < cunits;
+        }
+    }
+    return n;
+}
+
 static void gemm_tile(float *y, const float *x, const float *W, const float *bias, int K, int N,
                       int transW, int m0, int m, int n0, int n) {
     float *yc = y + (size_t)m0 * N + n0;
@@ -53,21 +87,18 @@ static void gemm_bias(float *y, const float *x, const float *W, const float *bia
                       int N, int transW) {
     al__blas_single();
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    double work = (double)M * K * N;
-    if (work < 4e6) nt = 1;
-    /* tiles: rm row parts x cn column parts */
-    int rm = M / 64 < nt ? (M / 64 > 0 ? M / 64 : 1) : nt, cunits = (N + 15) / 16;
-    int cn = nt > 1 ? (3 * nt + rm - 1) / rm : 1;
-    if (cn > cunits) cn = cunits;
-    int tiles = rm * cn;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int t = 0; t < tiles; t++) {
-        int pr = t / cn, pc = t % cn;
-        int m0 = (int)((int64_t)M * pr / rm), m1 = (int)((int64_t)M * (pr + 1) / rm);
-        int c0 = (int)((int64_t)cunits * pc / cn) * 16,
-            c1 = (int)((int64_t)cunits * (pc + 1) / cn) * 16;
-        if (c1 > N) c1 = N;
-        if (m1 > m0 && c1 > c0) gemm_tile(y, x, W, bias, K, N, transW, m0, m1 - m0, c0, c1 - c0);
+    if ((double)M * K * N < 4e6) nt = 1;
+    if (nt > 64) nt = 64;
+    if (nt <= 1) {
+        gemm_tile(y, x, W, bias, K, N, transW, 0, M, 0, N);
+        return;
+    }
+    gemm_tile_t tiles[AL__GEMM_MAX_TILES];
+    int n = gemm_plan(tiles, M, N, nt);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int t = 0; t < n; t++) {
+        const gemm_tile_t *g = &tiles[t];
+        gemm_tile(y, x, W, bias, K, N, transW, g->m0, g->m1 - g->m0, g->c0, g->c1 - g->c0);
     }
 }
 
@@ -82,13 +113,15 @@ void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, 
 
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
                    float eps) {
-#pragma omp parallel for schedule(static) if (M >= 64 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C; /* [C] */
         float *yi = y + (size_t)i * C;       /* [C] */
-        double s = 0.0;
+        double s = 0.0; /* the sums in double, in lanes (omp simd: vectorised, any order) */
+#pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += xi[c];
         double mean = s / C, v = 0.0;
+#pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) {
             double d = xi[c] - mean;
             v += d * d;
@@ -99,11 +132,12 @@ void al__layernorm(float *y, const float *x, const float *g, const float *b, int
 }
 
 void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float eps) {
-#pragma omp parallel for schedule(static) if (M >= 64 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C; /* [C] */
         float *yi = y + (size_t)i * C;       /* [C] */
         double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += (double)xi[c] * xi[c];
         float r = (float)(1.0 / sqrt(ss / C + eps));
         for (int c = 0; c < C; c++) yi[c] = xi[c] * r * g[c];
@@ -325,7 +359,7 @@ static void gelu_tanh_span(float *x, size_t n) {
 void al__gelu_tanh(float *x, size_t n) {
     const size_t chunk = 16384;
     size_t n_chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n_chunks > 1 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 1) if (n_chunks > 1 && !omp_in_parallel())
     for (size_t c = 0; c < n_chunks; c++) {
         size_t i0 = c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
         gelu_tanh_span(x + i0, m);
@@ -333,7 +367,7 @@ void al__gelu_tanh(float *x, size_t n) {
 }
 
 void al__gelu_erf(float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= 65536 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 4096) if (n >= 65536 && !omp_in_parallel())
     for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
@@ -351,7 +385,7 @@ static void silu_mul_span(float *gate, const float *up, size_t n) {
 void al__silu_mul(float *gate, const float *up, size_t n) {
     const size_t chunk = 16384;
     size_t n_chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n_chunks > 1 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 1) if (n_chunks > 1 && !omp_in_parallel())
     for (size_t c = 0; c < n_chunks; c++) {
         size_t i0 = c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
         silu_mul_span(gate + i0, up + i0, m);
@@ -359,7 +393,7 @@ void al__silu_mul(float *gate, const float *up, size_t n) {
 }
 
 void al__add(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= 262144 && !omp_in_parallel())
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= 262144 && !omp_in_parallel())
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 

@@ -86,6 +86,11 @@ typedef struct al__attn_ws {
     size_t pack_n; /* keys and values packed in panels of 16 */
     float *vscr;
     size_t vscr_n; /* attention variants: [threads, AL__VSCR_PER_KEY * T] per-thread rows */
+    /* the causal capture arrays whose part above each block's keys ([r0, r0 + 64) x [r1, T)) is
+     * already 0 (weights) / -inf (logits) from the last complete pass of this T and n_sel: not
+     * written again (NULL: none known) */
+    const float *above_w, *above_l;
+    int above_T, above_n;
 } al__attn_ws;
 #define AL__ATTN_BLOCK 64 /* query rows per task */
 int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err);

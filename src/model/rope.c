@@ -88,7 +88,7 @@ void al__rope_table(float *tab, int T, const al__rope *r) {
  * HF's rotate_half (dim < d: partial rotary, the rest passes through). */
 void al__rope_apply(float *x, const float *tab, int T, int n_heads, int d, int dim) {
     int half = dim / 2;
-#pragma omp parallel for schedule(static) if (T >= 64)
+#pragma omp parallel for schedule(dynamic, 16) if (T >= 64)
     for (int t = 0; t < T; t++) {
         const float *cs = tab + (size_t)t * half * 2; /* [dim/2, 2] */
         for (int h = 0; h < n_heads; h++) {
