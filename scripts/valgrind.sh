@@ -15,6 +15,9 @@ if [ -f "$cache" ] && grep -q '^AL_NATIVE:BOOL=ON' "$cache"; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# the CLI re-executes itself to set OMP_WAIT_POLICY when it is unset (tools/attnlim.c), and
+# valgrind would not follow that exec: set the policy here
+export OMP_WAIT_POLICY=PASSIVE
 vg=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible
     --show-leak-kinds=definite,indirect,possible --suppressions=tests/sanitizer/valgrind.supp)
 export OMP_NUM_THREADS=2 ATTNLIM_NO_DOWNLOAD=1
