@@ -52,6 +52,15 @@ int cli_fail(const char *cmd, const al_error *err) {
     return 1;
 }
 
+int cli_with_dist(const char *cmd, int (*body)(int, char **, al_dist *), int argc, char **argv) {
+    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
+    al_error err = {0};
+    if (al_dist_open(&d, &err)) return cli_fail(cmd, &err);
+    int rc = body(argc, argv, d);
+    al_dist_close(d);
+    return rc;
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "attnlim %s: ", cmd);

@@ -43,6 +43,9 @@ int cli_interrupted(void);
 int cli_fail_or_interrupted(const char *cmd, const al_error *err, int resumable, int quiet);
 /* Prints "attnlim CMD: <message>" to stderr and returns 1 (use: return cli_fail("x", &err);) */
 int cli_fail(const char *cmd, const al_error *err);
+/* Runs body(argc, argv, d) between al_dist_open and al_dist_close (MPI_Finalize on every path
+ * out of body): the commands that spread over mpirun ranks (MPI builds), else one process. */
+int cli_with_dist(const char *cmd, int (*body)(int, char **, al_dist *), int argc, char **argv);
 /* Prints "attnlim CMD: <formatted>" (+ a hint to --help) and returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -264,14 +264,14 @@ out:
 #undef USAGE_ERROR
 }
 
-int cmd_diagnose(int argc, char **argv) {
-    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
-    al_error err = {0};
-    if (al_dist_open(&d, &err)) return cli_fail("diagnose", &err);
+static int diagnose_body(int argc, char **argv, al_dist *d) {
     int *att_lists[2] = {NULL, NULL}; /* --attention-layers, --attention-heads */
     int rc = diagnose_main(argc, argv, d, att_lists);
     free(att_lists[0]);
     free(att_lists[1]);
-    al_dist_close(d);
     return rc;
+}
+
+int cmd_diagnose(int argc, char **argv) {
+    return cli_with_dist("diagnose", diagnose_body, argc, argv);
 }

@@ -189,10 +189,5 @@ out:
 }
 
 int cmd_guidelines(int argc, char **argv) {
-    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
-    al_error err = {0};
-    if (al_dist_open(&d, &err)) return cli_fail("guidelines", &err);
-    int rc = guidelines_main(argc, argv, d);
-    al_dist_close(d); /* MPI_Finalize: every path out of guidelines_main comes here */
-    return rc;
+    return cli_with_dist("guidelines", guidelines_main, argc, argv);
 }

@@ -352,10 +352,5 @@ out:
 }
 
 int cmd_reproduce(int argc, char **argv) {
-    al_dist *d = NULL; /* several processes under mpirun (MPI builds), else this one */
-    al_error err = {0};
-    if (al_dist_open(&d, &err)) return cli_fail("reproduce", &err);
-    int rc = reproduce_main(argc, argv, d);
-    al_dist_close(d); /* MPI_Finalize: every path out of reproduce_main comes here */
-    return rc;
+    return cli_with_dist("reproduce", reproduce_main, argc, argv);
 }
