@@ -54,7 +54,7 @@ static const cli_opt opts[] = {
     {O_WINDOWS, "--windows", "W", "2: held-out windows diagnosed"},
     {O_CRIT_L, "--crit-L", "LIST", "128,256,512,1024"},
     {O_THREADS, "--threads", "N", "compute threads"},
-    {O_QUIET, "--quiet", NULL, "no progress bar"},
+    {O_QUIET, "--quiet", NULL, "no progress (a bar on a TTY, else plain lines)"},
     {O_JSON, "--json", NULL, "print a JSON summary"},
     CLI_OPT_END,
 };
@@ -155,7 +155,7 @@ int cmd_study(int argc, char **argv) {
         if (o.crit_L[k] <= o.base.T) o.crit_L[kept++] = o.crit_L[k];
     o.n_crit_L = kept;
     if (threads) al_set_threads(threads);
-    o.progress = !quiet && isatty(2);
+    o.progress = quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     if (al_study(&o, &err)) return cli_fail("study", &err);
     if (json) {
         cJSON *j = cJSON_CreateObject();

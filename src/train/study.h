@@ -1,6 +1,6 @@
 /* study.h: attnlim study (study.c, study_report.c): one model per normalizer trained at the
- * same budget, then the paper's diagnostics on each model's own forward (the trainer's, which
- * runs every normalizer as trained), and a report. */
+ * same budget, then the library's reproduce --readings all and diagnose on each checkpoint
+ * (loaded with its normalizer and tokenizer), and a report built from their results. */
 #ifndef AL_STUDY_H
 #define AL_STUDY_H
 
@@ -34,9 +34,18 @@ void al__study_defaults(al__study_opts *o);
  * then writes OUT/study.json, OUT/study.csv, OUT/figures/ and OUT/report.html. */
 int al__study_run(const al__study_opts *o, al_error *err);
 
-/* One run's diagnostics as JSON (study.c); model at its final state, data its corpus. */
+/* One run's entry of the report (study.c): al_reproduce --readings all and al_diagnose on the
+ * checkpoint in run_dir over the held-out text file `text`, and the log's validation loss. */
 int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const char *run_dir,
-                       cJSON **out, al_error *err);
+                       const char *text, cJSON **out, al_error *err);
+
+/* The values of key in the lines of DIR/log.jsonl that have it, against "step". */
+typedef struct al__study_curve {
+    int n;
+    double *x, *y; /* [n] */
+} al__study_curve;
+int al__study_log_curve(const char *dir, const char *key, al__study_curve *c, al_error *err);
+void al__study_curve_free(al__study_curve *c);
 /* The report of the diagnosed runs (study_report.c): runs[n] are the diag.json objects. */
 int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_error *err);
 

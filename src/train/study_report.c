@@ -11,13 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct curve {
-    int n;
-    double *x, *y; /* [n] */
-} curve;
+typedef al__study_curve curve;
 
-/* The values of key in the lines of a run's log.jsonl that have it, against "step". */
-static int log_curve(const char *dir, const char *key, curve *c, al_error *err) {
+int al__study_log_curve(const char *dir, const char *key, curve *c, al_error *err) {
     memset(c, 0, sizeof *c);
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/log.jsonl", dir);
@@ -46,7 +42,7 @@ static int log_curve(const char *dir, const char *key, curve *c, al_error *err) 
     return rc;
 }
 
-static void curve_free(curve *c) {
+void al__study_curve_free(curve *c) {
     free(c->x), free(c->y);
     memset(c, 0, sizeof *c);
 }
@@ -110,7 +106,7 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
     for (int r = 0; r < n && !rc; r++) {
         char dir[4096 + 64];
         snprintf(dir, sizeof dir, "%s/runs/%s", o->out, o->norms[r].name);
-        rc = log_curve(dir, key, &c[r], err);
+        rc = al__study_log_curve(dir, key, &c[r], err);
         s[r] = (al__series){o->norms[r].name,
                             c[r].n,
                             c[r].x,
@@ -127,7 +123,7 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
         snprintf(path, sizeof path, "%s/figures/%s", o->out, base);
         rc = al__plot_write(pl, path, err);
     }
-    for (int r = 0; r < n; r++) curve_free(&c[r]);
+    for (int r = 0; r < n; r++) al__study_curve_free(&c[r]);
     return rc;
 }
 
@@ -137,6 +133,42 @@ static al__plot plot_of(const char *title, const char *xl, const char *yl, int x
     p.title = title, p.xlabel = xl, p.ylabel = yl, p.xlog = xlog, p.ylog = ylog;
     p.xmin = p.xmax = p.ymin = p.ymax = NAN;
     return p;
+}
+
+/* N_crit / L against L per run (the run's reading), the band the min..max over every reading
+ * of readings.json, and the paper's 0.06. */
+static int fig_crit(const al__study_opts *o, cJSON *const *runs, int n, figset *fs, al_error *err) {
+    al__series s[AL__STUDY_MAX_NORMS + 1];
+    const int nL = o->n_crit_L;
+    for (int r = 0; r < n; r++) {
+        double *x = take(fs, nL), *y = take(fs, nL), *lo = take(fs, nL), *hi = take(fs, nL);
+        if (!x || !y || !lo || !hi) return al__err(err, AL_E_NOMEM, "study: figure buffer");
+        int nx = nums(path2(runs[r], "critical_n", "L"), x, nL);
+        int ny = nums(path2(runs[r], "critical_n", "n_crit_over_L"), y, nL);
+        for (int k = 0; k < nL; k++) lo[k] = hi[k] = k < ny ? y[k] : NAN;
+        const cJSON *rd;
+        cJSON_ArrayForEach(rd, path2(runs[r], "critical_n", "readings")) {
+            double v[AL__STUDY_MAX_L];
+            int nv = nums(cJSON_GetObjectItemCaseSensitive(rd, "n_crit_over_L"), v, nL);
+            for (int k = 0; k < nv; k++)
+                if (isfinite(v[k])) {
+                    lo[k] = isfinite(lo[k]) && lo[k] < v[k] ? lo[k] : v[k];
+                    hi[k] = isfinite(hi[k]) && hi[k] > v[k] ? hi[k] : v[k];
+                }
+        }
+        s[r] = (al__series){
+            o->norms[r].name, nx < ny ? nx : ny, x, y, lo, hi, AL__S_LINE | AL__S_MARKERS, r};
+    }
+    double *x = take(fs, nL), *y = take(fs, nL);
+    if (!x || !y) return al__err(err, AL_E_NOMEM, "study: figure buffer");
+    for (int k = 0; k < nL; k++) x[k] = o->crit_L[k], y[k] = 0.06;
+    s[n] = (al__series){"0.06 (the paper)", nL, x, y, NULL, NULL, AL__S_DASHED, -1};
+    al__plot p = plot_of("Critical N / L (KS at 0.01; band: min..max over every reading)",
+                         "L (window)", "N_crit / L", 1, 0);
+    p.n_series = n + 1, p.series = s;
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/figures/critical_n", o->out);
+    return al__plot_write(&p, path, err);
 }
 
 static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error *err) {
@@ -163,15 +195,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
                     "n (keys of the row)", "max weight (mean over heads)", 1, 1);
         rc = fig_runs(o, runs, n, "vanishing", "n", "max_weight", &p, "vanishing", &fs, &ref, err);
     }
-    if (!rc) {
-        double *x = take(&fs, AL__STUDY_MAX_L), *y = take(&fs, AL__STUDY_MAX_L);
-        for (int k = 0; k < o->n_crit_L; k++) x[k] = o->crit_L[k], y[k] = 0.06;
-        al__series ref = {"0.06 (the paper)", o->n_crit_L, x, y, NULL, NULL, AL__S_DASHED, -1};
-        p = plot_of("Critical N / L (KS at 0.01 over the model's heads)", "L (window)",
-                    "N_crit / L", 1, 0);
-        rc = fig_runs(o, runs, n, "critical_n", "L", "n_crit_over_L", &p, "critical_n", &fs, &ref,
-                      err);
-    }
+    if (!rc) rc = fig_crit(o, runs, n, &fs, err);
     if (!rc) {
         double x[2] = {1, 128}, lo[2] = {0.70, 0.70}, hi[2] = {0.85, 0.85}, mid[2] = {0.775, 0.775};
         al__series ref = {"0.70-0.85 (the paper)", 2, x, mid, lo, hi, AL__S_DASHED, -1};
@@ -207,6 +231,29 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
 
 static double getnum(const cJSON *j) {
     return cJSON_IsNumber(j) ? j->valuedouble : NAN;
+}
+
+/* Under how many readings of readings.json reproduce's verdict on claim (critical_n or
+ * separability) holds, into q.verdicts_under_readings {holds, of, reproduce}. */
+static void readings_count(const cJSON *run, const char *claim, cJSON *q) {
+    int holds = 0, all = 0;
+    const cJSON *rd, *v;
+    cJSON_ArrayForEach(rd, path2(run, "critical_n", "readings")) {
+        v = cJSON_GetObjectItemCaseSensitive(rd, claim);
+        if (!cJSON_IsString(v)) continue;
+        all++, holds += !strcmp(v->valuestring, "holds");
+    }
+    const char *rv = NULL;
+    cJSON_ArrayForEach(v, path2(run, "reproduce", "verdicts")) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "key");
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "verdict");
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, claim) && cJSON_IsString(x))
+            rv = x->valuestring;
+    }
+    cJSON *o = cJSON_AddObjectToObject(q, "reproduce");
+    cJSON_AddStringToObject(o, "verdict", rv ? rv : "not evaluated");
+    cJSON_AddNumberToObject(o, "readings_holding", holds);
+    cJSON_AddNumberToObject(o, "readings", all);
 }
 
 static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
@@ -261,6 +308,7 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                 : !any ? "not reached"
                                 : ok   ? "holds"
                                        : "does not hold");
+        readings_count(runs[r], "critical_n", c);
         /* separability */
         cJSON *s = cJSON_AddObjectToObject(p, "separability");
         cJSON_AddStringToObject(s, "expected",
@@ -280,6 +328,7 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                 !soft || !isfinite(m)      ? "not judged"
                                 : (m >= 0.70 && m <= 0.85) ? "holds"
                                                            : "does not hold");
+        readings_count(runs[r], "separability", s);
         /* Jacobian */
         cJSON *jb = cJSON_AddObjectToObject(p, "jacobian");
         double jm = getnum(path2(runs[r], "jacobian", "spectral_mean"));
@@ -441,9 +490,12 @@ static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int
         &b,
         "<p>One GPT-2-style model per normalizer, trained in C at the same budget: %d layers, "
         "%d heads, %d channels, context %d, batch %d x %d, %d steps, seed %llu, %s "
-        "tokens of %s. Diagnostics on %d held-out windows through each model's own forward "
-        "(value vectors). Verdict rules and every expectation for a normalizer other than "
-        "softmax are ours ([reading]).</p>\n",
+        "tokens of %s. On each checkpoint (loaded with its normalizer and tokenizer, as every "
+        "command loads it): attnlim reproduce --readings all (%d windows of each L) and attnlim "
+        "diagnose (window 0) over the held-out tail of the corpus (heldout.txt); the tables "
+        "and figures are built from their results (value vectors: the run's reading; the "
+        "critical-N band spans every reading). Verdict rules and every expectation for a "
+        "normalizer other than softmax are ours ([reading]).</p>\n",
         o->base.cfg.n_layer, o->base.cfg.n_head, o->base.cfg.n_embd, o->base.cfg.n_ctx, o->base.B,
         o->base.T, o->base.opt.steps, (unsigned long long)o->base.seed, o->base.tokenizer,
         o->base.corpus, o->windows);
@@ -459,9 +511,17 @@ static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int
             const cJSON *it;
             cJSON_ArrayForEach(it, q) if (!strncmp(it->string, "measured", 8)) m =
                 cJSON_PrintUnformatted(it);
-            sb_printf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+            char extra[160] = "";
+            const cJSON *rp = cJSON_GetObjectItemCaseSensitive(q, "reproduce");
+            if (rp)
+                snprintf(extra, sizeof extra, "; reproduce: %s (holds under %g of %g readings)",
+                         cJSON_GetObjectItemCaseSensitive(rp, "verdict")->valuestring,
+                         getnum(cJSON_GetObjectItemCaseSensitive(rp, "readings_holding")),
+                         getnum(cJSON_GetObjectItemCaseSensitive(rp, "readings")));
+            sb_printf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s%s</td></tr>\n",
                       name, claims[c], cJSON_GetObjectItemCaseSensitive(q, "expected")->valuestring,
-                      m ? m : "", cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring);
+                      m ? m : "", cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring,
+                      extra);
             free(m);
         }
     }
@@ -494,6 +554,12 @@ int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_erro
     cJSON_AddStringToObject(opt, "corpus", o->base.corpus);
     cJSON_AddStringToObject(opt, "tokenizer", o->base.tokenizer);
     cJSON_AddNumberToObject(opt, "windows", o->windows);
+    cJSON_AddStringToObject(opt, "diagnosed_text",
+                            "heldout.txt: the held-out tail of the corpus (the last val_frac of "
+                            "its tokens), which training never saw");
+    cJSON_AddStringToObject(opt, "diagnostics",
+                            "runs/NAME/reproduce (attnlim reproduce --readings all) and "
+                            "runs/NAME/diagnose (attnlim diagnose), in-process");
     cJSON_AddStringToObject(opt, "vectors", "value");
     cJSON *ra = cJSON_AddArrayToObject(j, "runs");
     for (int r = 0; r < n; r++) cJSON_AddItemToArray(ra, cJSON_Duplicate(runs[r], 1));

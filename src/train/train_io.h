@@ -56,7 +56,7 @@ typedef struct al__tr_run_opts {
     int resume;            /* continue from out/state.bin */
     const char *init;      /* start from these GPT-2 weights instead of the seeded init */
     const char *dump;      /* write the first step (batch, loss, gradients, updated weights) */
-    int progress;          /* draw the progress line */
+    int progress;          /* 0 off, 1 a bar (a TTY), 2 plain periodic lines */
 } al__tr_run_opts;
 
 typedef struct al__tr_summary {
