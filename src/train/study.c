@@ -26,19 +26,21 @@
 
 void al__study_defaults(al__study_opts *o) {
     memset(o, 0, sizeof *o);
-    al__tr_run_defaults(&o->base);
+    o->pub.size = sizeof o->pub;
+    o->pub.normalizers = "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax";
+    al_train_defaults(&o->pub.base);
     /* about an hour of a quiet 2-core machine for the six runs, their diagnostics and the
      * library's reproduce and diagnose: 600 steps from the CPU seconds of short runs
      * (docs/training.md, docs/findings.md) */
-    o->base.cfg.n_layer = 4, o->base.cfg.n_head = 4, o->base.cfg.n_embd = 128;
-    o->base.cfg.n_ctx = 1024;
-    o->base.B = 2, o->base.T = 1024;
-    o->base.opt.steps = 600, o->base.opt.warmup = 60, o->base.opt.lr = 2e-3;
-    o->base.eval_every = 50, o->base.val_windows = 4;
-    o->windows = 2;
+    o->pub.base.n_layer = 4, o->pub.base.n_head = 4, o->pub.base.n_embd = 128;
+    o->pub.base.n_ctx = 1024;
+    o->pub.base.B = 2, o->pub.base.T = 1024;
+    o->pub.base.steps = 600, o->pub.base.warmup = 60, o->pub.base.lr = 2e-3;
+    o->pub.base.eval_every = 50, o->pub.base.val_windows = 4;
+    o->pub.windows = 2;
     int L[] = {128, 256, 512, 1024};
-    memcpy(o->crit_L, L, sizeof L);
-    o->n_crit_L = 4;
+    memcpy(o->pub.crit_L, L, sizeof L);
+    o->pub.n_crit_L = 4;
 }
 
 int al__study_parse_norms(const char *list, al__study_opts *o, al_error *err) {
@@ -95,8 +97,8 @@ int al__study_parse_norms(const char *list, al__study_opts *o, al_error *err) {
  * text: bytes, the bytes past n_train; gpt2, the ids past n_train decoded. Its path in
  * path[cap]. */
 static int write_heldout(const al__study_opts *o, char *path, size_t cap, al_error *err) {
-    snprintf(path, cap, "%s/heldout.txt", o->out);
-    const al__tr_run_opts *b = &o->base;
+    snprintf(path, cap, "%s/heldout.txt", o->pub.out);
+    const al_train_opts *b = &o->pub.base;
     al__tr_data d;
     int rc = al__tr_data_load(b->corpus, b->data_path, b->tokenizer, b->val_frac, &d, err);
     if (rc) return rc;
@@ -262,6 +264,28 @@ static cJSON *repro_verdicts(const cJSON *res) {
     return out;
 }
 
+/* al_reproduce resumed (its finished jobs reused); when DIR/reproduce holds the output of
+ * other options (another corpus: an earlier study's diagnostics, a copied study), it is
+ * recomputed into a temporary beside it that replaces it in one rename (reproduce --force). */
+static int repro_fresh_or_resumed(al_repro_opts *r, al_error *err) {
+    al_error e = {0};
+    int rc = al_reproduce(r, &e);
+    if (!rc || rc != AL_E_INVALID || !strstr(e.msg, "computed with other options")) {
+        if (rc && err) *err = e;
+        return rc;
+    }
+    if (!r->quiet) al__log(AL_LOG_NOTE, "study: %s: other options; recomputed", r->out_dir);
+    r->resume = 0;
+    struct al_outdir *od = NULL;
+    const char *dir = r->out_dir;
+    rc = al_repro_out_begin(r, 1, &od, err);
+    if (!rc) rc = al_reproduce(r, err);
+    if (!rc && od) rc = al_outdir_publish(od, err);
+    al_outdir_free(od);
+    r->out_dir = dir;
+    return rc;
+}
+
 /* `attnlim reproduce --readings all` (al_reproduce, resumable: finished jobs whose options match
  * are reused) into DIR/reproduce and `attnlim diagnose` (al_diagnose) into DIR/diagnose on the
  * run's checkpoint DIR and the held-out text; *res, *rd, *dg their results.json, readings.json
@@ -273,17 +297,17 @@ static int run_library(const al__study_opts *o, const char *dir, const char *tex
     snprintf(ddir, sizeof ddir, "%s/diagnose", dir);
     al_repro_opts r;
     al_repro_defaults(&r);
-    r.model = dir, r.corpus = text, r.out_dir = rdir, r.windows = o->windows;
+    r.model = dir, r.corpus = text, r.out_dir = rdir, r.windows = o->pub.windows;
     r.readings = "all", r.resume = 1;
-    r.lengths = o->crit_L, r.n_lengths = o->n_crit_L, r.long_length = o->base.T;
-    r.quiet = !o->progress, r.progress = o->progress;
-    int rc = al_reproduce(&r, err);
+    r.lengths = o->pub.crit_L, r.n_lengths = o->pub.n_crit_L, r.long_length = o->pub.base.T;
+    r.quiet = !o->pub.progress, r.progress = o->pub.progress;
+    int rc = repro_fresh_or_resumed(&r, err);
     if (rc) return al__err_prefix(err, rc, "reproduce");
     snprintf(path, sizeof path, "%s/results.json", rdir);
     if (!(*res = read_json(path, err))) return al__err_prefix(err, err->code, "reproduce");
     snprintf(path, sizeof path, "%s/readings.json", rdir);
     if (!(*rd = read_json(path, err))) return al__err_prefix(err, err->code, "reproduce");
-    al_diag_opts d = {.model = dir, .corpus = text, .out_dir = ddir, .length = o->base.T};
+    al_diag_opts d = {.model = dir, .corpus = text, .out_dir = ddir, .length = o->pub.base.T};
     char *json = NULL;
     if ((rc = al_diagnose(&d, &json, err))) return al__err_prefix(err, rc, "diagnose");
     *dg = cJSON_Parse(json);
@@ -292,7 +316,7 @@ static int run_library(const al__study_opts *o, const char *dir, const char *tex
 }
 
 /* The run's ssmax s per (layer, head) as its config.json records them (s_per_head, else s). */
-static void run_ssmax_s(const char *dir, const al__tr_cfg *c, cJSON *run) {
+static void run_ssmax_s(const char *dir, const al_train_opts *c, cJSON *run) {
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/config.json", dir);
     al_error e = {0};
@@ -326,12 +350,12 @@ int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const 
         cJSON_AddNumberToObject(run, "steps", vl.n ? vl.x[vl.n - 1] : 0);
         cJSON_AddItemToObject(run, "val_loss",
                               vl.n ? cJSON_CreateNumber(vl.y[vl.n - 1]) : cJSON_CreateNull());
-        cJSON_AddNumberToObject(run, "windows", o->windows);
-        cJSON_AddNumberToObject(run, "T", o->base.T);
+        cJSON_AddNumberToObject(run, "windows", o->pub.windows);
+        cJSON_AddNumberToObject(run, "T", o->pub.base.T);
         run_vanishing(res, run);
         run_crit_sep(res, rd, run);
-        run_jacobian(dg, o->base.cfg.n_layer, o->base.cfg.n_head, run);
-        if (sn->nm.kind == AL_NORM_SSMAX) run_ssmax_s(dir, &o->base.cfg, run);
+        run_jacobian(dg, o->pub.base.n_layer, o->pub.base.n_head, run);
+        if (sn->nm.kind == AL_NORM_SSMAX) run_ssmax_s(dir, &o->pub.base, run);
         cJSON *rj = cJSON_AddObjectToObject(run, "reproduce");
         cJSON_AddStringToObject(rj, "dir", "reproduce");
         cJSON_AddItemToObject(rj, "verdicts", repro_verdicts(res));
@@ -345,33 +369,34 @@ int al__study_diagnose(const al__study_opts *o, const al__study_norm *sn, const 
 /* ---- the runs ------------------------------------------------------------------------------ */
 
 int al__study_run(const al__study_opts *o, al_error *err) {
-    if (!o->out || !*o->out) return al__err(err, AL_E_INVALID, "study: no output directory");
-    if (o->windows < 1) return al__err(err, AL_E_INVALID, "study: --windows must be >= 1");
-    for (int k = 0; k < o->n_crit_L; k++)
-        if (o->crit_L[k] < 2 || o->crit_L[k] > o->base.T)
+    if (!o->pub.out || !*o->pub.out)
+        return al__err(err, AL_E_INVALID, "study: no output directory");
+    if (o->pub.windows < 1) return al__err(err, AL_E_INVALID, "study: --windows must be >= 1");
+    for (int k = 0; k < o->pub.n_crit_L; k++)
+        if (o->pub.crit_L[k] < 2 || o->pub.crit_L[k] > o->pub.base.T)
             return al__err(err, AL_E_INVALID, "study: critical-N window %d outside 2..%d (--seq)",
-                           o->crit_L[k], o->base.T);
+                           o->pub.crit_L[k], o->pub.base.T);
     char text[4096 + 32];
-    int rc = al__mkdirs(o->out, err);
+    int rc = al__mkdirs(o->pub.out, err);
     if (!rc) rc = write_heldout(o, text, sizeof text, err);
     cJSON *runs[AL__STUDY_MAX_NORMS] = {0};
     for (int k = 0; !rc && k < o->n_norms; k++) {
         const al__study_norm *sn = &o->norms[k];
         char dir[4096 + 64], state[4096 + 80];
-        snprintf(dir, sizeof dir, "%s/runs/%s", o->out, sn->name);
+        snprintf(dir, sizeof dir, "%s/runs/%s", o->pub.out, sn->name);
         snprintf(state, sizeof state, "%s/state.bin", dir);
-        al__tr_run_opts r = o->base;
-        r.cfg.norm = sn->nm, r.cfg.ssmax_learn = sn->ssmax_learn;
-        r.out = dir, r.resume = al__is_file(state), r.progress = o->progress;
-        if (o->progress)
+        al_train_opts r = o->pub.base;
+        r.norm = sn->nm, r.ssmax_learn = sn->ssmax_learn;
+        r.out = dir, r.resume = al__is_file(state), r.progress = o->pub.progress;
+        if (o->pub.progress)
             al__log(AL_LOG_NOTE, "study: training %s (%d of %d)", sn->name, k + 1, o->n_norms);
-        al__tr_summary sum;
+        al_train_summary sum;
         rc = al__tr_run(&r, &sum, err);
         if (rc) {
             al__err_prefix(err, rc, "study: training %s", sn->name);
             break;
         }
-        if (o->progress)
+        if (o->pub.progress)
             al__log(AL_LOG_NOTE, "study: reproduce --readings all and diagnose on %s", sn->name);
         if ((rc = al__study_diagnose(o, sn, dir, text, &runs[k], err))) break;
         char *json = cJSON_Print(runs[k]);

@@ -7,7 +7,6 @@
 #include "train_io.h"
 
 #define AL__STUDY_MAX_NORMS 16
-#define AL__STUDY_MAX_L     16
 
 typedef struct al__study_norm {
     char name[32]; /* as given: "softmax", "entmax:1.3", "ssmax", "ssmax-fixed", ... */
@@ -16,14 +15,9 @@ typedef struct al__study_norm {
 } al__study_norm;
 
 typedef struct al__study_opts {
-    al__tr_run_opts base; /* model, data, optimizer, batch, seed: the same for every run */
-    al__study_norm norms[AL__STUDY_MAX_NORMS];
+    al_study_opts pub; /* as given (pub.base: model, data, optimizer, batch, seed of every run) */
+    al__study_norm norms[AL__STUDY_MAX_NORMS]; /* pub.normalizers parsed */
     int n_norms;
-    int windows;                 /* validation windows of T tokens diagnosed */
-    int crit_L[AL__STUDY_MAX_L]; /* window lengths of the critical-N test (<= T) */
-    int n_crit_L;
-    const char *out;
-    int progress;
 } al__study_opts;
 
 /* "softmax,sparsemax,entmax15,entmax:1.3,ssmax,sa-softmax" into o->norms (ssmax: s learnable per

@@ -93,7 +93,7 @@ static int fig_runs(const al__study_opts *o, cJSON *const *runs, int n, const ch
     pl->n_series = k;
     pl->series = s;
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/figures/%s", o->out, base);
+    snprintf(path, sizeof path, "%s/figures/%s", o->pub.out, base);
     return al__plot_write(pl, path, err);
 }
 
@@ -105,7 +105,7 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
     int rc = 0;
     for (int r = 0; r < n && !rc; r++) {
         char dir[4096 + 64];
-        snprintf(dir, sizeof dir, "%s/runs/%s", o->out, o->norms[r].name);
+        snprintf(dir, sizeof dir, "%s/runs/%s", o->pub.out, o->norms[r].name);
         rc = al__study_log_curve(dir, key, &c[r], err);
         s[r] = (al__series){o->norms[r].name,
                             c[r].n,
@@ -120,7 +120,7 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
         pl->n_series = n;
         pl->series = s;
         char path[4096 + 64];
-        snprintf(path, sizeof path, "%s/figures/%s", o->out, base);
+        snprintf(path, sizeof path, "%s/figures/%s", o->pub.out, base);
         rc = al__plot_write(pl, path, err);
     }
     for (int r = 0; r < n; r++) al__study_curve_free(&c[r]);
@@ -139,7 +139,7 @@ static al__plot plot_of(const char *title, const char *xl, const char *yl, int x
  * of readings.json, and the paper's 0.06. */
 static int fig_crit(const al__study_opts *o, cJSON *const *runs, int n, figset *fs, al_error *err) {
     al__series s[AL__STUDY_MAX_NORMS + 1];
-    const int nL = o->n_crit_L;
+    const int nL = o->pub.n_crit_L;
     for (int r = 0; r < n; r++) {
         double *x = take(fs, nL), *y = take(fs, nL), *lo = take(fs, nL), *hi = take(fs, nL);
         if (!x || !y || !lo || !hi) return al__err(err, AL_E_NOMEM, "study: figure buffer");
@@ -148,7 +148,7 @@ static int fig_crit(const al__study_opts *o, cJSON *const *runs, int n, figset *
         for (int k = 0; k < nL; k++) lo[k] = hi[k] = k < ny ? y[k] : NAN;
         const cJSON *rd;
         cJSON_ArrayForEach(rd, path2(runs[r], "critical_n", "readings")) {
-            double v[AL__STUDY_MAX_L];
+            double v[AL_STUDY_MAX_L];
             int nv = nums(cJSON_GetObjectItemCaseSensitive(rd, "n_crit_over_L"), v, nL);
             for (int k = 0; k < nv; k++)
                 if (isfinite(v[k])) {
@@ -161,19 +161,19 @@ static int fig_crit(const al__study_opts *o, cJSON *const *runs, int n, figset *
     }
     double *x = take(fs, nL), *y = take(fs, nL);
     if (!x || !y) return al__err(err, AL_E_NOMEM, "study: figure buffer");
-    for (int k = 0; k < nL; k++) x[k] = o->crit_L[k], y[k] = 0.06;
+    for (int k = 0; k < nL; k++) x[k] = o->pub.crit_L[k], y[k] = 0.06;
     s[n] = (al__series){"0.06 (the paper)", nL, x, y, NULL, NULL, AL__S_DASHED, -1};
     al__plot p = plot_of("Critical N / L (KS at 0.01; band: min..max over every reading)",
                          "L (window)", "N_crit / L", 1, 0);
     p.n_series = n + 1, p.series = s;
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/figures/critical_n", o->out);
+    snprintf(path, sizeof path, "%s/figures/critical_n", o->pub.out);
     return al__plot_write(&p, path, err);
 }
 
 static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error *err) {
     char dir[4096 + 16];
-    snprintf(dir, sizeof dir, "%s/figures", o->out);
+    snprintf(dir, sizeof dir, "%s/figures", o->pub.out);
     int rc = al__mkdirs(dir, err);
     if (rc) return rc;
     figset fs = {malloc(4096 * sizeof(double)), 0, 4096};
@@ -189,7 +189,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
     if (!rc) { /* vanishing, with 1/n */
         double *x = take(&fs, 32), *y = take(&fs, 32);
         int k = 0;
-        for (int v = 1; v <= o->base.T && k < 32; v *= 2) x[k] = v, y[k] = 1.0 / v, k++;
+        for (int v = 1; v <= o->pub.base.T && k < 32; v *= 2) x[k] = v, y[k] = 1.0 / v, k++;
         al__series ref = {"1/n (uniform)", k, x, y, NULL, NULL, AL__S_DASHED, -1};
         p = plot_of("Vanishing attention: mean max weight of rows with n keys",
                     "n (keys of the row)", "max weight (mean over heads)", 1, 1);
@@ -205,7 +205,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
     }
     if (!rc) { /* Jacobian spectral norm per layer (mean over heads) */
         al__series s[AL__STUDY_MAX_NORMS];
-        const int L = o->base.cfg.n_layer, H = o->base.cfg.n_head;
+        const int L = o->pub.base.n_layer, H = o->pub.base.n_head;
         for (int r = 0; r < n; r++) {
             double *x = take(&fs, L), *y = take(&fs, L), h[4096];
             int nh = nums(path2(runs[r], "jacobian", "spectral_heads"), h, 4096);
@@ -220,7 +220,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
                     "spectral norm (mean over heads)", 0, 1);
         p.n_series = n, p.series = s;
         char path[4096 + 64];
-        snprintf(path, sizeof path, "%s/figures/jacobian", o->out);
+        snprintf(path, sizeof path, "%s/figures/jacobian", o->pub.out);
         rc = al__plot_write(&p, path, err);
     }
     free(fs.buf);
@@ -299,8 +299,8 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                      : "[reading] no prediction from the paper: measured");
         const cJSON *ra = path2(runs[r], "critical_n", "n_crit_over_L");
         cJSON_AddItemToObject(c, "measured_n_crit_over_L", cJSON_Duplicate(ra, 1));
-        double rv[AL__STUDY_MAX_L];
-        int nr = nums(ra, rv, AL__STUDY_MAX_L), ok = 1, any = 0;
+        double rv[AL_STUDY_MAX_L];
+        int nr = nums(ra, rv, AL_STUDY_MAX_L), ok = 1, any = 0;
         for (int i = 0; i < nr; i++)
             if (isfinite(rv[i])) any = 1, ok &= rv[i] < 0.06;
         cJSON_AddStringToObject(c, "verdict",
@@ -392,20 +392,21 @@ static void fmt_num(char *buf, size_t cap, const cJSON *v) {
 
 static char *csv(const al__study_opts *o, cJSON *const *runs, int n) {
     sbuf b = {0};
-    sb_printf(&b, "normalizer,steps,val_loss,vanishing_loglog_slope,max_weight_at_n_%d", o->base.T);
-    for (int k = 0; k < o->n_crit_L; k++) sb_printf(&b, ",n_crit_over_L_%d", o->crit_L[k]);
+    sb_printf(&b, "normalizer,steps,val_loss,vanishing_loglog_slope,max_weight_at_n_%d",
+              o->pub.base.T);
+    for (int k = 0; k < o->pub.n_crit_L; k++) sb_printf(&b, ",n_crit_over_L_%d", o->pub.crit_L[k]);
     sb_printf(&b, ",ns_ratio_N16,jacobian_spectral_mean\n");
     for (int r = 0; r < n; r++) {
         char a[32], c[32], d[32], e[32];
         fmt_num(a, sizeof a, cJSON_GetObjectItemCaseSensitive(runs[r], "val_loss"));
         fmt_num(c, sizeof c, path2(runs[r], "vanishing", "loglog_slope"));
-        double mw[64], N[8], ns[8], rv[AL__STUDY_MAX_L];
+        double mw[64], N[8], ns[8], rv[AL_STUDY_MAX_L];
         int nm = nums(path2(runs[r], "vanishing", "max_weight"), mw, 64);
         snprintf(d, sizeof d, "%.4g", nm ? mw[nm - 1] : NAN);
         sb_printf(&b, "%s,%g,%s,%s,%s", o->norms[r].name,
                   getnum(cJSON_GetObjectItemCaseSensitive(runs[r], "steps")), a, c, d);
-        int nr = nums(path2(runs[r], "critical_n", "n_crit_over_L"), rv, AL__STUDY_MAX_L);
-        for (int k = 0; k < o->n_crit_L; k++)
+        int nr = nums(path2(runs[r], "critical_n", "n_crit_over_L"), rv, AL_STUDY_MAX_L);
+        for (int k = 0; k < o->pub.n_crit_L; k++)
             if (k < nr && isfinite(rv[k]))
                 sb_printf(&b, ",%.4g", rv[k]);
             else
@@ -496,9 +497,9 @@ static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int
         "and figures are built from their results (value vectors: the run's reading; the "
         "critical-N band spans every reading). Verdict rules and every expectation for a "
         "normalizer other than softmax are ours ([reading]).</p>\n",
-        o->base.cfg.n_layer, o->base.cfg.n_head, o->base.cfg.n_embd, o->base.cfg.n_ctx, o->base.B,
-        o->base.T, o->base.opt.steps, (unsigned long long)o->base.seed, o->base.tokenizer,
-        o->base.corpus, o->windows);
+        o->pub.base.n_layer, o->pub.base.n_head, o->pub.base.n_embd, o->pub.base.n_ctx,
+        o->pub.base.B, o->pub.base.T, o->pub.base.steps, (unsigned long long)o->pub.base.seed,
+        o->pub.base.tokenizer, o->pub.base.corpus, o->pub.windows);
     sb_printf(&b, "<h2>Predictions</h2>\n<table><tr><th>normalizer</th><th>claim</th><th>expected"
                   "</th><th>measured</th><th>verdict</th></tr>\n");
     const cJSON *p;
@@ -543,17 +544,17 @@ int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_erro
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "schema", "attnlim.study/1");
     cJSON *opt = cJSON_AddObjectToObject(j, "options");
-    cJSON_AddNumberToObject(opt, "n_layer", o->base.cfg.n_layer);
-    cJSON_AddNumberToObject(opt, "n_head", o->base.cfg.n_head);
-    cJSON_AddNumberToObject(opt, "n_embd", o->base.cfg.n_embd);
-    cJSON_AddNumberToObject(opt, "n_ctx", o->base.cfg.n_ctx);
-    cJSON_AddNumberToObject(opt, "batch", o->base.B);
-    cJSON_AddNumberToObject(opt, "seq_len", o->base.T);
-    cJSON_AddNumberToObject(opt, "steps", o->base.opt.steps);
-    cJSON_AddNumberToObject(opt, "lr", o->base.opt.lr);
-    cJSON_AddStringToObject(opt, "corpus", o->base.corpus);
-    cJSON_AddStringToObject(opt, "tokenizer", o->base.tokenizer);
-    cJSON_AddNumberToObject(opt, "windows", o->windows);
+    cJSON_AddNumberToObject(opt, "n_layer", o->pub.base.n_layer);
+    cJSON_AddNumberToObject(opt, "n_head", o->pub.base.n_head);
+    cJSON_AddNumberToObject(opt, "n_embd", o->pub.base.n_embd);
+    cJSON_AddNumberToObject(opt, "n_ctx", o->pub.base.n_ctx);
+    cJSON_AddNumberToObject(opt, "batch", o->pub.base.B);
+    cJSON_AddNumberToObject(opt, "seq_len", o->pub.base.T);
+    cJSON_AddNumberToObject(opt, "steps", o->pub.base.steps);
+    cJSON_AddNumberToObject(opt, "lr", o->pub.base.lr);
+    cJSON_AddStringToObject(opt, "corpus", o->pub.base.corpus);
+    cJSON_AddStringToObject(opt, "tokenizer", o->pub.base.tokenizer);
+    cJSON_AddNumberToObject(opt, "windows", o->pub.windows);
     cJSON_AddStringToObject(opt, "diagnosed_text",
                             "heldout.txt: the held-out tail of the corpus (the last val_frac of "
                             "its tokens), which training never saw");
@@ -565,9 +566,9 @@ int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_erro
     for (int r = 0; r < n; r++) cJSON_AddItemToArray(ra, cJSON_Duplicate(runs[r], 1));
     cJSON *preds = predictions(o, runs, n);
     cJSON_AddItemToObject(j, "predictions", preds);
-    rc = write_text(o->out, "study.csv", csv(o, runs, n), err);
-    if (!rc) rc = write_text(o->out, "report.html", html(o, preds, runs, n), err);
-    if (!rc) rc = write_text(o->out, "study.json", cJSON_Print(j), err);
+    rc = write_text(o->pub.out, "study.csv", csv(o, runs, n), err);
+    if (!rc) rc = write_text(o->pub.out, "report.html", html(o, preds, runs, n), err);
+    if (!rc) rc = write_text(o->pub.out, "study.json", cJSON_Print(j), err);
     cJSON_Delete(j);
     return rc;
 }
