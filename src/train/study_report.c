@@ -240,7 +240,10 @@ static void readings_count(const cJSON *run, const char *claim, cJSON *q) {
     const cJSON *rd, *v;
     cJSON_ArrayForEach(rd, path2(run, "critical_n", "readings")) {
         v = cJSON_GetObjectItemCaseSensitive(rd, claim);
-        if (!cJSON_IsString(v)) continue;
+        if (!cJSON_IsString(v)) continue; /* a reading of other claims only */
+        if (!strcmp(claim, "critical_n") &&
+            !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(rd, "n_crit_over_L")))
+            continue; /* temperature scale, directions: N_crit is the run's */
         all++, holds += !strcmp(v->valuestring, "holds");
     }
     const char *rv = NULL;
