@@ -37,6 +37,7 @@ void al__study_defaults(al__study_opts *o) {
     o->pub.base.B = 2, o->pub.base.T = 1024;
     o->pub.base.steps = 600, o->pub.base.warmup = 60, o->pub.base.lr = 2e-3;
     o->pub.base.eval_every = 50, o->pub.base.val_windows = 4;
+    o->pub.base.ckpt_every = 50; /* an interrupted run resumes from its last 50 steps */
     o->pub.windows = 2;
     int L[] = {128, 256, 512, 1024};
     memcpy(o->pub.crit_L, L, sizeof L);
