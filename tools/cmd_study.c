@@ -60,18 +60,18 @@ static const cli_opt opts[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(
-        f, "usage: attnlim study --out DIR [options]\n"
-           "\n"
-           "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
-           "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then runs\n"
-           "attnlim reproduce --readings all and attnlim diagnose on each checkpoint (with its\n"
-           "normalizer and tokenizer) over the corpus's held-out tail (DIR/heldout.txt), and\n"
-           "from their results writes DIR/study.json, study.csv, figures/ and report.html:\n"
-           "vanishing, N_crit / L under every reading, N_s/N, Jacobian and gradient norms, and\n"
-           "for each of the paper's predictions what it expects for that\n"
-           "normalizer and what was measured. Resumable: run it again to continue.\n"
-           "\n");
+    fprintf(f,
+            "usage: attnlim study --out DIR [options]\n"
+            "\n"
+            "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
+            "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then runs\n"
+            "attnlim reproduce --readings all and attnlim diagnose on each checkpoint (with its\n"
+            "normalizer and tokenizer) over the corpus's held-out tail (DIR/heldout.txt), and\n"
+            "from their results writes DIR/study.json, study.csv, figures/ and report.html:\n"
+            "vanishing, N_crit / L under every reading, N_s/N, Jacobian and gradient norms, and\n"
+            "for each of the paper's predictions what it expects for that\n"
+            "normalizer and what was measured. Resumable: run it again to continue.\n"
+            "\n");
     cli_print_options(f, opts, 22);
 }
 

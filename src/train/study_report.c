@@ -191,8 +191,8 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
         int k = 0;
         for (int v = 1; v <= o->pub.base.T && k < 32; v *= 2) x[k] = v, y[k] = 1.0 / v, k++;
         al__series ref = {"1/n (uniform)", k, x, y, NULL, NULL, AL__S_DASHED, -1};
-        p = plot_of("Vanishing attention: max weight of rows with n keys",
-                    "n (keys of the row)", "max weight (median over heads)", 1, 1);
+        p = plot_of("Vanishing attention: max weight of rows with n keys", "n (keys of the row)",
+                    "max weight (median over heads)", 1, 1);
         rc = fig_runs(o, runs, n, "vanishing", "n", "max_weight", &p, "vanishing", &fs, &ref, err);
     }
     if (!rc) rc = fig_crit(o, runs, n, &fs, err);
