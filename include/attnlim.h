@@ -1013,7 +1013,7 @@ typedef struct al_train_opts {
     int resume;       /* continue from out/state.bin */
     const char *init; /* start from these GPT-2 weights instead of the seeded init */
     const char *dump; /* write the first step (batch, loss, gradients, weights) */
-    int progress;     /* draw the progress line */
+    int progress;     /* 0 off, 1 a bar on stderr (a TTY), 2 plain periodic lines */
 } al_train_opts;
 
 typedef struct al_train_summary {
@@ -1039,7 +1039,7 @@ typedef struct al_study_opts {
     int crit_L[AL_STUDY_MAX_L]; /* window lengths of the critical-N test (<= T) */
     int n_crit_L;
     const char *out;
-    int progress;
+    int progress; /* 0 off, 1 a bar on stderr (a TTY), 2 plain periodic lines */
 } al_study_opts;
 
 AL_API void al_study_defaults(al_study_opts *o);

@@ -462,19 +462,23 @@ static void test_bad_config(void **state) {
     al__tr_model_free(m);
 }
 
-/* The public options (include/attnlim.h) carry the internal defaults field by field, and a struct
- * of another size is refused before anything runs. */
+/* The public options (include/attnlim.h) are what the trainer takes: the defaults are the
+ * optimizer's (al__tr_opt_default) and the model's carries over into the trainer's config and
+ * optimizer field by field; a struct of another size is refused before anything runs. */
 static void test_public_options(void **state) {
     (void)state;
     al_train_opts o;
     al_train_defaults(&o);
-    al__tr_run_opts i;
-    al__tr_run_defaults(&i);
     assert_int_equal(o.size, sizeof o);
-    assert_int_equal(o.n_layer, i.cfg.n_layer), assert_int_equal(o.n_ctx, i.cfg.n_ctx);
-    assert_int_equal(o.B, i.B), assert_int_equal(o.T, i.T), assert_int_equal(o.steps, i.opt.steps);
-    assert_true(o.lr == i.opt.lr && o.beta2 == i.opt.beta2 && o.val_frac == i.val_frac);
-    assert_true(o.seed == i.seed && o.norm.kind == i.cfg.norm.kind);
+    al__tr_opt d = al__tr_opt_default();
+    assert_true(o.lr == d.lr && o.beta2 == d.beta2 && o.steps == d.steps && o.clip == d.clip);
+    assert_int_equal(o.B, 8), assert_int_equal(o.T, 256), assert_true(o.val_frac == 0.1);
+    o.n_layer = 3, o.n_ctx = 77, o.ssmax_learn = 1, o.lr = 0.25, o.warmup = 9, o.eps = 1e-6;
+    al__tr_cfg c = al__tr_cfg_of(&o);
+    al__tr_opt p = al__tr_opt_of(&o);
+    assert_int_equal(c.n_layer, 3), assert_int_equal(c.n_ctx, 77);
+    assert_int_equal(c.ssmax_learn, 1), assert_int_equal(c.vocab_size, 0);
+    assert_true(p.lr == 0.25 && p.warmup == 9 && p.eps == 1e-6 && p.beta1 == d.beta1);
     al_error e = {0};
     o.size--;
     assert_int_equal(al_train(&o, NULL, &e), AL_E_INVALID);

@@ -51,26 +51,27 @@ static const cli_opt opts[] = {
     {O_CORPUS, "--corpus", "C", "war-and-peace (default) or a FILE"},
     {O_TOKENIZER, "--tokenizer", "bytes|gpt2", "bytes (default)"},
     {O_EVAL_EVERY, "--eval-every", "K", "50"},
-    {O_WINDOWS, "--windows", "W", "2: held-out windows diagnosed"},
+    {O_WINDOWS, "--windows", "W", "2: held-out windows of each L for reproduce"},
     {O_CRIT_L, "--crit-L", "LIST", "128,256,512,1024"},
     {O_THREADS, "--threads", "N", "compute threads"},
-    {O_QUIET, "--quiet", NULL, "no progress bar"},
+    {O_QUIET, "--quiet", NULL, "no progress (a bar on a TTY, else plain lines)"},
     {O_JSON, "--json", NULL, "print a JSON summary"},
     CLI_OPT_END,
 };
 
 static void usage(FILE *f) {
-    fprintf(
-        f, "usage: attnlim study --out DIR [options]\n"
-           "\n"
-           "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
-           "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then on held-out\n"
-           "windows, through each model's own forward: vanishing (max weight and entropy against\n"
-           "n), N_s/N against N, the critical N / L (KS at 0.01 over the model's heads) and the\n"
-           "normalizer's Jacobian norm; writes DIR/study.json, study.csv, figures/ and\n"
-           "report.html with, for each of the paper's predictions, what it expects for that\n"
-           "normalizer and what was measured. Resumable: run it again to continue.\n"
-           "\n");
+    fprintf(f,
+            "usage: attnlim study --out DIR [options]\n"
+            "\n"
+            "Trains one GPT-2-style model per normalizer with attnlim train's trainer at the same\n"
+            "budget (model, context, steps, data order, seed) into DIR/runs/NAME, then runs\n"
+            "attnlim reproduce --readings all and attnlim diagnose on each checkpoint (with its\n"
+            "normalizer and tokenizer) over the corpus's held-out tail (DIR/heldout.txt), and\n"
+            "from their results writes DIR/study.json, study.csv, figures/ and report.html:\n"
+            "vanishing, N_crit / L under every reading, N_s/N, Jacobian and gradient norms, and\n"
+            "for each of the paper's predictions what it expects for that\n"
+            "normalizer and what was measured. Resumable: run it again to continue.\n"
+            "\n");
     cli_print_options(f, opts, 22);
 }
 
@@ -155,7 +156,7 @@ int cmd_study(int argc, char **argv) {
         if (o.crit_L[k] <= o.base.T) o.crit_L[kept++] = o.crit_L[k];
     o.n_crit_L = kept;
     if (threads) al_set_threads(threads);
-    o.progress = !quiet && isatty(2);
+    o.progress = quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     if (al_study(&o, &err)) return cli_fail("study", &err);
     if (json) {
         cJSON *j = cJSON_CreateObject();

@@ -95,7 +95,7 @@ static const cli_opt opts[] = {
     {ID(O_INIT), "--init", "PATH", "start from a GPT-2 checkpoint's weights"},
     {ID(O_DUMP), "--dump", "FILE", "the first step: batch, loss, gradients, updated weights"},
     {ID(O_THREADS), "--threads", "N", "compute threads"},
-    {ID(O_QUIET), "--quiet", NULL, "no progress bar"},
+    {ID(O_QUIET), "--quiet", NULL, "no progress (a bar on a TTY, else plain lines)"},
     {ID(O_JSON), "--json", NULL, "print a JSON summary"},
     CLI_OPT_END,
 };
@@ -228,7 +228,7 @@ int cmd_train(int argc, char **argv) {
     if (o.ssmax_learn && o.norm.kind != AL_NORM_SSMAX)
         return cli_usage_error("train", "--ssmax-learn is for --attention-normalizer ssmax");
     if (threads) al_set_threads(threads);
-    o.progress = !quiet && isatty(2);
+    o.progress = quiet ? 0 : isatty(2) ? 1 : 2; /* not a TTY: plain periodic lines */
     al_train_summary s;
     if (al_train(&o, &s, &err)) return cli_fail("train", &err);
     print_summary(&o, &s, json);

@@ -11,13 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct curve {
-    int n;
-    double *x, *y; /* [n] */
-} curve;
+typedef al__study_curve curve;
 
-/* The values of key in the lines of a run's log.jsonl that have it, against "step". */
-static int log_curve(const char *dir, const char *key, curve *c, al_error *err) {
+int al__study_log_curve(const char *dir, const char *key, curve *c, al_error *err) {
     memset(c, 0, sizeof *c);
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/log.jsonl", dir);
@@ -46,7 +42,7 @@ static int log_curve(const char *dir, const char *key, curve *c, al_error *err) 
     return rc;
 }
 
-static void curve_free(curve *c) {
+void al__study_curve_free(curve *c) {
     free(c->x), free(c->y);
     memset(c, 0, sizeof *c);
 }
@@ -97,7 +93,7 @@ static int fig_runs(const al__study_opts *o, cJSON *const *runs, int n, const ch
     pl->n_series = k;
     pl->series = s;
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/figures/%s", o->out, base);
+    snprintf(path, sizeof path, "%s/figures/%s", o->pub.out, base);
     return al__plot_write(pl, path, err);
 }
 
@@ -109,8 +105,8 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
     int rc = 0;
     for (int r = 0; r < n && !rc; r++) {
         char dir[4096 + 64];
-        snprintf(dir, sizeof dir, "%s/runs/%s", o->out, o->norms[r].name);
-        rc = log_curve(dir, key, &c[r], err);
+        snprintf(dir, sizeof dir, "%s/runs/%s", o->pub.out, o->norms[r].name);
+        rc = al__study_log_curve(dir, key, &c[r], err);
         s[r] = (al__series){o->norms[r].name,
                             c[r].n,
                             c[r].x,
@@ -124,10 +120,10 @@ static int fig_logs(const al__study_opts *o, int n, const char *key, al__plot *p
         pl->n_series = n;
         pl->series = s;
         char path[4096 + 64];
-        snprintf(path, sizeof path, "%s/figures/%s", o->out, base);
+        snprintf(path, sizeof path, "%s/figures/%s", o->pub.out, base);
         rc = al__plot_write(pl, path, err);
     }
-    for (int r = 0; r < n; r++) curve_free(&c[r]);
+    for (int r = 0; r < n; r++) al__study_curve_free(&c[r]);
     return rc;
 }
 
@@ -139,9 +135,45 @@ static al__plot plot_of(const char *title, const char *xl, const char *yl, int x
     return p;
 }
 
+/* N_crit / L against L per run (the run's reading), the band the min..max over every reading
+ * of readings.json, and the paper's 0.06. */
+static int fig_crit(const al__study_opts *o, cJSON *const *runs, int n, figset *fs, al_error *err) {
+    al__series s[AL__STUDY_MAX_NORMS + 1];
+    const int nL = o->pub.n_crit_L;
+    for (int r = 0; r < n; r++) {
+        double *x = take(fs, nL), *y = take(fs, nL), *lo = take(fs, nL), *hi = take(fs, nL);
+        if (!x || !y || !lo || !hi) return al__err(err, AL_E_NOMEM, "study: figure buffer");
+        int nx = nums(path2(runs[r], "critical_n", "L"), x, nL);
+        int ny = nums(path2(runs[r], "critical_n", "n_crit_over_L"), y, nL);
+        for (int k = 0; k < nL; k++) lo[k] = hi[k] = k < ny ? y[k] : NAN;
+        const cJSON *rd;
+        cJSON_ArrayForEach(rd, path2(runs[r], "critical_n", "readings")) {
+            double v[AL_STUDY_MAX_L];
+            int nv = nums(cJSON_GetObjectItemCaseSensitive(rd, "n_crit_over_L"), v, nL);
+            for (int k = 0; k < nv; k++)
+                if (isfinite(v[k])) {
+                    lo[k] = isfinite(lo[k]) && lo[k] < v[k] ? lo[k] : v[k];
+                    hi[k] = isfinite(hi[k]) && hi[k] > v[k] ? hi[k] : v[k];
+                }
+        }
+        s[r] = (al__series){
+            o->norms[r].name, nx < ny ? nx : ny, x, y, lo, hi, AL__S_LINE | AL__S_MARKERS, r};
+    }
+    double *x = take(fs, nL), *y = take(fs, nL);
+    if (!x || !y) return al__err(err, AL_E_NOMEM, "study: figure buffer");
+    for (int k = 0; k < nL; k++) x[k] = o->pub.crit_L[k], y[k] = 0.06;
+    s[n] = (al__series){"0.06 (the paper)", nL, x, y, NULL, NULL, AL__S_DASHED, -1};
+    al__plot p = plot_of("Critical N / L (KS at 0.01; band: min..max over every reading)",
+                         "L (window)", "N_crit / L", 1, 0);
+    p.n_series = n + 1, p.series = s;
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/figures/critical_n", o->pub.out);
+    return al__plot_write(&p, path, err);
+}
+
 static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error *err) {
     char dir[4096 + 16];
-    snprintf(dir, sizeof dir, "%s/figures", o->out);
+    snprintf(dir, sizeof dir, "%s/figures", o->pub.out);
     int rc = al__mkdirs(dir, err);
     if (rc) return rc;
     figset fs = {malloc(4096 * sizeof(double)), 0, 4096};
@@ -157,21 +189,13 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
     if (!rc) { /* vanishing, with 1/n */
         double *x = take(&fs, 32), *y = take(&fs, 32);
         int k = 0;
-        for (int v = 1; v <= o->base.T && k < 32; v *= 2) x[k] = v, y[k] = 1.0 / v, k++;
+        for (int v = 1; v <= o->pub.base.T && k < 32; v *= 2) x[k] = v, y[k] = 1.0 / v, k++;
         al__series ref = {"1/n (uniform)", k, x, y, NULL, NULL, AL__S_DASHED, -1};
-        p = plot_of("Vanishing attention: mean max weight of rows with n keys",
-                    "n (keys of the row)", "max weight (mean over heads)", 1, 1);
+        p = plot_of("Vanishing attention: max weight of rows with n keys", "n (keys of the row)",
+                    "max weight (median over heads)", 1, 1);
         rc = fig_runs(o, runs, n, "vanishing", "n", "max_weight", &p, "vanishing", &fs, &ref, err);
     }
-    if (!rc) {
-        double *x = take(&fs, AL__STUDY_MAX_L), *y = take(&fs, AL__STUDY_MAX_L);
-        for (int k = 0; k < o->n_crit_L; k++) x[k] = o->crit_L[k], y[k] = 0.06;
-        al__series ref = {"0.06 (the paper)", o->n_crit_L, x, y, NULL, NULL, AL__S_DASHED, -1};
-        p = plot_of("Critical N / L (KS at 0.01 over the model's heads)", "L (window)",
-                    "N_crit / L", 1, 0);
-        rc = fig_runs(o, runs, n, "critical_n", "L", "n_crit_over_L", &p, "critical_n", &fs, &ref,
-                      err);
-    }
+    if (!rc) rc = fig_crit(o, runs, n, &fs, err);
     if (!rc) {
         double x[2] = {1, 128}, lo[2] = {0.70, 0.70}, hi[2] = {0.85, 0.85}, mid[2] = {0.775, 0.775};
         al__series ref = {"0.70-0.85 (the paper)", 2, x, mid, lo, hi, AL__S_DASHED, -1};
@@ -181,7 +205,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
     }
     if (!rc) { /* Jacobian spectral norm per layer (mean over heads) */
         al__series s[AL__STUDY_MAX_NORMS];
-        const int L = o->base.cfg.n_layer, H = o->base.cfg.n_head;
+        const int L = o->pub.base.n_layer, H = o->pub.base.n_head;
         for (int r = 0; r < n; r++) {
             double *x = take(&fs, L), *y = take(&fs, L), h[4096];
             int nh = nums(path2(runs[r], "jacobian", "spectral_heads"), h, 4096);
@@ -196,7 +220,7 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
                     "spectral norm (mean over heads)", 0, 1);
         p.n_series = n, p.series = s;
         char path[4096 + 64];
-        snprintf(path, sizeof path, "%s/figures/jacobian", o->out);
+        snprintf(path, sizeof path, "%s/figures/jacobian", o->pub.out);
         rc = al__plot_write(&p, path, err);
     }
     free(fs.buf);
@@ -207,6 +231,32 @@ static int figures(const al__study_opts *o, cJSON *const *runs, int n, al_error 
 
 static double getnum(const cJSON *j) {
     return cJSON_IsNumber(j) ? j->valuedouble : NAN;
+}
+
+/* Under how many readings of readings.json reproduce's verdict on claim (critical_n or
+ * separability) holds, into q.verdicts_under_readings {holds, of, reproduce}. */
+static void readings_count(const cJSON *run, const char *claim, cJSON *q) {
+    int holds = 0, all = 0;
+    const cJSON *rd, *v;
+    cJSON_ArrayForEach(rd, path2(run, "critical_n", "readings")) {
+        v = cJSON_GetObjectItemCaseSensitive(rd, claim);
+        if (!cJSON_IsString(v)) continue; /* a reading of other claims only */
+        if (!strcmp(claim, "critical_n") &&
+            !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(rd, "n_crit_over_L")))
+            continue; /* temperature scale, directions: N_crit is the run's */
+        all++, holds += !strcmp(v->valuestring, "holds");
+    }
+    const char *rv = NULL;
+    cJSON_ArrayForEach(v, path2(run, "reproduce", "verdicts")) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "key");
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "verdict");
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, claim) && cJSON_IsString(x))
+            rv = x->valuestring;
+    }
+    cJSON *o = cJSON_AddObjectToObject(q, "reproduce");
+    cJSON_AddStringToObject(o, "verdict", rv ? rv : "not evaluated");
+    cJSON_AddNumberToObject(o, "readings_holding", holds);
+    cJSON_AddNumberToObject(o, "readings", all);
 }
 
 static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
@@ -252,8 +302,8 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                      : "[reading] no prediction from the paper: measured");
         const cJSON *ra = path2(runs[r], "critical_n", "n_crit_over_L");
         cJSON_AddItemToObject(c, "measured_n_crit_over_L", cJSON_Duplicate(ra, 1));
-        double rv[AL__STUDY_MAX_L];
-        int nr = nums(ra, rv, AL__STUDY_MAX_L), ok = 1, any = 0;
+        double rv[AL_STUDY_MAX_L];
+        int nr = nums(ra, rv, AL_STUDY_MAX_L), ok = 1, any = 0;
         for (int i = 0; i < nr; i++)
             if (isfinite(rv[i])) any = 1, ok &= rv[i] < 0.06;
         cJSON_AddStringToObject(c, "verdict",
@@ -261,6 +311,7 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                 : !any ? "not reached"
                                 : ok   ? "holds"
                                        : "does not hold");
+        readings_count(runs[r], "critical_n", c);
         /* separability */
         cJSON *s = cJSON_AddObjectToObject(p, "separability");
         cJSON_AddStringToObject(s, "expected",
@@ -280,6 +331,7 @@ static cJSON *predictions(const al__study_opts *o, cJSON *const *runs, int n) {
                                 !soft || !isfinite(m)      ? "not judged"
                                 : (m >= 0.70 && m <= 0.85) ? "holds"
                                                            : "does not hold");
+        readings_count(runs[r], "separability", s);
         /* Jacobian */
         cJSON *jb = cJSON_AddObjectToObject(p, "jacobian");
         double jm = getnum(path2(runs[r], "jacobian", "spectral_mean"));
@@ -343,20 +395,21 @@ static void fmt_num(char *buf, size_t cap, const cJSON *v) {
 
 static char *csv(const al__study_opts *o, cJSON *const *runs, int n) {
     sbuf b = {0};
-    sb_printf(&b, "normalizer,steps,val_loss,vanishing_loglog_slope,max_weight_at_n_%d", o->base.T);
-    for (int k = 0; k < o->n_crit_L; k++) sb_printf(&b, ",n_crit_over_L_%d", o->crit_L[k]);
+    sb_printf(&b, "normalizer,steps,val_loss,vanishing_loglog_slope,max_weight_at_n_%d",
+              o->pub.base.T);
+    for (int k = 0; k < o->pub.n_crit_L; k++) sb_printf(&b, ",n_crit_over_L_%d", o->pub.crit_L[k]);
     sb_printf(&b, ",ns_ratio_N16,jacobian_spectral_mean\n");
     for (int r = 0; r < n; r++) {
         char a[32], c[32], d[32], e[32];
         fmt_num(a, sizeof a, cJSON_GetObjectItemCaseSensitive(runs[r], "val_loss"));
         fmt_num(c, sizeof c, path2(runs[r], "vanishing", "loglog_slope"));
-        double mw[64], N[8], ns[8], rv[AL__STUDY_MAX_L];
+        double mw[64], N[8], ns[8], rv[AL_STUDY_MAX_L];
         int nm = nums(path2(runs[r], "vanishing", "max_weight"), mw, 64);
         snprintf(d, sizeof d, "%.4g", nm ? mw[nm - 1] : NAN);
         sb_printf(&b, "%s,%g,%s,%s,%s", o->norms[r].name,
                   getnum(cJSON_GetObjectItemCaseSensitive(runs[r], "steps")), a, c, d);
-        int nr = nums(path2(runs[r], "critical_n", "n_crit_over_L"), rv, AL__STUDY_MAX_L);
-        for (int k = 0; k < o->n_crit_L; k++)
+        int nr = nums(path2(runs[r], "critical_n", "n_crit_over_L"), rv, AL_STUDY_MAX_L);
+        for (int k = 0; k < o->pub.n_crit_L; k++)
             if (k < nr && isfinite(rv[k]))
                 sb_printf(&b, ",%.4g", rv[k]);
             else
@@ -441,12 +494,15 @@ static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int
         &b,
         "<p>One GPT-2-style model per normalizer, trained in C at the same budget: %d layers, "
         "%d heads, %d channels, context %d, batch %d x %d, %d steps, seed %llu, %s "
-        "tokens of %s. Diagnostics on %d held-out windows through each model's own forward "
-        "(value vectors). Verdict rules and every expectation for a normalizer other than "
-        "softmax are ours ([reading]).</p>\n",
-        o->base.cfg.n_layer, o->base.cfg.n_head, o->base.cfg.n_embd, o->base.cfg.n_ctx, o->base.B,
-        o->base.T, o->base.opt.steps, (unsigned long long)o->base.seed, o->base.tokenizer,
-        o->base.corpus, o->windows);
+        "tokens of %s. On each checkpoint (loaded with its normalizer and tokenizer, as every "
+        "command loads it): attnlim reproduce --readings all (%d windows of each L) and attnlim "
+        "diagnose (window 0) over the held-out tail of the corpus (heldout.txt); the tables "
+        "and figures are built from their results (value vectors: the run's reading; the "
+        "critical-N band spans every reading). Verdict rules and every expectation for a "
+        "normalizer other than softmax are ours ([reading]).</p>\n",
+        o->pub.base.n_layer, o->pub.base.n_head, o->pub.base.n_embd, o->pub.base.n_ctx,
+        o->pub.base.B, o->pub.base.T, o->pub.base.steps, (unsigned long long)o->pub.base.seed,
+        o->pub.base.tokenizer, o->pub.base.corpus, o->pub.windows);
     sb_printf(&b, "<h2>Predictions</h2>\n<table><tr><th>normalizer</th><th>claim</th><th>expected"
                   "</th><th>measured</th><th>verdict</th></tr>\n");
     const cJSON *p;
@@ -459,9 +515,17 @@ static char *html(const al__study_opts *o, cJSON *preds, cJSON *const *runs, int
             const cJSON *it;
             cJSON_ArrayForEach(it, q) if (!strncmp(it->string, "measured", 8)) m =
                 cJSON_PrintUnformatted(it);
-            sb_printf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+            char extra[160] = "";
+            const cJSON *rp = cJSON_GetObjectItemCaseSensitive(q, "reproduce");
+            if (rp)
+                snprintf(extra, sizeof extra, "; reproduce: %s (holds under %g of %g readings)",
+                         cJSON_GetObjectItemCaseSensitive(rp, "verdict")->valuestring,
+                         getnum(cJSON_GetObjectItemCaseSensitive(rp, "readings_holding")),
+                         getnum(cJSON_GetObjectItemCaseSensitive(rp, "readings")));
+            sb_printf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s%s</td></tr>\n",
                       name, claims[c], cJSON_GetObjectItemCaseSensitive(q, "expected")->valuestring,
-                      m ? m : "", cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring);
+                      m ? m : "", cJSON_GetObjectItemCaseSensitive(q, "verdict")->valuestring,
+                      extra);
             free(m);
         }
     }
@@ -483,25 +547,31 @@ int al__study_report(const al__study_opts *o, cJSON *const *runs, int n, al_erro
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "schema", "attnlim.study/1");
     cJSON *opt = cJSON_AddObjectToObject(j, "options");
-    cJSON_AddNumberToObject(opt, "n_layer", o->base.cfg.n_layer);
-    cJSON_AddNumberToObject(opt, "n_head", o->base.cfg.n_head);
-    cJSON_AddNumberToObject(opt, "n_embd", o->base.cfg.n_embd);
-    cJSON_AddNumberToObject(opt, "n_ctx", o->base.cfg.n_ctx);
-    cJSON_AddNumberToObject(opt, "batch", o->base.B);
-    cJSON_AddNumberToObject(opt, "seq_len", o->base.T);
-    cJSON_AddNumberToObject(opt, "steps", o->base.opt.steps);
-    cJSON_AddNumberToObject(opt, "lr", o->base.opt.lr);
-    cJSON_AddStringToObject(opt, "corpus", o->base.corpus);
-    cJSON_AddStringToObject(opt, "tokenizer", o->base.tokenizer);
-    cJSON_AddNumberToObject(opt, "windows", o->windows);
+    cJSON_AddNumberToObject(opt, "n_layer", o->pub.base.n_layer);
+    cJSON_AddNumberToObject(opt, "n_head", o->pub.base.n_head);
+    cJSON_AddNumberToObject(opt, "n_embd", o->pub.base.n_embd);
+    cJSON_AddNumberToObject(opt, "n_ctx", o->pub.base.n_ctx);
+    cJSON_AddNumberToObject(opt, "batch", o->pub.base.B);
+    cJSON_AddNumberToObject(opt, "seq_len", o->pub.base.T);
+    cJSON_AddNumberToObject(opt, "steps", o->pub.base.steps);
+    cJSON_AddNumberToObject(opt, "lr", o->pub.base.lr);
+    cJSON_AddStringToObject(opt, "corpus", o->pub.base.corpus);
+    cJSON_AddStringToObject(opt, "tokenizer", o->pub.base.tokenizer);
+    cJSON_AddNumberToObject(opt, "windows", o->pub.windows);
+    cJSON_AddStringToObject(opt, "diagnosed_text",
+                            "heldout.txt: the held-out tail of the corpus (the last val_frac of "
+                            "its tokens), which training never saw");
+    cJSON_AddStringToObject(opt, "diagnostics",
+                            "runs/NAME/reproduce (attnlim reproduce --readings all) and "
+                            "runs/NAME/diagnose (attnlim diagnose), in-process");
     cJSON_AddStringToObject(opt, "vectors", "value");
     cJSON *ra = cJSON_AddArrayToObject(j, "runs");
     for (int r = 0; r < n; r++) cJSON_AddItemToArray(ra, cJSON_Duplicate(runs[r], 1));
     cJSON *preds = predictions(o, runs, n);
     cJSON_AddItemToObject(j, "predictions", preds);
-    rc = write_text(o->out, "study.csv", csv(o, runs, n), err);
-    if (!rc) rc = write_text(o->out, "report.html", html(o, preds, runs, n), err);
-    if (!rc) rc = write_text(o->out, "study.json", cJSON_Print(j), err);
+    rc = write_text(o->pub.out, "study.csv", csv(o, runs, n), err);
+    if (!rc) rc = write_text(o->pub.out, "report.html", html(o, preds, runs, n), err);
+    if (!rc) rc = write_text(o->pub.out, "study.json", cJSON_Print(j), err);
     cJSON_Delete(j);
     return rc;
 }

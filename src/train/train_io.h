@@ -37,37 +37,12 @@ int al__tr_load_init(al__tr_model *m, const char *path, al_error *err);
  * cfg.norm.ssmax_s); a malformed entry is an error naming the file. */
 int al__tr_init_ssmax_s(al__tr_model *m, const char *path, al_error *err);
 
-/* ---- the training run (trun.c) ---- */
-typedef struct al__tr_run_opts {
-    al__tr_cfg cfg;        /* vocab_size is set from the tokenizer */
-    al__tr_opt opt;        /* opt.steps: the run's total steps */
-    int B, T;              /* batch: B sequences of T tokens (T <= n_ctx) */
-    uint64_t seed;         /* initialisation and data order */
-    int fixed_batch;       /* every step on the batch of step 0 (overfitting check) */
-    const char *corpus;    /* "war-and-peace" or a text file */
-    const char *data_path; /* al_data_find's explicit path (NULL) */
-    const char *tokenizer; /* "bytes" or "gpt2" */
-    double val_frac;       /* held-out tail */
-    int eval_every;        /* validation loss and diagnostics every K steps (0: only at the end) */
-    int val_windows;       /* windows of T tokens of the tail per validation */
-    int ckpt_every;        /* checkpoint + state every K steps (0: only at the end) */
-    int stop_after;        /* stop (saving) after this many steps of this invocation (0: off) */
-    const char *out;       /* the run's directory */
-    int resume;            /* continue from out/state.bin */
-    const char *init;      /* start from these GPT-2 weights instead of the seeded init */
-    const char *dump;      /* write the first step (batch, loss, gradients, updated weights) */
-    int progress;          /* draw the progress line */
-} al__tr_run_opts;
-
-typedef struct al__tr_summary {
-    int steps_done;      /* steps completed in total (with earlier runs) */
-    double last_loss;    /* training loss of the last step */
-    double val_loss;     /* last validation loss (NaN if none) */
-    double tokens_per_s; /* training tokens per second in this invocation */
-    double seconds;
-} al__tr_summary;
-
-void al__tr_run_defaults(al__tr_run_opts *o);
-int al__tr_run(const al__tr_run_opts *o, al__tr_summary *sum, al_error *err);
+/* ---- the training run (trun.c): the public options (al_train_opts, include/attnlim.h) ---- */
+/* The model and the optimizer of a run's options (vocab_size 0: the run sets it from its
+ * tokenizer). */
+al__tr_cfg al__tr_cfg_of(const al_train_opts *o);
+al__tr_opt al__tr_opt_of(const al_train_opts *o);
+/* Trains (or resumes) into o->out (o->size unchecked: al_train checks it). */
+int al__tr_run(const al_train_opts *o, al_train_summary *sum, al_error *err);
 
 #endif

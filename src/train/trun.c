@@ -16,18 +16,39 @@
 #include <string.h>
 #include <unistd.h>
 
-void al__tr_run_defaults(al__tr_run_opts *o) {
+void al_train_defaults(al_train_opts *o) {
     memset(o, 0, sizeof *o);
-    al__tr_cfg c = {4, 4, 128, 256, 256, al_norm_default(AL_NORM_SOFTMAX), 0};
-    o->cfg = c;
-    o->opt = al__tr_opt_default();
+    al__tr_opt p = al__tr_opt_default();
+    o->size = sizeof *o;
+    o->n_layer = 4, o->n_head = 4, o->n_embd = 128, o->n_ctx = 256;
+    o->norm = al_norm_default(AL_NORM_SOFTMAX);
+    o->lr = p.lr, o->min_lr_frac = p.min_lr_frac, o->warmup = p.warmup, o->steps = p.steps;
+    o->beta1 = p.beta1, o->beta2 = p.beta2, o->eps = p.eps, o->weight_decay = p.weight_decay;
+    o->clip = p.clip;
     o->B = 8, o->T = 256, o->seed = 1;
     o->corpus = "war-and-peace", o->tokenizer = "bytes";
     o->val_frac = 0.1, o->eval_every = 50, o->val_windows = 16;
 }
 
+al__tr_cfg al__tr_cfg_of(const al_train_opts *o) {
+    return (al__tr_cfg){o->n_layer, o->n_head, o->n_embd, o->n_ctx, 0, o->norm, o->ssmax_learn};
+}
+
+al__tr_opt al__tr_opt_of(const al_train_opts *o) {
+    return (al__tr_opt){.lr = o->lr,
+                        .min_lr_frac = o->min_lr_frac,
+                        .warmup = o->warmup,
+                        .steps = o->steps,
+                        .beta1 = o->beta1,
+                        .beta2 = o->beta2,
+                        .eps = o->eps,
+                        .weight_decay = o->weight_decay,
+                        .clip = o->clip};
+}
+
 typedef struct run {
-    const al__tr_run_opts *o;
+    const al_train_opts *o;
+    al__tr_opt opt; /* the optimizer of o */
     al__tr_model *m;
     al__tr_data data;
     int32_t *tok, *tgt; /* [B, T] */
@@ -205,10 +226,10 @@ static int eval_line(run *r, int step, double *vl, al_error *err) {
 /* ---- saving -------------------------------------------------------------------------------- */
 
 static cJSON *train_info(const run *r, int step) {
-    const al__tr_run_opts *o = r->o;
+    const al_train_opts *o = r->o;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "step", step);
-    cJSON_AddNumberToObject(j, "steps", o->opt.steps);
+    cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "batch", o->B);
     cJSON_AddNumberToObject(j, "seq_len", o->T);
     char seed[32];
@@ -216,13 +237,13 @@ static cJSON *train_info(const run *r, int step) {
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "corpus", o->corpus);
     cJSON_AddNumberToObject(j, "val_frac", o->val_frac);
-    cJSON_AddNumberToObject(j, "lr", o->opt.lr);
-    cJSON_AddNumberToObject(j, "min_lr_frac", o->opt.min_lr_frac);
-    cJSON_AddNumberToObject(j, "warmup", o->opt.warmup);
-    cJSON_AddNumberToObject(j, "weight_decay", o->opt.weight_decay);
-    cJSON_AddNumberToObject(j, "beta1", o->opt.beta1);
-    cJSON_AddNumberToObject(j, "beta2", o->opt.beta2);
-    cJSON_AddNumberToObject(j, "clip", o->opt.clip);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "min_lr_frac", o->min_lr_frac);
+    cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    cJSON_AddNumberToObject(j, "clip", o->clip);
     cJSON_AddBoolToObject(j, "fixed_batch", o->fixed_batch);
     return j;
 }
@@ -274,7 +295,7 @@ static int write_dump(run *r, double loss, const float *before, al_error *err) {
 /* ---- the loop ------------------------------------------------------------------------------ */
 
 static int setup(run *r, uint64_t *step0, al_error *err) {
-    const al__tr_run_opts *o = r->o;
+    const al_train_opts *o = r->o;
     int rc = al__tr_data_load(o->corpus, o->data_path, o->tokenizer, o->val_frac, &r->data, err);
     if (rc) return rc;
     size_t tail = r->data.n - r->data.n_train;
@@ -283,7 +304,7 @@ static int setup(run *r, uint64_t *step0, al_error *err) {
                        "train: %s has %zu training and %zu validation tokens; windows of %d need "
                        "at least %d in each",
                        o->corpus, r->data.n_train, tail, o->T, o->T + 2);
-    al__tr_cfg c = o->cfg;
+    al__tr_cfg c = al__tr_cfg_of(o);
     c.vocab_size = r->data.vocab;
     if ((rc = al__tr_model_new(&c, o->B, o->T, &r->m, err))) return rc;
     size_t bt = (size_t)o->B * o->T;
@@ -310,7 +331,7 @@ static int setup(run *r, uint64_t *step0, al_error *err) {
 }
 
 static int one_step(run *r, int s, double *loss, double *gnorm, int dump, al_error *err) {
-    const al__tr_run_opts *o = r->o;
+    const al_train_opts *o = r->o;
     al__tr_batch(&r->data, o->seed, s, o->fixed_batch, o->B, o->T, r->tok, r->tgt);
     int rc = al__tr_forward(r->m, r->tok, r->tgt, NULL, loss, err);
     if (!rc) rc = al__tr_backward(r->m, r->tok, r->tgt, err);
@@ -323,31 +344,31 @@ static int one_step(run *r, int s, double *loss, double *gnorm, int dump, al_err
         if (!before) return AL_E_NOMEM;
         memcpy(before, r->m->params, r->m->n_params * sizeof *before);
     }
-    al__tr_adamw(r->m, &o->opt, s, gnorm);
+    al__tr_adamw(r->m, &r->opt, s, gnorm);
     if (dump) rc = write_dump(r, *loss, before, err);
     free(before);
     return rc;
 }
 
-static int loop(run *r, int step0, al__tr_summary *sum, al_error *err) {
-    const al__tr_run_opts *o = r->o;
+static int loop(run *r, int step0, al_train_summary *sum, al_error *err) {
+    const al_train_opts *o = r->o;
     al__progress p;
-    al__progress_begin(&p, o->progress, stderr, (double)(o->opt.steps - step0));
+    al__progress_begin(&p, o->progress, stderr, (double)(o->steps - step0));
     double t0 = al__now(), loss = NAN, vl = NAN;
     int s = step0, rc = 0;
-    for (; s < o->opt.steps; s++) {
+    for (; s < o->steps; s++) {
         double gnorm;
         if ((rc = one_step(r, s, &loss, &gnorm, o->dump && s == step0, err))) break;
         double el = al__now() - t0, tps = (double)(s + 1 - step0) * o->B * o->T / el;
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "step", s + 1);
         cJSON_AddNumberToObject(j, "loss", loss);
-        cJSON_AddNumberToObject(j, "lr", al__tr_lr(&o->opt, s));
+        cJSON_AddNumberToObject(j, "lr", al__tr_lr(&r->opt, s));
         cJSON_AddNumberToObject(j, "grad_norm", gnorm);
         cJSON_AddNumberToObject(j, "tokens_per_s", tps);
         cJSON_AddNumberToObject(j, "elapsed_s", el);
         if ((rc = log_line(r, j, err))) break;
-        int last = s + 1 == o->opt.steps, stop = o->stop_after && s + 1 - step0 >= o->stop_after;
+        int last = s + 1 == o->steps, stop = o->stop_after && s + 1 - step0 >= o->stop_after;
         if ((o->eval_every && (s + 1) % o->eval_every == 0) || last)
             if ((rc = eval_line(r, s + 1, &vl, err))) break;
         if (((o->ckpt_every && (s + 1) % o->ckpt_every == 0) || last || stop) &&
@@ -363,7 +384,7 @@ static int loop(run *r, int step0, al__tr_summary *sum, al_error *err) {
     }
     al__progress_end(&p);
     if (rc) return rc;
-    if (s == step0 && step0 == o->opt.steps) rc = save_all(r, s, err); /* nothing left to do */
+    if (s == step0 && step0 == o->steps) rc = save_all(r, s, err); /* nothing left to do */
     sum->steps_done = s;
     sum->last_loss = loss;
     sum->val_loss = vl;
@@ -372,23 +393,23 @@ static int loop(run *r, int step0, al__tr_summary *sum, al_error *err) {
     return rc;
 }
 
-int al__tr_run(const al__tr_run_opts *o, al__tr_summary *sum, al_error *err) {
+int al__tr_run(const al_train_opts *o, al_train_summary *sum, al_error *err) {
     memset(sum, 0, sizeof *sum);
     if (!o->out || !*o->out) return al__err(err, AL_E_INVALID, "train: no output directory");
-    if (o->opt.steps < 0 || o->opt.warmup < 0 || !(o->opt.lr > 0) || !(o->opt.clip >= 0) ||
-        !(o->opt.weight_decay >= 0) || !(o->opt.beta1 >= 0 && o->opt.beta1 < 1) ||
-        !(o->opt.beta2 >= 0 && o->opt.beta2 < 1) || !(o->opt.min_lr_frac >= 0))
+    if (o->steps < 0 || o->warmup < 0 || !(o->lr > 0) || !(o->clip >= 0) ||
+        !(o->weight_decay >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) ||
+        !(o->beta2 >= 0 && o->beta2 < 1) || !(o->min_lr_frac >= 0))
         return al__err(err, AL_E_INVALID,
                        "train: steps, warmup >= 0, lr > 0, clip, weight decay, min lr >= 0, betas "
                        "in [0, 1)");
     run r;
     memset(&r, 0, sizeof r);
-    r.o = o;
+    r.o = o, r.opt = al__tr_opt_of(o);
     uint64_t step0 = 0;
     int rc = setup(&r, &step0, err);
-    if (!rc && step0 > (uint64_t)o->opt.steps)
+    if (!rc && step0 > (uint64_t)o->steps)
         rc = al__err(err, AL_E_INVALID, "train: the state is at step %llu, past --steps %d",
-                     (unsigned long long)step0, o->opt.steps);
+                     (unsigned long long)step0, o->steps);
     if (!rc) rc = loop(&r, (int)step0, sum, err);
     if (r.log) fclose(r.log);
     free(r.tok);

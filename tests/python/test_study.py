@@ -1,7 +1,9 @@
-"""attnlim study on a tiny budget: every output is there and consistent, the softmax run's
-diagnostics equal an independent computation on HF transformers' attention weights of the same
-checkpoint and windows (max weight and H / log n against n, the softmax Jacobian's spectral norm
-by numpy's eigvalsh), a second invocation resumes without retraining, bad options are errors.
+"""attnlim study on a tiny budget: every output is there and consistent, the report's numbers
+are those of the library's reproduce --readings all and diagnose on each checkpoint over the
+held-out tail, the softmax run's equal an independent computation on HF transformers' attention
+weights of the same checkpoint and windows (max weight and H / log n against n, the softmax
+Jacobian's spectral norm by numpy's eigvalsh), a second invocation resumes without retraining,
+progress lines when stderr is not a TTY, bad options are errors.
 """
 import csv
 import json
@@ -75,46 +77,68 @@ def test_outputs(study):
         assert cfg["attnlim_normalizer"]["name"] == n.split(":")[0]
 
 
-def test_softmax_diagnostics_against_transformers(study):
+def heldout_ids(d):
+    ids = np.frombuffer((d / "corpus.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
+    return ids[len(ids) - int(len(ids) * VAL_FRAC):]
+
+
+def hf_attentions(d, name, ids):
     transformers = pytest.importorskip("transformers")
     import torch
-    d, _ = study
-    j = json.loads((d / "s" / "study.json").read_text())
-    r = j["runs"][0]
-    model = transformers.GPT2LMHeadModel.from_pretrained(str(d / "s" / "runs" / "softmax"),
+    model = transformers.GPT2LMHeadModel.from_pretrained(str(d / "s" / "runs" / name),
                                                          attn_implementation="eager")
     model.eval()
-    ids = np.frombuffer((d / "corpus.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
-    n_train = len(ids) - int(len(ids) * VAL_FRAC)
-    span = len(ids) - n_train - T - 1
-    maxw, ent, jac = np.zeros(T), np.zeros(T), []
-    for k in range(WINDOWS):
-        o = n_train + span * k // (WINDOWS - 1)
-        with torch.no_grad():
-            att = model(torch.tensor(ids[o:o + T][None]), output_attentions=True).attentions
-        for a in att:
-            for p in a[0].double().numpy():  # [T, T] per head
-                for t in range(T):
-                    row = p[t, :t + 1]
-                    maxw[t] += row.max()
-                    if t:
-                        ent[t] += -(row[row > 0] * np.log(row[row > 0])).sum() / np.log(t + 1)
-                spec = [np.linalg.eigvalsh(np.diag(p[t, :t + 1]) - np.outer(p[t, :t + 1],
-                                                                            p[t, :t + 1]))[-1]
-                        for t in range(1, T)]
-                jac.append(np.mean(spec))
-    heads = 4 * WINDOWS
+    with torch.no_grad():
+        att = model(torch.tensor(ids[None]), output_attentions=True).attentions
+    return np.stack([a[0].double().numpy() for a in att])  # [L, H, T, T]
+
+
+def test_softmax_diagnostics_against_transformers(study):
+    """The report's numbers are reproduce's and diagnose's on the held-out tail (heldout.txt is
+    exactly the corpus's last VAL_FRAC bytes): the vanishing curve (median over heads of each
+    head's mean over the windows of the row's max weight and H / log n) and the Jacobian norm
+    (diagnose, window 0: per head the mean over rows n >= 2 of the largest eigenvalue of
+    diag(p) - p p^T, by numpy's eigvalsh) against HF transformers' attention weights."""
+    d, _ = study
+    r = json.loads((d / "s" / "study.json").read_text())["runs"][0]
+    tail = heldout_ids(d)
+    assert (d / "s" / "heldout.txt").read_bytes() == tail.astype(np.uint8).tobytes()
+    mx, en = [], []
+    for k in range(WINDOWS):  # reproduce's window k: tokens [kT, (k+1)T) of the text
+        p = hf_attentions(d, "softmax", tail[k * T:(k + 1) * T]).reshape(-1, T, T)
+        mx.append(p.max(-1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h = -np.where(p > 0, p * np.log(p), 0).sum(-1) / np.log(np.arange(1, T + 1))
+        en.append(h)
+    mx, en = np.mean(mx, 0), np.mean(en, 0)  # [heads, T]: window means
     n = np.array(r["vanishing"]["n"])
-    assert np.allclose(r["vanishing"]["max_weight"], maxw[n - 1] / heads, rtol=0, atol=1e-5)
-    assert np.allclose(r["vanishing"]["entropy_norm"][1:], ent[n[1:] - 1] / heads, atol=1e-5)
-    assert abs(r["jacobian"]["spectral_mean"] - np.mean(jac)) < 1e-5
+    assert list(n) == [1, 2, 4, 8, 16, 32]
+    assert np.allclose(r["vanishing"]["max_weight"], np.median(mx, 0)[n - 1], rtol=0, atol=1e-5)
+    assert np.allclose(r["vanishing"]["entropy_norm"][1:], np.median(en, 0)[n[1:] - 1],
+                       atol=1e-5)
+    p = hf_attentions(d, "softmax", tail[:T]).reshape(-1, T, T)
+    spec = [np.mean([np.linalg.eigvalsh(np.diag(q[t, :t + 1]) - np.outer(q[t, :t + 1],
+                                                                         q[t, :t + 1]))[-1]
+                     for t in range(1, T)]) for q in p]
+    assert np.allclose(r["jacobian"]["spectral_heads"], spec, rtol=0, atol=1e-5), \
+        (r["jacobian"]["spectral_heads"], spec)
+    assert abs(r["jacobian"]["spectral_mean"] - np.mean(spec)) < 1e-5
 
 
 def test_resume_does_not_retrain(study):
     d, args = study
     before = {n: (d / "s" / "runs" / n / "state.bin").read_bytes() for n in NORMS.split(",")}
     log = (d / "s" / "runs" / "softmax" / "log.jsonl").read_text()
-    run(*args)
+    # without --quiet, stderr a pipe: plain lines (what is running, reproduce's progress), never
+    # a carriage return or an escape code
+    env = dict(os.environ, ATTNLIM_PROGRESS_INTERVAL="0")
+    p = subprocess.run([BIN, *[a for a in args if a != "--quiet"]], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    for k, n in enumerate(NORMS.split(",")):
+        assert f"study: training {n} ({k + 1} of 5)" in p.stderr, p.stderr
+        assert f"study: reproduce --readings all and diagnose on {n}" in p.stderr, p.stderr
+    assert "progress:" in p.stderr and "\r" not in p.stderr and "\x1b" not in p.stderr
     for n, b in before.items():
         assert (d / "s" / "runs" / n / "state.bin").read_bytes() == b
     assert (d / "s" / "runs" / "softmax" / "log.jsonl").read_text() == log
@@ -165,10 +189,21 @@ def test_library_reproduce_and_diagnose_on_each_checkpoint(study):
             transformers = pytest.importorskip("transformers")
             model = transformers.GPT2LMHeadModel.from_pretrained(str(s / "runs" / "softmax"),
                                                                  attn_implementation="eager")
-            ids = np.frombuffer((d / "corpus.txt").read_bytes()[:T], dtype=np.uint8)
+            ids = heldout_ids(d)[:T]  # diagnose's window 0 of the held-out text
             with torch.no_grad():
-                a = model(torch.tensor(ids.astype(np.int64)[None]), output_attentions=True).attentions
+                a = model(torch.tensor(ids[None]), output_attentions=True).attentions
             for h in dg["heads"]:
                 p = a[h["layer"]][0, h["head"]].double().numpy()
                 assert abs(h["mean_max_weight"] - p.max(-1).mean()) < 1e-5
         assert f"<td>{name}</td>" in html
+        # the report's numbers are the library's (the same files, no computation of its own)
+        rd = json.loads((s / "runs" / name / "reproduce" / "readings.json").read_text())
+        assert r["critical_n"]["n_crit_over_L"] == res["alg3"]["critical_ratio"]["0.01"]
+        assert [x["n_crit_over_L"] for x in r["critical_n"]["readings"]] == \
+               [x.get("critical_n", {}).get("ratio") for x in rd["readings"]]
+        assert len(rd["readings"]) > 1
+        assert r["separability"]["ns_ratio"] == res["alg4"]["ratio"]["median"]
+        assert res["manifest"]["corpus"]["n_tokens"] == len(heldout_ids(d))
+        pred = next(p for p in j["predictions"] if p["normalizer"] == name)
+        assert pred["critical_n"]["reproduce"]["readings"] == \
+            sum("critical_n" in x for x in rd["readings"])  # the readings that move N_crit

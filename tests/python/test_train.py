@@ -257,6 +257,25 @@ def test_loss_falls_on_a_fixed_batch(corpus, tmp_path):
     assert losses[-1] < 0.7 * losses[0]
 
 
+def test_progress_lines_when_stderr_is_not_a_tty(corpus, tmp_path):
+    """stderr a pipe (not a TTY): plain progress lines with the step, loss and tokens/s (one
+    every $ATTNLIM_PROGRESS_INTERVAL seconds; 0: every step), never a carriage return or an
+    escape code; --quiet: none."""
+    _, cpath, _ = corpus
+    env = dict(os.environ, ATTNLIM_PROGRESS_INTERVAL="0")
+    args = [BIN, *base_args(cpath, tmp_path / "r"), "--steps", "3"]
+    args.remove("--quiet")
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.startswith("progress:")]
+    assert any("step 3 loss" in x and "tok/s" in x for x in lines), p.stderr
+    assert any("step 1 loss" in x for x in lines), p.stderr
+    assert "\r" not in p.stderr and "\x1b" not in p.stderr
+    q = subprocess.run(args + ["--quiet", "--out", str(tmp_path / "q")], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert q.returncode == 0 and "progress:" not in q.stderr, q.stderr
+
+
 @pytest.mark.parametrize("opts", [["--attention-normalizer", "sparsemax"],
                                   ["--attention-normalizer", "entmax", "--alpha", "1.3"],
                                   ["--attention-normalizer", "ssmax", "--ssmax-s", "0.6"],
@@ -293,6 +312,21 @@ def test_other_commands_run_the_trained_normalizer(corpus, tmp_path, opts):
            "--length", str(T + 1), "--json"]
     nll = json.loads(run(*ppl).stdout)["nll"]
     assert abs(nll - D["loss"][0]) < 1e-5, (nll, D["loss"][0])
+    # the independent reference: torch float64 (entmax for the sparse ones) on the checkpoint's
+    # own files, the normalizer and the learnt s read from its config.json
+    W = {k: torch.tensor(v, dtype=torch.float64) for k, v in
+         load_file(str(tmp_path / "a" / "model.safetensors")).items()}
+    W = {k[12:] if k.startswith("transformer.") else k: v for k, v in W.items()}
+    kind = cfg["name"]
+    spec = (kind, cfg.get("alpha", 1.0)) if kind == "entmax" else \
+        (kind, cfg.get("temperature", 1.0), False)
+    s = None
+    if kind == "ssmax":
+        s = torch.tensor(cfg["s_per_head"] if "s_per_head" in cfg else [[cfg["s"]] * H] * L,
+                         dtype=torch.float64)
+    ref = forward(W, torch.tensor([ids[:-1]], dtype=torch.int64),
+                  torch.tensor([ids[1:]], dtype=torch.int64), spec, s).item()
+    assert abs(nll - ref) < 1e-5 * max(1.0, ref), (cfg, nll, ref)
     soft = json.loads(run(*ppl, "--attention-normalizer", "softmax").stdout)["nll"]
     assert abs(soft - nll) > 1e-4, (soft, nll)
     import attnlim
