@@ -1055,7 +1055,9 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
             double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
             double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
-            if (listm)
+            /* past the bound and the middle of the row, dtilde over the unselected sel[N..n)
+             * alone (c is kept for every key in either mode): fewer square roots */
+            if (listm || (list_ok && !bound && 2 * (n - N) < n))
                 list_sums(a, n, N, sel, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, &dt, &mdt, &es, &mE);
             else if (bound)
                 gram_sums(a, n, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, 1, &dt, &mdt, &es, &mE, &b,
