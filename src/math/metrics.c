@@ -505,16 +505,18 @@ static void s_extend(const double *a, const rowctx *rc, const int64_t *sel, int6
     }
 }
 
-/* Is the segment to N (from the k selected so far) cheaper from the vectors than by streaming
- * its Gram rows? Streaming costs (N - k) n updates, each a load from the Gram matrix (L^2
- * doubles: from the outer cache at long L); the vectors n - N products of d from rows in cache.
- * AL_LIST_RATIO weighs one update against one product's FMA: 1, 2, 4, 8, 16 measured with
- * `bench_metrics 1024 64 3 4` (one core, AVX-512): 1 and 2 alike, the larger ones slower. */
+/* Is it cheaper to take x_i . s from the vectors from N on (the first of h remaining N of the
+ * grid, the last N_last; k keys selected so far) than to stream the Gram rows sel[k..N_last)?
+ * Streaming costs (N_last - k) n updates, each a load from the Gram matrix (L^2 doubles: from the
+ * outer cache at long L); the vectors s in d-space from scratch and up to N_last (N_last d) and
+ * at most h (n - N) products of d. AL_LIST_RATIO weighs a product's FMA against an update:
+ * `bench_metrics 1024 64 3 4` (one core, AVX-512) gave 1 and 2 alike, 4 to 16 slower. */
 #ifndef AL_LIST_RATIO
 #define AL_LIST_RATIO 1.0
 #endif
-static int list_cheaper(int64_t k, int64_t N, int64_t n, int64_t d) {
-    return (double)(N - k) * (double)n * AL_LIST_RATIO >= (double)(n - N) * (double)d;
+static int list_cheaper(int64_t k, int64_t N, int64_t N_last, int h, int64_t n, int64_t d) {
+    double vec = (double)d * ((double)N_last + (double)h * (double)(n - N));
+    return vec * AL_LIST_RATIO <= (double)(N_last - k) * (double)n;
 }
 
 /* ---- exact fallbacks near cancellation (see the header comment) ----------------------------- */
@@ -948,6 +950,12 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     /* the list mode (list_cheaper) reads the unselected keys as sel[N..n): then every key is
      * ranked (the first K as before: the order is total) */
     int list_ok = o->distance && !o->separability && K == n - 1, listm = 0;
+    int n_dist = 0, di = 0; /* the distinct N <= K of the grid; the current one's index */
+    int64_t N_last = 0;
+    for (int p = gp; p < g->n_top && Ns[g->ord[p]] <= K; p++) {
+        n_dist += Ns[g->ord[p]] != N_last;
+        N_last = Ns[g->ord[p]];
+    }
     top_k(a, n, list_ok ? n : K, w->sel, w->kv, w->xi);
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
@@ -987,11 +995,12 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     int64_t k = 0; /* selected so far: sel[0..k-1] */
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
         int N = Ns[g->ord[gp]], bound = N <= g->bound_n;
-        if (!listm && list_ok && !bound && list_cheaper(k, N, n, d)) {
+        if (!listm && list_ok && !bound && list_cheaper(k, N, N_last, n_dist - di, n, d)) {
             listm = 1; /* from here on x_i . s from the vectors; s from the k selected */
             memset(w->sl, 0, (size_t)d * sizeof(double));
             s_extend(a, rc, w->sel, 0, k, w->sl);
         }
+        di++;
         if (listm)
             s_extend(a, rc, w->sel, k, N, w->sl);
         else
