@@ -403,32 +403,23 @@ update_rows(double *restrict c, double *restrict D, double *restrict cu, const d
 
 /* The kinds of pass: c, D and cu (both), c and D (dist), c alone (past the last N whose bound
  * is wanted), c and cu, cu alone (sep). */
-#define AL_UPDATE_VARIANTS(B)                                                                      \
-    static void update_both##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
-                               int64_t n) {                                                        \
-        update_rows(c, D, cu, gd, b, B, 1, 1, 1, n);                                               \
-    }                                                                                              \
-    static void update_dist##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
-                               int64_t n) {                                                        \
-        update_rows(c, D, cu, gd, b, B, 1, 1, 0, n);                                               \
-    }                                                                                              \
-    static void update_c##B(double *c, double *D, double *cu, const double *gd, const batch *b,    \
-                            int64_t n) {                                                           \
-        update_rows(c, D, cu, gd, b, B, 1, 0, 0, n);                                               \
-    }                                                                                              \
-    static void update_csep##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
-                               int64_t n) {                                                        \
-        update_rows(c, D, cu, gd, b, B, 1, 0, 1, n);                                               \
-    }                                                                                              \
-    static void update_sep##B(double *c, double *D, double *cu, const double *gd, const batch *b,  \
-                              int64_t n) {                                                         \
-        update_rows(c, D, cu, gd, b, B, 0, 0, 1, n);                                               \
+#define AL_UPDATE_ONE(name, B, dist, bound, sep)                                                   \
+    static void name##B(double *c, double *D, double *cu, const double *gd, const batch *b,        \
+                        int64_t n) {                                                               \
+        update_rows(c, D, cu, gd, b, B, dist, bound, sep, n);                                      \
     }
+#define AL_UPDATE_VARIANTS(B)                                                                      \
+    AL_UPDATE_ONE(update_both, B, 1, 1, 1)                                                         \
+    AL_UPDATE_ONE(update_dist, B, 1, 1, 0)                                                         \
+    AL_UPDATE_ONE(update_c, B, 1, 0, 0)                                                            \
+    AL_UPDATE_ONE(update_csep, B, 1, 0, 1)                                                         \
+    AL_UPDATE_ONE(update_sep, B, 0, 0, 1)
 AL_UPDATE_VARIANTS(1)
 AL_UPDATE_VARIANTS(2)
 AL_UPDATE_VARIANTS(4)
 AL_UPDATE_VARIANTS(8)
 #undef AL_UPDATE_VARIANTS
+#undef AL_UPDATE_ONE
 
 typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, int64_t);
 
