@@ -2,7 +2,12 @@
  *
  *   bench_metrics [L] [d] [reps] [what]
  *
- * what: 0 = everything (default), 1 = only distance+separability (for profiling).
+ * what: 0 = everything (default), 1 = only distance+separability (for profiling), 2 = the
+ * distance alone on the grid `attnlim reproduce` gives the job at this L (the union of
+ * al_critical_grid(L') over the default lengths L' = 32, 64, ..., L, each N < L, and Algorithm
+ * 2's 1, 5, 10, 20, 100; dmax up to N = 100 as the job asks), then the separability alone on
+ * its default grid: what one head of the default run costs; 3 = that separability alone, 4 = that
+ * distance alone.
  *
  * 1. al_head_metrics on one causal head, L = 1024, d = 64, the 48-value N grid of METHOD
  *    section 4, distance + separability (the issue's target: <= 0.15 s on one core).
@@ -11,6 +16,7 @@
  * their softmax, value vectors Gaussian. Single thread (OpenBLAS and OpenMP at 1). */
 #include "attnlim.h"
 #include "internal.h"
+#include "metrics.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,25 +78,53 @@ int main(int argc, char **argv) {
     double *x = malloc(sizeof(double) * (size_t)L * d);
     if (!z || !w || !x) return 1;
     make_head(L, d, z, w, x, 42);
-    int nN = 0;
-    int grid[48];
-    for (int i = 0; i < 48; i++)
-        if (GRID48[i] < L) grid[nN++] = GRID48[i];
+    int nN = 0, *grid = malloc(sizeof(int) * (size_t)(L + 48));
+    if (!grid) return 1;
+    if (what >= 2) { /* the reproduce job's grid: a set of N < L */
+        char *in = calloc((size_t)L, 1);
+        int *g = malloc(sizeof(int) * (size_t)L), a2[] = {1, 5, 10, 20, 100};
+        if (!in || !g) return 1;
+        for (int Lp = 32; Lp <= L; Lp *= 2) {
+            int k = al_critical_grid(Lp, g, L);
+            for (int q = 0; q < k; q++)
+                if (g[q] < L) in[g[q]] = 1;
+        }
+        for (int q = 0; q < 5; q++)
+            if (a2[q] < L) in[a2[q]] = 1;
+        for (int v = 1; v < L; v++)
+            if (in[v]) grid[nN++] = v;
+        free(in);
+        free(g);
+    } else {
+        for (int i = 0; i < 48; i++)
+            if (GRID48[i] < L) grid[nN++] = GRID48[i];
+    }
     al_metrics_opts o = {.top_n = grid, .n_top = nN, .distance = 1, .separability = 1, .causal = 1};
-    al_topn_stats out[48];
+    al_topn_stats *out = malloc(sizeof(al_topn_stats) * (size_t)(nN + 1));
+    if (!out) return 1;
     double *row_max = malloc(sizeof(double) * L), *row_ent = malloc(sizeof(double) * L);
     al_error err = {0};
     struct {
         const char *name;
         int dist, sep;
     } cfg[] = {{"distance+separability", 1, 1}, {"distance", 1, 0}, {"separability", 0, 1}};
-    for (int c = 0; c < (what == 1 ? 1 : 3); c++) {
+    int cfirst = what == 2 || what == 4 ? 1 : what == 3 ? 2 : 0;
+    int clast = what == 1 ? 1 : what == 4 ? 2 : 3;
+    for (int c = cfirst; c < clast; c++) {
+        if (what >= 2 && c == 2) { /* reproduce's separability grid */
+            static const int sep[] = {1, 2, 4, 8, 16, 32, 64, 128};
+            nN = 0;
+            for (int q = 0; q < 8; q++)
+                if (sep[q] < L) grid[nN++] = sep[q];
+        }
         o.distance = cfg[c].dist;
         o.separability = cfg[c].sep;
         double best = INFINITY, best_cpu = INFINITY;
         for (int r = 0; r < reps; r++) {
             double t0 = al__now(), c0 = cpu_now();
-            if (al_head_metrics(w, x, L, d, &o, out, row_max, row_ent, &err)) {
+            /* the reproduce job's call: dmax up to Algorithm 2's N = 100 only */
+            if (al__head_metrics_gram(w, x, NULL, what >= 2 ? 100 : -1, L, d, &o, out, row_max,
+                                      row_ent, &err)) {
                 fprintf(stderr, "al_head_metrics: %s\n", err.msg);
                 return 1;
             }
@@ -101,13 +135,13 @@ int main(int argc, char **argv) {
         printf("head metrics  L=%d d=%d causal, %d N values, %-22s: %.4f s/head wall, %.4f s "
                "CPU (best of %d)\n",
                L, d, nN, cfg[c].name, best, best_cpu, reps);
-        if (c == 0)
+        if (c == cfirst)
             printf("  check: N=%d dtilde=%.6g dmax=%.6g E=%.6g ns=%.4f [%.4f, %.4f]\n", out[4].N,
                    out[4].dtilde, out[4].dmax, out[4].E, out[4].ns_ratio, out[4].ns_lower,
                    out[4].ns_upper);
     }
 
-    if (what == 1) goto done;
+    if (what != 0) goto done;
     /* Algorithm 5: 25 T log-spaced over [1e-3, 1e1], eps in {1e-3, 1e-1, 10} */
     double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];
     for (int a = 0; a < 25; a++) T[a] = pow(10.0, -3.0 + 4.0 * a / 24.0);
@@ -138,5 +172,7 @@ done:
     free(x);
     free(row_max);
     free(row_ent);
+    free(out);
+    free(grid);
     return 0;
 }

@@ -6,13 +6,20 @@
 # options for every run (e.g. --lengths 32,64,128,256 --long-length 256 for a shorter run).
 # Prints each run's wall and CPU seconds and the ratios all / default and one-at-a-time /
 # default (the issue's bounds: 10x and 4x), and what dominates (results.json timings).
+# KEEP=DIR keeps the three runs' outputs in DIR/default, DIR/all, DIR/one_at_a_time (the
+# --readings all one is a findings run: readings.json, report.html).
 set -eu
 BUILD=${1:?usage: bench_readings.sh BUILD [MODEL] [EXTRA...]}
 MODEL=${2:-smollm2}
 [ $# -ge 2 ] && shift 2 || shift 1
 T=${OMP_NUM_THREADS:-2}
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
+if [ -n "${KEEP:-}" ]; then
+  W=$KEEP
+  mkdir -p "$W"
+else
+  W=$(mktemp -d)
+  trap 'rm -rf "$W"' EXIT
+fi
 one() { # name, options...: "wall cpu" seconds of one reproduce
   name=$1
   shift

@@ -548,12 +548,63 @@ static void test_given_gram_bit_equal(void **state) {
                 memset(b, 0, sizeof b);
                 assert_int_equal(al_head_metrics(w, x, L, d, &o, a, NULL, NULL, NULL), 0);
                 al__head_gram(x, L, d, G);
-                assert_int_equal(al__head_metrics_gram(w, x, G, L, d, &o, b, NULL, NULL, NULL), 0);
+                assert_int_equal(al__head_metrics_gram(w, x, G, -1, L, d, &o, b, NULL, NULL, NULL),
+                                 0);
                 assert_memory_equal(a, b, sizeof a);
             }
     }
     al__cpu_force((al__cpu_isa)-1);
     free(w), free(x), free(G);
+}
+
+/* bound_n (the reproduce jobs' call): dmax only up to bound_n, NaN beyond; dtilde, E (and
+ * E_mc) the same numbers as al_head_metrics', bit for bit up to bound_n and to 1e-12 relative
+ * beyond, where x_i . s may come from the vectors instead of the Gram rows (metrics.c,
+ * list_cheaper: the grid's wide steps near L - 1, taken here at d = 4 and 16, not at 48); causal
+ * and bidirectional, every ISA level. */
+static void test_bound_n_list_mode(void **state) {
+    (void)state;
+    enum { L = 90, NN = 12 };
+    int Ns[NN] = {1, 2, 3, 5, 8, 13, 21, 34, 55, 70, 85, 89};
+    al__rng r;
+    al__rng_seed(&r, 43);
+    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * 48);
+    for (int t = 0; t < L; t++) {
+        double s = 0, *row = w + (size_t)t * L;
+        for (int j = 0; j < L; j++) s += row[j] = exp(2 * al__rng_normal(&r));
+        for (int j = 0; j < L; j++) row[j] /= s;
+    }
+    for (int i = 0; i < L * 48; i++) x[i] = al__rng_normal(&r);
+    for (int i = 0; i < 48; i++) x[7 * 48 + i] = x[3 * 48 + i]; /* a duplicate key (cancels) */
+    al_topn_stats a[NN], b[NN];
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (int d = 4; d <= 48; d = d == 4 ? 16 : d == 16 ? 48 : 49)
+            for (int causal = 0; causal < 2; causal++) {
+                al_metrics_opts o = opts_all(Ns, NN);
+                o.separability = 0;
+                o.causal = causal;
+                o.mc_samples = 3;
+                o.mc_seed = 7;
+                assert_int_equal(al_head_metrics(w, x, L, d, &o, a, NULL, NULL, NULL), 0);
+                assert_int_equal(
+                    al__head_metrics_gram(w, x, NULL, 8, L, d, &o, b, NULL, NULL, NULL), 0);
+                for (int k = 0; k < NN; k++) {
+                    assert_int_equal(a[k].rows, b[k].rows);
+                    if (Ns[k] <= 8) {
+                        assert_true(a[k].dmax == b[k].dmax && a[k].dtilde == b[k].dtilde);
+                        assert_true(a[k].E == b[k].E);
+                    } else {
+                        assert_true(isnan(b[k].dmax) && !isnan(a[k].dmax));
+                        assert_true(fabs(a[k].dtilde - b[k].dtilde) <= 1e-12 * a[k].dtilde);
+                        assert_true(fabs(a[k].E - b[k].E) <= 1e-12 * a[k].E);
+                    }
+                    assert_true(a[k].E_mc == b[k].E_mc); /* the draws do not move */
+                }
+            }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(w), free(x);
 }
 
 static al_norm softmax_norm(void) {
@@ -726,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_row_edges),
         cmocka_unit_test(test_heads_parallel_equal_sequential),
         cmocka_unit_test(test_given_gram_bit_equal),
+        cmocka_unit_test(test_bound_n_list_mode),
         cmocka_unit_test(test_sensitivity_two_equal_logits),
         cmocka_unit_test(test_sensitivity_uniform_and_bounds),
         cmocka_unit_test(test_sensitivity_other_normalizer_and_edges),

@@ -44,6 +44,7 @@
 #include "mv.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,9 +59,9 @@
                            al_error *);                                                            \
     int f(al_head_vanishing_D)(const double *, const double *, int64_t, int64_t, int, double *,    \
                                al_error *);                                                        \
-    int f(al__head_metrics_gram)(const double *, const double *, const double *, int64_t, int64_t, \
-                                 const al_metrics_opts *, al_topn_stats *, double *, double *,     \
-                                 al_error *);                                                      \
+    int f(al__head_metrics_gram)(const double *, const double *, const double *, int, int64_t,     \
+                                 int64_t, const al_metrics_opts *, al_topn_stats *, double *,      \
+                                 double *, al_error *);                                            \
     int f(al_head_vanishing_D_window)(const double *, const double *, int64_t, int64_t, int, int,  \
                                       double *, al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
@@ -72,8 +73,9 @@ AL_MV_FOR_EACH(AL_METRICS_PROTOS)
 
 typedef struct grid {
     int n_top;
-    int *ord;  /* [n_top] indices into top_n, sorted by N ascending */
-    int n_max; /* largest N */
+    int *ord;    /* [n_top] indices into top_n, sorted by N ascending */
+    int n_max;   /* largest N */
+    int bound_n; /* dmax only at the N <= bound_n (NaN beyond; INT_MAX: every N) */
 } grid;
 
 /* Running sums over rows, one per grid entry (indexed like top_n). */
@@ -109,6 +111,7 @@ typedef struct rowws {
     double *mcc;   /* [cap] Monte-Carlo x_i . s */
     double *mns;   /* [cap] Monte-Carlo 1 if i not in the sample, else 0 */
     double *sv;    /* [d] Monte-Carlo s */
+    double *sl;    /* [d] s of the list mode (row_pass: x_i . s from the vectors) */
     /* exact fallbacks (near cancellation), filled lazily */
     double *sdd;  /* [2 d] s = sum_{q < s_cnt} alpha_sel[q] x_sel[q], double-double (hi, lo) */
     double *Sdd;  /* [2 d] S = sum_{j < n} alpha_j x_j, double-double (when S_ok) */
@@ -172,6 +175,7 @@ static void free_rowws(rowws *w) {
     free(w->mcc);
     free(w->mns);
     free(w->sv);
+    free(w->sl);
     free(w->sdd);
     free(w->Sdd);
     free(w->sudd);
@@ -202,6 +206,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->mcc = al__malloc(nd, "metrics row scratch", err);
     w->mns = al__malloc(nd, "metrics row scratch", err);
     w->sv = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
+    w->sl = al__malloc((size_t)d * sizeof(double), "metrics row scratch", err);
     size_t d2 = 2 * (size_t)d * sizeof(double);
     w->sdd = al__malloc(d2, "metrics row scratch", err);
     w->Sdd = al__malloc(d2, "metrics row scratch", err);
@@ -210,7 +215,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->Dx = al__malloc(nd, "metrics row scratch", err);
     if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
         !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
-        !w->mns || !w->sv || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
+        !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -227,6 +232,7 @@ static int build_grid(grid *g, const al_metrics_opts *o, al_error *err) {
     if (o->n_top < 0 || (o->n_top > 0 && !o->top_n))
         return al__err(err, AL_E_INVALID, "metrics: bad N grid (n_top %d)", o->n_top);
     g->n_top = o->n_top;
+    g->bound_n = INT_MAX;
     g->ord = al__malloc((size_t)(o->n_top > 0 ? o->n_top : 1) * sizeof(int), "N grid", err);
     if (!g->ord) return AL_E_NOMEM;
     for (int k = 0; k < o->n_top; k++) {
@@ -359,11 +365,11 @@ typedef struct batch {
 
 /* One pass over B rows (B a constant at every call, so the row loop unrolls and the i loop
  * vectorises):
- * dist: c += sum_q a_q g_q, D = max(D, |x_i|^2 + max_q (gjj_q - 2 g_q));
+ * dist: c += sum_q a_q g_q; bound: D = max(D, |x_i|^2 + max_q (gjj_q - 2 g_q));
  * sep: cu += sum_q (a_q / |x_q|) g_q. */
 static inline __attribute__((always_inline)) void
 update_rows(double *restrict c, double *restrict D, double *restrict cu, const double *restrict gd,
-            const batch *b, int B, int dist, int sep, int64_t n) {
+            const batch *b, int B, int dist, int bound, int sep, int64_t n) {
     const double *g[8];
     double a[8], gjj[8], ai[8];
     for (int q = 0; q < B; q++) {
@@ -379,15 +385,15 @@ update_rows(double *restrict c, double *restrict D, double *restrict cu, const d
 #pragma GCC unroll 8
         for (int q = 1; q < B; q++) {
             v = g[q][i];
-            if (dist) {
-                sc = FMA(a[q], v, sc);
+            if (dist) sc = FMA(a[q], v, sc);
+            if (bound) {
                 double h = FMA(-2.0, v, gjj[q]);
                 mx = mx > h ? mx : h;
             }
             if (sep) su = FMA(ai[q], v, su);
         }
-        if (dist) {
-            c[i] += sc;
+        if (dist) c[i] += sc;
+        if (bound) {
             double dd = gd[i] + mx;
             D[i] = D[i] > dd ? D[i] : dd;
         }
@@ -395,34 +401,39 @@ update_rows(double *restrict c, double *restrict D, double *restrict cu, const d
     }
 }
 
-#define AL_UPDATE_VARIANTS(B)                                                                      \
-    static void update_both##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
-                               int64_t n) {                                                        \
-        update_rows(c, D, cu, gd, b, B, 1, 1, n);                                                  \
-    }                                                                                              \
-    static void update_dist##B(double *c, double *D, double *cu, const double *gd, const batch *b, \
-                               int64_t n) {                                                        \
-        update_rows(c, D, cu, gd, b, B, 1, 0, n);                                                  \
-    }                                                                                              \
-    static void update_sep##B(double *c, double *D, double *cu, const double *gd, const batch *b,  \
-                              int64_t n) {                                                         \
-        update_rows(c, D, cu, gd, b, B, 0, 1, n);                                                  \
+/* The kinds of pass: c, D and cu (both), c and D (dist), c alone (past the last N whose bound
+ * is wanted), c and cu, cu alone (sep). */
+#define AL_UPDATE_ONE(name, B, dist, bound, sep)                                                   \
+    static void name##B(double *c, double *D, double *cu, const double *gd, const batch *b,        \
+                        int64_t n) {                                                               \
+        update_rows(c, D, cu, gd, b, B, dist, bound, sep, n);                                      \
     }
+#define AL_UPDATE_VARIANTS(B)                                                                      \
+    AL_UPDATE_ONE(update_both, B, 1, 1, 1)                                                         \
+    AL_UPDATE_ONE(update_dist, B, 1, 1, 0)                                                         \
+    AL_UPDATE_ONE(update_c, B, 1, 0, 0)                                                            \
+    AL_UPDATE_ONE(update_csep, B, 1, 0, 1)                                                         \
+    AL_UPDATE_ONE(update_sep, B, 0, 0, 1)
 AL_UPDATE_VARIANTS(1)
 AL_UPDATE_VARIANTS(2)
 AL_UPDATE_VARIANTS(4)
 AL_UPDATE_VARIANTS(8)
 #undef AL_UPDATE_VARIANTS
+#undef AL_UPDATE_ONE
 
 typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, int64_t);
 
-/* Adds the selected sel[k0..k1-1] to the running state. */
+/* Adds the selected sel[k0..k1-1] to the running state (D too when bound: a later N of the grid
+ * still wants d1). */
 static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
-                      rowws *w, int64_t k0, int64_t k1) {
-    static const update_fn both[4] = {update_both1, update_both2, update_both4, update_both8};
-    static const update_fn dist[4] = {update_dist1, update_dist2, update_dist4, update_dist8};
-    static const update_fn sep[4] = {update_sep1, update_sep2, update_sep4, update_sep8};
-    const update_fn *tab = o->distance && o->separability ? both : o->distance ? dist : sep;
+                      rowws *w, int64_t k0, int64_t k1, int bound) {
+    static const update_fn tabs[5][4] = {{update_both1, update_both2, update_both4, update_both8},
+                                         {update_dist1, update_dist2, update_dist4, update_dist8},
+                                         {update_c1, update_c2, update_c4, update_c8},
+                                         {update_csep1, update_csep2, update_csep4, update_csep8},
+                                         {update_sep1, update_sep2, update_sep4, update_sep8}};
+    int kind = o->distance && o->separability ? (bound ? 0 : 3) : o->distance ? (bound ? 1 : 2) : 4;
+    const update_fn *tab = tabs[kind];
     for (int64_t k = k0; k < k1;) {
         int64_t left = k1 - k;
         int lg = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0, B = 1 << lg;
@@ -438,6 +449,65 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
         tab[lg](w->c, w->D, w->cu, rc->gd, &b, n);
         k += B;
     }
+}
+
+/* ---- past the grid's dense part: x_i . s from the vectors -------------------------------- */
+
+/* c[idx[q]] = x_{idx[q]} . s for q < m (x rows of d), four rows at a time: once the grid's steps
+ * are wide and few keys are left unselected, m d products at an N cost less than streaming
+ * (N - N_prev) Gram rows of n. */
+static void dots_rows(const double *x, int64_t d, const int64_t *idx, int64_t m,
+                      const double *restrict s, double *c) {
+    int64_t q = 0;
+    for (; q + 4 <= m; q += 4) {
+        const double *x0 = x + idx[q] * d, *x1 = x + idx[q + 1] * d;
+        const double *x2 = x + idx[q + 2] * d, *x3 = x + idx[q + 3] * d;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+        for (int64_t k = 0; k < d; k++) {
+            a0 = FMA(x0[k], s[k], a0);
+            a1 = FMA(x1[k], s[k], a1);
+            a2 = FMA(x2[k], s[k], a2);
+            a3 = FMA(x3[k], s[k], a3);
+        }
+        c[idx[q]] = a0;
+        c[idx[q + 1]] = a1;
+        c[idx[q + 2]] = a2;
+        c[idx[q + 3]] = a3;
+    }
+    for (; q < m; q++) {
+        const double *x0 = x + idx[q] * d;
+        double a0 = 0;
+#pragma omp simd reduction(+ : a0)
+        for (int64_t k = 0; k < d; k++) a0 = FMA(x0[k], s[k], a0);
+        c[idx[q]] = a0;
+    }
+}
+
+/* s[d] += sum_{q in [k0, k1)} alpha_sel[q] x_sel[q]. */
+static void s_extend(const double *a, const rowctx *rc, const int64_t *sel, int64_t k0, int64_t k1,
+                     double *restrict s) {
+    int64_t d = rc->d;
+    for (int64_t q = k0; q < k1; q++) {
+        const double *xj = rc->x + sel[q] * d;
+        double aj = a[sel[q]];
+#pragma omp simd
+        for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
+    }
+}
+
+/* Is it cheaper to take x_i . s from the vectors from N on (the first of h remaining N of the
+ * grid, the last N_last; k keys selected so far) than to stream the Gram rows sel[k..N_last)?
+ * Streaming costs (N_last - k) n updates, each a load from the Gram matrix (L^2 doubles: from the
+ * outer cache at long L); the vectors s in d-space from scratch and up to N_last (N_last d) and
+ * at most h (n - N) products of d. AL_LIST_RATIO weighs a product's FMA against an update:
+ * `bench_metrics 1024 64 3 4` (one core, AVX-512) gave 1 and 2 alike, 4 to 16 slower. */
+#ifndef AL_LIST_RATIO
+#define AL_LIST_RATIO 1.0
+#endif
+static int list_cheaper(int64_t k, int64_t N, int64_t N_last, int h, int64_t n, int64_t d) {
+    double vec = (double)d * ((double)N_last + (double)h * (double)(n - N));
+    return vec * AL_LIST_RATIO <= (double)(N_last - k) * (double)n;
 }
 
 /* ---- exact fallbacks near cancellation (see the header comment) ----------------------------- */
@@ -799,6 +869,64 @@ AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N,
     return sq + kf * (lin * lin - sq);
 }
 
+/* The list mode's sums at N: dtilde over the unselected sel[N..n) and E's norms over every key,
+ * each with the minimum of its cancellation test (as row_pass's loop: < 0, < CE flagged). */
+static void list_sums(const double *a, int64_t n, int64_t N, const int64_t *sel, const rowws *w,
+                      double ss, double tdt, double tQ2, double f2, double fc2, double cc2SS,
+                      double f2tE, double *dt_out, double *mdt_out, double *es_out,
+                      double *mE_out) {
+    const double *pa = w->pa, *c = w->c, *axs = w->axs;
+    double dt = 0, mdt = 0, es = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt) reduction(min : mdt)
+    for (int64_t q = N; q < n; q++) {
+        int64_t i = sel[q];
+        double p = pa[i], t2 = FMA(-2.0 * a[i], c[i], p + ss);
+        t2 = t2 > 0 ? t2 : 0;
+        dt += sqrt(t2);
+        double ft = t2 - FMA(tdt, p, tQ2);
+        mdt = mdt < ft ? mdt : ft;
+    }
+#pragma omp simd reduction(+ : es) reduction(min : mE)
+    for (int64_t i = 0; i < n; i++) {
+        double p = pa[i], e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
+        e2 = e2 > 0 ? e2 : 0;
+        es += sqrt(e2);
+        double fe = FMA(-f2tE, p, e2);
+        mE = mE < fe ? mE : fe;
+    }
+    *dt_out = dt, *mdt_out = mdt, *es_out = es, *mE_out = mE;
+}
+
+/* The sums at N from the running c (and, with bnd, b and d1 from D): dtilde over the unselected
+ * (mask nsel), E's norms over every key, the minima of their cancellation tests. */
+static inline __attribute__((always_inline)) void
+gram_sums(const double *a, int64_t n, const rowws *w, double ss, double tdt, double tQ2, double f2,
+          double fc2, double cc2SS, double f2tE, int bnd, double *dt_out, double *mdt_out,
+          double *es_out, double *mE_out, double *b_out, double *d1_out) {
+    const double *pa = w->pa, *c = w->c, *D = w->D, *ns = w->nsel, *axs = w->axs;
+    double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
+    for (int64_t i = 0; i < n; i++) {
+        double ai = a[i], p = pa[i];
+        double t2 = FMA(-2.0 * ai, c[i], p + ss);
+        t2 = t2 > 0 ? t2 : 0;
+        dt = FMA(ns[i], sqrt(t2), dt);
+        double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
+        mdt = mdt < ft ? mdt : ft;
+        if (bnd) {
+            b = FMA(ns[i], ai, b);
+            double dd = ns[i] * D[i];
+            d1 = d1 > dd ? d1 : dd;
+        }
+        double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
+        e2 = e2 > 0 ? e2 : 0;
+        es += sqrt(e2);
+        double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
+        mE = mE < fe ? mE : fe;
+    }
+    *dt_out = dt, *mdt_out = mdt, *es_out = es, *mE_out = mE, *b_out = b, *d1_out = d1;
+}
+
 /* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[].
  * Long on purpose (over 150 lines): the hot loop of the metrics, one pass in which every
  * statistic's running sums (distance, bounds, separability, their error scales) advance together
@@ -810,7 +938,16 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     int gp = 0; /* next grid entry (in ord) */
     const int *Ns = o->top_n;
     while (gp < g->n_top && Ns[g->ord[gp]] < 1) gp++;
-    top_k(a, n, K, w->sel, w->kv, w->xi);
+    /* the list mode (list_cheaper) reads the unselected keys as sel[N..n): then every key is
+     * ranked (the first K as before: the order is total) */
+    int list_ok = o->distance && !o->separability && K == n - 1, listm = 0;
+    int n_dist = 0, di = 0; /* the distinct N <= K of the grid; the current one's index */
+    int64_t N_last = 0;
+    for (int p = gp; p < g->n_top && Ns[g->ord[p]] <= K; p++) {
+        n_dist += Ns[g->ord[p]] != N_last;
+        N_last = Ns[g->ord[p]];
+    }
+    top_k(a, n, list_ok ? n : K, w->sel, w->kv, w->xi);
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
         w->sun[q] = rc->un[w->sel[q]];
@@ -848,8 +985,17 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
     }
     int64_t k = 0; /* selected so far: sel[0..k-1] */
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
-        int N = Ns[g->ord[gp]];
-        add_batch(a, n, rc, o, w, k, N);
+        int N = Ns[g->ord[gp]], bound = N <= g->bound_n;
+        if (!listm && list_ok && !bound && list_cheaper(k, N, N_last, n_dist - di, n, d)) {
+            listm = 1; /* from here on x_i . s from the vectors; s from the k selected */
+            memset(w->sl, 0, (size_t)d * sizeof(double));
+            s_extend(a, rc, w->sel, 0, k, w->sl);
+        }
+        di++;
+        if (listm)
+            s_extend(a, rc, w->sel, k, N, w->sl);
+        else
+            add_batch(a, n, rc, o, w, k, N, bound);
         /* delta^2: the new sel[k..N-1] against every earlier selected (their Gram rows were
          * just streamed by add_batch, so the gathers hit the cache) */
         if (o->separability)
@@ -881,18 +1027,25 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         double ss = 0, ssu = 0;
         const int64_t *sel = w->sel;
         const double *cj = w->c, *cuj = w->cu, *invj = rc->inv;
+        if (listm) { /* |s|^2 from s; c_i for the unselected sel[N..n) only */
+            const double *sl = w->sl;
+#pragma omp simd reduction(+ : ss)
+            for (int64_t q = 0; q < d; q++) ss += sl[q] * sl[q];
+            dots_rows(rc->x, d, sel + N, n - N, sl, w->c);
+        } else {
 #pragma omp simd reduction(+ : ss, ssu)
-        for (int64_t q = 0; q < N; q++) {
-            int64_t j = sel[q];
-            ss += a[j] * cj[j];
-            ssu += a[j] * invj[j] * cuj[j];
+            for (int64_t q = 0; q < N; q++) {
+                int64_t j = sel[q];
+                ss += a[j] * cj[j];
+                ssu += a[j] * invj[j] * cuj[j];
+            }
         }
 
         /* ---- evaluate the metrics at this N ---- */
         accum r = {0};
         r.rows = 1;
         if (o->distance) {
-            const double *pa = w->pa, *c = w->c, *D = w->D, *ns = w->nsel, *axs = w->axs;
+            const double *ns = w->nsel;
             double cc = (double)N / (double)(n - 1), f = 1.0 + cc;
             double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
             /* cancellation thresholds (header comment): dtilde's terms against
@@ -902,36 +1055,32 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
             double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
             double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
             double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
-#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
-            for (int64_t i = 0; i < n; i++) {
-                double ai = a[i], p = pa[i];
-                double t2 = FMA(-2.0 * ai, c[i], p + ss);
-                t2 = t2 > 0 ? t2 : 0;
-                dt = FMA(ns[i], sqrt(t2), dt);
-                double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
-                mdt = mdt < ft ? mdt : ft;
-                b = FMA(ns[i], ai, b);
-                double dd = ns[i] * D[i];
-                d1 = d1 > dd ? d1 : dd;
-                double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
-                e2 = e2 > 0 ? e2 : 0;
-                es += sqrt(e2);
-                double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
-                mE = mE < fe ? mE : fe;
-            }
+            /* past the bound and the middle of the row, dtilde over the unselected sel[N..n)
+             * alone (c is kept for every key in either mode): fewer square roots */
+            if (listm || (list_ok && !bound && 2 * (n - N) < n))
+                list_sums(a, n, N, sel, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, &dt, &mdt, &es, &mE);
+            else if (bound)
+                gram_sums(a, n, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, 1, &dt, &mdt, &es, &mE, &b,
+                          &d1);
+            else
+                gram_sums(a, n, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, 0, &dt, &mdt, &es, &mE, &b,
+                          &d1);
             if (mdt < 0) dt = dtilde_exact(a, n, rc, w, N, ss, tdt, tQ2);
             if (mE < CE) es = E_exact(a, n, rc, w, N, f2, fc2, cc2SS, f2tE, CE);
-            if (b != 0 && d1 < cancel_tau((double)d + 3.0) * (gmax + m * m))
-                d1 = d1_exact(n, rc, w, N);
-            /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
-             * difference cancels (weights near abar: it can be exactly 0) */
-            double cf = (double)(n - N) * A1 - b;
-            if (!(fabs(cf) > 0.5 * (double)(n - N) * fabs(A1))) {
-                cf = 0;
-                for (int64_t i = 0; i < n; i++) cf = FMA(ns[i], A1 - a[i], cf);
+            r.dmax = NAN; /* past bound_n: D is no longer kept */
+            if (bound) {
+                if (b != 0 && d1 < cancel_tau((double)d + 3.0) * (gmax + m * m))
+                    d1 = d1_exact(n, rc, w, N);
+                /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
+                 * difference cancels (weights near abar: it can be exactly 0) */
+                double cf = (double)(n - N) * A1 - b;
+                if (!(fabs(cf) > 0.5 * (double)(n - N) * fabs(A1))) {
+                    cf = 0;
+                    for (int64_t i = 0; i < n; i++) cf = FMA(ns[i], A1 - a[i], cf);
+                }
+                r.dmax = b * sqrt(d1) + cf * m;
             }
             r.dtilde = dt;
-            r.dmax = b * sqrt(d1) + cf * m;
             r.E = (double)(n - N) / (double)n * es;
             if (o->mc_samples > 0)
                 mc_row(a, n, N, rc, w, o->mc_samples, o->mc_seed, &r.E_mc, &r.E_mc_var);
@@ -1281,8 +1430,8 @@ void al__head_gram(const double *x, int64_t L, int64_t d, double *G) {
 
 /* al_head_metrics with the Gram matrix G[L, L] = X X^T of x given (al__head_gram), or NULL
  * (computed here): callers that evaluate several heads or grids on the same vectors share it. */
-int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double *Gin, int64_t L,
-                                 int64_t d, const al_metrics_opts *o, al_topn_stats *out,
+int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double *Gin, int bound_n,
+                                 int64_t L, int64_t d, const al_metrics_opts *o, al_topn_stats *out,
                                  double *row_max, double *row_entropy, al_error *err) {
     int rc = check_opts(o, d, err);
     if (rc) return rc;
@@ -1322,6 +1471,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
 
     grid g;
     if ((rc = build_grid(&g, o, err))) return rc;
+    if (bound_n >= 0) g.bound_n = bound_n;
     headws h;
     rowws rw;
     accum *acc = al__calloc((size_t)o->n_top, sizeof(accum), "metrics", err);
@@ -1406,7 +1556,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
 int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t d,
                            const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                            double *row_entropy, al_error *err) {
-    return AL_MV(al__head_metrics_gram)(w, x, NULL, L, d, o, out, row_max, row_entropy, err);
+    return AL_MV(al__head_metrics_gram)(w, x, NULL, -1, L, d, o, out, row_max, row_entropy, err);
 }
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */
@@ -1487,10 +1637,11 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
     return AL_MV_PICK(al_head_vanishing_D)(q, k, L, d_head, causal, D, err);
 }
 
-int al__head_metrics_gram(const double *w, const double *x, const double *G, int64_t L, int64_t d,
-                          const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+int al__head_metrics_gram(const double *w, const double *x, const double *G, int bound_n, int64_t L,
+                          int64_t d, const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                           double *row_entropy, al_error *err) {
-    return AL_MV_PICK(al__head_metrics_gram)(w, x, G, L, d, o, out, row_max, row_entropy, err);
+    return AL_MV_PICK(al__head_metrics_gram)(w, x, G, bound_n, L, d, o, out, row_max, row_entropy,
+                                             err);
 }
 
 int al_head_vanishing_D_window(const double *q, const double *k, int64_t L, int64_t d_head,

@@ -780,6 +780,56 @@ static void fmt_list_i(char *buf, size_t size, const int *v, int n) {
         k += (size_t)snprintf(buf + k, size - k, "%s%d", i ? ", " : "", v[i]);
 }
 
+/* --readings, the numbers behind the matrix: N_crit / L per L of every reading that ran
+ * Algorithm 3, and (why it lands there) the median dtilde / E at a few N / L of the largest L. */
+static void readings_numbers(doc *d, const al__summary *s) {
+    static const double at[8] = {0.004, 0.02, 0.0625, 0.125, 0.25, 0.5, 0.75, 1.0};
+    int nL = s->nL < 8 ? s->nL : 8;
+    char hdr[9][24], row[9][24];
+    const char *hd[9] = {"reading"}, *cells[9];
+    para(d, "N_crit / L per L (KS at 0.01; none: p below 0.01 at every N up to L - 1):");
+    table_begin(d);
+    for (int i = 0; i < nL; i++) snprintf(hdr[i], sizeof hdr[i], "L = %d", s->Ls[i]);
+    for (int i = 0; i < nL; i++) hd[i + 1] = hdr[i];
+    table_row(d, nL + 1, hd, 1);
+    for (int k = 0; k < s->n_readings; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->crit) continue;
+        cells[0] = c->name;
+        for (int i = 0; i < nL; i++) {
+            if (c->crit[i] > 0)
+                snprintf(row[i], sizeof row[i], "%.3f", (double)c->crit[i] / s->Ls[i]);
+            else
+                snprintf(row[i], sizeof row[i], "none");
+            cells[i + 1] = row[i];
+        }
+        table_row(d, nL + 1, cells, 0);
+    }
+    table_end(d);
+    para(d,
+         "Why it lands there: the median over heads of dtilde / E (per-head means) at L = %d, at "
+         "the grid's N / L nearest to each column (1 = the KS samples meet):",
+         nL ? s->Ls[s->nL - 1] : 0);
+    table_begin(d);
+    for (int i = 0; i < 8; i++) snprintf(hdr[i], sizeof hdr[i], "N/L ~ %g", at[i]);
+    for (int i = 0; i < 8; i++) hd[i + 1] = hdr[i];
+    table_row(d, 9, hd, 1);
+    for (int k = 0; k < s->n_readings; k++) {
+        const al__reading_col *c = &s->readings[k];
+        if (!c->n_ratio) continue;
+        cells[0] = c->name;
+        for (int i = 0; i < 8; i++) {
+            int b = 0;
+            for (int q = 1; q < c->n_ratio; q++)
+                if (fabs(c->ratio_x[q] - at[i]) < fabs(c->ratio_x[b] - at[i])) b = q;
+            snprintf(row[i], sizeof row[i], "%.3g (%.3f)", c->ratio_med[b], c->ratio_x[b]);
+            cells[i + 1] = row[i];
+        }
+        table_row(d, 9, cells, 0);
+    }
+    table_end(d);
+}
+
 /* --readings: the matrix reading x claim (the verdict, '=' where the reading does not change the
  * claim and the run's verdict stands), the robust claims, the figures. */
 static void readings_section(doc *d, const al__summary *s) {
@@ -822,6 +872,7 @@ static void readings_section(doc *d, const al__summary *s) {
             l = nl ? nl + 1 : l + len;
         }
     }
+    readings_numbers(d, s);
     figure(d, "fig_readings_crit",
            "N_crit / L against L under every reading that ran Algorithm 3, with the paper's 0.06.");
     figure(d, "fig_readings_ratio",

@@ -253,6 +253,19 @@ def test_readings_outputs(work, all_run):
     assert {r["claim"] for r in rows} == claims
     md = open(os.path.join(out, "report.md")).read()
     assert "## Verdicts under every reading" in md and "fig_readings_crit.png" in md
+    # the numbers behind the matrix: N_crit / L per L, and dtilde / E at the largest L, as
+    # readings.json has them (the run's row)
+    run0 = next(e for e in rd["readings"] if e["name"] == "the run")
+    lines = md.splitlines()
+    i = next(k for k, l in enumerate(lines) if l.startswith("N_crit / L per L (KS at 0.01"))
+    row = next(l for l in lines[i:] if l.startswith("| the run |"))
+    want = ["%.3f" % r if r is not None else "none" for r in run0["critical_n"]["ratio"]]
+    assert [c.strip() for c in row.strip("|").split("|")[1:]] == want, (row, want)
+    j = next(k for k, l in enumerate(lines) if l.startswith("Why it lands there"))
+    row = next(l for l in lines[j:] if l.startswith("| the run |"))
+    ra = run0["ratio_dtilde_over_E"][-1]
+    last = row.strip("|").split("|")[-1].strip()  # N / L ~ 1: the grid's largest, (L - 1) / L
+    assert last == "%.3g (%.3f)" % (ra["median"][-1], ra["N_over_L"][-1]), (last, ra)
     assert "Verdicts under every reading" in open(os.path.join(out, "report.html")).read()
     assert os.path.exists(os.path.join(out, "fig_readings_ratio.svg"))
 
