@@ -120,6 +120,9 @@ typedef struct scratch {
 void al__ex_to_double(const float *src, double *dst, size_t n);
 int al__ex_row_stats(const double *w, int64_t L, int causal, int window, double *rmax, double *rent,
                      al_error *err);
+/* The largest N whose dmax job j reports (Algorithm 1's N at the lengths, Algorithm 2's grid
+ * at the long window): the metrics compute dmax up to there only, NaN beyond (jobs.c). */
+int al__ex_bound_n(const plan *p, const job *j);
 double al__ex_process_cpu(void);
 void al__ex_free_scratch(scratch *sc, int n);
 unsigned al__ex_job_what(const plan *p, const job *j);

@@ -175,7 +175,7 @@ double al__ex_process_cpu(void) {
 
 /* The largest N whose dmax a job reports: Algorithm 1's N at the lengths, Algorithm 2's grid at
  * the long window (Algorithm 3 reads dtilde and E only); the metrics keep d1 up to there. */
-static int bound_n(const plan *p, const job *j) {
+int al__ex_bound_n(const plan *p, const job *j) {
     int b = 0;
     if (j->in_lengths && (p->exp & AL_EXP_ALG1)) b = ALG1_N;
     if (j->is_long && (p->exp & AL_EXP_ALG2))
@@ -204,8 +204,8 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                               .mc_seed = seed,
                               .causal = cap->causal,
                               .window = cap->window};
-        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), bound_n(p, j), L, c->dx,
-                                   &mo, sc->st, NULL, NULL, err);
+        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), al__ex_bound_n(p, j), L,
+                                   c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);

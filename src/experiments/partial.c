@@ -115,7 +115,8 @@ int al__ex_save_job(const plan *p, const job *j, al_error *err) {
  * "not computed" marker, so it is allowed only where the plan computes nothing: the heads left
  * out by --layers / --heads (every array's row is a head), a grid N that no row of the head
  * sees more than N keys for (N at or above a layer's sliding window), dmax under the other
- * distances, E_mc without Monte Carlo and E_mc_se with fewer than 2 samples. +-Inf is never
+ * distances and past the N the job reports it at (al__ex_bound_n), E_mc without Monte Carlo and
+ * E_mc_se with fewer than 2 samples. +-Inf is never
  * allowed. Columns: grid N (distance and separability readings), row (vanishing), temperature
  * and eps (Algorithm 5). */
 enum { COL_ND, COL_NS, COL_ALL };
@@ -147,13 +148,16 @@ static int64_t max_keys(const plan *p, int h, int64_t L) {
 
 static int finite_where_needed(const plan *p, const job *j, const named_arr *a) {
     int kind, need = col_kind(a->name, p, &kind);
+    /* dmax only up to the N the job reports it at (beyond, the metrics leave it NaN) */
+    int64_t top = !strcmp(a->name, "dmax") ? al__ex_bound_n(p, j) : INT64_MAX;
     for (int64_t h = 0; h < a->shape[0]; h++) {
         int sel = need && h < p->H && al__ex_head_selected(p, (int)h);
         int64_t mk = sel && kind != COL_ALL ? max_keys(p, (int)h, j->L) : 0;
         for (int64_t c = 0; c < a->shape[1]; c++) {
             double x = a->data[h * a->shape[1] + c];
-            int must = sel && (kind == COL_ALL || (kind == COL_ND && j->Nd[c] < mk) ||
-                               (kind == COL_NS && j->Ns[c] < mk));
+            int must =
+                sel && (kind == COL_ALL || (kind == COL_ND && j->Nd[c] < mk && j->Nd[c] <= top) ||
+                        (kind == COL_NS && j->Ns[c] < mk));
             if (isinf(x) || (must && !isfinite(x))) return 0;
         }
     }
