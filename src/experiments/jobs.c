@@ -173,16 +173,6 @@ double al__ex_process_cpu(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* The largest N whose dmax a job reports: Algorithm 1's N at the lengths, Algorithm 2's grid at
- * the long window (Algorithm 3 reads dtilde and E only); the metrics keep d1 up to there. */
-int al__ex_bound_n(const plan *p, const job *j) {
-    int b = 0;
-    if (j->in_lengths && (p->exp & AL_EXP_ALG1)) b = ALG1_N;
-    if (j->is_long && (p->exp & AL_EXP_ALG2))
-        for (int i = 0; i < p->nN2; i++) b = p->N2[i] > b ? p->N2[i] : b;
-    return b;
-}
-
 /* Algorithms 1-3 for head i (index hidx) under the readings --distance and --expectation:
  * dtilde[nd] the true distance, E[nd] its random-selection counterpart (the analytic main term,
  * the Monte-Carlo mean or the exact mean), E_mc/E_mc_se the Monte-Carlo estimate (with --mc),

@@ -476,3 +476,14 @@ int al__ex_build_plan(plan *p, const al_repro_opts *o, const al_model_info *mi, 
     free(Lu);
     return rc ? rc : check_readings(p, err);
 }
+
+/* The largest N whose dmax a job reports: Algorithm 1's N at the lengths, Algorithm 2's grid at
+ * the long window (Algorithm 3 reads dtilde and E only); the metrics keep d1 up to there
+ * (here, beside the plan: jobs.c computes by it and partial.c checks by it). */
+int al__ex_bound_n(const plan *p, const job *j) {
+    int b = 0;
+    if (j->in_lengths && (p->exp & AL_EXP_ALG1)) b = ALG1_N;
+    if (j->is_long && (p->exp & AL_EXP_ALG2))
+        for (int i = 0; i < p->nN2; i++) b = p->N2[i] > b ? p->N2[i] : b;
+    return b;
+}
