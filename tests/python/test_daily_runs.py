@@ -49,9 +49,13 @@ def test_plain_progress_lines_when_not_a_tty(model, tmp_path):
     pct = [float(ln.split()[1].rstrip("%")) for ln in lines]
     assert pct == sorted(pct) and pct[-1] == 100
     assert all(" elapsed, ETA " in ln for ln in lines)
-    # the default interval (10 s) on a run this short: only the final line
+    # the default interval (10 s): one line per 10 s of the run at most, plus the first and the
+    # final one (a loaded machine stretches the run, so the bound follows its measured length)
+    t0 = time.monotonic()
     r = run("reproduce", "--model", model, *OPTS, "--out", str(tmp_path / "o2"))
-    assert len([ln for ln in r.stderr.splitlines() if ln.startswith("progress: ")]) <= 2
+    elapsed = time.monotonic() - t0
+    n = len([ln for ln in r.stderr.splitlines() if ln.startswith("progress: ")])
+    assert 1 <= n <= 2 + int(elapsed // 10), (n, elapsed, r.stderr)
     # --quiet: nothing
     r = run("reproduce", "--model", model, *OPTS, "--out", str(tmp_path / "o3"), "--quiet")
     assert r.stderr == ""
