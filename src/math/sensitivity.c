@@ -78,23 +78,38 @@ static double dist2(const double *restrict a, const double *restrict b, int64_t 
     return dist2_scaled(a, 1.0, b, 1.0, n);
 }
 
-/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction). */
+/* sqrt(-2 log u1) times cos (which = 0) or sin (which = 1) of 2 pi u2 (u1 in (0, 1]). */
+static inline double box_muller(double u1, double u2, int which) {
+    double sn, cs;
+    al__sincos_turn(u2, &sn, &cs);
+    return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
+}
+
+/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction):
+ * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
+ * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
+ * mathx.h, exact operations only: every copy, vectorised or not, gives the same bits). */
 static void unit_direction(uint64_t h, int64_t n, double *v) {
     al__rng r;
     al__rng_seed(&r, h);
-    double s = 0;
-    for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, both normals of each pair */
+    int64_t np = n / 2; /* the full pairs; an odd n keeps the cosine of one more */
+    for (int64_t i = 0; i < n; i += 2) {
         double u1, u2 = al__rng_uniform(&r);
         do u1 = al__rng_uniform(&r);
         while (u1 <= 0);
-        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-        v[i] = rad * cos(th);
-        s += v[i] * v[i];
-        if (i + 1 < n) {
-            v[i + 1] = rad * sin(th);
-            s += v[i + 1] * v[i + 1];
-        }
+        v[i] = u1;
+        if (i + 1 < n)
+            v[i + 1] = u2;
+        else
+            v[i] = box_muller(u1, u2, 0);
     }
+    for (int64_t k = 0; k < np; k++) {
+        double u1 = v[2 * k], u2 = v[2 * k + 1];
+        v[2 * k] = box_muller(u1, u2, 0);
+        v[2 * k + 1] = box_muller(u1, u2, 1);
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
     if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
         for (int64_t i = 0; i < n; i++) v[i] = i == 0;
         return;
@@ -165,40 +180,65 @@ static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
     return 0;
 }
 
+/* The row's state at one temperature T: p0[n] = f(z/T) up to the factor 1 / s0 (softmax: the
+ * shifted exponentials, s0 their sum; other normalizers: f itself, s0 = 1). */
+typedef struct sens_at {
+    al_norm nmT; /* the normalizer at T */
+    double T, s0;
+    const double *p0;
+} sens_at;
+
+/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z). */
+static int sens_prepare(const double *zt, int64_t n, double mx0, const al_norm *base, double T,
+                        double *p0, sens_at *at, double *spec, al_error *err) {
+    at->nmT = *base;
+    at->nmT.temperature = T;
+    at->T = T;
+    at->p0 = p0;
+    if (base->kind == AL_NORM_SOFTMAX) {
+        /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
+        at->s0 = exp_shifted(zt, mx0, T, n, p0);
+        *spec = al_norm_rank1_spectral(p0, n) / (at->s0 * T);
+        return 0;
+    }
+    at->s0 = 1.0;
+    return al_norm_forward_spectral(&at->nmT, zt, n, p0, spec, err);
+}
+
+/* *fd = || f(ze/T) - p0 / s0 || / eps for the perturbed row ze[n] = z + eps v (mxe = max ze). */
+static int sens_fd(const sens_at *at, const double *ze, double mxe, int64_t n, double eps,
+                   double *p1, double *fd, al_error *err) {
+    if (at->nmT.kind == AL_NORM_SOFTMAX) {
+        double s1 = exp_shifted(ze, mxe, at->T, n, p1);
+        *fd = sqrt(dist2_scaled(p1, 1.0 / s1, at->p0, 1.0 / at->s0, n)) / eps;
+        return 0;
+    }
+    int rc = al_norm_forward(&at->nmT, ze, n, p1, err);
+    if (rc) return rc;
+    *fd = sqrt(dist2(p1, at->p0, n)) / eps;
+    return 0;
+}
+
+/* ze[n] = z + eps v; returns max ze. */
+static double perturb(const double *restrict zt, const double *restrict v, double eps, int64_t n,
+                      double *restrict ze) {
+    for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps, v[j], zt[j]);
+    return max_of(ze, n);
+}
+
 /* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
-    int fast = base->kind == AL_NORM_SOFTMAX;
-    double *p0 = w->p0, *p1 = w->p1, *zp = w->zp, *mxe = w->mxe;
-    double mx0 = max_of(zt, n);
-    for (int e = 0; e < n_eps; e++) {
-        double *ze = zp + (size_t)e * (size_t)n;
-        for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps[e], v[j], zt[j]);
-        mxe[e] = max_of(ze, n);
-    }
+    double *zp = w->zp, *mxe = w->mxe, mx0 = max_of(zt, n);
+    for (int e = 0; e < n_eps; e++) mxe[e] = perturb(zt, v, eps[e], n, zp + (size_t)e * (size_t)n);
     for (int a = 0; a < n_t; a++) {
-        double T = temps[a];
-        double *row = fd + (size_t)a * (size_t)n_eps;
-        if (fast) {
-            /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
-            double s0 = exp_shifted(zt, mx0, T, n, p0);
-            spec[a] = al_norm_rank1_spectral(p0, n) / (s0 * T);
-            for (int e = 0; e < n_eps; e++) {
-                double s1 = exp_shifted(zp + (size_t)e * (size_t)n, mxe[e], T, n, p1);
-                row[e] = sqrt(dist2_scaled(p1, 1.0 / s1, p0, 1.0 / s0, n)) / eps[e];
-            }
-            continue;
-        }
-        al_norm nmT = *base;
-        nmT.temperature = T;
-        int rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec[a], err);
+        sens_at at;
+        int rc = sens_prepare(zt, n, mx0, base, temps[a], w->p0, &at, &spec[a], err);
+        for (int e = 0; e < n_eps && !rc; e++)
+            rc = sens_fd(&at, zp + (size_t)e * (size_t)n, mxe[e], n, eps[e], w->p1,
+                         &fd[(size_t)a * (size_t)n_eps + e], err);
         if (rc) return rc;
-        for (int e = 0; e < n_eps; e++) {
-            rc = al_norm_forward(&nmT, zp + (size_t)e * (size_t)n, n, p1, err);
-            if (rc) return rc;
-            row[e] = sqrt(dist2(p1, p0, n)) / eps[e];
-        }
     }
     return 0;
 }
@@ -238,22 +278,20 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
                        int64_t t, int fresh, double *v, sens_ws *w, double *out, al_error *err) {
     size_t nfd = (size_t)n_t * (size_t)n_eps;
     if (!fresh) {
-        al_sensitivity_direction(seed, layer, head, t, n, v);
+        AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
         return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
     }
-    for (int a = 0; a < n_t; a++) {
-        if (n_eps == 0) {
-            int rc = sens_row(zt, n, base, temps + a, 1, eps, 0, v, w, out, out + nfd + a, err);
-            if (rc) return rc;
+    double mx0 = max_of(zt, n);
+    for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
+        sens_at at;
+        int rc = sens_prepare(zt, n, mx0, base, temps[a], w->p0, &at, out + nfd + a, err);
+        for (int e = 0; e < n_eps && !rc; e++) {
+            AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
+            double mxe = perturb(zt, v, eps[e], n, w->zp);
+            rc = sens_fd(&at, w->zp, mxe, n, eps[e], w->p1, out + (size_t)a * (size_t)n_eps + e,
+                         err);
         }
-        for (int e = 0; e < n_eps; e++) {
-            double spec;
-            al_sensitivity_direction_fresh(seed, layer, head, t, a, e, n, v);
-            int rc = sens_row(zt, n, base, temps + a, 1, eps + e, 1, v, w,
-                              out + (size_t)a * (size_t)n_eps + e, &spec, err);
-            if (rc) return rc;
-            if (e == 0) out[nfd + (size_t)a] = spec;
-        }
+        if (rc) return rc;
     }
     return 0;
 }
@@ -341,7 +379,8 @@ done:
 /* ---- one copy of this file per instruction set (mv.h) ---- */
 
 #ifdef AL_MV_DISPATCH
-/* the directions: always the baseline copy, so that every host draws the same ones */
+/* the directions: the baseline copy; every copy draws the same bits (unit_direction uses no FMA
+ * and no libm), so the head functions draw theirs in their own copy (tested) */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
