@@ -99,4 +99,29 @@ static inline void al__sincos_turn(double u, double *s, double *c) {
     memcpy(c, &cw, sizeof cw);
 }
 
+/* expm1(x) = e^x - 1 for |x| <= 64 (not NaN) to ~2 ulp, vectorisable: x = k ln2 + r, |r| <=
+ * ln2/2, expm1(r) by its Taylor polynomial to r^14 (full relative accuracy near 0), then
+ * 2^k expm1(r) + (2^k - 1) (both exact scalings for |k| <= 52; k = 0 keeps expm1(r) itself). */
+static inline double al__expm1_mod(double x) {
+    double t = x * 1.4426950408889634 + 0x1.8p52;
+    double kf = t - 0x1.8p52;
+    double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, x));
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double p23 = FMA(r, 1.0 / 6.0, 0.5), p45 = FMA(r, 1.0 / 120.0, 1.0 / 24.0);
+    double p67 = FMA(r, 1.0 / 5040.0, 1.0 / 720.0), p89 = FMA(r, 1.0 / 362880.0, 1.0 / 40320.0);
+    double p1011 = FMA(r, 1.0 / 39916800.0, 1.0 / 3628800.0);
+    double p1213 = FMA(r, 1.0 / 6227020800.0, 1.0 / 479001600.0);
+    double p14 = 1.0 / 87178291200.0;
+    /* sum_{j>=2} r^(j-2) / j! */
+    double q =
+        FMA(FMA(FMA(p14, r2, p1213), r2, p1011), r8, FMA(FMA(p89, r2, p67), r4, FMA(p45, r2, p23)));
+    double em = FMA(r2, q, r);
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
+    double sc;
+    memcpy(&sc, &sb, sizeof sc);
+    return FMA(sc, em, sc - 1.0);
+}
+
 #endif

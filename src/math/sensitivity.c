@@ -55,6 +55,14 @@ static double exp_shifted(const double *restrict z, double mx, double T, int64_t
     return s;
 }
 
+/* max -z_i (= -min z) */
+static double max_neg(const double *z, int64_t n) {
+    double mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = mx > -z[i] ? mx : -z[i];
+    return mx;
+}
+
 static double max_of(const double *z, int64_t n) {
     double mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -94,8 +102,8 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
     al__rng_seed(&r, h);
     int64_t np = n / 2; /* the full pairs; an odd n keeps the cosine of one more */
     for (int64_t i = 0; i < n; i += 2) {
-        double u1, u2 = al__rng_uniform(&r);
-        do u1 = al__rng_uniform(&r);
+        double u1, u2 = al__rng_uniform_inline(&r);
+        do u1 = al__rng_uniform_inline(&r);
         while (u1 <= 0);
         v[i] = u1;
         if (i + 1 < n)
@@ -163,60 +171,78 @@ static int check_args(const al_norm *nm, const double *temps, int n_t, const dou
     return al_norm_check(base, err);
 }
 
-/* Scratch for one row of up to n keys: p0, p1 [n], zp [n_eps, n], mxe [n_eps]. */
+/* Scratch for one row of up to n keys: p0, p1, zp, ec, zc, vc [n], idx [n]. */
 typedef struct sens_ws {
-    double *p0, *p1, *zp, *mxe;
+    double *p0, *p1, *zp, *ec, *zc, *vc;
+    int64_t *idx;
     double *buf;
 } sens_ws;
 
-static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
-    size_t per = (size_t)n * (size_t)(2 + n_eps) + (size_t)(n_eps > 0 ? n_eps : 1);
-    w->buf = al__malloc(per * sizeof(double), "sensitivity scratch", err);
+static int build_ws(sens_ws *w, int64_t n, al_error *err) {
+    w->buf =
+        al__malloc((size_t)n * (6 * sizeof(double) + sizeof(int64_t)), "sensitivity scratch", err);
     if (!w->buf) return AL_E_NOMEM;
     w->p0 = w->buf;
-    w->p1 = w->buf + n;
-    w->zp = w->buf + 2 * (size_t)n;
-    w->mxe = w->zp + (size_t)n_eps * (size_t)n;
+    w->p1 = w->p0 + n;
+    w->zp = w->p1 + n;
+    w->ec = w->zp + n;
+    w->zc = w->ec + n;
+    w->vc = w->zc + n;
+    w->idx = (int64_t *)(w->vc + n);
     return 0;
 }
 
 /* The row's state at one temperature T: p0[n] = f(z/T) up to the factor 1 / s0 (softmax: the
- * shifted exponentials, s0 their sum; other normalizers: f itself, s0 = 1). */
+ * shifted exponentials e0, s0 their sum; other normalizers: f itself, s0 = 1). Softmax also
+ * keeps the support of e0: ec[m] its non-zero entries at idx[m] and zc[m] the logits there
+ * (ec = p0, zc = z, idx = NULL if the support is everything). */
 typedef struct sens_at {
     al_norm nmT; /* the normalizer at T */
     double T, s0;
-    const double *p0;
+    const double *p0, *ec, *zc;
+    const int64_t *idx;
+    int64_t m;
 } sens_at;
 
-/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z). */
-static int sens_prepare(const double *zt, int64_t n, double mx0, const al_norm *base, double T,
-                        double *p0, sens_at *at, double *spec, al_error *err) {
+/* The support of e0[n] (every e0_i >= 0): m entries into ec, zc (from z), idx; returns m. */
+static int64_t support(const double *e0, const double *z, int64_t n, double *ec, double *zc,
+                       int64_t *idx) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (e0[i] > 0) {
+            ec[m] = e0[i];
+            zc[m] = z[i];
+            idx[m++] = i;
+        }
+    return m;
+}
+
+/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z, mn0 =
+ * min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add exactly 0 to the secular
+ * sums and to the finite differences (sens_fd), so both run on the support. */
+static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, const al_norm *base,
+                        double T, sens_ws *w, sens_at *at, double *spec, al_error *err) {
     at->nmT = *base;
     at->nmT.temperature = T;
     at->T = T;
-    at->p0 = p0;
+    at->p0 = at->ec = w->p0;
+    at->zc = zt;
+    at->idx = NULL;
+    at->m = n;
     if (base->kind == AL_NORM_SOFTMAX) {
         /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
-        at->s0 = exp_shifted(zt, mx0, T, n, p0);
-        *spec = al_norm_rank1_spectral(p0, n) / (at->s0 * T);
+        at->s0 = exp_shifted(zt, mx0, T, n, w->p0);
+        if ((mn0 - mx0) * (1.0 / T) < -708.0) { /* as exp_shifted's exponent: zeros */
+            at->m = support(w->p0, zt, n, w->ec, w->zc, w->idx);
+            at->ec = w->ec;
+            at->zc = w->zc;
+            at->idx = w->idx;
+        }
+        *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
         return 0;
     }
     at->s0 = 1.0;
-    return al_norm_forward_spectral(&at->nmT, zt, n, p0, spec, err);
-}
-
-/* *fd = || f(ze/T) - p0 / s0 || / eps for the perturbed row ze[n] = z + eps v (mxe = max ze). */
-static int sens_fd(const sens_at *at, const double *ze, double mxe, int64_t n, double eps,
-                   double *p1, double *fd, al_error *err) {
-    if (at->nmT.kind == AL_NORM_SOFTMAX) {
-        double s1 = exp_shifted(ze, mxe, at->T, n, p1);
-        *fd = sqrt(dist2_scaled(p1, 1.0 / s1, at->p0, 1.0 / at->s0, n)) / eps;
-        return 0;
-    }
-    int rc = al_norm_forward(&at->nmT, ze, n, p1, err);
-    if (rc) return rc;
-    *fd = sqrt(dist2(p1, at->p0, n)) / eps;
-    return 0;
+    return al_norm_forward_spectral(&at->nmT, zt, n, w->p0, spec, err);
 }
 
 /* ze[n] = z + eps v; returns max ze. */
@@ -226,18 +252,85 @@ static double perturb(const double *restrict zt, const double *restrict v, doubl
     return max_of(ze, n);
 }
 
+/* max |v_i| */
+static double absmax(const double *v, int64_t n) {
+    double mx = 0;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = mx > fabs(v[i]) ? mx : fabs(v[i]);
+    return mx;
+}
+
+/* The direction on the support of e0 (at->idx): vc[m] (v itself if the support is everything). */
+static const double *on_support(const sens_at *at, const double *v, double *vc) {
+    if (!at->idx) return v;
+    for (int64_t k = 0; k < at->m; k++) vc[k] = v[at->idx[k]];
+    return vc;
+}
+
+/* Softmax at x = eps v / T with |x_i| <= SENS_FACTOR_MAX: with u = expm1(x) and U = sum_i p0_i
+ * u_i, softmax((z + eps v)/T)_i = p0_i (1 + u_i) / (1 + U), so the difference from p0 is
+ * p0_i (u_i - U) / (1 + U): one expm1 per entry of the support and no cancellation between two
+ * softmaxes (1 + U >= e^-1: none in it either; larger x would lose digits there). Up to
+ * SENS_SUPPORT_MAX the softmax of z + eps v is still taken on the support of e0 only: an entry
+ * outside it (e0_i < e^-708) would weigh below e^(-708 + 2 * 64) there. */
+#define SENS_FACTOR_MAX  1.0
+#define SENS_SUPPORT_MAX 64.0
+
+/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = s0 p0, v[m], u[m]
+ * scratch. */
+static double fd_factored(const double *restrict e, const double *restrict v, int64_t m, double s0,
+                          double T, double eps, double *restrict u) {
+    double c = eps / T, su = 0, sd = 0;
+#pragma omp simd reduction(+ : su)
+    for (int64_t i = 0; i < m; i++) {
+        u[i] = al__expm1_mod(c * v[i]);
+        su = FMA(e[i], u[i], su);
+    }
+    double U = su / s0;
+#pragma omp simd reduction(+ : sd)
+    for (int64_t i = 0; i < m; i++) {
+        double d = e[i] * (u[i] - U);
+        sd = FMA(d, d, sd);
+    }
+    return sqrt(sd) / (s0 * (1.0 + U)) / eps;
+}
+
+/* *fd = || f((z + eps v)/T) - p0 / s0 || / eps; vc[at->m] = v on the support, vmax = max |v_i|. */
+static int sens_fd(const sens_at *at, const double *zt, const double *v, const double *vc,
+                   double vmax, int64_t n, double eps, sens_ws *w, double *fd, al_error *err) {
+    int softmax = at->nmT.kind == AL_NORM_SOFTMAX;
+    double xmax = eps / at->T * vmax; /* NaN (0 times Inf) fails both tests */
+    if (softmax && xmax <= SENS_FACTOR_MAX) {
+        *fd = fd_factored(at->ec, vc, at->m, at->s0, at->T, eps, w->p1);
+        return 0;
+    }
+    if (softmax) { /* the definition's two softmaxes, on the support where that is exact */
+        int sup = xmax <= SENS_SUPPORT_MAX;
+        int64_t m = sup ? at->m : n;
+        double mxe = perturb(sup ? at->zc : zt, sup ? vc : v, eps, m, w->zp);
+        double s1 = exp_shifted(w->zp, mxe, at->T, m, w->p1);
+        *fd = sqrt(dist2_scaled(w->p1, 1.0 / s1, sup ? at->ec : at->p0, 1.0 / at->s0, m)) / eps;
+        return 0;
+    }
+    perturb(zt, v, eps, n, w->zp);
+    int rc = al_norm_forward(&at->nmT, w->zp, n, w->p1, err);
+    if (rc) return rc;
+    *fd = sqrt(dist2(w->p1, at->p0, n)) / eps;
+    return 0;
+}
+
 /* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
-    double *zp = w->zp, *mxe = w->mxe, mx0 = max_of(zt, n);
-    for (int e = 0; e < n_eps; e++) mxe[e] = perturb(zt, v, eps[e], n, zp + (size_t)e * (size_t)n);
+    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n), vmax = absmax(v, n);
     for (int a = 0; a < n_t; a++) {
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, base, temps[a], w->p0, &at, &spec[a], err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, &spec[a], err);
+        const double *vc = rc ? NULL : on_support(&at, v, w->vc);
         for (int e = 0; e < n_eps && !rc; e++)
-            rc = sens_fd(&at, zp + (size_t)e * (size_t)n, mxe[e], n, eps[e], w->p1,
-                         &fd[(size_t)a * (size_t)n_eps + e], err);
+            rc = sens_fd(&at, zt, v, vc, vmax, n, eps[e], w, &fd[(size_t)a * (size_t)n_eps + e],
+                         err);
         if (rc) return rc;
     }
     return 0;
@@ -264,7 +357,7 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
                            (long long)j);
     }
     sens_ws w;
-    if (build_ws(&w, n, n_eps, err)) return AL_E_NOMEM;
+    if (build_ws(&w, n, err)) return AL_E_NOMEM;
     rc = sens_row(z, n, &base, temps, n_t, eps, n_eps, v, &w, fd, spec, err);
     free(w.buf);
     if (rc) return al__err_prefix(err, (al_code)rc, "sensitivity: row");
@@ -281,15 +374,14 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
         AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
         return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
     }
-    double mx0 = max_of(zt, n);
+    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, base, temps[a], w->p0, &at, out + nfd + a, err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
         for (int e = 0; e < n_eps && !rc; e++) {
             AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
-            double mxe = perturb(zt, v, eps[e], n, w->zp);
-            rc = sens_fd(&at, w->zp, mxe, n, eps[e], w->p1, out + (size_t)a * (size_t)n_eps + e,
-                         err);
+            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), n, eps[e], w,
+                         out + (size_t)a * (size_t)n_eps + e, err);
         }
         if (rc) return rc;
     }
@@ -330,7 +422,7 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
         al__malloc((size_t)L * sizeof(double) * (scaled ? 2 : 1), "sensitivity direction", err);
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
-    if (!v || !acc || !one || build_ws(&w, L, n_eps, err)) {
+    if (!v || !acc || !one || build_ws(&w, L, err)) {
         free(v);
         free(acc);
         free(one);
