@@ -55,6 +55,13 @@ static double exp_shifted(const double *restrict z, double mx, double T, int64_t
     return s;
 }
 
+/* the first i with z_i == x (there is one) */
+static int64_t first_of(const double *z, int64_t n, double x) {
+    int64_t i = 0;
+    while (i < n - 1 && z[i] != x) i++;
+    return i;
+}
+
 /* max -z_i (= -min z) */
 static double max_neg(const double *z, int64_t n) {
     double mx = -INFINITY;
@@ -171,47 +178,44 @@ static int check_args(const al_norm *nm, const double *temps, int n_t, const dou
     return al_norm_check(base, err);
 }
 
-/* Scratch for one row of up to n keys: p0, p1, zp, ec, zc, vc [n], idx [n]. */
+/* Scratch for one row of up to n keys: p0, p1, zp, ec, vc [n], idx [n]. */
 typedef struct sens_ws {
-    double *p0, *p1, *zp, *ec, *zc, *vc;
+    double *p0, *p1, *zp, *ec, *vc;
     int64_t *idx;
     double *buf;
 } sens_ws;
 
 static int build_ws(sens_ws *w, int64_t n, al_error *err) {
     w->buf =
-        al__malloc((size_t)n * (6 * sizeof(double) + sizeof(int64_t)), "sensitivity scratch", err);
+        al__malloc((size_t)n * (5 * sizeof(double) + sizeof(int64_t)), "sensitivity scratch", err);
     if (!w->buf) return AL_E_NOMEM;
     w->p0 = w->buf;
     w->p1 = w->p0 + n;
     w->zp = w->p1 + n;
     w->ec = w->zp + n;
-    w->zc = w->ec + n;
-    w->vc = w->zc + n;
+    w->vc = w->ec + n;
     w->idx = (int64_t *)(w->vc + n);
     return 0;
 }
 
 /* The row's state at one temperature T: p0[n] = f(z/T) up to the factor 1 / s0 (softmax: the
  * shifted exponentials e0, s0 their sum; other normalizers: f itself, s0 = 1). Softmax also
- * keeps the support of e0: ec[m] its non-zero entries at idx[m] and zc[m] the logits there
- * (ec = p0, zc = z, idx = NULL if the support is everything). */
+ * keeps the support of e0: ec[m] its non-zero entries at idx[m] (ec = p0, idx = NULL if the
+ * support is everything). */
 typedef struct sens_at {
     al_norm nmT; /* the normalizer at T */
     double T, s0;
-    const double *p0, *ec, *zc;
+    const double *p0, *ec;
     const int64_t *idx;
     int64_t m;
 } sens_at;
 
-/* The support of e0[n] (every e0_i >= 0): m entries into ec, zc (from z), idx; returns m. */
-static int64_t support(const double *e0, const double *z, int64_t n, double *ec, double *zc,
-                       int64_t *idx) {
+/* The support of e0[n] (every e0_i >= 0): m entries into ec, idx; returns m. */
+static int64_t support(const double *e0, int64_t n, double *ec, int64_t *idx) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++)
         if (e0[i] > 0) {
             ec[m] = e0[i];
-            zc[m] = z[i];
             idx[m++] = i;
         }
     return m;
@@ -226,16 +230,14 @@ static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, con
     at->nmT.temperature = T;
     at->T = T;
     at->p0 = at->ec = w->p0;
-    at->zc = zt;
     at->idx = NULL;
     at->m = n;
     if (base->kind == AL_NORM_SOFTMAX) {
         /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
         at->s0 = exp_shifted(zt, mx0, T, n, w->p0);
         if ((mn0 - mx0) * (1.0 / T) < -708.0) { /* as exp_shifted's exponent: zeros */
-            at->m = support(w->p0, zt, n, w->ec, w->zc, w->idx);
+            at->m = support(w->p0, n, w->ec, w->idx);
             at->ec = w->ec;
-            at->zc = w->zc;
             at->idx = w->idx;
         }
         *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
@@ -267,52 +269,66 @@ static const double *on_support(const sens_at *at, const double *v, double *vc) 
     return vc;
 }
 
-/* Softmax at x = eps v / T with |x_i| <= SENS_FACTOR_MAX: with u = expm1(x) and U = sum_i p0_i
- * u_i, softmax((z + eps v)/T)_i = p0_i (1 + u_i) / (1 + U), so the difference from p0 is
- * p0_i (u_i - U) / (1 + U): one expm1 per entry of the support and no cancellation between two
- * softmaxes (1 + U >= e^-1: none in it either; larger x would lose digits there). Up to
- * SENS_SUPPORT_MAX the softmax of z + eps v is still taken on the support of e0 only: an entry
- * outside it (e0_i < e^-708) would weigh below e^(-708 + 2 * 64) there. */
-#define SENS_FACTOR_MAX  1.0
-#define SENS_SUPPORT_MAX 64.0
+/* Softmax at c = eps / T with c |v_i| <= SENS_FACTOR_MAX: softmax is shift-invariant, so with
+ * x_i = c (v_i - v_t) (t the largest logit), g = expm1(x), S1 = sum_i e0_i (1 + g_i) and
+ * G = sum_i p0_i g_i, softmax((z + eps v)/T)_i = e0_i (1 + g_i) / S1 and the difference from p0
+ * is e0_i (g_i - G) / S1: one expm1 per entry of the support, no cancellation between two
+ * softmaxes; the largest weight's difference -G / S1 keeps its digits when the others are far
+ * below its rounding, and S1 >= e0_t = 1 is a sum of positive terms. Entries outside the support
+ * (e0_i < e^-708) would weigh below e^(-708 + 2 * SENS_FACTOR_MAX) n in either softmax. */
+#define SENS_FACTOR_MAX 32.0
 
-/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = s0 p0, v[m], u[m]
- * scratch. */
+/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = e0 (s0 = sum e),
+ * v[m], vt = v at the largest logit, g[m] scratch. */
 static double fd_factored(const double *restrict e, const double *restrict v, int64_t m, double s0,
-                          double T, double eps, double *restrict u) {
-    double c = eps / T, su = 0, sd = 0;
-#pragma omp simd reduction(+ : su)
+                          double vt, double T, double eps, double *restrict g) {
+    double c = eps / T, sg = 0, s1 = 0, sd = 0;
+#pragma omp simd reduction(+ : sg, s1)
     for (int64_t i = 0; i < m; i++) {
-        u[i] = al__expm1_mod(c * v[i]);
-        su = FMA(e[i], u[i], su);
+        g[i] = al__expm1_mod(c * (v[i] - vt));
+        sg = FMA(e[i], g[i], sg);
+        s1 = FMA(e[i], 1.0 + g[i], s1);
     }
-    double U = su / s0;
+    double G = sg / s0;
 #pragma omp simd reduction(+ : sd)
     for (int64_t i = 0; i < m; i++) {
-        double d = e[i] * (u[i] - U);
+        double d = e[i] * (g[i] - G);
         sd = FMA(d, d, sd);
     }
-    return sqrt(sd) / (s0 * (1.0 + U)) / eps;
+    return sqrt(sd) / s1 / eps;
 }
 
-/* *fd = || f((z + eps v)/T) - p0 / s0 || / eps; vc[at->m] = v on the support, vmax = max |v_i|. */
+/* || e1 / s1 - e0 / s0 ||^2 for e0[n] with e0_t = 1 (t = top, the largest logit): the term at t
+ * as sum_{j != t} (e1_t e0_j - e1_j) / (s0 s1), not as the difference of two weights that may
+ * both round to 1 (e1 has its own shift: e1_t <= 1). */
+static double dist2_top(const double *e1, double s1, const double *e0, double s0, int64_t n,
+                        int64_t t) {
+    double d2 = dist2_scaled(e1, 1.0 / s1, e0, 1.0 / s0, t) +
+                dist2_scaled(e1 + t + 1, 1.0 / s1, e0 + t + 1, 1.0 / s0, n - t - 1);
+    double c = 0, et = e1[t];
+#pragma omp simd reduction(+ : c)
+    for (int64_t j = 0; j < n; j++) c += j == t ? 0.0 : FMA(et, e0[j], -e1[j]);
+    double dt = c / (s0 * s1);
+    return FMA(dt, dt, d2);
+}
+
+/* *fd = || f((z + eps v)/T) - p0 / s0 || / eps; vc[at->m] = v on the support, vmax = max |v_i|,
+ * top = the index of the largest logit. */
 static int sens_fd(const sens_at *at, const double *zt, const double *v, const double *vc,
-                   double vmax, int64_t n, double eps, sens_ws *w, double *fd, al_error *err) {
+                   double vmax, int64_t top, int64_t n, double eps, sens_ws *w, double *fd,
+                   al_error *err) {
     int softmax = at->nmT.kind == AL_NORM_SOFTMAX;
-    double xmax = eps / at->T * vmax; /* NaN (0 times Inf) fails both tests */
+    double xmax = eps / at->T * vmax; /* NaN (0 times Inf) fails the test */
     if (softmax && xmax <= SENS_FACTOR_MAX) {
-        *fd = fd_factored(at->ec, vc, at->m, at->s0, at->T, eps, w->p1);
+        *fd = fd_factored(at->ec, vc, at->m, at->s0, v[top], at->T, eps, w->p1);
         return 0;
     }
-    if (softmax) { /* the definition's two softmaxes, on the support where that is exact */
-        int sup = xmax <= SENS_SUPPORT_MAX;
-        int64_t m = sup ? at->m : n;
-        double mxe = perturb(sup ? at->zc : zt, sup ? vc : v, eps, m, w->zp);
-        double s1 = exp_shifted(w->zp, mxe, at->T, m, w->p1);
-        *fd = sqrt(dist2_scaled(w->p1, 1.0 / s1, sup ? at->ec : at->p0, 1.0 / at->s0, m)) / eps;
+    double mxe = perturb(zt, v, eps, n, w->zp);
+    if (softmax) { /* the definition's two softmaxes */
+        double s1 = exp_shifted(w->zp, mxe, at->T, n, w->p1);
+        *fd = sqrt(dist2_top(w->p1, s1, at->p0, at->s0, n, top)) / eps;
         return 0;
     }
-    perturb(zt, v, eps, n, w->zp);
     int rc = al_norm_forward(&at->nmT, w->zp, n, w->p1, err);
     if (rc) return rc;
     *fd = sqrt(dist2(w->p1, at->p0, n)) / eps;
@@ -324,13 +340,14 @@ static int sens_row(const double *zt, int64_t n, const al_norm *base, const doub
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
     double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n), vmax = absmax(v, n);
+    int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) {
         sens_at at;
         int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, &spec[a], err);
         const double *vc = rc ? NULL : on_support(&at, v, w->vc);
         for (int e = 0; e < n_eps && !rc; e++)
-            rc = sens_fd(&at, zt, v, vc, vmax, n, eps[e], w, &fd[(size_t)a * (size_t)n_eps + e],
-                         err);
+            rc = sens_fd(&at, zt, v, vc, vmax, top, n, eps[e], w,
+                         &fd[(size_t)a * (size_t)n_eps + e], err);
         if (rc) return rc;
     }
     return 0;
@@ -375,12 +392,13 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
         return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
     }
     double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
+    int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
         int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
         for (int e = 0; e < n_eps && !rc; e++) {
             AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
-            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), n, eps[e], w,
+            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), top, n, eps[e], w,
                          out + (size_t)a * (size_t)n_eps + e, err);
         }
         if (rc) return rc;
