@@ -278,17 +278,36 @@ static const double *on_support(const sens_at *at, const double *v, double *vc) 
  * (e0_i < e^-708) would weigh below e^(-708 + 2 * SENS_FACTOR_MAX) n in either softmax. */
 #define SENS_FACTOR_MAX 32.0
 
-/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = e0 (s0 = sum e),
- * v[m], vt = v at the largest logit, g[m] scratch. */
-static double fd_factored(const double *restrict e, const double *restrict v, int64_t m, double s0,
-                          double vt, double T, double eps, double *restrict g) {
-    double c = eps / T, sg = 0, s1 = 0, sd = 0;
-#pragma omp simd reduction(+ : sg, s1)
-    for (int64_t i = 0; i < m; i++) {
-        g[i] = al__expm1_mod(c * (v[i] - vt));
-        sg = FMA(e[i], g[i], sg);
-        s1 = FMA(e[i], 1.0 + g[i], s1);
+/* g[m] = expm1(c (v - vt)); *sg = sum e g, *s1 = sum e (1 + g). small: every |c (v_i - vt)| <=
+ * 1/32 (al__expm1_small). */
+static void expm1_sums(const double *restrict e, const double *restrict v, int64_t m, double c,
+                       double vt, int small, double *restrict g, double *sg, double *s1) {
+    double a = 0, b = 0;
+    if (small) {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < m; i++) {
+            g[i] = al__expm1_small(c * (v[i] - vt));
+            a = FMA(e[i], g[i], a);
+            b = FMA(e[i], 1.0 + g[i], b);
+        }
+    } else {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < m; i++) {
+            g[i] = al__expm1_mod(c * (v[i] - vt));
+            a = FMA(e[i], g[i], a);
+            b = FMA(e[i], 1.0 + g[i], b);
+        }
     }
+    *sg = a;
+    *s1 = b;
+}
+
+/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = e0 (s0 = sum e),
+ * v[m], vt = v at the largest logit, xmax >= max |eps v_i / T|, g[m] scratch. */
+static double fd_factored(const double *restrict e, const double *restrict v, int64_t m, double s0,
+                          double vt, double xmax, double T, double eps, double *restrict g) {
+    double sg, s1, sd = 0;
+    expm1_sums(e, v, m, eps / T, vt, 2.0 * xmax <= 1.0 / 32.0, g, &sg, &s1);
     double G = sg / s0;
 #pragma omp simd reduction(+ : sd)
     for (int64_t i = 0; i < m; i++) {
@@ -320,7 +339,7 @@ static int sens_fd(const sens_at *at, const double *zt, const double *v, const d
     int softmax = at->nmT.kind == AL_NORM_SOFTMAX;
     double xmax = eps / at->T * vmax; /* NaN (0 times Inf) fails the test */
     if (softmax && xmax <= SENS_FACTOR_MAX) {
-        *fd = fd_factored(at->ec, vc, at->m, at->s0, v[top], at->T, eps, w->p1);
+        *fd = fd_factored(at->ec, vc, at->m, at->s0, v[top], xmax, at->T, eps, w->p1);
         return 0;
     }
     double mxe = perturb(zt, v, eps, n, w->zp);
