@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
         int dist, sep;
     } cfg[] = {{"distance+separability", 1, 1}, {"distance", 1, 0}, {"separability", 0, 1}};
     int cfirst = what == 2 || what == 4 ? 1 : what == 3 ? 2 : 0;
-    int clast = what == 1 ? 1 : what == 4 ? 2 : 3;
+    int clast = what == 1 ? 1 : what == 4 ? 2 : what == 5 ? 0 : 3;
     for (int c = cfirst; c < clast; c++) {
         if (what >= 2 && c == 2) { /* reproduce's separability grid */
             static const int sep[] = {1, 2, 4, 8, 16, 32, 64, 128};
