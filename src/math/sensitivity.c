@@ -10,7 +10,10 @@
  * f is any normalizer of attnlim.h (al_norm_forward / al_norm_forward_spectral, with its
  * temperature set to each T). Softmax, the case of the paper, has a fast path: a vectorised
  * exponential here and the exact secular-equation norm of the normalizer module
- * (al_norm_rank1_spectral(p) / T, the spectral norm of (diag(p) - p p^T)/T).
+ * (al_norm_rank1_spectral(p) / T, the spectral norm of (diag(p) - p p^T)/T), both once per row
+ * and T and on the support of exp((z - max)/T); the difference of the two softmaxes as
+ * p0_i (g_i - G) / (1 + G), g = expm1(eps (v - v_top) / T), wherever |eps v / T| <= 32
+ * (fd_factored; docs/readings.md, "Algorithm 5 readings").
  */
 #include "internal.h"
 #include "mv.h"
