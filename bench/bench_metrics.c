@@ -13,7 +13,9 @@
  *    section 4, distance + separability (the issue's target: <= 0.15 s on one core).
  * 2. al_head_sensitivity on one causal head of logits, the paper's 25 T x 3 eps grid.
  * Synthetic data: logits q.k/sqrt(d) from Gaussian q, k (scaled like a trained head), weights
- * their softmax, value vectors Gaussian. Single thread (OpenBLAS and OpenMP at 1). */
+ * their softmax, value vectors Gaussian. Single thread (OpenBLAS and OpenMP at 1).
+ * what = 5: Algorithm 5 alone (softmax) under each reading: shared directions on the scaled
+ * logits (the default), fresh directions, and the raw scale (logit_scale = sqrt(d)). */
 #include "attnlim.h"
 #include "internal.h"
 #include "metrics.h"
@@ -65,6 +67,38 @@ static void make_head(int L, int d, double *z, double *w, double *x, uint64_t se
     free(k);
 }
 
+/* what = 5: al_head_sensitivity_ex on softmax, the default grid, under each reading. */
+static int bench_alg5_readings(const double *z, int L, int d, int reps) {
+    double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];
+    for (int a = 0; a < 25; a++) T[a] = pow(10.0, -3.0 + 4.0 * a / 24.0);
+    al_norm nm = {.kind = AL_NORM_SOFTMAX, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+    struct {
+        const char *name;
+        al_sens_opts so;
+    } rd[] = {{"default", {1.0, 0, 0}}, {"fresh", {1.0, 1, 0}}, {"raw", {sqrt((double)d), 0, 0}}};
+    for (int c = 0; c < 3; c++) {
+        double best = INFINITY, best_cpu = INFINITY;
+        al_error err = {0};
+        for (int r = 0; r < reps; r++) {
+            double t0 = al__now(), c0 = cpu_now();
+            if (al_head_sensitivity_ex(z, L, 1, &nm, T, 25, eps, 3, 7, 0, 0, &rd[c].so, fd, spec,
+                                       &err)) {
+                fprintf(stderr, "al_head_sensitivity_ex: %s\n", err.msg);
+                return 1;
+            }
+            double dt = al__now() - t0, dc = cpu_now() - c0;
+            if (dt < best) best = dt;
+            if (dc < best_cpu) best_cpu = dc;
+        }
+        printf("alg5 %-8s L=%d causal, 25 T x 3 eps: %.4f s/head wall, %.4f s CPU (best of %d)\n",
+               rd[c].name, L, best, best_cpu, reps);
+        printf("  check: spec[0]=%.17g fd[0]=%.17g fd[1]=%.17g fd[2]=%.17g fd[40]=%.17g "
+               "fd[74]=%.17g\n",
+               spec[0], fd[0], fd[1], fd[2], fd[40], fd[74]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int L = argc > 1 ? atoi(argv[1]) : 1024;
     int d = argc > 2 ? atoi(argv[2]) : 64;
@@ -109,7 +143,7 @@ int main(int argc, char **argv) {
         int dist, sep;
     } cfg[] = {{"distance+separability", 1, 1}, {"distance", 1, 0}, {"separability", 0, 1}};
     int cfirst = what == 2 || what == 4 ? 1 : what == 3 ? 2 : 0;
-    int clast = what == 1 ? 1 : what == 4 ? 2 : 3;
+    int clast = what == 1 ? 1 : what == 4 ? 2 : what == 5 ? 0 : 3;
     for (int c = cfirst; c < clast; c++) {
         if (what >= 2 && c == 2) { /* reproduce's separability grid */
             static const int sep[] = {1, 2, 4, 8, 16, 32, 64, 128};
@@ -141,6 +175,10 @@ int main(int argc, char **argv) {
                    out[4].ns_upper);
     }
 
+    if (what == 5) {
+        if (bench_alg5_readings(z, L, d, reps)) return 1;
+        goto done;
+    }
     if (what != 0) goto done;
     /* Algorithm 5: 25 T log-spaced over [1e-3, 1e1], eps in {1e-3, 1e-1, 10} */
     double T[25], eps[3] = {1e-3, 1e-1, 10}, fd[75], spec[25];

@@ -121,25 +121,12 @@ void al__rng_seed(al__rng *r, uint64_t seed) {
     if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3])) r->s[0] = 1;
 }
 
-static inline uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
 uint64_t al__rng_next(al__rng *r) {
-    uint64_t *s = r->s;
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
+    return al__rng_next_inline(r);
 }
 
 double al__rng_uniform(al__rng *r) {
-    return (double)(al__rng_next(r) >> 11) * 0x1.0p-53;
+    return al__rng_uniform_inline(r);
 }
 
 double al__rng_normal(al__rng *r) {

@@ -140,7 +140,23 @@ void al__rng_seed(al__rng *r, uint64_t seed);
 uint64_t al__rng_next(al__rng *r);
 double al__rng_uniform(al__rng *r); /* [0, 1) with 53 bits */
 double al__rng_normal(al__rng *r);  /* standard normal (Box-Muller, no cached state) */
-uint64_t al__hash64(uint64_t x);    /* SplitMix64 finaliser: mixes seeds with indices */
+/* al__rng_next and al__rng_uniform themselves, inline for the hot loops that draw many */
+static inline uint64_t al__rng_next_inline(al__rng *r) {
+    uint64_t *s = r->s, x = s[1] * 5;
+    const uint64_t result = ((x << 7) | (x >> 57)) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+static inline double al__rng_uniform_inline(al__rng *r) {
+    return (double)(al__rng_next_inline(r) >> 11) * 0x1.0p-53;
+}
+uint64_t al__hash64(uint64_t x); /* SplitMix64 finaliser: mixes seeds with indices */
 
 /* numparse.c: one decimal number token (NUL-terminated) as the text readers and the CLI take it:
  * [+-] digits [. digits] [e [+-] digits]. 0 with *out set (and *underflow = 1 when the value

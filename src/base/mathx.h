@@ -46,4 +46,92 @@ static inline double al__exp_neg(double x) {
     return p * scale;
 }
 
+/* The kernels below use only + - * / sqrt and integer operations, no FMA and no libm: every
+ * copy (scalar, AVX2, AVX-512) gives the same bits, vectorised or not. */
+
+/* log(x) for a normal x > 0 (not Inf/NaN) to ~1 ulp, vectorisable: x = 2^e m, m in [sqrt(1/2),
+ * sqrt 2), log m = 2 atanh(f), f = (m - 1) / (m + 1), |f| <= 0.1716: the odd series to f^21. */
+static inline double al__log_pos(double x) {
+    uint64_t xb;
+    memcpy(&xb, &x, sizeof xb);
+    int64_t mb = (int64_t)((xb & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull); /* m in [1, 2) */
+    int64_t big = mb > 0x3FF6A09E667F3BCDll ? 1 : 0; /* m > sqrt 2: halve it */
+    mb -= big << 52;
+    /* e + 1023 as a double from the bits (2^52 + k - 2^52): no int64 -> double instruction */
+    uint64_t eb = 0x4330000000000000ull | ((xb >> 52) + (uint64_t)big);
+    double m, ed;
+    memcpy(&m, &mb, sizeof m);
+    memcpy(&ed, &eb, sizeof ed);
+    ed -= 0x1p52 + 1023.0;
+    double f = (m - 1.0) / (m + 1.0), f2 = f * f, f4 = f2 * f2;
+    double a = 2.0 / 3.0 + f2 * (2.0 / 5.0), b = 2.0 / 7.0 + f2 * (2.0 / 9.0);
+    double c = 2.0 / 11.0 + f2 * (2.0 / 13.0), d = 2.0 / 15.0 + f2 * (2.0 / 17.0);
+    double g = 2.0 / 19.0 + f2 * (2.0 / 21.0);
+    double p = a + f4 * (b + f4 * (c + f4 * (d + f4 * g))); /* sum_k>=1 2 f^2(k-1) / (2k+1) */
+    double lm = 2.0 * f + (f * f2) * p;
+    return ed * 6.93147180369123816490e-01 + (ed * 1.90821492927058770002e-10 + lm);
+}
+
+/* *s = sin(2 pi u), *c = cos(2 pi u) for u in [0, 1) to ~1 ulp, vectorisable: 4u = k + f
+ * exactly (k an integer, |f| <= 1/2), r = f pi/2, Taylor polynomials of sin r, cos r to r^18,
+ * then the quadrant k mod 4. */
+static inline void al__sincos_turn(double u, double *s, double *c) {
+    double q = 4.0 * u, t = q + 0x1.8p52, kf = t - 0x1.8p52;
+    double r = (q - kf) * 1.57079632679489661923, r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double s01 = -1.0 / 6.0 + r2 * (1.0 / 120.0), s23 = -1.0 / 5040.0 + r2 * (1.0 / 362880.0);
+    double s45 = -1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0);
+    double s67 = -1.0 / 1307674368000.0 + r2 * (1.0 / 355687428096000.0);
+    double sr = r + (r * r2) * ((s01 + r4 * s23) + r8 * (s45 + r4 * s67));
+    double c01 = -0.5 + r2 * (1.0 / 24.0), c23 = -1.0 / 720.0 + r2 * (1.0 / 40320.0);
+    double c45 = -1.0 / 3628800.0 + r2 * (1.0 / 479001600.0);
+    double c67 = -1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0);
+    double c8 = -1.0 / 6402373705728000.0;
+    double cr = 1.0 + r2 * ((c01 + r4 * c23) + r8 * (c45 + r4 * (c67 + r4 * c8)));
+    /* quadrant k: (sin, cos) = (s, c), (c, -s), (-s, -c), (-c, s); integer selects */
+    uint64_t tb, sb, cb;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&sb, &sr, sizeof sb);
+    memcpy(&cb, &cr, sizeof cb);
+    uint64_t odd = 0 - (tb & 1), sw = (sb & ~odd) | (cb & odd), cw = (cb & ~odd) | (sb & odd);
+    sw ^= (tb & 2) << 62;
+    cw ^= ((tb + 1) & 2) << 62;
+    memcpy(s, &sw, sizeof sw);
+    memcpy(c, &cw, sizeof cw);
+}
+
+/* expm1(x) = e^x - 1 for |x| <= 64 (not NaN) to ~2 ulp, vectorisable: x = k ln2 + r, |r| <=
+ * ln2/2, expm1(r) by its Taylor polynomial to r^14 (full relative accuracy near 0), then
+ * 2^k expm1(r) + (2^k - 1) (both exact scalings for |k| <= 52; k = 0 keeps expm1(r) itself). */
+static inline double al__expm1_mod(double x) {
+    double t = x * 1.4426950408889634 + 0x1.8p52;
+    double kf = t - 0x1.8p52;
+    double r = FMA(-kf, 1.90821492927058770002e-10, FMA(-kf, 6.93147180369123816490e-01, x));
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double p23 = FMA(r, 1.0 / 6.0, 0.5), p45 = FMA(r, 1.0 / 120.0, 1.0 / 24.0);
+    double p67 = FMA(r, 1.0 / 5040.0, 1.0 / 720.0), p89 = FMA(r, 1.0 / 362880.0, 1.0 / 40320.0);
+    double p1011 = FMA(r, 1.0 / 39916800.0, 1.0 / 3628800.0);
+    double p1213 = FMA(r, 1.0 / 6227020800.0, 1.0 / 479001600.0);
+    double p14 = 1.0 / 87178291200.0;
+    /* sum_{j>=2} r^(j-2) / j! */
+    double q =
+        FMA(FMA(FMA(p14, r2, p1213), r2, p1011), r8, FMA(FMA(p89, r2, p67), r4, FMA(p45, r2, p23)));
+    double em = FMA(r2, q, r);
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4338000000000000ull + 1023ull) << 52;
+    double sc;
+    memcpy(&sc, &sb, sizeof sc);
+    return FMA(sc, em, sc - 1.0);
+}
+
+/* expm1(x) for |x| <= 1/32 to ~1 ulp: its Taylor polynomial to x^9 (the rest is below 2^-60 of
+ * the result), no range reduction: about a third of al__expm1_mod's work. */
+static inline double al__expm1_small(double x) {
+    double x2 = x * x, x4 = x2 * x2;
+    double a = FMA(x, 1.0 / 6.0, 0.5), b = FMA(x, 1.0 / 120.0, 1.0 / 24.0);
+    double c = FMA(x, 1.0 / 5040.0, 1.0 / 720.0), d = FMA(x, 1.0 / 362880.0, 1.0 / 40320.0);
+    double q = FMA(FMA(d, x2, c), x4, FMA(b, x2, a)); /* sum_{j=2..9} x^(j-2) / j! */
+    return FMA(x2, q, x);
+}
+
 #endif

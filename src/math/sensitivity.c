@@ -10,7 +10,10 @@
  * f is any normalizer of attnlim.h (al_norm_forward / al_norm_forward_spectral, with its
  * temperature set to each T). Softmax, the case of the paper, has a fast path: a vectorised
  * exponential here and the exact secular-equation norm of the normalizer module
- * (al_norm_rank1_spectral(p) / T, the spectral norm of (diag(p) - p p^T)/T).
+ * (al_norm_rank1_spectral(p) / T, the spectral norm of (diag(p) - p p^T)/T), both once per row
+ * and T and on the support of exp((z - max)/T); the difference of the two softmaxes as
+ * p0_i (g_i - G) / (1 + G), g = expm1(eps (v - v_top) / T), wherever |eps v / T| <= 32
+ * (fd_factored; docs/readings.md, "Algorithm 5 readings").
  */
 #include "internal.h"
 #include "mv.h"
@@ -55,6 +58,21 @@ static double exp_shifted(const double *restrict z, double mx, double T, int64_t
     return s;
 }
 
+/* the first i with z_i == x (there is one) */
+static int64_t first_of(const double *z, int64_t n, double x) {
+    int64_t i = 0;
+    while (i < n - 1 && z[i] != x) i++;
+    return i;
+}
+
+/* max -z_i (= -min z) */
+static double max_neg(const double *z, int64_t n) {
+    double mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = mx > -z[i] ? mx : -z[i];
+    return mx;
+}
+
 static double max_of(const double *z, int64_t n) {
     double mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -78,23 +96,38 @@ static double dist2(const double *restrict a, const double *restrict b, int64_t 
     return dist2_scaled(a, 1.0, b, 1.0, n);
 }
 
-/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction). */
+/* sqrt(-2 log u1) times cos (which = 0) or sin (which = 1) of 2 pi u2 (u1 in (0, 1]). */
+static inline double box_muller(double u1, double u2, int which) {
+    double sn, cs;
+    al__sincos_turn(u2, &sn, &cs);
+    return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
+}
+
+/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction):
+ * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
+ * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
+ * mathx.h, exact operations only: every copy, vectorised or not, gives the same bits). */
 static void unit_direction(uint64_t h, int64_t n, double *v) {
     al__rng r;
     al__rng_seed(&r, h);
-    double s = 0;
-    for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, both normals of each pair */
-        double u1, u2 = al__rng_uniform(&r);
-        do u1 = al__rng_uniform(&r);
+    int64_t np = n / 2; /* the full pairs; an odd n keeps the cosine of one more */
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1, u2 = al__rng_uniform_inline(&r);
+        do u1 = al__rng_uniform_inline(&r);
         while (u1 <= 0);
-        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-        v[i] = rad * cos(th);
-        s += v[i] * v[i];
-        if (i + 1 < n) {
-            v[i + 1] = rad * sin(th);
-            s += v[i + 1] * v[i + 1];
-        }
+        v[i] = u1;
+        if (i + 1 < n)
+            v[i + 1] = u2;
+        else
+            v[i] = box_muller(u1, u2, 0);
     }
+    for (int64_t k = 0; k < np; k++) {
+        double u1 = v[2 * k], u2 = v[2 * k + 1];
+        v[2 * k] = box_muller(u1, u2, 0);
+        v[2 * k + 1] = box_muller(u1, u2, 1);
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
     if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
         for (int64_t i = 0; i < n; i++) v[i] = i == 0;
         return;
@@ -148,20 +181,179 @@ static int check_args(const al_norm *nm, const double *temps, int n_t, const dou
     return al_norm_check(base, err);
 }
 
-/* Scratch for one row of up to n keys: p0, p1 [n], zp [n_eps, n], mxe [n_eps]. */
+/* Scratch for one row of up to n keys: p0, p1, zp, ec, vc [n], idx [n]. */
 typedef struct sens_ws {
-    double *p0, *p1, *zp, *mxe;
+    double *p0, *p1, *zp, *ec, *vc;
+    int64_t *idx;
     double *buf;
 } sens_ws;
 
-static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
-    size_t per = (size_t)n * (size_t)(2 + n_eps) + (size_t)(n_eps > 0 ? n_eps : 1);
-    w->buf = al__malloc(per * sizeof(double), "sensitivity scratch", err);
+static int build_ws(sens_ws *w, int64_t n, al_error *err) {
+    w->buf =
+        al__malloc((size_t)n * (5 * sizeof(double) + sizeof(int64_t)), "sensitivity scratch", err);
     if (!w->buf) return AL_E_NOMEM;
     w->p0 = w->buf;
-    w->p1 = w->buf + n;
-    w->zp = w->buf + 2 * (size_t)n;
-    w->mxe = w->zp + (size_t)n_eps * (size_t)n;
+    w->p1 = w->p0 + n;
+    w->zp = w->p1 + n;
+    w->ec = w->zp + n;
+    w->vc = w->ec + n;
+    w->idx = (int64_t *)(w->vc + n);
+    return 0;
+}
+
+/* The row's state at one temperature T: p0[n] = f(z/T) up to the factor 1 / s0 (softmax: the
+ * shifted exponentials e0, s0 their sum; other normalizers: f itself, s0 = 1). Softmax also
+ * keeps the support of e0: ec[m] its non-zero entries at idx[m] (ec = p0, idx = NULL if the
+ * support is everything). */
+typedef struct sens_at {
+    al_norm nmT; /* the normalizer at T */
+    double T, s0;
+    const double *p0, *ec;
+    const int64_t *idx;
+    int64_t m;
+} sens_at;
+
+/* The support of e0[n] (every e0_i >= 0): m entries into ec, idx; returns m. */
+static int64_t support(const double *e0, int64_t n, double *ec, int64_t *idx) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (e0[i] > 0) {
+            ec[m] = e0[i];
+            idx[m++] = i;
+        }
+    return m;
+}
+
+/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z, mn0 =
+ * min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add exactly 0 to the secular
+ * sums and to the finite differences (sens_fd), so both run on the support. */
+static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, const al_norm *base,
+                        double T, sens_ws *w, sens_at *at, double *spec, al_error *err) {
+    at->nmT = *base;
+    at->nmT.temperature = T;
+    at->T = T;
+    at->p0 = at->ec = w->p0;
+    at->idx = NULL;
+    at->m = n;
+    if (base->kind == AL_NORM_SOFTMAX) {
+        /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
+        at->s0 = exp_shifted(zt, mx0, T, n, w->p0);
+        if ((mn0 - mx0) * (1.0 / T) < -708.0) { /* as exp_shifted's exponent: zeros */
+            at->m = support(w->p0, n, w->ec, w->idx);
+            at->ec = w->ec;
+            at->idx = w->idx;
+        }
+        *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
+        return 0;
+    }
+    at->s0 = 1.0;
+    return al_norm_forward_spectral(&at->nmT, zt, n, w->p0, spec, err);
+}
+
+/* ze[n] = z + eps v; returns max ze. */
+static double perturb(const double *restrict zt, const double *restrict v, double eps, int64_t n,
+                      double *restrict ze) {
+    for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps, v[j], zt[j]);
+    return max_of(ze, n);
+}
+
+/* max |v_i| */
+static double absmax(const double *v, int64_t n) {
+    double mx = 0;
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) mx = mx > fabs(v[i]) ? mx : fabs(v[i]);
+    return mx;
+}
+
+/* The direction on the support of e0 (at->idx): vc[m] (v itself if the support is everything). */
+static const double *on_support(const sens_at *at, const double *v, double *vc) {
+    if (!at->idx) return v;
+    for (int64_t k = 0; k < at->m; k++) vc[k] = v[at->idx[k]];
+    return vc;
+}
+
+/* Softmax at c = eps / T with c |v_i| <= SENS_FACTOR_MAX: softmax is shift-invariant, so with
+ * x_i = c (v_i - v_t) (t the largest logit), g = expm1(x), S1 = sum_i e0_i (1 + g_i) and
+ * G = sum_i p0_i g_i, softmax((z + eps v)/T)_i = e0_i (1 + g_i) / S1 and the difference from p0
+ * is e0_i (g_i - G) / S1: one expm1 per entry of the support, no cancellation between two
+ * softmaxes; the largest weight's difference -G / S1 keeps its digits when the others are far
+ * below its rounding, and S1 >= e0_t = 1 is a sum of positive terms. Entries outside the support
+ * (e0_i < e^-708) would weigh below e^(-708 + 2 * SENS_FACTOR_MAX) n in either softmax. */
+#define SENS_FACTOR_MAX 32.0
+
+/* g[m] = expm1(c (v - vt)); *sg = sum e g, *s1 = sum e (1 + g). small: every |c (v_i - vt)| <=
+ * 1/32 (al__expm1_small). */
+static void expm1_sums(const double *restrict e, const double *restrict v, int64_t m, double c,
+                       double vt, int small, double *restrict g, double *sg, double *s1) {
+    double a = 0, b = 0;
+    if (small) {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < m; i++) {
+            g[i] = al__expm1_small(c * (v[i] - vt));
+            a = FMA(e[i], g[i], a);
+            b = FMA(e[i], 1.0 + g[i], b);
+        }
+    } else {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < m; i++) {
+            g[i] = al__expm1_mod(c * (v[i] - vt));
+            a = FMA(e[i], g[i], a);
+            b = FMA(e[i], 1.0 + g[i], b);
+        }
+    }
+    *sg = a;
+    *s1 = b;
+}
+
+/* || softmax((z + eps v)/T) - softmax(z/T) || / eps on the support: e[m] = e0 (s0 = sum e),
+ * v[m], vt = v at the largest logit, xmax >= max |eps v_i / T|, g[m] scratch. */
+static double fd_factored(const double *restrict e, const double *restrict v, int64_t m, double s0,
+                          double vt, double xmax, double T, double eps, double *restrict g) {
+    double sg, s1, sd = 0;
+    expm1_sums(e, v, m, eps / T, vt, 2.0 * xmax <= 1.0 / 32.0, g, &sg, &s1);
+    double G = sg / s0;
+#pragma omp simd reduction(+ : sd)
+    for (int64_t i = 0; i < m; i++) {
+        double d = e[i] * (g[i] - G);
+        sd = FMA(d, d, sd);
+    }
+    return sqrt(sd) / s1 / eps;
+}
+
+/* || e1 / s1 - e0 / s0 ||^2 for e0[n] with e0_t = 1 (t = top, the largest logit): the term at t
+ * as sum_{j != t} (e1_t e0_j - e1_j) / (s0 s1), not as the difference of two weights that may
+ * both round to 1 (e1 has its own shift: e1_t <= 1). */
+static double dist2_top(const double *e1, double s1, const double *e0, double s0, int64_t n,
+                        int64_t t) {
+    double d2 = dist2_scaled(e1, 1.0 / s1, e0, 1.0 / s0, t) +
+                dist2_scaled(e1 + t + 1, 1.0 / s1, e0 + t + 1, 1.0 / s0, n - t - 1);
+    double c = 0, et = e1[t];
+#pragma omp simd reduction(+ : c)
+    for (int64_t j = 0; j < n; j++) c += j == t ? 0.0 : FMA(et, e0[j], -e1[j]);
+    double dt = c / (s0 * s1);
+    return FMA(dt, dt, d2);
+}
+
+/* *fd = || f((z + eps v)/T) - p0 / s0 || / eps; vc[at->m] = v on the support, vmax = max |v_i|,
+ * top = the index of the largest logit. */
+static int sens_fd(const sens_at *at, const double *zt, const double *v, const double *vc,
+                   double vmax, int64_t top, int64_t n, double eps, sens_ws *w, double *fd,
+                   al_error *err) {
+    int softmax = at->nmT.kind == AL_NORM_SOFTMAX;
+    double xmax = eps / at->T * vmax; /* NaN (0 times Inf) fails the test */
+    if (softmax && xmax <= SENS_FACTOR_MAX) {
+        *fd = fd_factored(at->ec, vc, at->m, at->s0, v[top], xmax, at->T, eps, w->p1);
+        return 0;
+    }
+    double mxe = perturb(zt, v, eps, n, w->zp);
+    if (softmax) { /* the definition's two softmaxes */
+        double s1 = exp_shifted(w->zp, mxe, at->T, n, w->p1);
+        *fd = sqrt(dist2_top(w->p1, s1, at->p0, at->s0, n, top)) / eps;
+        return 0;
+    }
+    int rc = al_norm_forward(&at->nmT, w->zp, n, w->p1, err);
+    if (rc) return rc;
+    *fd = sqrt(dist2(w->p1, at->p0, n)) / eps;
     return 0;
 }
 
@@ -169,36 +361,16 @@ static int build_ws(sens_ws *w, int64_t n, int n_eps, al_error *err) {
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
-    int fast = base->kind == AL_NORM_SOFTMAX;
-    double *p0 = w->p0, *p1 = w->p1, *zp = w->zp, *mxe = w->mxe;
-    double mx0 = max_of(zt, n);
-    for (int e = 0; e < n_eps; e++) {
-        double *ze = zp + (size_t)e * (size_t)n;
-        for (int64_t j = 0; j < n; j++) ze[j] = FMA(eps[e], v[j], zt[j]);
-        mxe[e] = max_of(ze, n);
-    }
+    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n), vmax = absmax(v, n);
+    int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) {
-        double T = temps[a];
-        double *row = fd + (size_t)a * (size_t)n_eps;
-        if (fast) {
-            /* unnormalised e0 = s0 p0: lambda_max(diag(e0) - e0 e0^T / s0) = s0 lambda(p0) */
-            double s0 = exp_shifted(zt, mx0, T, n, p0);
-            spec[a] = al_norm_rank1_spectral(p0, n) / (s0 * T);
-            for (int e = 0; e < n_eps; e++) {
-                double s1 = exp_shifted(zp + (size_t)e * (size_t)n, mxe[e], T, n, p1);
-                row[e] = sqrt(dist2_scaled(p1, 1.0 / s1, p0, 1.0 / s0, n)) / eps[e];
-            }
-            continue;
-        }
-        al_norm nmT = *base;
-        nmT.temperature = T;
-        int rc = al_norm_forward_spectral(&nmT, zt, n, p0, &spec[a], err);
+        sens_at at;
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, &spec[a], err);
+        const double *vc = rc ? NULL : on_support(&at, v, w->vc);
+        for (int e = 0; e < n_eps && !rc; e++)
+            rc = sens_fd(&at, zt, v, vc, vmax, top, n, eps[e], w,
+                         &fd[(size_t)a * (size_t)n_eps + e], err);
         if (rc) return rc;
-        for (int e = 0; e < n_eps; e++) {
-            rc = al_norm_forward(&nmT, zp + (size_t)e * (size_t)n, n, p1, err);
-            if (rc) return rc;
-            row[e] = sqrt(dist2(p1, p0, n)) / eps[e];
-        }
     }
     return 0;
 }
@@ -224,7 +396,7 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
                            (long long)j);
     }
     sens_ws w;
-    if (build_ws(&w, n, n_eps, err)) return AL_E_NOMEM;
+    if (build_ws(&w, n, err)) return AL_E_NOMEM;
     rc = sens_row(z, n, &base, temps, n_t, eps, n_eps, v, &w, fd, spec, err);
     free(w.buf);
     if (rc) return al__err_prefix(err, (al_code)rc, "sensitivity: row");
@@ -238,22 +410,20 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
                        int64_t t, int fresh, double *v, sens_ws *w, double *out, al_error *err) {
     size_t nfd = (size_t)n_t * (size_t)n_eps;
     if (!fresh) {
-        al_sensitivity_direction(seed, layer, head, t, n, v);
+        AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
         return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
     }
-    for (int a = 0; a < n_t; a++) {
-        if (n_eps == 0) {
-            int rc = sens_row(zt, n, base, temps + a, 1, eps, 0, v, w, out, out + nfd + a, err);
-            if (rc) return rc;
+    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
+    int64_t top = first_of(zt, n, mx0);
+    for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
+        sens_at at;
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
+        for (int e = 0; e < n_eps && !rc; e++) {
+            AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
+            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), top, n, eps[e], w,
+                         out + (size_t)a * (size_t)n_eps + e, err);
         }
-        for (int e = 0; e < n_eps; e++) {
-            double spec;
-            al_sensitivity_direction_fresh(seed, layer, head, t, a, e, n, v);
-            int rc = sens_row(zt, n, base, temps + a, 1, eps + e, 1, v, w,
-                              out + (size_t)a * (size_t)n_eps + e, &spec, err);
-            if (rc) return rc;
-            if (e == 0) out[nfd + (size_t)a] = spec;
-        }
+        if (rc) return rc;
     }
     return 0;
 }
@@ -292,7 +462,7 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
         al__malloc((size_t)L * sizeof(double) * (scaled ? 2 : 1), "sensitivity direction", err);
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
-    if (!v || !acc || !one || build_ws(&w, L, n_eps, err)) {
+    if (!v || !acc || !one || build_ws(&w, L, err)) {
         free(v);
         free(acc);
         free(one);
@@ -341,7 +511,8 @@ done:
 /* ---- one copy of this file per instruction set (mv.h) ---- */
 
 #ifdef AL_MV_DISPATCH
-/* the directions: always the baseline copy, so that every host draws the same ones */
+/* the directions: the baseline copy; every copy draws the same bits (unit_direction uses no FMA
+ * and no libm), so the head functions draw theirs in their own copy (tested) */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {

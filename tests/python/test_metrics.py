@@ -608,6 +608,39 @@ def test_row_sensitivity_reference(lib, kind):
                 assert abs(fd[a, e] - want) <= 1e-8 * want + 1e-12 / T, (n, T, ep, fd[a, e], want)
 
 
+def test_row_sensitivity_ill_conditioned(lib):
+    """Softmax finite differences far below float64's rounding of the weights (wide logit gaps,
+    small T: one weight ~1, the difference carried by tiny ones) against mpmath at 400 digits:
+    every cell to 1e-9 relative or 1e-150 absolute (below, the squares of the norm underflow).
+    The difference of two float64 softmaxes loses these cells (the library before session 23
+    was 29% off at the first cell it fails); the library computes p0_i (g_i - G) / (1 + G), g = expm1 of
+    eps (v - v_top) / T, and the top weight's difference as a sum of small terms."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 400  # the differences reach 1e-300 of weights ~1
+    _row_api(lib)
+    rng = np.random.default_rng(64)
+    temps = np.array([1e-3, 5e-3, 0.05, 0.5])
+    eps = np.array([1e-3, 0.1, 10.0])
+    for n, scale in ((5, 8.0), (60, 8.0), (200, 20.0)):
+        z = rng.standard_normal(n) * 2.25 * scale
+        v = rng.standard_normal(n)
+        v /= np.linalg.norm(v)
+        fd, _ = c_row_sensitivity(lib, z, 0, temps, eps, v)
+        for a, T in enumerate(temps):
+            for e, ep in enumerate(eps):
+                def sm(x):
+                    m = max(x)
+                    ex = [mpmath.exp((xi - m) / mpmath.mpf(T)) for xi in x]
+                    s = mpmath.fsum(ex)
+                    return [q / s for q in ex]
+                zz = [mpmath.mpf(float(q)) for q in z]
+                zp = [zz[i] + mpmath.mpf(float(ep)) * mpmath.mpf(float(v[i])) for i in range(n)]
+                p0, p1 = sm(zz), sm(zp)
+                want = float(mpmath.sqrt(mpmath.fsum((p1[i] - p0[i]) ** 2 for i in range(n)))
+                             / mpmath.mpf(float(ep)))
+                assert abs(fd[a, e] - want) <= 1e-9 * want + 1e-150, (n, T, ep, fd[a, e], want)
+
+
 @pytest.mark.parametrize("causal", [1, 0])
 def test_row_sensitivity_equals_head(lib, causal):
     """al_head_sensitivity's means are the sequential means of al_row_sensitivity over the rows

@@ -465,6 +465,37 @@ def test_sensitivity_readings(lib, fresh, scale):
         assert abs(np.linalg.norm(v1) - 1) < 1e-15
 
 
+def test_fresh_head_equals_rows(lib):
+    """Fresh directions: al_head_sensitivity_ex's means are, bit for bit, the sequential means of
+    al_row_sensitivity at each (T, eps) in the public al_sensitivity_direction_fresh (the head
+    draws its directions in its own instruction-set copy: run under each ATTNLIM_CPU)."""
+    lib.al_row_sensitivity.argtypes = [dp, ctypes.c_int64, ctypes.POINTER(Norm), dp, ctypes.c_int,
+                                       dp, ctypes.c_int, dp, dp, dp, ctypes.POINTER(Err)]
+    rng = np.random.default_rng(61)
+    L, seed, layer, head = 40, 4, 1, 2
+    z = rng.normal(size=(L, L)) * 3
+    temps, eps = np.array([0.01, 0.3, 5.0]), np.array([1e-3, 0.1, 10.0])
+    nm, err = Norm(0, 1.0, 1.5, 0.43), Err()
+    fd, sp = np.zeros((3, 3)), np.zeros(3)
+    assert lib.al_head_sensitivity_ex(_p(z), L, 1, ctypes.byref(nm), _p(temps), 3, _p(eps), 3,
+                                      seed, layer, head, ctypes.byref(SOpts(1.0, 1)), _p(fd),
+                                      _p(sp), ctypes.byref(err)) == 0, err.msg
+    sfd, ssp = np.zeros((3, 3)), np.zeros(3)
+    for t in range(1, L):
+        zt = np.ascontiguousarray(z[t, :t + 1])
+        for a in range(3):
+            for e in range(3):
+                v, f1, s1 = np.zeros(t + 1), np.zeros(1), np.zeros(1)
+                lib.al_sensitivity_direction_fresh(seed, layer, head, t, a, e, t + 1, _p(v))
+                assert lib.al_row_sensitivity(_p(zt), t + 1, ctypes.byref(nm), _p(temps[a:]), 1,
+                                              _p(eps[e:]), 1, _p(v), _p(f1), _p(s1),
+                                              ctypes.byref(err)) == 0, err.msg
+                sfd[a, e] += f1[0]
+                if e == 0:
+                    ssp[a] += s1[0]
+    assert np.array_equal(fd, sfd / (L - 1)) and np.array_equal(sp, ssp / (L - 1))
+
+
 def test_raw_scale_is_rescaled_temperature(lib):
     """Raw logits z sqrt(d) at T: the spectral norm is the scaled one at T / sqrt(d), over
     sqrt(d) (J_raw = J_scaled / sqrt(d) at the same weights)."""
