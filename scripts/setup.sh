@@ -8,7 +8,7 @@ want_tests=1
 
 APT_BUILD=(build-essential cmake pkg-config libopenblas-dev libpcre2-dev libicu-dev libcjson-dev libssl-dev
            libcairo2-dev libopenmpi-dev openmpi-bin curl unzip python3 python3-venv python3-pip)
-APT_TEST=(libcmocka-dev python3-numpy python3-scipy python3-torch valgrind clang libclang-rt-14-dev clang-format chromium chromium-driver)
+APT_TEST=(libcmocka-dev python3-numpy python3-scipy python3-mpmath python3-torch valgrind clang libclang-rt-14-dev clang-format chromium chromium-driver)
 pkgs=("${APT_BUILD[@]}")
 [ "$want_tests" = 1 ] && pkgs+=("${APT_TEST[@]}")
 

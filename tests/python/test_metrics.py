@@ -615,7 +615,7 @@ def test_row_sensitivity_ill_conditioned(lib):
     The difference of two float64 softmaxes loses these cells (the library before session 23
     was 29% off at the first cell it fails); the library computes p0_i (g_i - G) / (1 + G), g = expm1 of
     eps (v - v_top) / T, and the top weight's difference as a sum of small terms."""
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath  # Debian python3-mpmath (scripts/setup.sh)
     mpmath.mp.dps = 400  # the differences reach 1e-300 of weights ~1
     _row_api(lib)
     rng = np.random.default_rng(64)
