@@ -330,9 +330,15 @@ static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
  * scratch. The K-th largest value v is found first; the K are those > v and the first (lowest
  * index) of those == v, then sorted (larger weight first, ties to the lower index). */
 static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, double *tmp) {
+    int64_t q = 0;
+    if (K == n) { /* every key (the list mode ranks them all): no K-th value to find */
+        for (int64_t i = 0; i < n; i++) s[i] = (kv){desc_key(a[i]), i};
+        kv_radix_desc(s, s + n, n);
+        for (q = 0; q < n; q++) sel[q] = s[q].i;
+        return;
+    }
     memcpy(tmp, a, (size_t)n * sizeof(double));
     double v = kth_largest(tmp, n, K);
-    int64_t q = 0;
     for (int64_t i = 0; i < n; i++) { /* branch-free: s has room for n */
         s[q] = (kv){desc_key(a[i]), i};
         q += a[i] > v;
