@@ -490,25 +490,10 @@ static void dots_rows(const double *x, int64_t d, const int64_t *idx, int64_t m,
     }
 }
 
-/* s[d] += sum_{q in [k0, k1)} alpha_sel[q] x_sel[q], four keys a pass (one load and store of
- * s per four: the sum is not a chain of store-to-load forwards; the four added in order). */
+/* s[d] += sum_{q in [k0, k1)} alpha_sel[q] x_sel[q] (metrics.h). */
 static void s_extend(const double *a, const rowctx *rc, const int64_t *sel, int64_t k0, int64_t k1,
                      double *restrict s) {
-    int64_t d = rc->d, q = k0;
-    for (; q + 4 <= k1; q += 4) {
-        const double *x0 = rc->x + sel[q] * d, *x1 = rc->x + sel[q + 1] * d;
-        const double *x2 = rc->x + sel[q + 2] * d, *x3 = rc->x + sel[q + 3] * d;
-        double a0 = a[sel[q]], a1 = a[sel[q + 1]], a2 = a[sel[q + 2]], a3 = a[sel[q + 3]];
-#pragma omp simd
-        for (int64_t k = 0; k < d; k++)
-            s[k] = FMA(a3, x3[k], FMA(a2, x2[k], FMA(a1, x1[k], FMA(a0, x0[k], s[k]))));
-    }
-    for (; q < k1; q++) {
-        const double *xj = rc->x + sel[q] * d;
-        double aj = a[sel[q]];
-#pragma omp simd
-        for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
-    }
+    al__axpy_keys(a, rc->x, rc->d, sel, k0, k1, s);
 }
 
 /* Is it cheaper to take x_i . s from the vectors from N on (the first of h remaining N of the
