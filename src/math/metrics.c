@@ -1405,7 +1405,7 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
         return al__err(err, AL_E_NOMEM, "metrics: L = %lld too large", (long long)L);
     h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
     if (!h->vec) return AL_E_NOMEM;
-    if (need_gram && !(h->G = al__malloc(LL, "metrics Gram matrix [L, L]", err))) goto fail;
+    if (need_gram && !(h->G = al__malloc_huge(LL, "metrics Gram matrix [L, L]", err))) goto fail;
     if (need_dist) {
         if (!(h->XS =
                   al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))
