@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <math.h>
 
 const char *al_version(void) {
@@ -96,6 +99,21 @@ void *al__malloc_aligned(size_t n, const char *what, al_error *err) {
         al__err(err, AL_E_NOMEM, "out of memory allocating %zu bytes for %s", n, what);
         return NULL;
     }
+    return p;
+}
+
+void *al__malloc_huge(size_t n, const char *what, al_error *err) {
+    const size_t H = (size_t)1 << 21; /* 2 MiB: an x86-64 huge page */
+    if (n < H) return al__malloc_aligned(n, what, err);
+    void *p = NULL;
+    size_t rounded = (n + H - 1) & ~(H - 1);
+    if (rounded < n || posix_memalign(&p, H, rounded) != 0) {
+        al__err(err, AL_E_NOMEM, "out of memory allocating %zu bytes for %s", n, what);
+        return NULL;
+    }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: refused (no THP), the pages stay 4 KiB */
+#endif
     return p;
 }
 

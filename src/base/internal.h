@@ -45,6 +45,11 @@ static inline int64_t al__row_n(int64_t t, int64_t L, int causal, int64_t window
 void *al__malloc(size_t n, const char *what, al_error *err);
 void *al__calloc(size_t count, size_t size, const char *what, al_error *err);
 void *al__malloc_aligned(size_t n, const char *what, al_error *err); /* 64-byte aligned; free() */
+/* For the large matrices streamed row by row (the Gram matrices of the metrics): from 2 MiB on,
+ * 2 MiB aligned and madvise'd for transparent huge pages (fewer TLB misses when every row of a
+ * head walks most of an 8 MB L = 1024 matrix; the kernel's THP setting "madvise" honours it),
+ * else as al__malloc_aligned; free(). */
+void *al__malloc_huge(size_t n, const char *what, al_error *err);
 
 /* Opens path for reading, refusing anything but a regular file (a FIFO, device, socket or
  * directory is named in the message) without blocking on it: opened O_NONBLOCK, checked with

@@ -118,11 +118,11 @@ static int build_layer_grams(obs_ctx *c, const al_capture *cap, al_error *err) {
         if (!wide_vectors(k) || !uses_gram(x)) continue;
         int want = k == AL_VEC_EMBED ? 0 : cap->layer;
         if (lg->G[k] && lg->layer[k] == want) continue;
-        if (!lg->G[k] && !(lg->G[k] = al__malloc((size_t)L * L * sizeof(double),
-                                                 "layer Gram matrix [L, L]", err)))
+        if (!lg->G[k] && !(lg->G[k] = al__malloc_huge((size_t)L * L * sizeof(double),
+                                                      "layer Gram matrix [L, L]", err)))
             return AL_E_NOMEM;
-        if (!lg->xd &&
-            !(lg->xd = al__malloc((size_t)L * cap->d_model * sizeof(double), "layer vectors", err)))
+        if (!lg->xd && !(lg->xd = al__malloc_huge((size_t)L * cap->d_model * sizeof(double),
+                                                  "layer vectors", err)))
             return AL_E_NOMEM;
         const float *src = k == AL_VEC_HIDDEN     ? cap->hidden
                            : k == AL_VEC_RESIDUAL ? cap->residual
@@ -521,12 +521,12 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
         scratch *s = &c.sc[t];
         if (!(s->w = al__malloc(LL * sizeof(double), "head weights", err)) ||
             !(s->z = al__malloc(LL * sizeof(double), "head logits", err)) ||
-            !(s->x = al__malloc((size_t)j->L * dxm * sizeof(double), "head vectors", err)) ||
+            !(s->x = al__malloc_huge((size_t)j->L * dxm * sizeof(double), "head vectors", err)) ||
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
             !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
             !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)) ||
-            !(s->G = al__malloc(LL * sizeof(double), "head Gram matrix", err)))
+            !(s->G = al__malloc_huge(LL * sizeof(double), "head Gram matrix", err)))
             rc = AL_E_NOMEM;
         else
             s->g_layer = -1;

@@ -330,9 +330,15 @@ static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
  * scratch. The K-th largest value v is found first; the K are those > v and the first (lowest
  * index) of those == v, then sorted (larger weight first, ties to the lower index). */
 static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, double *tmp) {
+    int64_t q = 0;
+    if (K == n) { /* every key (the list mode ranks them all): no K-th value to find */
+        for (int64_t i = 0; i < n; i++) s[i] = (kv){desc_key(a[i]), i};
+        kv_radix_desc(s, s + n, n);
+        for (q = 0; q < n; q++) sel[q] = s[q].i;
+        return;
+    }
     memcpy(tmp, a, (size_t)n * sizeof(double));
     double v = kth_largest(tmp, n, K);
-    int64_t q = 0;
     for (int64_t i = 0; i < n; i++) { /* branch-free: s has room for n */
         s[q] = (kv){desc_key(a[i]), i};
         q += a[i] > v;
@@ -484,16 +490,10 @@ static void dots_rows(const double *x, int64_t d, const int64_t *idx, int64_t m,
     }
 }
 
-/* s[d] += sum_{q in [k0, k1)} alpha_sel[q] x_sel[q]. */
+/* s[d] += sum_{q in [k0, k1)} alpha_sel[q] x_sel[q] (metrics.h). */
 static void s_extend(const double *a, const rowctx *rc, const int64_t *sel, int64_t k0, int64_t k1,
                      double *restrict s) {
-    int64_t d = rc->d;
-    for (int64_t q = k0; q < k1; q++) {
-        const double *xj = rc->x + sel[q] * d;
-        double aj = a[sel[q]];
-#pragma omp simd
-        for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
-    }
+    al__axpy_keys(a, rc->x, rc->d, sel, k0, k1, s);
 }
 
 /* Is it cheaper to take x_i . s from the vectors from N on (the first of h remaining N of the
@@ -1032,13 +1032,16 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
 #pragma omp simd reduction(+ : ss)
             for (int64_t q = 0; q < d; q++) ss += sl[q] * sl[q];
             dots_rows(rc->x, d, sel + N, n - N, sl, w->c);
-        } else {
+        } else if (o->separability) {
 #pragma omp simd reduction(+ : ss, ssu)
             for (int64_t q = 0; q < N; q++) {
                 int64_t j = sel[q];
                 ss += a[j] * cj[j];
                 ssu += a[j] * invj[j] * cuj[j];
             }
+        } else { /* ss alone: the same sum in the same order */
+#pragma omp simd reduction(+ : ss)
+            for (int64_t q = 0; q < N; q++) ss += a[sel[q]] * cj[sel[q]];
         }
 
         /* ---- evaluate the metrics at this N ---- */
@@ -1402,7 +1405,7 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
         return al__err(err, AL_E_NOMEM, "metrics: L = %lld too large", (long long)L);
     h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
     if (!h->vec) return AL_E_NOMEM;
-    if (need_gram && !(h->G = al__malloc(LL, "metrics Gram matrix [L, L]", err))) goto fail;
+    if (need_gram && !(h->G = al__malloc_huge(LL, "metrics Gram matrix [L, L]", err))) goto fail;
     if (need_dist) {
         if (!(h->XS =
                   al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))

@@ -3,6 +3,7 @@
 #define AL_METRICS_H
 
 #include "internal.h"
+#include "mathx.h"
 
 /* metrics.c: sel[K] = the indices of the K largest a[n] (1 <= K <= n), larger weight first,
  * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
@@ -20,5 +21,30 @@ void al__head_gram(const double *x, int64_t L, int64_t d, double *G);
 int al__head_metrics_gram(const double *w, const double *x, const double *G, int bound_n, int64_t L,
                           int64_t d, const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                           double *row_entropy, al_error *err);
+
+/* s[d] += sum_{q in [k0, k1)} a[j] x[j] (x rows of d) with j = idx[q] (idx NULL: j = q), four
+ * keys a pass: one load and store of s per four keys instead of a chain of store-to-load
+ * forwards per key; the four are added in order (the same bits as one key at a time). Inline:
+ * each instruction-set copy of metrics.c and readings.c vectorises its own. */
+static inline void al__axpy_keys(const double *a, const double *x, int64_t d, const int64_t *idx,
+                                 int64_t k0, int64_t k1, double *restrict s) {
+    int64_t q = k0;
+    for (; q + 4 <= k1; q += 4) {
+        int64_t j0 = idx ? idx[q] : q, j1 = idx ? idx[q + 1] : q + 1;
+        int64_t j2 = idx ? idx[q + 2] : q + 2, j3 = idx ? idx[q + 3] : q + 3;
+        const double *x0 = x + j0 * d, *x1 = x + j1 * d, *x2 = x + j2 * d, *x3 = x + j3 * d;
+        double a0 = a[j0], a1 = a[j1], a2 = a[j2], a3 = a[j3];
+#pragma omp simd
+        for (int64_t k = 0; k < d; k++)
+            s[k] = FMA(a3, x3[k], FMA(a2, x2[k], FMA(a1, x1[k], FMA(a0, x0[k], s[k]))));
+    }
+    for (; q < k1; q++) {
+        int64_t j = idx ? idx[q] : q;
+        const double *xj = x + j * d;
+        double aj = a[j];
+#pragma omp simd
+        for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
+    }
+}
 
 #endif

@@ -297,8 +297,7 @@ static double exact_row(al_distance_kind kind, const double *a, const double *x,
 static void vec_row(const al_reading_opts *o, const double *a, const double *x, int64_t n,
                     int64_t d, int64_t row, rws *w, acc *ac, int vec) {
     memset(w->S, 0, (size_t)d * sizeof(double));
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t q = 0; q < d; q++) w->S[q] = FMA(a[j], x[j * d + q], w->S[q]);
+    al__axpy_keys(a, x, d, NULL, 0, n, w->S);
     double nS = 0;
     for (int64_t q = 0; q < d; q++) nS = FMA(w->S[q], w->S[q], nS);
     nS = sqrt(nS);
@@ -316,10 +315,8 @@ static void vec_row(const al_reading_opts *o, const double *a, const double *x, 
         acc *t = &ac[k];
         t->rows++;
         if (vec) {
-            for (; have < N; have++) {
-                int64_t j = w->sel[have];
-                for (int64_t q = 0; q < d; q++) w->v[q] = FMA(a[j], x[j * d + q], w->v[q]);
-            }
+            al__axpy_keys(a, x, d, w->sel, have, N, w->v);
+            have = have > N ? have : N;
             t->dist += norm_diff(w->S, vec_factor(o->distance, n, N), w->v, d);
             double f = o->distance == AL_DIST_NORM_OF_SUM
                            ? fabs((double)(n - 2 * N)) / (double)n
