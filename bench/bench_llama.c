@@ -2,10 +2,11 @@
  * consumer that touches them, and the GFLOP/s it reaches.
  *
  * usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] [--long 8192]
- *                    [--no-capture]
+ *                    [--no-capture [--all-rows]]
  * --long L additionally times one forward at L tokens (0 = skip); --no-capture runs the forward
- * without any capture (as llama.cpp's prompt processing: bench/bench_llamacpp.sh). Not run by
- * the tests. */
+ * without any capture and computes the last token's logits only (AL_LOGITS_LAST: the work of
+ * llama.cpp's prompt processing, bench/bench_llamacpp.sh); with --all-rows instead every token's
+ * final hidden state (no LM head: the forward before AL_LOGITS_LAST). Not run by the tests. */
 #include "model.h"
 #include "touch.h"
 #include "ops.h"
@@ -37,14 +38,16 @@ static double cpu_now(void) {
 
 /* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
  * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
-static int no_capture;
-static float *final_hidden; /* [T, d_model] with --no-capture: what the forward must produce */
+static int no_capture, all_rows;
+static float *out; /* --no-capture: logits [1, vocab], or with --all-rows final hidden [T, d] */
 static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
     al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, touch_capture, tc};
     al_error err = {0};
     double t0 = al__now(), c0 = cpu_now();
-    if (al_model_forward(m, tokens, T, no_capture ? NULL : &req, NULL,
-                         no_capture ? final_hidden : NULL, &err)) {
+    al_forward_opts o = {no_capture ? (all_rows ? AL_LOGITS_ALL : AL_LOGITS_LAST) : AL_LOGITS_NONE,
+                         -1};
+    float *lg = no_capture && !all_rows ? out : NULL, *fh = no_capture && all_rows ? out : NULL;
+    if (al_model_forward_opts(m, tokens, T, no_capture ? NULL : &req, &o, lg, fh, &err)) {
         fprintf(stderr, "bench_llama: %s\n", err.msg);
         exit(1);
     }
@@ -68,10 +71,12 @@ int main(int argc, char **argv) {
             longT = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-capture") == 0)
             no_capture = 1;
+        else if (strcmp(argv[i], "--all-rows") == 0)
+            all_rows = 1;
         else {
             fprintf(stderr,
                     "usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] "
-                    "[--long 8192] [--no-capture]\n");
+                    "[--long 8192] [--no-capture [--all-rows]]\n");
             return 2;
         }
     }
@@ -100,8 +105,8 @@ int main(int argc, char **argv) {
         tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     touch tc = {0, 0};
-    if (no_capture && !(final_hidden = malloc((size_t)maxT * in->d_model * sizeof(float))))
-        return 1;
+    size_t n_out = all_rows ? (size_t)maxT * in->d_model : (size_t)in->vocab_size;
+    if (no_capture && !(out = malloc(n_out * sizeof(float)))) return 1;
     double cpu;
     time_forward(m, tokens, T, &tc, &cpu); /* warm-up: page faults, buffers */
     double *ts = malloc((size_t)reps * sizeof *ts), *cs = malloc((size_t)reps * sizeof *cs);
@@ -113,7 +118,11 @@ int main(int argc, char **argv) {
     printf("T = %d, %d threads, %s of all %d heads: median %.3f s, min %.3f s per "
            "forward "
            "(%d reps)\n",
-           T, threads, no_capture ? "no capture" : "weights streamed", in->n_layer * in->n_head,
+           T, threads,
+           !no_capture ? "weights streamed"
+           : all_rows  ? "no capture, every row's final hidden"
+                       : "no capture, the last token's logits",
+           in->n_layer * in->n_head,
            med, ts[0], reps);
     printf(
         "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
