@@ -122,8 +122,7 @@ int main(int argc, char **argv) {
            !no_capture ? "weights streamed"
            : all_rows  ? "no capture, every row's final hidden"
                        : "no capture, the last token's logits",
-           in->n_layer * in->n_head,
-           med, ts[0], reps);
+           in->n_layer * in->n_head, med, ts[0], reps);
     printf(
         "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
         mm / 1e9, att / 1e9, (mm + att) / 1e9, (mm + att) / med / 1e9);
