@@ -174,3 +174,24 @@ def test_gpt2(tmp_path):
         check_errors(m, ids)
     finally:
         m.close()
+
+
+def test_python_package_rows(tmp_path):
+    """attnlim.Model.forward(rows="last"): the last token's logits and hidden state, [1, ...]."""
+    import attnlim as A
+    shape = test_llama.SHAPES[0]
+    path = tmp_path / "tiny.gguf"
+    test_llama.tiny_model(path, **shape, seed=3)
+    R = llama_ref.forward(llama_ref.load(str(path)), list(range(50)))
+    with A.Model(str(path)) as m:
+        full = m.forward(list(range(50)))
+        last = m.forward(list(range(50)), rows="last")
+        assert last.logits.shape == (1, shape["V"]) and last.hidden.shape == (1, shape["C"])
+        np.testing.assert_allclose(last.logits, full.logits[-1:], rtol=0, atol=1e-5 * np.abs(full.logits).max())
+        rl = np.asarray(R["logits"])[-1]
+        assert np.abs(last.logits[0] - rl).max() / np.abs(rl).max() < 1e-3
+        cap = m.forward(list(range(50)), capture="weights", layers=[0], logits=False, hidden=False)
+        np.testing.assert_array_equal(cap.captures[0]["weights"],
+                                      m.forward(list(range(50)), capture="weights", layers=[0]).captures[0]["weights"])
+        with pytest.raises(ValueError):
+            m.forward([1, 2], rows="first")
