@@ -21,13 +21,20 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Useful FLOP of one forward (no LM head): matmuls and causal attention (q.k and alpha.v). */
-static void flops(const al_model_info *in, int T, double *mm, double *att) {
+/* FLOP of one forward: matmuls and causal attention (q.k and alpha.v) of every row and layer (no
+ * LM head); last_only (AL_LOGITS_LAST): the top layer's attention, output projection and MLP
+ * for the last row only, plus the LM head of that row. */
+static void flops(const al_model_info *in, int T, int last_only, double *mm, double *att) {
     double C = in->d_model, Hd = (double)in->n_head * in->d_head,
            Gd = (double)in->n_kv_head * in->d_head;
     double F = in->d_ff, nf = strcmp(in->family, "gpt_neox") == 0 ? 2 : 3; /* GELU MLP or gated */
+    double per_head = 2.0 * 2.0 * in->d_head * ((double)T * (T + 1) / 2);  /* one head, causal */
     *mm = 2.0 * T * in->n_layer * (C * Hd + 2 * C * Gd + Hd * C + nf * C * F);
-    *att = 2.0 * 2.0 * in->n_layer * in->n_head * in->d_head * ((double)T * (T + 1) / 2);
+    *att = in->n_layer * in->n_head * per_head;
+    if (last_only) {
+        *mm += 2.0 * C * in->vocab_size - 2.0 * (T - 1) * (Hd * C + nf * C * F);
+        *att -= in->n_head * (per_head - 2.0 * 2.0 * in->d_head * T);
+    }
 }
 
 static double cpu_now(void) {
@@ -114,7 +121,7 @@ int main(int argc, char **argv) {
     qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
     qsort(cs, (size_t)reps, sizeof *cs, cmp_double);
     double med = ts[reps / 2], cmed = cs[reps / 2] / threads, mm, att;
-    flops(in, T, &mm, &att);
+    flops(in, T, no_capture && !all_rows, &mm, &att);
     printf("T = %d, %d threads, %s of all %d heads: median %.3f s, min %.3f s per "
            "forward "
            "(%d reps)\n",
@@ -132,7 +139,7 @@ int main(int argc, char **argv) {
         threads, cmed, (mm + att) / cmed / 1e9);
     if (longT > 0 && longT <= in->n_ctx) {
         double t = time_forward(m, tokens, longT, &tc, &cpu);
-        flops(in, longT, &mm, &att);
+        flops(in, longT, no_capture && !all_rows, &mm, &att);
         printf("T = %d: %.3f s per forward, CPU %.3f s / %d threads = %.3f s (1 rep; %.1f G FLOP, "
                "%.1f GFLOP/s by CPU time)\n",
                longT, t, cpu, threads, cpu / threads, (mm + att) / 1e9,
