@@ -195,3 +195,43 @@ def test_python_package_rows(tmp_path):
                                       m.forward(list(range(50)), capture="weights", layers=[0]).captures[0]["weights"])
         with pytest.raises(ValueError):
             m.forward([1, 2], rows="first")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma2", "gptneox"])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+def test_quantised_families(tmp_path, monkeypatch, arch, qtype):
+    """Every architecture reads Q4_1 and Q8_0 (the types llama-quantize writes for the benchmark):
+    a GGUF whose matrices gguf-py quantised runs the same forward, bit for bit, as an F32 GGUF of
+    gguf-py's own dequantisation of them (the independent reference of the weights)."""
+    import gguf
+    qt = getattr(gguf.GGMLQuantizationType, qtype)
+    cls, cfg, d, _ = hf_family(tmp_path, arch)
+    orig = gguf.GGUFWriter.add_tensor
+    outs = {}
+    for kind in ("q", "deq"):
+        def add(self, name, t, *a, _kind=kind, **k):
+            if t.ndim == 2 and t.shape[-1] % 32 == 0 and not a and not k:
+                q = gguf.quants.quantize(np.ascontiguousarray(t, np.float32), qt)
+                if _kind == "q":
+                    return orig(self, name, q, raw_dtype=qt)
+                return orig(self, name, gguf.quants.dequantize(q, qt).astype(np.float32))
+            return orig(self, name, t, *a, **k)
+        monkeypatch.setattr(gguf.GGUFWriter, "add_tensor", add)
+        g = tmp_path / ("%s.gguf" % kind)
+        if arch == "gptneox":
+            convert_neox(d, cfg, g)
+        else:
+            convert(d, cfg, arch, g)
+        monkeypatch.setattr(gguf.GGUFWriter, "add_tensor", orig)
+        m = test_llama.CModel(g)
+        try:
+            assert m.info.dtype.decode().lower() == (qtype.lower() if kind == "q" else "f32")
+            rc, msg, lg, fh, w = run(m, hf_tokens(40, cfg.vocab_size), ALL, what=("weights",))
+            assert rc == 0, msg
+            outs[kind] = (lg, fh, w)
+        finally:
+            m.close()
+    for a, b in zip(outs["q"][:2], outs["deq"][:2]):
+        np.testing.assert_array_equal(a, b)
+    for l in outs["deq"][2]:
+        np.testing.assert_array_equal(outs["q"][2][l], outs["deq"][2][l])
