@@ -7,9 +7,10 @@
 # converted by llama.cpp's convert_hf_to_gguf.py (bench/family_gguf.py). LLAMA_CACHE: as for
 # bench/bench_llamacpp.sh (llama-bench in LLAMA_CACHE/build/bin, built by that script). Never a
 # test dependency. FAMILIES: default "qwen2 mistral gemma2 gptneox"; env REPS (A/B pairs per T,
-# default 2), HF (the families whose HF directory is timed too, default all), TYPES (the GGUF
-# weight types, default "f16 q4_1 q8_0": the f16 file quantised by LLAMA_CACHE's llama-quantize)
-# and TS (default "1024 2048"). Both sides compute the last token's logits only.
+# default 2), HF (the families whose HF directory is timed too, default all; "" none), TYPES
+# (the GGUF weight types, default "f16 q4_1 q8_0": the f16 file quantised by LLAMA_CACHE's
+# llama-quantize) and TS (default "1024 2048"). Both sides compute the last token's logits only.
+# LLAMA_CACHE must lie outside the repository (bench/bench_llamacpp.sh refuses it inside).
 set -eu
 BUILD=$1
 CACHE=$2
@@ -17,7 +18,7 @@ WORK=$3
 FAMS=${4:-qwen2 mistral gemma2 gptneox}
 PY=${PY:-python3}
 REPS=${REPS:-2}
-HF=${HF:-$FAMS}
+HF=${HF-$FAMS}
 TYPES=${TYPES:-f16 q4_1 q8_0}
 TS=${TS:-1024 2048}
 HERE=$(cd "$(dirname "$0")" && pwd)
