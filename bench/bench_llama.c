@@ -2,10 +2,11 @@
  * consumer that touches them, and the GFLOP/s it reaches.
  *
  * usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] [--long 8192]
- *                    [--no-capture]
+ *                    [--no-capture [--all-rows]]
  * --long L additionally times one forward at L tokens (0 = skip); --no-capture runs the forward
- * without any capture (as llama.cpp's prompt processing: bench/bench_llamacpp.sh). Not run by
- * the tests. */
+ * without any capture and computes the last token's logits only (AL_LOGITS_LAST: the work of
+ * llama.cpp's prompt processing, bench/bench_llamacpp.sh); with --all-rows instead every token's
+ * final hidden state (no LM head: the forward before AL_LOGITS_LAST). Not run by the tests. */
 #include "model.h"
 #include "touch.h"
 #include "ops.h"
@@ -20,13 +21,20 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Useful FLOP of one forward (no LM head): matmuls and causal attention (q.k and alpha.v). */
-static void flops(const al_model_info *in, int T, double *mm, double *att) {
+/* FLOP of one forward: matmuls and causal attention (q.k and alpha.v) of every row and layer (no
+ * LM head); last_only (AL_LOGITS_LAST): the top layer's attention, output projection and MLP
+ * for the last row only, plus the LM head of that row. */
+static void flops(const al_model_info *in, int T, int last_only, double *mm, double *att) {
     double C = in->d_model, Hd = (double)in->n_head * in->d_head,
            Gd = (double)in->n_kv_head * in->d_head;
     double F = in->d_ff, nf = strcmp(in->family, "gpt_neox") == 0 ? 2 : 3; /* GELU MLP or gated */
+    double per_head = 2.0 * 2.0 * in->d_head * ((double)T * (T + 1) / 2);  /* one head, causal */
     *mm = 2.0 * T * in->n_layer * (C * Hd + 2 * C * Gd + Hd * C + nf * C * F);
-    *att = 2.0 * 2.0 * in->n_layer * in->n_head * in->d_head * ((double)T * (T + 1) / 2);
+    *att = in->n_layer * in->n_head * per_head;
+    if (last_only) {
+        *mm += 2.0 * C * in->vocab_size - 2.0 * (T - 1) * (Hd * C + nf * C * F);
+        *att -= in->n_head * (per_head - 2.0 * 2.0 * in->d_head * T);
+    }
 }
 
 static double cpu_now(void) {
@@ -37,14 +45,16 @@ static double cpu_now(void) {
 
 /* Wall seconds of one forward; *cpu receives the process CPU seconds it took (on a machine
  * shared with other jobs, cpu / threads estimates the wall time of an idle machine). */
-static int no_capture;
-static float *final_hidden; /* [T, d_model] with --no-capture: what the forward must produce */
+static int no_capture, all_rows;
+static float *out; /* --no-capture: logits [1, vocab], or with --all-rows final hidden [T, d] */
 static double time_forward(al_model *m, const int32_t *tokens, int T, touch *tc, double *cpu) {
     al_capture_request req = {AL_CAP_WEIGHTS, NULL, NULL, touch_capture, tc};
     al_error err = {0};
     double t0 = al__now(), c0 = cpu_now();
-    if (al_model_forward(m, tokens, T, no_capture ? NULL : &req, NULL,
-                         no_capture ? final_hidden : NULL, &err)) {
+    al_forward_opts o = {no_capture ? (all_rows ? AL_LOGITS_ALL : AL_LOGITS_LAST) : AL_LOGITS_NONE,
+                         -1};
+    float *lg = no_capture && !all_rows ? out : NULL, *fh = no_capture && all_rows ? out : NULL;
+    if (al_model_forward_opts(m, tokens, T, no_capture ? NULL : &req, &o, lg, fh, &err)) {
         fprintf(stderr, "bench_llama: %s\n", err.msg);
         exit(1);
     }
@@ -68,10 +78,12 @@ int main(int argc, char **argv) {
             longT = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-capture") == 0)
             no_capture = 1;
+        else if (strcmp(argv[i], "--all-rows") == 0)
+            all_rows = 1;
         else {
             fprintf(stderr,
                     "usage: bench_llama [--model PATH|smollm2] [--threads 2] [--T 2048] [--reps 3] "
-                    "[--long 8192] [--no-capture]\n");
+                    "[--long 8192] [--no-capture [--all-rows]]\n");
             return 2;
         }
     }
@@ -100,8 +112,8 @@ int main(int argc, char **argv) {
         tokens[t] = (int32_t)(al__rng_next(&r) % (uint64_t)in->vocab_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     touch tc = {0, 0};
-    if (no_capture && !(final_hidden = malloc((size_t)maxT * in->d_model * sizeof(float))))
-        return 1;
+    size_t n_out = all_rows ? (size_t)maxT * in->d_model : (size_t)in->vocab_size;
+    if (no_capture && !(out = malloc(n_out * sizeof(float)))) return 1;
     double cpu;
     time_forward(m, tokens, T, &tc, &cpu); /* warm-up: page faults, buffers */
     double *ts = malloc((size_t)reps * sizeof *ts), *cs = malloc((size_t)reps * sizeof *cs);
@@ -109,12 +121,15 @@ int main(int argc, char **argv) {
     qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
     qsort(cs, (size_t)reps, sizeof *cs, cmp_double);
     double med = ts[reps / 2], cmed = cs[reps / 2] / threads, mm, att;
-    flops(in, T, &mm, &att);
+    flops(in, T, no_capture && !all_rows, &mm, &att);
     printf("T = %d, %d threads, %s of all %d heads: median %.3f s, min %.3f s per "
            "forward "
            "(%d reps)\n",
-           T, threads, no_capture ? "no capture" : "weights streamed", in->n_layer * in->n_head,
-           med, ts[0], reps);
+           T, threads,
+           !no_capture ? "weights streamed"
+           : all_rows  ? "no capture, every row's final hidden"
+                       : "no capture, the last token's logits",
+           in->n_layer * in->n_head, med, ts[0], reps);
     printf(
         "FLOP per forward: matmuls %.1f G + attention (causal) %.1f G = %.1f G -> %.1f GFLOP/s\n",
         mm / 1e9, att / 1e9, (mm + att) / 1e9, (mm + att) / med / 1e9);
@@ -124,7 +139,7 @@ int main(int argc, char **argv) {
         threads, cmed, (mm + att) / cmed / 1e9);
     if (longT > 0 && longT <= in->n_ctx) {
         double t = time_forward(m, tokens, longT, &tc, &cpu);
-        flops(in, longT, &mm, &att);
+        flops(in, longT, no_capture && !all_rows, &mm, &att);
         printf("T = %d: %.3f s per forward, CPU %.3f s / %d threads = %.3f s (1 rep; %.1f G FLOP, "
                "%.1f GFLOP/s by CPU time)\n",
                longT, t, cpu, threads, cpu / threads, (mm + att) / 1e9,

@@ -694,6 +694,33 @@ AL_API int al_model_forward(al_model *m, const int32_t *tokens, int T,
                             const al_capture_request *req, float *logits, float *final_hidden,
                             al_error *err);
 
+/* Which tokens' outputs a forward computes: the final norm and the LM head run for those rows
+ * only, and with AL_LOGITS_LAST the last layer's attention output and MLP too (as llama.cpp's
+ * prompt processing does); with AL_LOGITS_NONE neither runs, and no layer above the last one
+ * the capture asks for (or opts.last_layer) runs. The captures are the same bit for bit whatever
+ * the mode; the last token's outputs in AL_LOGITS_LAST are AL_LOGITS_ALL's last row to float32
+ * rounding (a 1-row product takes another BLAS kernel; tests/python/test_forward_opts.py). */
+typedef enum al_logits_mode {
+    AL_LOGITS_ALL = 0,  /* logits [T, vocab_size], final_hidden [T, d_model] */
+    AL_LOGITS_LAST = 1, /* the last token's: logits [1, vocab_size], final_hidden [1, d_model] */
+    AL_LOGITS_NONE = 2, /* neither (logits and final_hidden must be NULL): capture only */
+} al_logits_mode;
+
+typedef struct al_forward_opts {
+    al_logits_mode logits;
+    /* >= 0: the last layer whose output anything reads (AL_LOGITS_NONE only): the layers above it
+     * are not run, and a capture of one of them is an error; -1: the last layer the capture asks
+     * for (AL_LOGITS_NONE), every layer otherwise */
+    int last_layer;
+} al_forward_opts;
+
+/* al_model_forward doing only the work opts asks for (NULL: AL_LOGITS_ALL when logits or
+ * final_hidden is given, else AL_LOGITS_NONE; last_layer -1). al_model_forward is this with
+ * opts NULL. */
+AL_API int al_model_forward_opts(al_model *m, const int32_t *tokens, int T,
+                                 const al_capture_request *req, const al_forward_opts *opts,
+                                 float *logits, float *final_hidden, al_error *err);
+
 /* ---- Part: attention variants inside the forward (src/model/attn_variant.c) ---- */
 
 /* Which keys each query row keeps before it is normalised. A row of n visible keys (causal:

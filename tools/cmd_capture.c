@@ -472,7 +472,9 @@ int cmd_capture(int argc, char **argv) {
     al_capture_request req = {
         .what = what, .layers = layers, .heads = heads, .fn = write_layer, .user = &run};
     double t_fwd0 = al_now();
-    rc = al_model_forward(m, win, (int)length, &req, NULL, NULL, &err);
+    /* no logits, no layer above the last one captured */
+    rc = al_model_forward_opts(m, win, (int)length, &req, &(al_forward_opts){AL_LOGITS_NONE, -1},
+                               NULL, NULL, &err);
     double fwd_total = al_now() - t_fwd0;
     al_bar_end(run.prog);
     if (rc) goto done;

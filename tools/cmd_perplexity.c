@@ -158,7 +158,10 @@ int cmd_perplexity(int argc, char **argv) {
     long done_k = 0;
     for (long k = 0; k < windows; k++, done_k = k) {
         if ((rc = run_tokens_window(&tk, info, k, length, &win, &err))) break;
-        if ((rc = al_model_forward(m, win, (int)length, NULL, logits, NULL, &err))) break;
+        /* every token's logits: each is a next-token prediction */
+        if ((rc = al_model_forward_opts(m, win, (int)length, NULL,
+                                        &(al_forward_opts){AL_LOGITS_ALL, -1}, logits, NULL, &err)))
+            break;
         nll[k] = al_next_token_nll(logits, win, (int)length, V);
         sum += nll[k];
         if (!isfinite(nll[k])) {

@@ -141,6 +141,14 @@ _proto("al_model_hash", _c.c_int, _c.c_void_p, _ep)
 _proto("al_model_forward", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_int,
        _c.POINTER(_CaptureRequest), _fp, _fp, _ep)
 
+
+class _ForwardOpts(_c.Structure):  # al_forward_opts
+    _fields_ = [("logits", _c.c_int), ("last_layer", _c.c_int)]
+
+
+_proto("al_model_forward_opts", _c.c_int, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_int,
+       _c.POINTER(_CaptureRequest), _c.POINTER(_ForwardOpts), _fp, _fp, _ep)
+
 # al_free: releases the buffers al_tokenize / al_detokenize / al_corpus_load / al_diagnose
 # hand out (the library's own free, whatever allocator it was built with)
 _proto("al_free", None, _c.c_void_p)
@@ -552,7 +560,7 @@ class Model:
     def forward(self, tokens: ArrayLike, capture: Union[str, Iterable[str]] = (),
                 layers: Optional[Iterable[int]] = None, heads: Optional[Iterable[int]] = None,
                 logits: Optional[bool] = None, hidden: Optional[bool] = None,
-                names: str = "attnlim") -> "ForwardResult":
+                names: str = "attnlim", rows: str = "all") -> "ForwardResult":
         """Runs the model over tokens[T] (int ids, T <= n_ctx). capture: names among q, k, v,
         logits, weights, hidden, embed, residual (the layer input before its first norm),
         logits_precap (Gemma 2: the logits before soft-capping) (METHOD section 1: what the
@@ -567,14 +575,19 @@ class Model:
         the model has a language-model head (decoders: gpt2, llama) and not otherwise; True
         for a model without one (a BERT encoder, an attention dump) is refused, saying why.
         hidden: the final hidden states [T, d_model]; None gives them except for an attention
-        dump (it stores none), where True is refused. Ctrl-C stops the forward between
-        layers (KeyboardInterrupt).
+        dump (it stores none), where True is refused. rows="last": logits and hidden are the last
+        token's only ([1, vocab], [1, d_model]), and the forward does only that work (the top
+        layer's attention output and MLP for that token, the head for that row: as a prompt's
+        next-token prediction needs). With neither logits nor hidden no layer above the last
+        one captured runs. Ctrl-C stops the forward between layers (KeyboardInterrupt).
 
         names="transformer_lens": captures is instead one flat dict named and laid out as a
         TransformerLens ActivationCache ("blocks.{l}.attn.hook_pattern" [1, n_sel, T, T], ...;
         attnlim.to_transformer_lens says which name each array gets)."""
         if names not in ("attnlim", "transformer_lens"):
             raise ValueError("names: 'attnlim' or 'transformer_lens', not %r" % (names,))
+        if rows not in ("all", "last"):
+            raise ValueError("rows: 'all' or 'last', not %r" % (rows,))
         info = self.info
         logits, hidden = _outputs_for(info, logits, hidden)
         toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
@@ -637,14 +650,18 @@ class Model:
         req.layers = None if lmask is None else lmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.heads = None if hmask is None else hmask.ctypes.data_as(_c.POINTER(_c.c_uint8))
         req.fn, req.user = cb, None
-        lg = np.empty((T, info["vocab_size"]), dtype=np.float32) if logits else None
-        hd = np.empty((T, info["d_model"]), dtype=np.float32) if hidden else None
+        n_rows = 1 if rows == "last" and T else T
+        lg = np.empty((n_rows, info["vocab_size"]), dtype=np.float32) if logits else None
+        hd = np.empty((n_rows, info["d_model"]), dtype=np.float32) if hidden else None
+        opts = _ForwardOpts(0 if logits or hidden else 2, -1)  # AL_LOGITS_ALL or _NONE
+        if rows == "last" and (logits or hidden):
+            opts.logits = 1  # AL_LOGITS_LAST
         err = _Error()
         with _Interruptible():  # Ctrl-C stops the forward between layers
-            rc = lib.al_model_forward(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
-                                      _c.byref(req) if what else None,
-                                      None if lg is None else lg.ctypes.data_as(_fp),
-                                      None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
+            rc = lib.al_model_forward_opts(self._handle(), toks.ctypes.data_as(_c.POINTER(_c.c_int32)), T,
+                                           _c.byref(req) if what else None, _c.byref(opts),
+                                           None if lg is None else lg.ctypes.data_as(_fp),
+                                           None if hd is None else hd.ctypes.data_as(_fp), _c.byref(err))
         if failure:
             raise failure[0]
         _check(rc, err)

@@ -383,7 +383,9 @@ static int diag_compute(diag_run *r, char **json, al_error *err) {
         if (((r->lmask && !r->lmask[h / mi->n_head]) || (r->hmask && !r->hmask[h % mi->n_head])) &&
             al__dist_owner(r->dist, h) == c->rank)
             c->done[h] = 1;
-    if (!rc) rc = al_model_forward(r->m, r->win, r->L, &req, NULL, NULL, err);
+    if (!rc)
+        rc = al_model_forward_opts(r->m, r->win, r->L, &req, &(al_forward_opts){AL_LOGITS_NONE, -1},
+                                   NULL, NULL, err);
     if ((rc = al__dist_agree(r->dist, rc, err))) return rc;
     double *arr[5] = {c->max_w, c->ent, c->sink, c->spec, c->ns};
     const int64_t cols[5] = {1, 1, 1, 1, c->nN}; /* ns is [H, nN] */

@@ -280,7 +280,8 @@ static int run_window(guide *g, int L, gvar *v, int k, float *logits, al__progre
                       al_error *err) {
     const int32_t *win = g->tokens + (size_t)k * L;
     double t0 = al__now();
-    int rc = al_model_forward(g->m, win, L, NULL, logits, NULL, err);
+    int rc = al_model_forward_opts(g->m, win, L, NULL, &(al_forward_opts){AL_LOGITS_ALL, -1},
+                                   logits, NULL, err);
     g->t_forward += al__now() - t0;
     g->n_forwards++;
     if (rc) return al__err_prefix(err, (al_code)rc, "guidelines");
@@ -547,7 +548,9 @@ static int monitor_one(guide *g, int L, const gvar *v, gmon *mon, al_error *err)
     mon_ctx c = {.g = g, .mon = mon, .L = L};
     al_capture_request req = {.what = AL_CAP_WEIGHTS | AL_CAP_V, .fn = mon_layer, .user = &c};
     int rc = al_model_set_attention(g->m, v->kind == GV_DENSE ? NULL : &v->v, err);
-    if (!rc) rc = al_model_forward(g->m, g->tokens, L, &req, NULL, NULL, err);
+    if (!rc)
+        rc = al_model_forward_opts(g->m, g->tokens, L, &req, &(al_forward_opts){AL_LOGITS_NONE, -1},
+                                   NULL, NULL, err);
     g->n_forwards++;
     if (!rc) rc = al_model_set_attention(g->m, NULL, err);
     return rc;

@@ -549,7 +549,9 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
             al_framing_window(&p->fr, tokens, j->window, j->L, framed), win = framed;
     }
     double t0 = al__now(), c0 = al__ex_process_cpu();
-    if (!rc) rc = al_model_forward(m, win, j->L, &req, NULL, NULL, err);
+    if (!rc)
+        rc = al_model_forward_opts(m, win, j->L, &req, &(al_forward_opts){AL_LOGITS_NONE, -1}, NULL,
+                                   NULL, err);
     free(framed);
     double t1 = al__now(), c1 = al__ex_process_cpu();
     double metric_cpu = j->t_dist + j->t_sep + j->t_sens + j->t_van;

@@ -54,7 +54,8 @@ int al__ex_window_weights(al_model *m, const al_norm *nm, const int32_t *tokens,
     al_capture_request req = {.what = nm ? (unsigned)AL_CAP_LOGITS : (unsigned)AL_CAP_WEIGHTS,
                               .fn = win_observe,
                               .user = &c};
-    int rc = al_model_forward(m, tokens, W, &req, NULL, NULL, err);
+    int rc = al_model_forward_opts(m, tokens, W, &req, &(al_forward_opts){AL_LOGITS_NONE, -1}, NULL,
+                                   NULL, err);
     if (rc) {
         free(c.w);
         return rc;

@@ -440,7 +440,9 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
 #endif
     al__blas_single();
     const int n_blocks = (T + B - 1) / B;
-    const int n_tasks = n_blocks * H;
+    /* the first query row computed: a captured layer, or a bidirectional one, computes all */
+    const int row0 = !capture && a->causal && a->row0 > 0 && a->row0 < T ? a->row0 : 0;
+    const int n_tasks = (n_blocks - row0 / B) * H; /* the blocks holding rows >= row0 */
     const float scale = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)D));
     const float softcap = a->softcap;
     const size_t ldo = (size_t)H * D;
@@ -470,7 +472,8 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
 #pragma omp for schedule(dynamic, 1)
         for (int task = 0; task < n_tasks; task++) {
             int bi = n_blocks - 1 - task / H, h = task % H, g = kv_head[h], sel = sel_of[h];
-            int r0 = bi * B, r1 = r0 + B < T ? r0 + B : T, m = r1 - r0;
+            int r0 = bi * B > row0 ? bi * B : row0, r1 = bi * B + B < T ? bi * B + B : T;
+            int m = r1 - r0;
             int kend = a->causal ? r1 : T; /* keys this block can see */
             /* logits rows [m, kend] (ld lL): the capture array or scratch */
             float *L = scr;

@@ -31,10 +31,22 @@ int al__model_files_safetensors(const al_model *m, al__model_files *fs, al_error
 /* The directory of the model: its path when a directory, else the directory holding it. */
 void al__model_dir(const al_model *m, char *dir, size_t cap);
 
+/* What one forward computes (al_model_forward_opts works it out from its options and the
+ * capture; the families follow it): layers 0..last run (-1: none), and the outputs (final norm,
+ * logits and final_hidden) are those of the rows [row0, T) only: logits [T - row0, vocab],
+ * final_hidden [T - row0, d_model] (NULL: not wanted; both NULL: no final norm). A causal family
+ * may skip, in its last layer, the work that only feeds rows below row0 (the attention's query
+ * rows: al__attn.row0, the output projection, the MLP). */
+typedef struct al__fwd {
+    int last; /* the last layer run */
+    int row0; /* 0 (every row) or T - 1 (the last token's) */
+} al__fwd;
+
 typedef struct al_model_vtable {
-    /* Runs the forward (see al_model_forward in attnlim.h); T already checked 1..n_ctx. */
+    /* Runs the forward (see al_model_forward in attnlim.h) as f says; T already checked
+     * 1..n_ctx, f checked against req. */
     int (*forward)(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                   float *logits, float *final_hidden, al_error *err);
+                   const al__fwd *f, float *logits, float *final_hidden, al_error *err);
     void (*destroy)(al_model *m); /* frees impl (not m) */
     /* The model's own tokenizer (GPT-2 BPE files, GGUF metadata, vocab.txt). */
     int (*tokenizer)(al_model *m, al_tokenizer **out, al_error *err);

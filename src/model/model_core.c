@@ -64,20 +64,52 @@ int al_model_hash(al_model *m, al_error *err) {
 
 /* The family's forward; the kernels run OpenBLAS single-threaded: its count is put back after. */
 static int forward_keeping_blas(al_model *m, const int32_t *tokens, int T,
-                                const al_capture_request *req, float *logits, float *final_hidden,
-                                al_error *err) {
+                                const al_capture_request *req, const al__fwd *f, float *logits,
+                                float *final_hidden, al_error *err) {
     int blas = al__blas_save();
-    int rc = m->vt->forward(m, tokens, T, req, logits, final_hidden, err);
+    int rc = m->vt->forward(m, tokens, T, req, f, logits, final_hidden, err);
     al__blas_restore(blas);
     return rc;
 }
 
-int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                     float *logits, float *final_hidden, al_error *err) {
+/* *f: what a forward of T tokens must compute for opts (the mode and the last layer read). */
+static int forward_plan(const al_model *m, int T, const al_capture_request *req,
+                        const al_forward_opts *o, const float *logits, const float *final_hidden,
+                        al__fwd *f, al_error *err) {
+    int nl = m->info.n_layer, cap_last = -1, outs = logits || final_hidden;
+    if (o->logits < AL_LOGITS_ALL || o->logits > AL_LOGITS_NONE)
+        return al__err(err, AL_E_INVALID, "forward: logits mode %d is not all, last or none",
+                       (int)o->logits);
+    if (o->logits == AL_LOGITS_NONE && outs)
+        return al__err(err, AL_E_INVALID, "forward: logits mode none with an output buffer");
+    if (o->last_layer < -1 || o->last_layer >= nl)
+        return al__err(err, AL_E_INVALID, "forward: last layer %d outside -1..%d", o->last_layer,
+                       nl - 1);
+    if (o->last_layer >= 0 && o->logits != AL_LOGITS_NONE)
+        return al__err(err, AL_E_INVALID,
+                       "forward: a last layer (%d) below the model's top needs logits mode none",
+                       o->last_layer);
+    for (int l = 0; req && req->what && req->fn && l < nl; l++)
+        if (!req->layers || req->layers[l]) cap_last = l;
+    if (o->last_layer >= 0 && cap_last > o->last_layer)
+        return al__err(err, AL_E_INVALID, "forward: layer %d is captured above the last layer %d",
+                       cap_last, o->last_layer);
+    f->last = o->logits != AL_LOGITS_NONE ? nl - 1 : o->last_layer >= 0 ? o->last_layer : cap_last;
+    f->row0 = o->logits == AL_LOGITS_LAST ? T - 1 : 0;
+    return 0;
+}
+
+int al_model_forward_opts(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                          const al_forward_opts *opts, float *logits, float *final_hidden,
+                          al_error *err) {
     if (!m || !tokens) return al__err(err, AL_E_INVALID, "al_model_forward: NULL model or tokens");
     if (T < 1) return al__err(err, AL_E_INVALID, "empty window: at least one token is needed");
+    al_forward_opts def = {logits || final_hidden ? AL_LOGITS_ALL : AL_LOGITS_NONE, -1};
+    al__fwd f;
+    int rc = forward_plan(m, T, req, opts ? opts : &def, logits, final_hidden, &f, err);
+    if (rc) return rc;
     if (m->format == AL__FMT_DUMP) /* the dump checks its window and its tokens itself */
-        return forward_keeping_blas(m, tokens, T, req, logits, final_hidden, err);
+        return forward_keeping_blas(m, tokens, T, req, &f, logits, final_hidden, err);
     if (T > m->info.n_ctx)
         return al__err(err, AL_E_INVALID,
                        "window of %d tokens exceeds the model's context of %d (%s)", T,
@@ -87,7 +119,12 @@ int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture
             return al__err(err, AL_E_INVALID,
                            "token id %d at position %d outside the vocabulary [0, %d)",
                            (int)tokens[t], t, m->info.vocab_size);
-    return forward_keeping_blas(m, tokens, T, req, logits, final_hidden, err);
+    return forward_keeping_blas(m, tokens, T, req, &f, logits, final_hidden, err);
+}
+
+int al_model_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
+                     float *logits, float *final_hidden, al_error *err) {
+    return al_model_forward_opts(m, tokens, T, req, NULL, logits, final_hidden, err);
 }
 
 int al__model_own_tokens(al_model *m, const int32_t **ids, int *n, int *known, al_error *err) {

@@ -41,6 +41,9 @@ typedef struct al__attn {
     const al_attn_variant *mod;    /* NULL: dense softmax; else the variant (attn_variant.c) */
     const float *ssmax_s;          /* [n_head] mod's ssmax s per head (a trained model's learnt
                                     * s); NULL: mod->norm.ssmax_s for every head */
+    int row0; /* causal, not captured: the query rows [0, row0) are not computed (their out rows
+               * are left as they are: no later work reads them, e.g. the last layer when only
+               * the last token's output is wanted); 0 = every row */
 } al__attn;
 int al__attention(const al__attn *a, al_error *err);
 

@@ -402,7 +402,7 @@ static int build_acts(const bert *b, int T_need, bert_acts **out, al_error *err)
 }
 
 static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                        float *logits, float *final_hidden, al_error *err) {
+                        const al__fwd *f, float *logits, float *final_hidden, al_error *err) {
     bert *b = m->impl;
     if (logits)
         return al__err(
@@ -436,7 +436,7 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
     if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
 
-    for (int l = 0; l < b->n_layer; l++) {
+    for (int l = 0; l <= f->last; l++) {
         const bert_layer *w = &b->layers[l];
         al__matmul_nt(a->qkv, a->x, w->wqkv, w->bqkv, T, C, 3 * C);
         al__attn at =
@@ -453,7 +453,8 @@ static int bert_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         al__add(a->x, a->proj, (size_t)T * C);
         al__layernorm(a->x, a->x, w->ln2_g, w->ln2_b, T, C, b->eps);
     }
-    if (final_hidden) memcpy(final_hidden, a->x, (size_t)T * C * sizeof(float));
+    if (final_hidden) /* the rows [row0, T) */
+        memcpy(final_hidden, a->x + (size_t)f->row0 * C, (size_t)(T - f->row0) * C * sizeof(float));
     return 0;
 }
 

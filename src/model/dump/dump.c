@@ -660,7 +660,8 @@ static void take_rows(const al_array *a, int hp, int dT, size_t cols, int T, siz
 }
 
 static int dump_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                        float *logits, float *final_hidden, al_error *err) {
+                        const al__fwd *f, float *logits, float *final_hidden, al_error *err) {
+    (void)f; /* a dump replays the layers the capture asks for, and nothing else */
     dump_impl *p = m->impl;
     const al__dump_desc *d = &p->d;
     if (logits || final_hidden)

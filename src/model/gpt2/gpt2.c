@@ -78,7 +78,7 @@ static void linear(const al__gpt2 *g, float *y, const float *x, const float *W, 
 }
 
 static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                        float *logits, float *final_hidden, al_error *err) {
+                        const al__fwd *f, float *logits, float *final_hidden, al_error *err) {
     al__gpt2 *g = m->impl;
     if (!g) return al__err(err, AL_E_INVALID, "%s: model not loaded", m->info.path);
     if (T < 1 || T > g->n_ctx)
@@ -107,8 +107,10 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
     if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
 
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l <= f->last; l++) {
         const al__gpt2_layer *w = &g->layers[l];
+        int r0 = l == L - 1 ? f->row0 : 0, M = T - r0; /* the top layer: the rows output */
+        float *x = a->x + (size_t)r0 * C;              /* [M, C] */
         al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
@@ -116,22 +118,24 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         at.mod = al__model_attn(m);
         at.ssmax_s = m->attn_is_own && m->own_s ? m->own_s + (size_t)l * H : NULL;
         at.residual = a->x; /* the layer input, before ln_1 */
+        at.row0 = r0;
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
-        linear(g, a->proj, a->atty, w->proj_w, w->proj_b, T, C, C);
-        al__add(a->x, a->proj, (size_t)T * C);
-        al__layernorm(a->ln, a->x, w->ln2_w, w->ln2_b, T, C, 1e-5f);
-        linear(g, a->fch, a->ln, w->fc_w, w->fc_b, T, C, 4 * C);
-        al__gelu_tanh(a->fch, (size_t)T * 4 * C);
-        linear(g, a->proj, a->fch, w->fcproj_w, w->fcproj_b, T, 4 * C, C);
-        al__add(a->x, a->proj, (size_t)T * C);
+        linear(g, a->proj, a->atty + (size_t)r0 * C, w->proj_w, w->proj_b, M, C, C);
+        al__add(x, a->proj, (size_t)M * C);
+        al__layernorm(a->ln, x, w->ln2_w, w->ln2_b, M, C, 1e-5f);
+        linear(g, a->fch, a->ln, w->fc_w, w->fc_b, M, C, 4 * C);
+        al__gelu_tanh(a->fch, (size_t)M * 4 * C);
+        linear(g, a->proj, a->fch, w->fcproj_w, w->fcproj_b, M, 4 * C, C);
+        al__add(x, a->proj, (size_t)M * C);
     }
 
     if (!logits && !final_hidden) return 0;
-    al__layernorm(a->ln, a->x, g->lnf_w, g->lnf_b, T, C, 1e-5f);
-    if (final_hidden) memcpy(final_hidden, a->ln, (size_t)T * C * sizeof(float));
-    /* LM head tied to wte: logits [T, V] = ln_f(x) [T, C] @ wte[0..V) [V, C]^T */
-    if (logits) al__matmul_nt(logits, a->ln, g->wte, NULL, T, C, g->vocab_size);
+    int M = T - f->row0; /* the output rows [row0, T) */
+    al__layernorm(a->ln, a->x + (size_t)f->row0 * C, g->lnf_w, g->lnf_b, M, C, 1e-5f);
+    if (final_hidden) memcpy(final_hidden, a->ln, (size_t)M * C * sizeof(float));
+    /* LM head tied to wte: logits [M, V] = ln_f(x) [M, C] @ wte[0..V) [V, C]^T */
+    if (logits) al__matmul_nt(logits, a->ln, g->wte, NULL, M, C, g->vocab_size);
     return 0;
 }
 

@@ -254,8 +254,9 @@ static int nacts_build(nacts *a, const al__neox_config *c, int T, int want_emb, 
     return 0;
 }
 
-/* a->a = the attention block's output of layer l (not yet added to x). */
-static int attn_block(neox *N, int l, nacts *a, int T, const al_capture_request *req,
+/* a->a [T - r0, C] = the attention block's output of layer l on the rows [r0, T) (not yet added
+ * to x; the keys and values of every row). */
+static int attn_block(neox *N, int l, nacts *a, int T, int r0, const al_capture_request *req,
                       const al_attn_variant *mod, al_error *err) {
     const al__neox_config *c = &N->cfg;
     const neox_layer *y = &N->layers[l];
@@ -285,14 +286,16 @@ static int attn_block(neox *N, int l, nacts *a, int T, const al_capture_request 
                    .embed = a->emb,
                    .residual = a->x,
                    .req = req,
-                   .mod = mod};
+                   .mod = mod,
+                   .row0 = r0};
     int rc = al__attention_ws(&at, &N->ws, err);
-    if (!rc) al__matmul_nt(a->a, a->att, y->wo, y->bo, T, C, C);
+    if (!rc) al__matmul_nt(a->a, a->att + (size_t)r0 * C, y->wo, y->bo, T - r0, C, C);
     return rc;
 }
 
-/* x += mlp(layernorm2(src)) (src = x before the attention for the parallel residual). */
-static void mlp_block(const neox *N, int l, nacts *a, const float *src, int T) {
+/* x += mlp(layernorm2(src)) on T rows (src = x before the attention for the parallel residual;
+ * the caller offsets both to the rows wanted). */
+static void mlp_block(const neox *N, int l, nacts *a, const float *src, float *x, int T) {
     const al__neox_config *c = &N->cfg;
     const neox_layer *y = &N->layers[l];
     int C = c->d_model, F = c->d_ff;
@@ -303,19 +306,14 @@ static void mlp_block(const neox *N, int l, nacts *a, const float *src, int T) {
     else
         al__gelu_erf(a->u, (size_t)T * F);
     al__matmul_nt(a->h, a->u, y->w2, y->b2, T, F, C);
-    al__add(a->x, a->h, (size_t)T * C);
+    al__add(x, a->h, (size_t)T * C);
 }
 
 static int neox_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                        float *logits, float *final_hidden, al_error *err) {
+                        const al__fwd *f, float *logits, float *final_hidden, al_error *err) {
     neox *N = m->impl;
     const al__neox_config *c = &N->cfg;
-    int C = c->d_model, cap = req && req->what && req->fn, last = c->n_layer - 1;
-    if (!logits && !final_hidden) {
-        last = -1;
-        for (int l = 0; cap && l < c->n_layer; l++)
-            if (!req->layers || req->layers[l]) last = l;
-    }
+    int C = c->d_model, cap = req && req->what && req->fn, last = f->last, r0 = f->row0;
     nacts a;
     int rc = nacts_build(&a, c, T, cap && (req->what & AL_CAP_EMBED), err);
     if (rc) return rc;
@@ -324,19 +322,22 @@ static int neox_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        if ((rc = attn_block(N, l, &a, T, cap ? req : NULL, al__model_attn(m), err))) break;
+        int lr0 = l == c->n_layer - 1 ? r0 : 0, M = T - lr0; /* the top layer: the rows output */
+        float *x = a.x + (size_t)lr0 * C;
+        if ((rc = attn_block(N, l, &a, T, lr0, cap ? req : NULL, al__model_attn(m), err))) break;
         if (c->parallel) { /* x + attn(ln1(x)) + mlp(ln2(x)): the mlp reads x first */
-            mlp_block(N, l, &a, a.x, T);
-            al__add(a.x, a.a, (size_t)T * C);
+            mlp_block(N, l, &a, x, x, M);
+            al__add(x, a.a, (size_t)M * C);
         } else {
-            al__add(a.x, a.a, (size_t)T * C);
-            mlp_block(N, l, &a, a.x, T);
+            al__add(x, a.a, (size_t)M * C);
+            mlp_block(N, l, &a, x, x, M);
         }
     }
+    int M = T - r0; /* the output rows [r0, T) */
     if (!rc && (logits || final_hidden)) {
-        al__layernorm(a.h, a.x, N->lnf_w, N->lnf_b, T, C, (float)c->eps);
-        if (final_hidden) memcpy(final_hidden, a.h, (size_t)T * C * sizeof(float));
-        if (logits) al__matmul_nt(logits, a.h, N->out, NULL, T, C, c->vocab);
+        al__layernorm(a.h, a.x + (size_t)r0 * C, N->lnf_w, N->lnf_b, M, C, (float)c->eps);
+        if (final_hidden) memcpy(final_hidden, a.h, (size_t)M * C * sizeof(float));
+        if (logits) al__matmul_nt(logits, a.h, N->out, NULL, M, C, c->vocab);
     }
     nacts_free(&a);
     return rc;

@@ -421,7 +421,9 @@ static int build_acts(acts *a, const llama *L, int T, int want_emb, al_error *er
 }
 
 /* One layer's attention block: x += o_proj(attention(rope(q), rope(k), v)). */
-static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
+/* One layer's attention block: x += attn(rmsnorm(x)) on the rows [r0, T) (the keys and values
+ * of every row). */
+static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T, int r0,
                       const al_capture_request *req, const al_attn_variant *mod, al_error *err) {
     const al__llama_config *c = &L->cfg;
     int C = c->d_model, H = c->n_head, G = c->n_kv_head, d = c->d_head;
@@ -454,20 +456,23 @@ static int attn_block(llama *L, const llama_layer *ly, int l, acts *a, int T,
         .residual = a->x, /* the layer input, before attn_norm */
         .req = req,
         .mod = mod, /* the attention variant of the run (attn_variant.c) */
+        .row0 = r0,
     };
     int rc = al__attention_ws(&at, &L->ws, err);
     if (rc) return rc;
-    al__matmul_nt(a->tmp, a->att, ly->wo, ly->bo, T, H * d, C);
-    if (ly->post_attn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_attn_norm, T, C, (float)c->eps);
-    al__add(a->x, a->tmp, (size_t)T * C);
+    int M = T - r0; /* rows [r0, T) */
+    al__matmul_nt(a->tmp, a->att + (size_t)r0 * H * d, ly->wo, ly->bo, M, H * d, C);
+    if (ly->post_attn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_attn_norm, M, C, (float)c->eps);
+    al__add(a->x + (size_t)r0 * C, a->tmp, (size_t)M * C);
     return 0;
 }
 
-/* One layer's MLP block: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x). */
-static void mlp_block(const llama *L, const llama_layer *ly, acts *a, int T) {
+/* One layer's MLP block: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x), on the T rows of
+ * x (the caller offsets x to the rows wanted). */
+static void mlp_block(const llama *L, const llama_layer *ly, acts *a, float *x, int T) {
     const al__llama_config *c = &L->cfg;
     int C = c->d_model, F = c->d_ff;
-    al__rmsnorm(a->h, a->x, ly->ffn_norm, T, C, (float)c->eps);
+    al__rmsnorm(a->h, x, ly->ffn_norm, T, C, (float)c->eps);
     al__matmul_nt(a->gate, a->h, ly->w_gate, ly->b_gate, T, C, F);
     al__matmul_nt(a->up, a->h, ly->w_up, ly->b_up, T, C, F);
     if (c->gelu) { /* GeGLU */
@@ -481,22 +486,14 @@ static void mlp_block(const llama *L, const llama_layer *ly, acts *a, int T) {
     }
     al__matmul_nt(a->tmp, a->gate, ly->w_down, ly->b_down, T, F, C);
     if (ly->post_ffn_norm) al__rmsnorm(a->tmp, a->tmp, ly->post_ffn_norm, T, C, (float)c->eps);
-    al__add(a->x, a->tmp, (size_t)T * C);
+    al__add(x, a->tmp, (size_t)T * C);
 }
 
 int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                      float *logits, float *final_hidden, al_error *err) {
+                      const al__fwd *f, float *logits, float *final_hidden, al_error *err) {
     llama *L = m->impl;
     const al__llama_config *c = &L->cfg;
-    int C = c->d_model;
-    int cap = req && req->what && req->fn;
-    /* the last layer anything is wanted from: stop there when no output is asked for */
-    int last = c->n_layer - 1;
-    if (!logits && !final_hidden) {
-        last = -1;
-        for (int l = 0; cap && l < c->n_layer; l++)
-            if (!req->layers || req->layers[l]) last = l;
-    }
+    int C = c->d_model, cap = req && req->what && req->fn, last = f->last, r0 = f->row0;
     acts a;
     int rc = build_acts(&a, L, T, cap && (req->what & AL_CAP_EMBED), err);
     if (rc) return rc;
@@ -507,17 +504,20 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        if ((rc = attn_block(L, &L->layers[l], l, &a, T, cap ? req : NULL, al__model_attn(m), err)))
+        int lr0 = l == c->n_layer - 1 ? r0 : 0; /* the top layer: only the rows output */
+        if ((rc = attn_block(L, &L->layers[l], l, &a, T, lr0, cap ? req : NULL, al__model_attn(m),
+                             err)))
             break;
-        mlp_block(L, &L->layers[l], &a, T);
+        mlp_block(L, &L->layers[l], &a, a.x + (size_t)lr0 * C, T - lr0);
     }
+    int M = T - r0; /* the output rows [r0, T) */
     if (!rc && (logits || final_hidden)) {
-        al__rmsnorm(a.h, a.x, L->out_norm, T, C, (float)c->eps);
-        if (final_hidden) memcpy(final_hidden, a.h, (size_t)T * C * sizeof(float));
-        if (logits) al__matmul_nt(logits, a.h, L->output, NULL, T, C, c->vocab);
+        al__rmsnorm(a.h, a.x + (size_t)r0 * C, L->out_norm, M, C, (float)c->eps);
+        if (final_hidden) memcpy(final_hidden, a.h, (size_t)M * C * sizeof(float));
+        if (logits) al__matmul_nt(logits, a.h, L->output, NULL, M, C, c->vocab);
         if (logits && c->final_softcap > 0) {
             float s = (float)c->final_softcap;
-            for (size_t i = 0; i < (size_t)T * c->vocab; i++) logits[i] = s * tanhf(logits[i] / s);
+            for (size_t i = 0; i < (size_t)M * c->vocab; i++) logits[i] = s * tanhf(logits[i] / s);
         }
     }
     free_acts(&a);

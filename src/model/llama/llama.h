@@ -81,6 +81,6 @@ void al__llama_finish(al_model *m, llama *L, const char *name, const char *path,
 void al__llama_free(llama *L);
 /* The forward (vtable). */
 int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_capture_request *req,
-                      float *logits, float *final_hidden, al_error *err);
+                      const al__fwd *f, float *logits, float *final_hidden, al_error *err);
 
 #endif
