@@ -42,6 +42,12 @@ typedef struct al__fwd {
     int row0; /* 0 (every row) or T - 1 (the last token's) */
 } al__fwd;
 
+/* The first query row layer l of n_layer computes: f->row0 in the top layer (nothing above it
+ * reads the other rows), 0 below it (every row feeds the next layer's keys and values). */
+static inline int al__fwd_row0(const al__fwd *f, int l, int n_layer) {
+    return l == n_layer - 1 ? f->row0 : 0;
+}
+
 typedef struct al_model_vtable {
     /* Runs the forward (see al_model_forward in attnlim.h) as f says; T already checked
      * 1..n_ctx, f checked against req. */

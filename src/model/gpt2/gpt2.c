@@ -109,8 +109,8 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
 
     for (int l = 0; l <= f->last; l++) {
         const al__gpt2_layer *w = &g->layers[l];
-        int r0 = l == L - 1 ? f->row0 : 0, M = T - r0; /* the top layer: the rows output */
-        float *x = a->x + (size_t)r0 * C;              /* [M, C] */
+        int r0 = al__fwd_row0(f, l, L), M = T - r0;
+        float *x = a->x + (size_t)r0 * C; /* [M, C] */
         al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,

@@ -322,7 +322,7 @@ static int neox_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        int lr0 = l == c->n_layer - 1 ? r0 : 0, M = T - lr0; /* the top layer: the rows output */
+        int lr0 = al__fwd_row0(f, l, c->n_layer), M = T - lr0;
         float *x = a.x + (size_t)lr0 * C;
         if ((rc = attn_block(N, l, &a, T, lr0, cap ? req : NULL, al__model_attn(m), err))) break;
         if (c->parallel) { /* x + attn(ln1(x)) + mlp(ln2(x)): the mlp reads x first */

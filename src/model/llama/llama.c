@@ -504,7 +504,7 @@ int al__llama_forward(al_model *m, const int32_t *tokens, int T, const al_captur
     if (a.emb) memcpy(a.emb, a.x, (size_t)T * C * sizeof(float));
     al__rope_table(a.rope, T, &c->rope);
     for (int l = 0; l <= last && !rc; l++) {
-        int lr0 = l == c->n_layer - 1 ? r0 : 0; /* the top layer: only the rows output */
+        int lr0 = al__fwd_row0(f, l, c->n_layer);
         if ((rc = attn_block(L, &L->layers[l], l, &a, T, lr0, cap ? req : NULL, al__model_attn(m),
                              err)))
             break;
