@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "ops.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -60,19 +61,110 @@ static void check_matmul(int M, int K, int N, int with_bias, int nt) {
     free(x), free(W), free(Wt), free(b), free(y), free(y2), free(ref);
 }
 
-static void test_matmul(void **state) {
+/* C [m, n] (ldc) = (acc ? C0 : 0) + A [m, K] (lda) @ op(B) by al__sgemm at the level in use,
+ * against a double loop: |err| <= 2 (K + 1) u (|C0| + sum_k |a_k b_k|) (u = 2^-24), with
+ * leading dimensions larger than the rows (lda = K + 3, ldb = row + 2, ldc = n + 5). C's padding
+ * between rows must stay untouched; below avx512 al__sgemm must decline and touch nothing. */
+static void check_sgemm(int m, int n, int K, int transB, int acc) {
+    al__rng r;
+    al__rng_seed(&r, (uint64_t)(m * 7919 + n * 131 + K * 7 + transB * 2 + acc));
+    int lda = K + 3, ldb = (transB ? K : n) + 2, ldc = n + 5;
+    float *A = randv(&r, (size_t)m * lda, 1.0);                /* [m, lda] */
+    float *B = randv(&r, (size_t)(transB ? n : K) * ldb, 1.0); /* [K or n, ldb] */
+    float *C = randv(&r, (size_t)m * ldc, 1.0), *C0 = malloc((size_t)m * ldc * sizeof *C);
+    assert_non_null(C0);
+    memcpy(C0, C, (size_t)m * ldc * sizeof *C);
+    int ours = al__cpu_level() >= AL__CPU_AVX512;
+    assert_int_equal(al__sgemm(C, ldc, A, lda, B, ldb, transB, m, n, K, acc), ours ? 0 : -1);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++) {
+            size_t at = (size_t)i * ldc + j;
+            if (!ours || j >= n) { /* declined, or the padding: untouched */
+                assert_memory_equal(&C[at], &C0[at], sizeof *C);
+                continue;
+            }
+            double s = acc ? C0[at] : 0.0, mag = fabs(s);
+            for (int k = 0; k < K; k++) {
+                double b = transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += (double)A[(size_t)i * lda + k] * b;
+                mag += fabs((double)A[(size_t)i * lda + k] * b);
+            }
+            double tol = 2.0 * (K + 1) * 0x1p-24 * mag;
+            if (!(fabs(C[at] - s) <= tol))
+                fail_msg("al__sgemm %s m %d n %d K %d transB %d acc %d: C[%d, %d] = %.9g, want "
+                         "%.9g (tol %.3g)",
+                         al__cpu_name(al__cpu_level()), m, n, K, transB, acc, i, j, C[at], s, tol);
+        }
+    free(A), free(B), free(C), free(C0);
+}
+
+/* odd shapes around the micro-tile (6 x 32) and the blocks (K 256, rows 144, columns 512) */
+static void test_sgemm(void **state) {
     (void)state;
+    static const int ms[] = {1, 7, 31, 33, 65, 257}, ns[] = {1, 7, 31, 33, 65, 600};
+    static const int ks[] = {1, 7, 31, 257, 600};
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                    for (int t = 0; t < 4; t++) check_sgemm(ms[a], ns[b], ks[c], t & 1, t >> 1);
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+/* Deterministic whatever the tiling: at avx512, al__sgemm on the whole of C and on 4 uneven
+ * tiles of it give the same bits, and so do al__matmul_nt on 1 and on 2 threads. */
+static void test_sgemm_bits(void **state) {
+    (void)state;
+    if (al__cpu_force(AL__CPU_AVX512) != AL__CPU_AVX512) skip();
+    enum { M = 300, K = 600, N = 700 };
+    al__rng r;
+    al__rng_seed(&r, 18);
+    float *A = randv(&r, (size_t)M * K, 1.0), *B = randv(&r, (size_t)N * K, 1.0); /* [M,K] [N,K] */
+    float *C1 = malloc((size_t)M * N * sizeof *C1), *C2 = malloc((size_t)M * N * sizeof *C2);
+    assert_non_null(C1), assert_non_null(C2);
+    assert_int_equal(al__sgemm(C1, N, A, K, B, K, 1, M, N, K, 0), 0);
+    for (int t = 0; t < 4; t++) { /* rows [0, 131) [131, M) x columns [0, 333) [333, N) */
+        int i0 = t & 1 ? 131 : 0, i1 = t & 1 ? M : 131, j0 = t & 2 ? 333 : 0, j1 = t & 2 ? N : 333;
+        assert_int_equal(al__sgemm(C2 + (size_t)i0 * N + j0, N, A + (size_t)i0 * K, K,
+                                   B + (size_t)j0 * K, K, 1, i1 - i0, j1 - j0, K, 0),
+                         0);
+    }
+    assert_memory_equal(C1, C2, (size_t)M * N * sizeof *C1);
+    al__set_threads(1);
+    al__matmul_nt(C1, A, B, NULL, M, K, N);
+    al__set_threads(2);
+    al__matmul_nt(C2, A, B, NULL, M, K, N);
+    assert_memory_equal(C1, C2, (size_t)M * N * sizeof *C1);
+    al__set_threads(0);
+    al__cpu_force((al__cpu_isa)-1);
+    free(A), free(B), free(C1), free(C2);
+}
+
+static void check_matmul_shapes(void) {
     check_matmul(1, 1, 1, 0, 1);
     check_matmul(3, 5, 7, 1, 2);
     check_matmul(1, 64, 300, 1, 2);    /* one row: column tiles */
     check_matmul(200, 96, 77, 1, 2);   /* many rows: row x column tiles */
     check_matmul(130, 257, 129, 0, 3); /* odd sizes, more threads than cores */
     check_matmul(200, 96, 77, 1, 1);
-    check_matmul(1000, 32, 17, 1, 2);  /* tiles: 2 row parts x 2 column parts (of 16, 1) */
-    check_matmul(40, 70, 500, 1, 2);   /* fewer than 64 rows: 6 column tiles, dynamic */
-    check_matmul(257, 33, 95, 0, 4);   /* 4 row parts x 3 column parts with tails */
-    check_matmul(129, 16, 1500, 1, 2); /* 2 row parts, columns in halving chunks to 64 */
-    check_matmul(700, 8, 333, 0, 5);   /* 5 row parts, chunks of 1 unit and a short tail */
+    check_matmul(1000, 32, 17, 1, 2);   /* tiles: 2 row parts x 2 column parts (of 16, 1) */
+    check_matmul(40, 70, 500, 1, 2);    /* fewer than 64 rows: 6 column tiles, dynamic */
+    check_matmul(257, 33, 95, 0, 4);    /* 4 row parts x 3 column parts with tails */
+    check_matmul(129, 16, 1500, 1, 2);  /* 2 row parts, columns in halving chunks to 64 */
+    check_matmul(700, 8, 333, 0, 5);    /* 5 row parts, chunks of 1 unit and a short tail */
+    check_matmul(1024, 600, 700, 1, 2); /* our SGEMM: 512-row tiles, K and column blocks */
+}
+
+/* every CPU level this machine has: our SGEMM at avx512, OpenBLAS below */
+static void test_matmul(void **state) {
+    (void)state;
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        check_matmul_shapes();
+    }
+    al__cpu_force((al__cpu_isa)-1);
     al__set_threads(0);
 }
 
@@ -385,9 +477,10 @@ static void test_attention_bad_shape(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_layernorm_rmsnorm),
-        cmocka_unit_test(test_pointwise), cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_bad_shape),
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_sgemm_bits), cmocka_unit_test(test_layernorm_rmsnorm),
+        cmocka_unit_test(test_pointwise),  cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_attention),  cmocka_unit_test(test_attention_bad_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

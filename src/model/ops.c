@@ -30,10 +30,12 @@ void al__blas_single(void) {
  * as tiles [rows of a row part, a column chunk] taken by the OpenMP threads dynamically from a
  * list ordered largest first (guided self-scheduling): each of the rm row parts (one per thread
  * while there are >= 64 rows each) has its columns cut into chunks of half of what is left for
- * its threads, down to 128 columns (multiples of 16 floats; 1/8 of a row part's share at most). So
- * the threads start on large tiles (OpenBLAS re-packs A and B per call: a finer uniform split costs
- * ~5% per doubling) and end on small ones: a thread whose core is shared with another process takes
- * fewer tiles and the others wait at the end for at most a small tile, not a third of their share.
+ * its threads, down to 128 columns (multiples of 16 floats; 1/8 of a row part's share at most).
+ * Each tile is one single-threaded product: our SGEMM (gemm.c) at the AVX-512 level on tiles of
+ * >= AL__SGEMM_MIN_M rows, else OpenBLAS's. So the threads start on large tiles (each call re-packs
+ * A and B: a finer uniform split costs ~5% per doubling) and end on small ones: a thread whose core
+ * is shared with another process takes fewer tiles and the others wait at the end for at most a
+ * small tile, not a third of their share.
  */
 #define AL__GEMM_MAX_TILES 256
 typedef struct gemm_tile_t {
@@ -66,6 +68,10 @@ static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
     return n;
 }
 
+/* Our SGEMM (gemm.c) packs B per call: below this many rows OpenBLAS is faster (bench_gemm
+ * --M 64 on Zen 5: 0.95-1.6x of OpenBLAS-Haswell; --M 1: 0.3-0.8x). */
+#define AL__SGEMM_MIN_M 64
+
 static void gemm_tile(float *y, const float *x, const float *W, const float *bias, int K, int N,
                       int transW, int m0, int m, int n0, int n) {
     float *yc = y + (size_t)m0 * N + n0;
@@ -75,12 +81,13 @@ static void gemm_tile(float *y, const float *x, const float *W, const float *bia
         beta = 1.0f;
     }
     const float *xa = x + (size_t)m0 * K;
-    if (transW) /* W [N, K]: columns n0.. of the product are rows n0.. of W */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, K, 1.0f, xa, K,
-                    W + (size_t)n0 * K, K, beta, yc, N);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, xa, K, W + n0, N,
-                    beta, yc, N);
+    /* W [N, K]: columns n0.. of the product are rows n0.. of W; W [K, N]: its columns n0.. */
+    const float *Wn = transW ? W + (size_t)n0 * K : W + n0;
+    int ldw = transW ? K : N;
+    if (m >= AL__SGEMM_MIN_M && !al__sgemm(yc, N, xa, K, Wn, ldw, transW, m, n, K, bias != NULL))
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transW ? CblasTrans : CblasNoTrans, m, n, K, 1.0f, xa,
+                K, Wn, ldw, beta, yc, N);
 }
 
 static void gemm_bias(float *y, const float *x, const float *W, const float *bias, int M, int K,
