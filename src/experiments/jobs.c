@@ -157,7 +157,8 @@ static int same_norm(const al_norm *a, const al_norm *b) {
  * computed on first use and kept for the next call on the same weights: the distance, the
  * separability and every reading's. prepare_head rebuilds w per reading, to the same bits when
  * the source is the same (the captured weights, or the logits under the same normalizer): so the
- * key is (layer, head, L, normalizer). NULL (each call ranks its rows) past uint16's range. */
+ * key is (layer, head, L, normalizer) within one job's forward (the scratch lives for one job:
+ * one window). NULL (each call ranks its rows) past uint16's range. */
 static const uint16_t *head_rank(const obs_ctx *c, const al_capture *cap, int i, scratch *sc) {
     const plan *p = c->p;
     if (cap->T > 65536) return NULL;
