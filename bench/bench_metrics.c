@@ -157,8 +157,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r < reps; r++) {
             double t0 = al__now(), c0 = cpu_now();
             /* the reproduce job's call: dmax up to Algorithm 2's N = 100 only */
-            if (al__head_metrics_gram(w, x, NULL, what >= 2 ? 100 : -1, L, d, &o, out, row_max,
-                                      row_ent, &err)) {
+            if (al__head_metrics_gram(w, x, NULL, NULL, what >= 2 ? 100 : -1, L, d, &o, out,
+                                      row_max, row_ent, &err)) {
                 fprintf(stderr, "al_head_metrics: %s\n", err.msg);
                 return 1;
             }

@@ -548,8 +548,8 @@ static void test_given_gram_bit_equal(void **state) {
                 memset(b, 0, sizeof b);
                 assert_int_equal(al_head_metrics(w, x, L, d, &o, a, NULL, NULL, NULL), 0);
                 al__head_gram(x, L, d, G);
-                assert_int_equal(al__head_metrics_gram(w, x, G, -1, L, d, &o, b, NULL, NULL, NULL),
-                                 0);
+                assert_int_equal(
+                    al__head_metrics_gram(w, x, G, NULL, -1, L, d, &o, b, NULL, NULL, NULL), 0);
                 assert_memory_equal(a, b, sizeof a);
             }
     }
@@ -588,7 +588,7 @@ static void test_bound_n_list_mode(void **state) {
                 o.mc_seed = 7;
                 assert_int_equal(al_head_metrics(w, x, L, d, &o, a, NULL, NULL, NULL), 0);
                 assert_int_equal(
-                    al__head_metrics_gram(w, x, NULL, 8, L, d, &o, b, NULL, NULL, NULL), 0);
+                    al__head_metrics_gram(w, x, NULL, NULL, 8, L, d, &o, b, NULL, NULL, NULL), 0);
                 for (int k = 0; k < NN; k++) {
                     assert_int_equal(a[k].rows, b[k].rows);
                     if (Ns[k] <= 8) {
@@ -605,6 +605,109 @@ static void test_bound_n_list_mode(void **state) {
     }
     al__cpu_force((al__cpu_isa)-1);
     free(w), free(x);
+}
+
+/* The ranking of a head's rows (al__head_rank, computed once in reproduce and shared by the
+ * distance, the separability and every reading) against a plain insertion sort (ref_select),
+ * and every top-K selection (al__top_k: quickselect then a sort of K, the K < n path included)
+ * as its prefix: rows with ties at and around the K-th value, zeros, -0 beside +0, negative
+ * weights; causal rows with and without a sliding window. */
+static void test_rank_is_top_k_order(void **state) {
+    (void)state;
+    enum { L = 61 };
+    al__rng r;
+    al__rng_seed(&r, 47);
+    double *w = malloc(sizeof(double) * L * L), *tmp = malloc(sizeof(double) * L);
+    uint16_t *rank = malloc(sizeof(uint16_t) * L * L);
+    void *kvs = malloc(32 * (size_t)L);
+    int64_t sel[L];
+    int ord[L];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int t = 0; t < L; t++) {
+            random_weights(&r, w + (size_t)t * L, L);
+            for (int j = 0; j < L; j++) {
+                double u = al__rng_uniform(&r), *v = &w[(size_t)t * L + j];
+                if (rep % 4 == 1 && u < 0.2) *v = -*v; /* negative weights, -0 from +0 */
+                if (rep % 4 == 2 && u < 0.3) *v = u < 0.15 ? -0.0 : 0.0;
+            }
+        }
+        int causal = rep % 3 != 0, win = rep % 3 == 2 ? 1 + rep % 17 : 0;
+        al__head_rank(w, L, causal, win, rank, kvs);
+        for (int t = 0; t < L; t++) {
+            int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
+            const double *a = w + (size_t)t * L + lo;
+            const uint16_t *rk = rank + (size_t)t * L;
+            ref_select(a, (int)n, ord);
+            for (int64_t q = 0; q < n; q++) assert_int_equal(rk[q], ord[q]);
+            for (int64_t K = 1; K <= n; K++) {
+                al__top_k(a, n, K, sel, kvs, tmp);
+                for (int64_t q = 0; q < K; q++) assert_int_equal(sel[q], rk[q]);
+            }
+        }
+    }
+    free(w), free(tmp), free(rank), free(kvs);
+}
+
+/* The ranking given (al__head_rank) gives the numbers of the rows' own selections bit for bit:
+ * al__head_metrics_gram (distance with dmax to bound_n and the list mode past it, Monte-Carlo,
+ * separability) and al__head_reading_rank (the three distances, Monte-Carlo, the exact
+ * expectation), on weights with ties; causal, bidirectional and a sliding window; every ISA. */
+static void test_given_rank_bit_equal(void **state) {
+    (void)state;
+    enum { L = 72, NN = 9, D = 16 };
+    int Ns[NN] = {1, 2, 3, 5, 8, 21, 55, 64, 71}, Ne[3] = {1, 2, 3};
+    al__rng r;
+    al__rng_seed(&r, 53);
+    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * D);
+    uint16_t *rank = malloc(sizeof(uint16_t) * L * L);
+    void *kvs = malloc(32 * (size_t)L);
+    for (int t = 0; t < L; t++) random_weights(&r, w + (size_t)t * L, L);
+    for (int i = 0; i < L * D; i++) x[i] = al__rng_normal(&r);
+    al_topn_stats a[NN], b[NN];
+    al_reading_stats ra[NN], rb[NN];
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (int m = 0; m < 3; m++) {
+            int causal = m > 0, win = m == 2 ? 9 : 0;
+            al__head_rank(w, L, causal, win, rank, kvs);
+            for (int sep = 0; sep < 2; sep++)
+                for (int bound = -1; bound <= 8; bound += 9) {
+                    al_metrics_opts o = opts_all(Ns, NN);
+                    o.separability = sep, o.causal = causal, o.window = win;
+                    o.mc_samples = 3, o.mc_seed = 7;
+                    memset(a, 0, sizeof a); /* padding included, for the byte comparison */
+                    memset(b, 0, sizeof b);
+                    assert_int_equal(al__head_metrics_gram(w, x, NULL, NULL, bound, L, D, &o, a,
+                                                           NULL, NULL, NULL),
+                                     0);
+                    assert_int_equal(al__head_metrics_gram(w, x, NULL, rank, bound, L, D, &o, b,
+                                                           NULL, NULL, NULL),
+                                     0);
+                    assert_memory_equal(a, b, sizeof a);
+                }
+            for (int kind = 0; kind < 3; kind++)
+                for (int ex = 0; ex < 2; ex++) {
+                    al_reading_opts o = {.distance = (al_distance_kind)kind,
+                                         .top_n = ex ? Ne : Ns,
+                                         .n_top = ex ? 3 : NN,
+                                         .mc_samples = 3,
+                                         .mc_seed = 11,
+                                         .exact = ex,
+                                         .causal = causal,
+                                         .window = win};
+                    int64_t Lr = ex ? 24 : L; /* C(24, 3) subsets a row */
+                    memset(ra, 0, sizeof ra);
+                    memset(rb, 0, sizeof rb);
+                    if (ex) al__head_rank(w, Lr, causal, win, rank, kvs); /* row stride Lr */
+                    assert_int_equal(al_head_reading(w, x, Lr, D, &o, ra, NULL), 0);
+                    assert_int_equal(al__head_reading_rank(w, x, Lr, D, &o, rank, rb, NULL), 0);
+                    assert_memory_equal(ra, rb, sizeof ra);
+                    if (ex) al__head_rank(w, L, causal, win, rank, kvs);
+                }
+        }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(w), free(x), free(rank), free(kvs);
 }
 
 static al_norm softmax_norm(void) {
@@ -778,6 +881,8 @@ int main(void) {
         cmocka_unit_test(test_heads_parallel_equal_sequential),
         cmocka_unit_test(test_given_gram_bit_equal),
         cmocka_unit_test(test_bound_n_list_mode),
+        cmocka_unit_test(test_rank_is_top_k_order),
+        cmocka_unit_test(test_given_rank_bit_equal),
         cmocka_unit_test(test_sensitivity_two_equal_logits),
         cmocka_unit_test(test_sensitivity_uniform_and_bounds),
         cmocka_unit_test(test_sensitivity_other_normalizer_and_edges),

@@ -115,6 +115,10 @@ typedef struct scratch {
     al_reading_stats *rd; /* [max(nd, ns)] */
     double *G;            /* [L, L] X X^T of x, shared by the metrics calls on these vectors */
     int g_layer, g_head, g_vec; /* whose G it holds (g_layer -1: none) */
+    uint16_t *rank; /* [L, L] the rows' ranking of w (al__head_rank), shared by the calls on w */
+    void *kvs;      /* [32 L bytes] its sort scratch */
+    int r_layer, r_head, r_L, r_have_nm; /* whose w rank holds (r_layer -1: none) */
+    al_norm r_nm;                        /* ... and its normalizer (when r_have_nm) */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);

@@ -148,6 +148,29 @@ static const double *head_gram(const obs_ctx *c, const al_capture *cap, int i, s
     return sc->G;
 }
 
+static int same_norm(const al_norm *a, const al_norm *b) {
+    return a->kind == b->kind && a->temperature == b->temperature && a->alpha == b->alpha &&
+           a->ssmax_s == b->ssmax_s;
+}
+
+/* The ranking of every row of the weights prepare_head put in sc->w for head i (al__head_rank),
+ * computed on first use and kept for the next call on the same weights: the distance, the
+ * separability and every reading's. prepare_head rebuilds w per reading, to the same bits when
+ * the source is the same (the captured weights, or the logits under the same normalizer): so the
+ * key is (layer, head, L, normalizer) within one job's forward (the scratch lives for one job:
+ * one window). NULL (each call ranks its rows) past uint16's range. */
+static const uint16_t *head_rank(const obs_ctx *c, const al_capture *cap, int i, scratch *sc) {
+    const plan *p = c->p;
+    if (cap->T > 65536) return NULL;
+    if (sc->r_layer != cap->layer || sc->r_head != i || sc->r_L != cap->T ||
+        sc->r_have_nm != p->have_nm || (p->have_nm && !same_norm(&sc->r_nm, &p->nm))) {
+        al__head_rank(sc->w, cap->T, cap->causal, cap->window, sc->rank, sc->kvs);
+        sc->r_layer = cap->layer, sc->r_head = i, sc->r_L = cap->T;
+        sc->r_have_nm = p->have_nm, sc->r_nm = p->nm;
+    }
+    return sc->rank;
+}
+
 /* Max weight and entropy of every row of w[L, L] (row t over its n_t keys lo..: a sliding window
  * of `window` keys, 0 = none): rmax[L], rent[L]. */
 int al__ex_row_stats(const double *w, int64_t L, int causal, int window, double *rmax, double *rent,
@@ -194,8 +217,8 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                               .mc_seed = seed,
                               .causal = cap->causal,
                               .window = cap->window};
-        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), al__ex_bound_n(p, j), L,
-                                   c->dx, &mo, sc->st, NULL, NULL, err);
+        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), head_rank(c, cap, i, sc),
+                                   al__ex_bound_n(p, j), L, c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -226,7 +249,7 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                           .exact_max = p->o.exact_max,
                           .causal = cap->causal,
                           .window = cap->window};
-    rc = al_head_reading(sc->w, sc->x, L, c->dx, &ro, sc->rd, err);
+    rc = al__head_reading_rank(sc->w, sc->x, L, c->dx, &ro, head_rank(c, cap, i, sc), sc->rd, err);
     if (rc)
         return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i], L);
     for (int k = 0; k < j->nd; k++) {
@@ -263,8 +286,8 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
                               .separability = 1,
                               .causal = cap->causal,
                               .window = cap->window};
-        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), -1, L, c->dx, &mo,
-                                   sc->st, NULL, NULL, err);
+        rc = al__head_metrics_gram(sc->w, sc->x, head_gram(c, cap, i, sc), head_rank(c, cap, i, sc),
+                                   -1, L, c->dx, &mo, sc->st, NULL, NULL, err);
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -429,6 +452,8 @@ void al__ex_free_scratch(scratch *sc, int n) {
         free(sc[i].st);
         free(sc[i].rd);
         free(sc[i].G);
+        free(sc[i].rank);
+        free(sc[i].kvs);
     }
     free(sc);
 }
@@ -526,10 +551,12 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
             !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
             !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)) ||
-            !(s->G = al__malloc_huge(LL * sizeof(double), "head Gram matrix", err)))
+            !(s->G = al__malloc_huge(LL * sizeof(double), "head Gram matrix", err)) ||
+            !(s->rank = al__malloc_huge(LL * sizeof(uint16_t), "head ranking", err)) ||
+            !(s->kvs = al__malloc(32 * (size_t)j->L, "head ranking scratch", err)))
             rc = AL_E_NOMEM;
         else
-            s->g_layer = -1;
+            s->g_layer = s->r_layer = -1;
     }
     layer_gram lg = {.layer = {-1, -1, -1, -1, -1}};
     c.lg = &lg;

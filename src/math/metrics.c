@@ -59,9 +59,9 @@
                            al_error *);                                                            \
     int f(al_head_vanishing_D)(const double *, const double *, int64_t, int64_t, int, double *,    \
                                al_error *);                                                        \
-    int f(al__head_metrics_gram)(const double *, const double *, const double *, int, int64_t,     \
-                                 int64_t, const al_metrics_opts *, al_topn_stats *, double *,      \
-                                 double *, al_error *);                                            \
+    int f(al__head_metrics_gram)(const double *, const double *, const double *, const uint16_t *, \
+                                 int, int64_t, int64_t, const al_metrics_opts *, al_topn_stats *,  \
+                                 double *, double *, al_error *);                                  \
     int f(al_head_vanishing_D_window)(const double *, const double *, int64_t, int64_t, int, int,  \
                                       double *, al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
@@ -326,14 +326,20 @@ static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
     if (src != s) memcpy(s, src, (size_t)K * sizeof(kv));
 }
 
+/* s[0..n-1] = every key of a[n], larger weight first, ties to the lower index (the stable sort
+ * of the keys in index order); s[2 n]. */
+static void rank_all(const double *a, int64_t n, kv *s) {
+    for (int64_t i = 0; i < n; i++) s[i] = (kv){desc_key(a[i]), i};
+    kv_radix_desc(s, s + n, n);
+}
+
 /* sel[0..K-1] = indices of the K largest a[0..n-1], best first (1 <= K <= n); s[2 n], tmp[n]
  * scratch. The K-th largest value v is found first; the K are those > v and the first (lowest
  * index) of those == v, then sorted (larger weight first, ties to the lower index). */
 static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, double *tmp) {
     int64_t q = 0;
     if (K == n) { /* every key (the list mode ranks them all): no K-th value to find */
-        for (int64_t i = 0; i < n; i++) s[i] = (kv){desc_key(a[i]), i};
-        kv_radix_desc(s, s + n, n);
+        rank_all(a, n, s);
         for (q = 0; q < n; q++) sel[q] = s[q].i;
         return;
     }
@@ -354,6 +360,21 @@ static void top_k(const double *a, int64_t n, int64_t K, int64_t *sel, kv *s, do
 #ifndef AL_MV_ISA
 void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp) {
     top_k(a, n, K, sel, (kv *)kvs, tmp);
+}
+
+/* Every row ranked once (rank_all), for the calls that share a head's weights. top_k's K < n
+ * selection is the prefix of that order: with v its K-th largest value, it takes every key > v
+ * and the lowest-index keys == v up to K (finite weights: the head entry points reject the
+ * others), then sorts them by desc_key stably from index order, which is the order of the
+ * first K of the full ranking (desc_key orders as the values, -0 as +0, as > and == do). */
+void al__head_rank(const double *w, int64_t L, int causal, int window, uint16_t *rank, void *kvs) {
+    kv *s = kvs;
+    for (int64_t t = 0; t < L; t++) {
+        int64_t lo = al__row_lo(t, causal, window), n = al__row_n(t, L, causal, window);
+        rank_all(w + t * L + lo, n, s);
+        uint16_t *r = rank + t * L;
+        for (int64_t q = 0; q < n; q++) r[q] = (uint16_t)s[q].i;
+    }
 }
 #endif
 
@@ -927,12 +948,23 @@ gram_sums(const double *a, int64_t n, const rowws *w, double ss, double tdt, dou
     *dt_out = dt, *mdt_out = mdt, *es_out = es, *mE_out = mE, *b_out = b, *d1_out = d1;
 }
 
-/* Walks N = 1..K for one row of weights a[n] and adds the grid's metrics to acc[].
+/* sel[0..m-1] = the m best keys of a[n] (top_k), from the row's ranking rk[n] when given
+ * (al__head_rank: the same indices). */
+static void select_keys(const double *a, int64_t n, int64_t m, const uint16_t *rk, rowws *w) {
+    if (!rk) {
+        top_k(a, n, m, w->sel, w->kv, w->xi);
+        return;
+    }
+    for (int64_t q = 0; q < m; q++) w->sel[q] = rk[q];
+}
+
+/* Walks N = 1..K for one row of weights a[n] (ranked rk[n], or NULL) and adds the grid's
+ * metrics to acc[].
  * Long on purpose (over 150 lines): the hot loop of the metrics, one pass in which every
  * statistic's running sums (distance, bounds, separability, their error scales) advance together
  * per N; split, they would pass a dozen accumulators through each helper on every step. */
-static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
-                     const grid *g, rowws *w, accum *acc) {
+static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowctx *rc,
+                     const al_metrics_opts *o, const grid *g, rowws *w, accum *acc) {
     if (n < 2 || g->n_top == 0) return;
     int64_t K = g->n_max < n - 1 ? g->n_max : n - 1, d = rc->d;
     int gp = 0; /* next grid entry (in ord) */
@@ -947,7 +979,7 @@ static void row_pass(const double *a, int64_t n, const rowctx *rc, const al_metr
         n_dist += Ns[g->ord[p]] != N_last;
         N_last = Ns[g->ord[p]];
     }
-    top_k(a, n, list_ok ? n : K, w->sel, w->kv, w->xi);
+    select_keys(a, n, list_ok ? n : K, rk, w);
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
         w->sun[q] = rc->un[w->sel[q]];
@@ -1364,7 +1396,7 @@ int AL_MV(al_row_metrics)(const double *alpha, const double *x, int64_t n, int64
     }
     rowctx ctx = {
         .x = x, .d = d, .grow = grow, .gd = gd, .inv = inv, .un = un, .xs = xs, .SS = SS, .row = 0};
-    row_pass(alpha, n, &ctx, o, &g, &w, acc);
+    row_pass(alpha, n, NULL, &ctx, o, &g, &w, acc);
     finish(o, acc, out);
     free_rowws(&w);
     free(acc);
@@ -1432,10 +1464,13 @@ void al__head_gram(const double *x, int64_t L, int64_t d, double *G) {
 #endif
 
 /* al_head_metrics with the Gram matrix G[L, L] = X X^T of x given (al__head_gram), or NULL
- * (computed here): callers that evaluate several heads or grids on the same vectors share it. */
-int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double *Gin, int bound_n,
-                                 int64_t L, int64_t d, const al_metrics_opts *o, al_topn_stats *out,
-                                 double *row_max, double *row_entropy, al_error *err) {
+ * (computed here), and the rows' ranking rank[L, L] of w given (al__head_rank), or NULL (each
+ * row selects its own): callers that evaluate several heads or grids on the same vectors share
+ * the Gram matrix, several calls on the same weights the ranking. */
+int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double *Gin,
+                                 const uint16_t *rank, int bound_n, int64_t L, int64_t d,
+                                 const al_metrics_opts *o, al_topn_stats *out, double *row_max,
+                                 double *row_entropy, al_error *err) {
     int rc = check_opts(o, d, err);
     if (rc) return rc;
     if (L < 1) return al__err(err, AL_E_INVALID, "metrics: empty head (L = %lld)", (long long)L);
@@ -1542,7 +1577,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
                       .xs = o->distance ? h.XS + (t % XB) * L + lo : NULL,
                       .SS = o->distance ? SS[t] : 0,
                       .row = t};
-        row_pass(w + t * L + lo, n, &ctx, o, &g, &rw, acc);
+        row_pass(w + t * L + lo, n, rank ? rank + t * L : NULL, &ctx, o, &g, &rw, acc);
     }
     if (!rc) finish(o, acc, out);
     free(cg.Gy);
@@ -1559,7 +1594,8 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
 int AL_MV(al_head_metrics)(const double *w, const double *x, int64_t L, int64_t d,
                            const al_metrics_opts *o, al_topn_stats *out, double *row_max,
                            double *row_entropy, al_error *err) {
-    return AL_MV(al__head_metrics_gram)(w, x, NULL, -1, L, d, o, out, row_max, row_entropy, err);
+    return AL_MV(al__head_metrics_gram)(w, x, NULL, NULL, -1, L, d, o, out, row_max, row_entropy,
+                                        err);
 }
 
 /* ---- public: Corollary 1 ----------------------------------------------------------------- */
@@ -1640,11 +1676,11 @@ int al_head_vanishing_D(const double *q, const double *k, int64_t L, int64_t d_h
     return AL_MV_PICK(al_head_vanishing_D)(q, k, L, d_head, causal, D, err);
 }
 
-int al__head_metrics_gram(const double *w, const double *x, const double *G, int bound_n, int64_t L,
-                          int64_t d, const al_metrics_opts *o, al_topn_stats *out, double *row_max,
-                          double *row_entropy, al_error *err) {
-    return AL_MV_PICK(al__head_metrics_gram)(w, x, G, bound_n, L, d, o, out, row_max, row_entropy,
-                                             err);
+int al__head_metrics_gram(const double *w, const double *x, const double *G, const uint16_t *rank,
+                          int bound_n, int64_t L, int64_t d, const al_metrics_opts *o,
+                          al_topn_stats *out, double *row_max, double *row_entropy, al_error *err) {
+    return AL_MV_PICK(al__head_metrics_gram)(w, x, G, rank, bound_n, L, d, o, out, row_max,
+                                             row_entropy, err);
 }
 
 int al_head_vanishing_D_window(const double *q, const double *k, int64_t L, int64_t d_head,

@@ -9,18 +9,32 @@
  * ties to the lower index (METHOD section 3's I_N); kvs: scratch of 32 n bytes, tmp[n]. */
 void al__top_k(const double *a, int64_t n, int64_t K, int64_t *sel, void *kvs, double *tmp);
 
+/* rank[t L + q] (q < n_t) = row t's keys of w[L, L] (its n_t keys from lo_t: causal, window as
+ * al_metrics_opts) in al__top_k's order (larger weight first, ties to the lower index), as
+ * offsets from lo_t: any top-K of the row is its first K, bit for bit (metrics.c). Finite weights,
+ * L <= 65536; kvs: scratch of 32 L bytes. Computed once per head, it serves every call of
+ * al__head_metrics_gram and al__head_reading_rank on those weights. */
+void al__head_rank(const double *w, int64_t L, int causal, int window, uint16_t *rank, void *kvs);
+
 /* G[L, L] = X X^T of x[L, d] (single-threaded OpenBLAS: the bits al_head_metrics' own GEMM
  * gives), for al__head_metrics_gram. */
 void al__head_gram(const double *x, int64_t L, int64_t d, double *G);
-/* al_head_metrics (attnlim.h) with that Gram matrix given (NULL: computed inside): the same
- * numbers, bit for bit; callers evaluating several grids or heads of one x share the GEMM.
+/* al_head_metrics (attnlim.h) with that Gram matrix given (NULL: computed inside) and the
+ * rows' ranking given (al__head_rank of w; NULL: each row selects its own): the same numbers, bit
+ * for bit; callers evaluating several grids or heads of one x share the GEMM, several readings of
+ * one w the ranking.
  * bound_n >= 0: dmax (and its d1) only at the N <= bound_n of the grid, NaN at the others, and
  * past it the distance may take x_i . s from the vectors instead of the Gram rows (cheaper where
  * the grid's steps are wide: metrics.c, list_cheaper), which changes dtilde and E in the last
  * bits against bound_n < 0 (every N: al_head_metrics itself). */
-int al__head_metrics_gram(const double *w, const double *x, const double *G, int bound_n, int64_t L,
-                          int64_t d, const al_metrics_opts *o, al_topn_stats *out, double *row_max,
-                          double *row_entropy, al_error *err);
+int al__head_metrics_gram(const double *w, const double *x, const double *G, const uint16_t *rank,
+                          int bound_n, int64_t L, int64_t d, const al_metrics_opts *o,
+                          al_topn_stats *out, double *row_max, double *row_entropy, al_error *err);
+/* al_head_reading (attnlim.h) with the rows' ranking of w given (al__head_rank; NULL: each row
+ * selects its own): the same numbers, bit for bit. */
+int al__head_reading_rank(const double *w, const double *x, int64_t L, int64_t d,
+                          const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
+                          al_error *err);
 
 /* s[d] += sum_{q in [k0, k1)} a[j] x[j] (x rows of d) with j = idx[q] (idx NULL: j = q), four
  * keys a pass: one load and store of s per four keys instead of a chain of store-to-load

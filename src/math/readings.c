@@ -35,7 +35,10 @@
     int f(al_row_reading)(const double *, const double *, int64_t, int64_t,                        \
                           const al_reading_opts *, al_reading_stats *, al_error *);                \
     int f(al_head_reading)(const double *, const double *, int64_t, int64_t,                       \
-                           const al_reading_opts *, al_reading_stats *, al_error *);
+                           const al_reading_opts *, al_reading_stats *, al_error *);               \
+    int f(al__head_reading_rank)(const double *, const double *, int64_t, int64_t,                 \
+                                 const al_reading_opts *, const uint16_t *, al_reading_stats *,    \
+                                 al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_READINGS_PROTOS)
 #pragma GCC visibility pop
@@ -293,9 +296,10 @@ static double exact_row(al_distance_kind kind, const double *a, const double *x,
     return tot / cnt;
 }
 
-/* One row of the vector readings (and the exact term of every reading) into acc[n_top]. */
+/* One row of the vector readings (and the exact term of every reading) into acc[n_top]; rk[n]
+ * the row's ranking (al__head_rank) or NULL. */
 static void vec_row(const al_reading_opts *o, const double *a, const double *x, int64_t n,
-                    int64_t d, int64_t row, rws *w, acc *ac, int vec) {
+                    int64_t d, int64_t row, const uint16_t *rk, rws *w, acc *ac, int vec) {
     memset(w->S, 0, (size_t)d * sizeof(double));
     al__axpy_keys(a, x, d, NULL, 0, n, w->S);
     double nS = 0;
@@ -305,7 +309,10 @@ static void vec_row(const al_reading_opts *o, const double *a, const double *x, 
     for (int k = 0; k < o->n_top; k++)
         if (o->top_n[k] < n && o->top_n[k] > K) K = o->top_n[k];
     if (K == 0) return;
-    if (vec) al__top_k(a, n, K, w->sel, w->kvs, w->tmp);
+    if (vec && rk)
+        for (int64_t q = 0; q < K; q++) w->sel[q] = rk[q]; /* al__top_k's K: the prefix */
+    else if (vec)
+        al__top_k(a, n, K, w->sel, w->kvs, w->tmp);
     int64_t have = 0;
     memset(w->v, 0, (size_t)d * sizeof(double)); /* s of the first `have` selected */
     for (int g = 0; g < o->n_top; g++) {
@@ -391,9 +398,10 @@ static void finish(const al_reading_opts *o, const acc *ac, const al_topn_stats 
     }
 }
 
-/* Both entry points: rows of w (row t at w + t ldw, n_t keys). */
+/* Both entry points: rows of w (row t at w + t ldw, n_t keys; ranked rank + t ldw, or NULL). */
 static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t d, int causal,
-               const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+               const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
+               al_error *err) {
     int win = ldw == 0 ? 0 : o->window;
     int vec = o->distance != AL_DIST_SUM_OF_NORMS;
     al_topn_stats *sn = NULL;
@@ -409,7 +417,7 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
         sn = al__calloc((size_t)(o->n_top > 0 ? o->n_top : 1), sizeof *sn, "readings", err);
         if (!sn) return AL_E_NOMEM;
         rc = ldw == 0 ? al_row_metrics(w, x, L, d, &mo, sn, err)
-                      : al_head_metrics(w, x, L, d, &mo, sn, NULL, NULL, err);
+                      : al__head_metrics_gram(w, x, NULL, rank, -1, L, d, &mo, sn, NULL, NULL, err);
         if (rc) {
             free(sn);
             return rc;
@@ -427,7 +435,8 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
     int64_t rows = ldw == 0 ? 1 : L;
     for (int64_t t = 0; t < rows && (vec || o->exact); t++) {
         int64_t lo = al__row_lo(t, causal, win), n = ldw == 0 ? L : al__row_n(t, L, causal, win);
-        vec_row(o, w + t * ldw + lo, x + lo * d, n, d, t, &ws, ac, vec);
+        vec_row(o, w + t * ldw + lo, x + lo * d, n, d, t, rank ? rank + t * ldw : NULL, &ws, ac,
+                vec);
     }
     finish(o, ac, sn, out);
     rws_free(&ws);
@@ -446,11 +455,12 @@ int AL_MV(al_row_reading)(const double *alpha, const double *x, int64_t n, int64
         return al__err(err, AL_E_INVALID, "readings: NULL argument");
     if ((rc = check_finite(alpha, 1, n, n, 0, 0, "weights", err))) return rc;
     if ((rc = check_finite(x, n, d, d, 0, 0, "vectors", err))) return rc;
-    return run(alpha, 0, x, n, d, 0, o, out, err);
+    return run(alpha, 0, x, n, d, 0, o, NULL, out, err);
 }
 
-int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t d,
-                           const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+int AL_MV(al__head_reading_rank)(const double *w, const double *x, int64_t L, int64_t d,
+                                 const al_reading_opts *o, const uint16_t *rank,
+                                 al_reading_stats *out, al_error *err) {
     int rc = check_opts(o, L, d, err);
     if (rc) return rc;
     if (L < 1 || L > ((int64_t)1 << 16))
@@ -459,7 +469,12 @@ int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t 
         return al__err(err, AL_E_INVALID, "readings: NULL argument");
     if ((rc = check_finite(w, L, L, L, o->causal != 0, o->window, "weights", err))) return rc;
     if ((rc = check_finite(x, L, d, d, 0, 0, "vectors", err))) return rc;
-    return run(w, L, x, L, d, o->causal != 0, o, out, err);
+    return run(w, L, x, L, d, o->causal != 0, o, rank, out, err);
+}
+
+int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t d,
+                           const al_reading_opts *o, al_reading_stats *out, al_error *err) {
+    return AL_MV(al__head_reading_rank)(w, x, L, d, o, NULL, out, err);
 }
 
 /* ---- one copy of this file per instruction set (mv.h) --------------------------------------- */
@@ -473,5 +488,11 @@ int al_row_reading(const double *alpha, const double *x, int64_t n, int64_t d,
 int al_head_reading(const double *w, const double *x, int64_t L, int64_t d,
                     const al_reading_opts *o, al_reading_stats *out, al_error *err) {
     return AL_MV_PICK(al_head_reading)(w, x, L, d, o, out, err);
+}
+
+int al__head_reading_rank(const double *w, const double *x, int64_t L, int64_t d,
+                          const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
+                          al_error *err) {
+    return AL_MV_PICK(al__head_reading_rank)(w, x, L, d, o, rank, out, err);
 }
 #endif
