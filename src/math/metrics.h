@@ -1,4 +1,5 @@
-/* metrics.h: the math layer's internals shared by metrics.c and readings.c. */
+/* metrics.h: the math layer's internals shared by metrics.c and readings.c, and sensitivity.c's
+ * for the tests. */
 #ifndef AL_METRICS_H
 #define AL_METRICS_H
 
@@ -46,5 +47,12 @@ static inline void al__axpy_keys(const double *a, const double *x, int64_t d, co
         for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
     }
 }
+
+/* sensitivity.c: Algorithm 5's fresh directions are drawn AL__DIR_LANES at a time, one
+ * generator per vector lane. al__sensitivity_directions: v[nb, n] (1 <= nb <= AL__DIR_LANES)
+ * the unit directions of the generators r[nb] (in the copy of the CPU level in use), each the
+ * bits al_sensitivity_direction draws from its seeded generator; for the tests. */
+enum { AL__DIR_LANES = 8 };
+int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v);
 
 #endif

@@ -16,6 +16,7 @@
  * (fd_factored; docs/readings.md, "Algorithm 5 readings").
  */
 #include "internal.h"
+#include "metrics.h"
 #include "mv.h"
 #include "mathx.h"
 
@@ -39,7 +40,8 @@
     int f(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t row, int64_t n,    \
                                     double *v);                                                    \
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
-                                          int ei, int64_t n, double *v);
+                                          int ei, int64_t n, double *v);                           \
+    int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
 #pragma GCC visibility pop
@@ -103,13 +105,11 @@ static inline double box_muller(double u1, double u2, int which) {
     return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
 }
 
-/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction):
+/* n normal draws from the generator r, normalised (al_sensitivity_direction; the definition):
  * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
  * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
  * mathx.h, exact operations only: every copy, vectorised or not, gives the same bits). */
-static void unit_direction(uint64_t h, int64_t n, double *v) {
-    al__rng r;
-    al__rng_seed(&r, h);
+static void unit_direction_rng(al__rng r, int64_t n, double *v) {
     int64_t np = n / 2; /* the full pairs; an odd n keeps the cosine of one more */
     for (int64_t i = 0; i < n; i += 2) {
         double u1, u2 = al__rng_uniform_inline(&r);
@@ -136,6 +136,77 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
     for (int64_t i = 0; i < n; i++) v[i] *= is;
 }
 
+static void unit_direction(uint64_t h, int64_t n, double *v) {
+    al__rng r;
+    al__rng_seed(&r, h);
+    unit_direction_rng(r, n, v);
+}
+
+/* ---- AL__DIR_LANES directions at once, one generator per vector lane ---- */
+
+typedef uint64_t dir_u64 __attribute__((vector_size(8 * AL__DIR_LANES)));
+typedef double dir_f64 __attribute__((vector_size(8 * AL__DIR_LANES)));
+
+/* Each lane's next uniform: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
+ * x 5 and x 9 as shifts and adds), then (x >> 11) 2^-53 (al__rng_uniform_inline) through exact
+ * steps: x >> 11 = 2 (x >> 12) + bit 11, each part an integer below 2^52 read off the bits of
+ * 2^52 + part. */
+static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f64 *u) {
+    dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    const uint64_t m = 0x4330000000000000ull; /* the bits of 2^52 */
+    dir_u64 hi = (r >> 12) | m, lo = ((r >> 11) & 1) | m;
+    dir_f64 dh, dl;
+    memcpy(&dh, &hi, sizeof dh);
+    memcpy(&dl, &lo, sizeof dl);
+    *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
+}
+
+/* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_rng of each generator r[nb], lane k drawing
+ * its own: the same draws, Box-Muller on the same pairs, its own sum of squares in index order,
+ * so the same bits. u[(n + 1) AL__DIR_LANES] scratch, row i the i-th number of every lane. A lane
+ * that draws u1 = 0 (probability 2^-53 a pair; unit_direction_rng draws again) is redone alone. */
+static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
+                            double *restrict v) {
+    enum { K = AL__DIR_LANES };
+    dir_u64 s[4], bad = {0};
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < K; k++) s[c][k] = r[k < nb ? k : 0].s[c];
+    for (int64_t i = 0; i < n; i += 2) { /* odd n: the last u2 goes to the spare row n */
+        dir_f64 u1, u2;
+        dir_uniform(s, &u2);
+        dir_uniform(s, &u1);
+        bad |= (dir_u64)(u1 <= 0);
+        memcpy(u + i * K, &u1, sizeof u1);
+        memcpy(u + (i + 1) * K, &u2, sizeof u2);
+    }
+    for (int64_t i = 0; i < n; i += 2) { /* odd n: the spare row gets an unused sine */
+        double *restrict a = u + i * K, *restrict b = a + K;
+#pragma omp simd
+        for (int k = 0; k < K; k++) {
+            double u1 = a[k], u2 = b[k];
+            a[k] = box_muller(u1, u2, 0);
+            b[k] = box_muller(u1, u2, 1);
+        }
+    }
+    dir_f64 ss = {0}, is;
+    for (int64_t i = 0; i < n; i++) {
+        dir_f64 x;
+        memcpy(&x, u + i * K, sizeof x);
+        ss += x * x;
+    }
+    for (int k = 0; k < K; k++) is[k] = ss[k] > 0 ? 1.0 / sqrt(ss[k]) : 0.0;
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * K + k] * is[k];
+    for (int k = 0; k < nb; k++)
+        if (bad[k] || !(ss[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
+}
+
 static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
     uint64_t h = al__hash64(seed);
     h = al__hash64(h ^ (uint64_t)(int64_t)layer);
@@ -150,12 +221,27 @@ int AL_MV(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t 
     return 0;
 }
 
+/* the generator's seed of the fresh direction at (T index ti, eps index ei) */
+static uint64_t fresh_hash(uint64_t seed, int layer, int head, int64_t row, int ti, int ei) {
+    uint64_t h = direction_hash(seed, layer, head, row);
+    return al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^
+                      (uint64_t)(uint32_t)ei);
+}
+
 int AL_MV(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v) {
     if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
-    uint64_t h = direction_hash(seed, layer, head, row);
-    h = al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^ (uint64_t)(uint32_t)ei);
-    unit_direction(h, n, v);
+    unit_direction(fresh_hash(seed, layer, head, row, ti, ei), n, v);
+    return 0;
+}
+
+int AL_MV(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v) {
+    if (!r || !v || nb < 1 || nb > AL__DIR_LANES || n < 1 || n > ((int64_t)1 << 24))
+        return AL_E_INVALID;
+    double *u = al__malloc((size_t)(n + 1) * AL__DIR_LANES * sizeof(double), "directions", NULL);
+    if (!u) return AL_E_NOMEM;
+    unit_directions(r, nb, n, u, v);
+    free(u);
     return 0;
 }
 
@@ -403,12 +489,27 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
     return 0;
 }
 
-/* One row under the readings: the shared v, or a fresh v per (T, eps); out[n_t, n_eps] then
- * [n_t] spectral norms. */
+/* The fresh directions q0 .. q0 + nb - 1 of row t, q = ti n_eps + ei (ti the T index, ei the
+ * eps index), into v[nb, n]; u[(n + 1) AL__DIR_LANES] scratch. */
+static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0, int nb, int n_eps,
+                        int64_t n, double *u, double *v) {
+    al__rng r[AL__DIR_LANES];
+    for (int k = 0; k < nb; k++) {
+        size_t q = q0 + (size_t)k;
+        al__rng_seed(&r[k], fresh_hash(seed, layer, head, t, (int)(q / (size_t)n_eps),
+                                       (int)(q % (size_t)n_eps)));
+    }
+    unit_directions(r, nb, n, u, v);
+}
+
+/* One row under the readings: the shared v, or a fresh v per (T, eps), drawn AL__DIR_LANES at
+ * a time; out[n_t, n_eps] then [n_t] spectral norms. v[n] (shared) or v[AL__DIR_LANES, n] and
+ * u[(n + 1) AL__DIR_LANES] (fresh). */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                       int64_t t, int fresh, double *v, sens_ws *w, double *out, al_error *err) {
-    size_t nfd = (size_t)n_t * (size_t)n_eps;
+                       int64_t t, int fresh, double *v, double *u, sens_ws *w, double *out,
+                       al_error *err) {
+    size_t nfd = (size_t)n_t * (size_t)n_eps, q = 0;
     if (!fresh) {
         AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
         return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
@@ -418,10 +519,15 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
         int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
-        for (int e = 0; e < n_eps && !rc; e++) {
-            AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
-            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), top, n, eps[e], w,
-                         out + (size_t)a * (size_t)n_eps + e, err);
+        for (int e = 0; e < n_eps && !rc; e++, q++) {
+            size_t k = q % AL__DIR_LANES;
+            if (k == 0) {
+                size_t nb = nfd - q < AL__DIR_LANES ? nfd - q : AL__DIR_LANES;
+                fresh_batch(seed, layer, head, t, q, (int)nb, n_eps, n, u, v);
+            }
+            const double *vq = v + k * (size_t)n;
+            rc = sens_fd(&at, zt, vq, on_support(&at, vq, w->vc), absmax(vq, n), top, n, eps[e], w,
+                         out + q, err);
         }
         if (rc) return rc;
     }
@@ -458,17 +564,21 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
     sens_ws w = {0};
     int scaled = so->logit_scale != 1.0;
-    double *v =
-        al__malloc((size_t)L * sizeof(double) * (scaled ? 2 : 1), "sensitivity direction", err);
+    /* [L + 1, AL__DIR_LANES] the fresh draws, [AL__DIR_LANES or 1, L] the directions, [L] zs */
+    size_t nu = so->fresh ? (size_t)(L + 1) * AL__DIR_LANES : 0;
+    size_t nv = (size_t)L * (so->fresh ? AL__DIR_LANES : 1);
+    double *u = al__malloc_aligned((nu + nv + (scaled ? (size_t)L : 0)) * sizeof(double),
+                                   "sensitivity directions", err);
+    double *v = u ? u + nu : NULL;
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
-    if (!v || !acc || !one || build_ws(&w, L, err)) {
-        free(v);
+    if (!u || !acc || !one || build_ws(&w, L, err)) {
+        free(u);
         free(acc);
         free(one);
         return AL_E_NOMEM;
     }
-    double *zs = scaled ? v + L : NULL; /* [L] the row on the chosen scale */
+    double *zs = scaled ? v + nv : NULL; /* [L] the row on the chosen scale */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
     size_t nfd = (size_t)n_t * (size_t)n_eps;
@@ -489,7 +599,7 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
             zt = zs;
         }
         rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh, v,
-                         &w, one, err);
+                         u, &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
             goto done;
@@ -501,7 +611,7 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
     for (int a = 0; a < n_t; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
 done:
-    free(v);
+    free(u);
     free(acc);
     free(one);
     free(w.buf);
@@ -542,5 +652,9 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
 int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
                                    int64_t n, double *v) {
     return al_sensitivity_direction_fresh_base(seed, layer, head, row, ti, ei, n, v);
+}
+
+int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v) {
+    return AL_MV_PICK(al__sensitivity_directions)(r, nb, n, v);
 }
 #endif
