@@ -144,8 +144,18 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
 
 /* ---- AL__DIR_LANES directions at once, one generator per vector lane ---- */
 
-typedef uint64_t dir_u64 __attribute__((vector_size(8 * AL__DIR_LANES)));
-typedef double dir_f64 __attribute__((vector_size(8 * AL__DIR_LANES)));
+/* DIR_W lanes a vector, the copy's own width (a wider generic vector is split badly by the
+ * compiler); DIR_G vectors hold one number of every lane */
+#if defined(__AVX512F__)
+#define DIR_W 8
+#elif defined(__AVX2__)
+#define DIR_W 4
+#else
+#define DIR_W 2
+#endif
+enum { DIR_G = AL__DIR_LANES / DIR_W };
+typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
+typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
 
 /* Each lane's next uniform: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
  * x 5 and x 9 as shifts and adds), then (x >> 11) 2^-53 (al__rng_uniform_inline) through exact
@@ -167,6 +177,44 @@ static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f6
     *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
 }
 
+/* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
+ * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
+ * number at a time. */
+static inline void dir_scatter8(const double *restrict u, const double *is, int64_t i0, int nb,
+                                int64_t n, double *restrict v) {
+#if DIR_W == 8
+    typedef int64_t idx8 __attribute__((vector_size(64)));
+    const idx8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
+    const idx8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const idx8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    dir_f64 x[8], a[8], b[8], isv;
+    memcpy(&isv, is, sizeof isv);
+    for (int i = 0; i < 8; i++) {
+        memcpy(&x[i], u + (i0 + i) * 8, sizeof x[i]);
+        x[i] *= isv;
+    }
+    for (int i = 0; i < 8; i += 2) { /* a[i]: the even columns of rows i, i + 1 interleaved */
+        a[i] = __builtin_shuffle(x[i], x[i + 1], lo1);
+        a[i + 1] = __builtin_shuffle(x[i], x[i + 1], hi1);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; j++) {
+            b[i + j] = __builtin_shuffle(a[i + j], a[i + j + 2], lo2);
+            b[i + j + 2] = __builtin_shuffle(a[i + j], a[i + j + 2], hi2);
+        }
+    for (int j = 0; j < 4; j++) { /* x[k] = column k */
+        x[j] = __builtin_shuffle(b[j], b[j + 4], lo4);
+        x[j + 4] = __builtin_shuffle(b[j], b[j + 4], hi4);
+    }
+    for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
+#else
+    for (int64_t i = i0; i < i0 + 8; i++)
+        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * 8 + k] * is[k];
+#endif
+}
+
+_Static_assert(AL__DIR_LANES == 8, "dir_scatter8 is 8 x 8");
+
 /* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_rng of each generator r[nb], lane k drawing
  * its own: the same draws, Box-Muller on the same pairs, its own sum of squares in index order,
  * so the same bits. u[(n + 1) AL__DIR_LANES] scratch, row i the i-th number of every lane. A lane
@@ -174,17 +222,18 @@ static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f6
 static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
                             double *restrict v) {
     enum { K = AL__DIR_LANES };
-    dir_u64 s[4], bad = {0};
-    for (int c = 0; c < 4; c++)
-        for (int k = 0; k < K; k++) s[c][k] = r[k < nb ? k : 0].s[c];
-    for (int64_t i = 0; i < n; i += 2) { /* odd n: the last u2 goes to the spare row n */
-        dir_f64 u1, u2;
-        dir_uniform(s, &u2);
-        dir_uniform(s, &u1);
-        bad |= (dir_u64)(u1 <= 0);
-        memcpy(u + i * K, &u1, sizeof u1);
-        memcpy(u + (i + 1) * K, &u2, sizeof u2);
-    }
+    dir_u64 s[DIR_G][4], bad[DIR_G] = {{0}};
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < 4; c++) s[k / DIR_W][c][k % DIR_W] = r[k < nb ? k : 0].s[c];
+    for (int64_t i = 0; i < n; i += 2) /* odd n: the last u2 goes to the spare row n */
+        for (int g = 0; g < DIR_G; g++) {
+            dir_f64 u1, u2;
+            dir_uniform(s[g], &u2);
+            dir_uniform(s[g], &u1);
+            bad[g] |= (dir_u64)(u1 <= 0);
+            memcpy(u + i * K + g * DIR_W, &u1, sizeof u1);
+            memcpy(u + (i + 1) * K + g * DIR_W, &u2, sizeof u2);
+        }
     for (int64_t i = 0; i < n; i += 2) { /* odd n: the spare row gets an unused sine */
         double *restrict a = u + i * K, *restrict b = a + K;
 #pragma omp simd
@@ -194,17 +243,24 @@ static void unit_directions(const al__rng *r, int nb, int64_t n, double *restric
             b[k] = box_muller(u1, u2, 1);
         }
     }
-    dir_f64 ss = {0}, is;
-    for (int64_t i = 0; i < n; i++) {
-        dir_f64 x;
-        memcpy(&x, u + i * K, sizeof x);
-        ss += x * x;
-    }
-    for (int k = 0; k < K; k++) is[k] = ss[k] > 0 ? 1.0 / sqrt(ss[k]) : 0.0;
+    dir_f64 ss[DIR_G] = {{0}};
     for (int64_t i = 0; i < n; i++)
+        for (int g = 0; g < DIR_G; g++) {
+            dir_f64 x;
+            memcpy(&x, u + i * K + g * DIR_W, sizeof x);
+            ss[g] += x * x;
+        }
+    double is[K], sk[K];
+    for (int k = 0; k < K; k++) {
+        sk[k] = ss[k / DIR_W][k % DIR_W];
+        is[k] = sk[k] > 0 ? 1.0 / sqrt(sk[k]) : 0.0;
+    }
+    int64_t i0 = 0;
+    for (; i0 + 8 <= n; i0 += 8) dir_scatter8(u, is, i0, nb, n, v);
+    for (int64_t i = i0; i < n; i++)
         for (int k = 0; k < nb; k++) v[k * n + i] = u[i * K + k] * is[k];
     for (int k = 0; k < nb; k++)
-        if (bad[k] || !(ss[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
+        if (bad[k / DIR_W][k % DIR_W] || !(sk[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
 }
 
 static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
