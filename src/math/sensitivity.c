@@ -177,16 +177,20 @@ static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f6
     *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
 }
 
+/* the lanes of a and b picked by constant indices (b's numbered from DIR_W) */
+#if defined(__clang__) || __GNUC__ >= 12
+#define DIR_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int64_t dir_i64 __attribute__((vector_size(8 * DIR_W)));
+#define DIR_SHUF(a, b, ...) __builtin_shuffle(a, b, (dir_i64){__VA_ARGS__})
+#endif
+
 /* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
  * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
  * number at a time. */
 static inline void dir_scatter8(const double *restrict u, const double *is, int64_t i0, int nb,
                                 int64_t n, double *restrict v) {
 #if DIR_W == 8
-    typedef int64_t idx8 __attribute__((vector_size(64)));
-    const idx8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
-    const idx8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const idx8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
     dir_f64 x[8], a[8], b[8], isv;
     memcpy(&isv, is, sizeof isv);
     for (int i = 0; i < 8; i++) {
@@ -194,17 +198,17 @@ static inline void dir_scatter8(const double *restrict u, const double *is, int6
         x[i] *= isv;
     }
     for (int i = 0; i < 8; i += 2) { /* a[i]: the even columns of rows i, i + 1 interleaved */
-        a[i] = __builtin_shuffle(x[i], x[i + 1], lo1);
-        a[i + 1] = __builtin_shuffle(x[i], x[i + 1], hi1);
+        a[i] = DIR_SHUF(x[i], x[i + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+        a[i + 1] = DIR_SHUF(x[i], x[i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
     }
     for (int i = 0; i < 8; i += 4)
         for (int j = 0; j < 2; j++) {
-            b[i + j] = __builtin_shuffle(a[i + j], a[i + j + 2], lo2);
-            b[i + j + 2] = __builtin_shuffle(a[i + j], a[i + j + 2], hi2);
+            b[i + j] = DIR_SHUF(a[i + j], a[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            b[i + j + 2] = DIR_SHUF(a[i + j], a[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
         }
     for (int j = 0; j < 4; j++) { /* x[k] = column k */
-        x[j] = __builtin_shuffle(b[j], b[j + 4], lo4);
-        x[j + 4] = __builtin_shuffle(b[j], b[j + 4], hi4);
+        x[j] = DIR_SHUF(b[j], b[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        x[j + 4] = DIR_SHUF(b[j], b[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
     for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
 #else
