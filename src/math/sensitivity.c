@@ -185,6 +185,13 @@ typedef int64_t dir_i64 __attribute__((vector_size(8 * DIR_W)));
 #define DIR_SHUF(a, b, ...) __builtin_shuffle(a, b, (dir_i64){__VA_ARGS__})
 #endif
 
+/* v[k, i] = u[i, k] is[k] for the rows i0 <= i < i1 and the lanes k < nb, one at a time */
+static inline void dir_scatter(const double *restrict u, const double *is, int64_t i0, int64_t i1,
+                               int nb, int64_t n, double *restrict v) {
+    for (int64_t i = i0; i < i1; i++)
+        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * AL__DIR_LANES + k] * is[k];
+}
+
 /* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
  * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
  * number at a time. */
@@ -212,8 +219,7 @@ static inline void dir_scatter8(const double *restrict u, const double *is, int6
     }
     for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
 #else
-    for (int64_t i = i0; i < i0 + 8; i++)
-        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * 8 + k] * is[k];
+    dir_scatter(u, is, i0, i0 + 8, nb, n, v);
 #endif
 }
 
@@ -261,8 +267,7 @@ static void unit_directions(const al__rng *r, int nb, int64_t n, double *restric
     }
     int64_t i0 = 0;
     for (; i0 + 8 <= n; i0 += 8) dir_scatter8(u, is, i0, nb, n, v);
-    for (int64_t i = i0; i < n; i++)
-        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * K + k] * is[k];
+    dir_scatter(u, is, i0, n, nb, n, v);
     for (int k = 0; k < nb; k++)
         if (bad[k / DIR_W][k % DIR_W] || !(sk[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
 }
