@@ -41,7 +41,11 @@
                                     double *v);                                                    \
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
                                           int ei, int64_t n, double *v);                           \
-    int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);
+    int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);             \
+    int f(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,      \
+                                   const double *temps, int n_t, const double *eps, int n_eps,     \
+                                   uint64_t seed, int layer, int head, const al_sens_opts *so,     \
+                                   double *fd_mean, al_error *err);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
 #pragma GCC visibility pop
@@ -375,9 +379,10 @@ static int64_t support(const double *e0, int64_t n, double *ec, int64_t *idx) {
     return m;
 }
 
-/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z, mn0 =
- * min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add exactly 0 to the secular
- * sums and to the finite differences (sens_fd), so both run on the support. */
+/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T) (spec NULL: not computed), for
+ * z[n] (mx0 = max z, mn0 = min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add
+ * exactly 0 to the secular sums and to the finite differences (sens_fd), so both run on the
+ * support. */
 static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, const al_norm *base,
                         double T, sens_ws *w, sens_at *at, double *spec, al_error *err) {
     at->nmT = *base;
@@ -394,10 +399,11 @@ static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, con
             at->ec = w->ec;
             at->idx = w->idx;
         }
-        *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
+        if (spec) *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
         return 0;
     }
     at->s0 = 1.0;
+    if (!spec) return al_norm_forward(&at->nmT, zt, n, w->p0, err);
     return al_norm_forward_spectral(&at->nmT, zt, n, w->p0, spec, err);
 }
 
@@ -508,7 +514,8 @@ static int sens_fd(const sens_at *at, const double *zt, const double *v, const d
     return 0;
 }
 
-/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
+/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] (NULL: not computed) are set (not
+ * added to). */
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
@@ -516,7 +523,7 @@ static int sens_row(const double *zt, int64_t n, const al_norm *base, const doub
     int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) {
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, &spec[a], err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? &spec[a] : NULL, err);
         const double *vc = rc ? NULL : on_support(&at, v, w->vc);
         for (int e = 0; e < n_eps && !rc; e++)
             rc = sens_fd(&at, zt, v, vc, vmax, top, n, eps[e], w,
@@ -568,22 +575,24 @@ static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0
 }
 
 /* One row under the readings: the shared v, or a fresh v per (T, eps), drawn AL__DIR_LANES at
- * a time; out[n_t, n_eps] then [n_t] spectral norms. v[n] (shared) or v[AL__DIR_LANES, n] and
+ * a time; out[n_t, n_eps] then [n_t] spectral norms (want_spec 0: not computed, left as they
+ * are). v[n] (shared) or v[AL__DIR_LANES, n] and
  * u[(n + 1) AL__DIR_LANES] (fresh). */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                       int64_t t, int fresh, double *v, double *u, sens_ws *w, double *out,
-                       al_error *err) {
+                       int64_t t, int fresh, int want_spec, double *v, double *u, sens_ws *w,
+                       double *out, al_error *err) {
     size_t nfd = (size_t)n_t * (size_t)n_eps, q = 0;
+    double *spec = want_spec ? out + nfd : NULL;
     if (!fresh) {
         AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
-        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
+        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, spec, err);
     }
     double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
     int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? spec + a : NULL, err);
         for (int e = 0; e < n_eps && !rc; e++, q++) {
             size_t k = q % AL__DIR_LANES;
             if (k == 0) {
@@ -607,11 +616,11 @@ int AL_MV(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_
                                   fd_mean, spec_mean, err);
 }
 
-int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,
-                                  const double *temps, int n_t, const double *eps, int n_eps,
-                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
-                                  double *fd_mean, double *spec_mean, al_error *err) {
-    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
+/* al_head_sensitivity_ex; spec_mean NULL: the spectral norms not computed */
+static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, const double *temps,
+                     int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
+                     const al_sens_opts *so, double *fd_mean, double *spec_mean, al_error *err) {
+    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)))
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (L < 1 || L > ((int64_t)1 << 24))
         return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
@@ -636,7 +645,7 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
                                    "sensitivity directions", err);
     double *v = u ? u + nu : NULL;
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
-    double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
+    double *one = al__calloc(nout, sizeof(double), "sensitivity row", err);
     if (!u || !acc || !one || build_ws(&w, L, err)) {
         free(u);
         free(acc);
@@ -663,8 +672,8 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
             for (int64_t j = 0; j < n; j++) zs[j] = zt[j] * so->logit_scale;
             zt = zs;
         }
-        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh, v,
-                         u, &w, one, err);
+        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh,
+                         spec_mean != NULL, v, u, &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
             goto done;
@@ -674,13 +683,30 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     }
     double r = rows > 0 ? (double)rows : NAN;
     for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
-    for (int a = 0; a < n_t; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
+    for (int a = 0; a < n_t && spec_mean; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
 done:
     free(u);
     free(acc);
     free(one);
     free(w.buf);
     return rc;
+}
+
+int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                  const double *temps, int n_t, const double *eps, int n_eps,
+                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                  double *fd_mean, double *spec_mean, al_error *err) {
+    if (!spec_mean) return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
+    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean,
+                     spec_mean, err);
+}
+
+int AL_MV(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                   const double *temps, int n_t, const double *eps, int n_eps,
+                                   uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                   double *fd_mean, al_error *err) {
+    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean, NULL,
+                     err);
 }
 
 /* ---- one copy of this file per instruction set (mv.h) ---- */
@@ -721,5 +747,13 @@ int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t r
 
 int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v) {
     return AL_MV_PICK(al__sensitivity_directions)(r, nb, n, v);
+}
+
+int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
+                            const double *temps, int n_t, const double *eps, int n_eps,
+                            uint64_t seed, int layer, int head, const al_sens_opts *so,
+                            double *fd_mean, al_error *err) {
+    return AL_MV_PICK(al__head_sensitivity_fd)(z, L, causal, nm, temps, n_t, eps, n_eps, seed,
+                                               layer, head, so, fd_mean, err);
 }
 #endif
