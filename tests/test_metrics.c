@@ -868,6 +868,148 @@ static void test_row_api_equals_head_rows(void **state) {
     assert_int_not_equal(al_row_sensitivity(z2, 2, &sm, T, 1, eps, 1, NULL, rfd, rspec, &err), 0);
 }
 
+/* ---- Algorithm 5's directions, AL__DIR_LANES at a time ----------------------------------------
+ */
+
+/* The definition (METHOD section 6, al_sensitivity_direction), one draw at a time: uniform pairs
+ * (u2, then u1 redrawn while 0) from r, Box-Muller on each pair (mathx.h's kernels) keeping
+ * both normals (an odd n the cosine of the last), divided by the root of the in-order sum of
+ * squares. Returns how many u1 were redrawn. */
+static int ref_direction(al__rng r, int64_t n, double *v) {
+    int redrawn = 0;
+    for (int64_t i = 0; i < n; i += 2) {
+        double u2 = (double)(al__rng_next(&r) >> 11) * 0x1.0p-53, u1;
+        while ((u1 = (double)(al__rng_next(&r) >> 11) * 0x1.0p-53) == 0) redrawn++;
+        double sn, cs, rad = sqrt(-2.0 * al__log_pos(u1));
+        al__sincos_turn(u2, &sn, &cs);
+        v[i] = rad * cs;
+        if (i + 1 < n) v[i + 1] = rad * sn;
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
+    double is = 1.0 / sqrt(s);
+    for (int64_t i = 0; i < n; i++) v[i] *= is;
+    return redrawn;
+}
+
+/* al_sensitivity_direction_fresh's generator seed (the hash chain of sensitivity.c) */
+static uint64_t ref_fresh_hash(uint64_t seed, int layer, int head, int64_t row, int ti, int ei) {
+    uint64_t h = al__hash64(seed);
+    h = al__hash64(h ^ (uint64_t)(int64_t)layer);
+    h = al__hash64(h ^ (uint64_t)(int64_t)head);
+    h = al__hash64(h ^ (uint64_t)row);
+    return al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^
+                      (uint64_t)(uint32_t)ei);
+}
+
+/* The directions drawn lane by lane (al__sensitivity_directions, batches of 1..8) and the public
+ * al_sensitivity_direction_fresh are the definition's bits at every CPU level, for n = 1, 2, 3,
+ * 7, 8, 9, 1023 and several seeds, a u1 of 0 (a state made for it: its second draw is 0) among
+ * them. */
+static void test_directions_lanes_bit_equal(void **state) {
+    (void)state;
+    enum { NMAX = 1023, K = AL__DIR_LANES };
+    const int64_t ns[] = {1, 2, 3, 7, 8, 9, NMAX};
+    double *v = malloc(sizeof(double) * K * NMAX), *ref = malloc(sizeof(double) * NMAX);
+    al__rng r[K];
+    /* xoshiro's first step sets s1 to s0 ^ s1 ^ s2: 0 here, so the second draw (u1) is 0 */
+    al__rng zero = {{0x9E3779B97F4A7C15ull, 0x0123456789ABCDEFull ^ 0x9E3779B97F4A7C15ull,
+                     0x0123456789ABCDEFull, 42}};
+    assert_int_equal(ref_direction(zero, 1, ref), 1);
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+            for (uint64_t seed = 0; seed < 3; seed++)
+                for (int nb = 1; nb <= K; nb += nb < 3 ? 1 : 5) { /* 1, 2, 3, 8 */
+                    int64_t n = ns[in];
+                    for (int k = 0; k < nb; k++)
+                        al__rng_seed(&r[k], ref_fresh_hash(seed, 1, 2, n, k, 3));
+                    if (seed == 2) r[nb / 2] = zero;
+                    assert_int_equal(al__sensitivity_directions(r, nb, n, v), 0);
+                    for (int k = 0; k < nb; k++) {
+                        ref_direction(r[k], n, ref);
+                        assert_memory_equal(v + k * n, ref, sizeof(double) * n);
+                    }
+                    al__rng_seed(&r[0], ref_fresh_hash(seed, 1, 2, n, nb, 3));
+                    ref_direction(r[0], n, ref);
+                    assert_int_equal(al_sensitivity_direction_fresh(seed, 1, 2, n, nb, 3, n, v), 0);
+                    assert_memory_equal(v, ref, sizeof(double) * n);
+                }
+        assert_int_not_equal(al__sensitivity_directions(r, K + 1, 4, v), 0);
+        assert_int_not_equal(al__sensitivity_directions(r, 0, 4, v), 0);
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(v), free(ref);
+}
+
+/* Fresh directions: al_head_sensitivity_ex's means are, bit for bit, the sequential means of
+ * al_row_sensitivity at each (T, eps) in al_sensitivity_direction_fresh, at every CPU level;
+ * 5 x 3 and 2 x 4 directions a row (batches of 8 with a tail, and exactly one batch). */
+static void test_fresh_head_equals_rows(void **state) {
+    (void)state;
+    enum { L = 23 };
+    double z[L * L], v[L], T[5] = {0.01, 0.1, 0.5, 2, 9}, eps[4] = {1e-4, 1e-2, 1, 30};
+    al__rng r;
+    al__rng_seed(&r, 77);
+    for (int i = 0; i < L * L; i++) z[i] = 3 * al__rng_normal(&r);
+    al_norm nm = softmax_norm();
+    al_sens_opts so = {.logit_scale = 1.0, .fresh = 1};
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (int shape = 0; shape < 2; shape++) {
+            int n_t = shape ? 2 : 5, n_eps = shape ? 4 : 3;
+            double fd[20], spec[5], sfd[20] = {0}, sspec[5] = {0}, f1, s1;
+            assert_int_equal(al_head_sensitivity_ex(z, L, 1, &nm, T, n_t, eps, n_eps, 6, 1, 4, &so,
+                                                    fd, spec, NULL),
+                             0);
+            for (int t = 1; t < L; t++)
+                for (int a = 0; a < n_t; a++)
+                    for (int e = 0; e < n_eps; e++) {
+                        al_sensitivity_direction_fresh(6, 1, 4, t, a, e, t + 1, v);
+                        assert_int_equal(al_row_sensitivity(z + t * L, t + 1, &nm, T + a, 1,
+                                                            eps + e, 1, v, &f1, &s1, NULL),
+                                         0);
+                        sfd[a * n_eps + e] += f1;
+                        if (e == 0) sspec[a] += s1;
+                    }
+            for (int q = 0; q < n_t * n_eps; q++) assert_true(fd[q] == sfd[q] / (L - 1));
+            for (int a = 0; a < n_t; a++) assert_true(spec[a] == sspec[a] / (L - 1));
+        }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+/* al__head_sensitivity_fd (a reading's finite differences, its spectral norms taken from the
+ * run) gives al_head_sensitivity_ex's finite differences bit for bit: every normalizer (softmax's
+ * fast path and al_norm_forward for the others, where the full call uses
+ * al_norm_forward_spectral), shared and fresh directions, scaled logits, every CPU level. */
+static void test_fd_without_spectral_bit_equal(void **state) {
+    (void)state;
+    enum { L = 19 };
+    double z[L * L], T[3] = {0.05, 0.7, 6}, eps[2] = {1e-3, 3}, fd[6], fd2[6], spec[3];
+    al__rng r;
+    al__rng_seed(&r, 91);
+    for (int i = 0; i < L * L; i++) z[i] = 2 * al__rng_normal(&r);
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (int kind = AL_NORM_SOFTMAX; kind <= AL_NORM_SA_SOFTMAX_NORM; kind++)
+            for (int fresh = 0; fresh < 2; fresh++) {
+                al_norm nm = {
+                    .kind = (al_norm_kind)kind, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
+                al_sens_opts so = {.logit_scale = fresh ? 1.0 : 2.5, .fresh = fresh};
+                assert_int_equal(al_head_sensitivity_ex(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so,
+                                                        fd, spec, NULL),
+                                 0);
+                memset(fd2, 0, sizeof fd2);
+                assert_int_equal(
+                    al__head_sensitivity_fd(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so, fd2, NULL),
+                    0);
+                assert_memory_equal(fd, fd2, sizeof fd);
+            }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtilde_le_dmax),
@@ -887,6 +1029,9 @@ int main(void) {
         cmocka_unit_test(test_sensitivity_uniform_and_bounds),
         cmocka_unit_test(test_sensitivity_other_normalizer_and_edges),
         cmocka_unit_test(test_row_api_equals_head_rows),
+        cmocka_unit_test(test_directions_lanes_bit_equal),
+        cmocka_unit_test(test_fresh_head_equals_rows),
+        cmocka_unit_test(test_fd_without_spectral_bit_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

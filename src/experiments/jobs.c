@@ -268,8 +268,23 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
     return 0;
 }
 
-static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, double tsec[4],
-                     al_error *err) {
+/* base's spectral norms of Algorithm 5 for this head, when it computed them on the same logits
+ * for the same normalizer, temperatures and logit scale (a reading changing only the
+ * directions): they do not depend on the directions; else NULL. */
+static const double *shared_spectral(const obs_ctx *base, const obs_ctx *c, int hidx) {
+    const plan *a = base ? base->p : NULL, *b = c->p;
+    if (!a || !base->j || !base->j->want_sens || a->have_nm != b->have_nm ||
+        a->nm.kind != b->nm.kind || a->nm.alpha != b->nm.alpha || a->nm.ssmax_s != b->nm.ssmax_s ||
+        a->nm.temperature != b->nm.temperature || a->nT != b->nT ||
+        memcmp(a->T, b->T, (size_t)a->nT * sizeof(double)) != 0 ||
+        a->o.temperature_raw != b->o.temperature_raw || a->n_head != b->n_head)
+        return NULL;
+    return base->j->spec + (size_t)hidx * a->nT;
+}
+
+/* Head i of c's job; base: the run's context when c is a reading's (NULL for the run's own). */
+static int head_work(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int i, scratch *sc,
+                     double tsec[4], al_error *err) {
     const plan *p = c->p;
     job *j = c->j;
     int L = cap->T, hidx = cap->layer * p->n_head + cap->heads[i];
@@ -304,10 +319,16 @@ static int head_work(obs_ctx *c, const al_capture *cap, int i, scratch *sc, doub
         al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
                            .fresh = p->o.fresh_directions,
                            .window = cap->window};
-        rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
-                                    p->o.seed, cap->layer, cap->heads[i], &so,
-                                    j->fd + (size_t)hidx * p->nT * p->nE,
-                                    j->spec + (size_t)hidx * p->nT, err);
+        const double *spec0 = shared_spectral(base, c, hidx);
+        double *fd = j->fd + (size_t)hidx * p->nT * p->nE, *spec = j->spec + (size_t)hidx * p->nT;
+        if (spec0) {
+            rc = al__head_sensitivity_fd(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
+                                         p->o.seed, cap->layer, cap->heads[i], &so, fd, err);
+            memcpy(spec, spec0, (size_t)p->nT * sizeof(double));
+        } else {
+            rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
+                                        p->o.seed, cap->layer, cap->heads[i], &so, fd, spec, err);
+        }
         if (rc)
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
@@ -379,11 +400,11 @@ int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, doubl
 static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
                         al_error *err) {
     obs_ctx *c = ctx;
-    int bad = head_work(c, cap, i, sc, tsec, err);
+    int bad = head_work(c, NULL, cap, i, sc, tsec, err);
     for (int v = 0; v < c->n_var && !bad; v++) {
         if (al__cancelled()) /* a signal stops a head between its readings, on any thread */
             return al__err(err, AL_E_CANCELLED, "interrupted");
-        if (c->var[v].j) bad = head_work(&c->var[v], cap, i, sc, tsec, err);
+        if (c->var[v].j) bad = head_work(&c->var[v], c, cap, i, sc, tsec, err);
     }
     return bad;
 }

@@ -1,4 +1,5 @@
-/* metrics.h: the math layer's internals shared by metrics.c and readings.c. */
+/* metrics.h: the math layer's internals shared by metrics.c and readings.c, and sensitivity.c's
+ * for the tests. */
 #ifndef AL_METRICS_H
 #define AL_METRICS_H
 
@@ -60,5 +61,18 @@ static inline void al__axpy_keys(const double *a, const double *x, int64_t d, co
         for (int64_t k = 0; k < d; k++) s[k] = FMA(aj, xj[k], s[k]);
     }
 }
+
+/* sensitivity.c: Algorithm 5's fresh directions are drawn AL__DIR_LANES at a time, one
+ * generator per vector lane. al__sensitivity_directions: v[nb, n] (1 <= nb <= AL__DIR_LANES)
+ * the unit directions of the generators r[nb] (in the copy of the CPU level in use), each the
+ * bits al_sensitivity_direction draws from its seeded generator; for the tests. */
+enum { AL__DIR_LANES = 8 };
+int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v);
+/* al_head_sensitivity_ex without the spectral norms (fd_mean[n_t, n_eps] only, the same bits):
+ * for a reading whose spectral norms are another plan's (they do not depend on the directions) */
+int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
+                            const double *temps, int n_t, const double *eps, int n_eps,
+                            uint64_t seed, int layer, int head, const al_sens_opts *so,
+                            double *fd_mean, al_error *err);
 
 #endif

@@ -16,6 +16,7 @@
  * (fd_factored; docs/readings.md, "Algorithm 5 readings").
  */
 #include "internal.h"
+#include "metrics.h"
 #include "mv.h"
 #include "mathx.h"
 
@@ -39,7 +40,12 @@
     int f(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t row, int64_t n,    \
                                     double *v);                                                    \
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
-                                          int ei, int64_t n, double *v);
+                                          int ei, int64_t n, double *v);                           \
+    int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);             \
+    int f(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,      \
+                                   const double *temps, int n_t, const double *eps, int n_eps,     \
+                                   uint64_t seed, int layer, int head, const al_sens_opts *so,     \
+                                   double *fd_mean, al_error *err);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
 #pragma GCC visibility pop
@@ -103,13 +109,11 @@ static inline double box_muller(double u1, double u2, int which) {
     return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
 }
 
-/* n normal draws from the generator seeded by h, normalised (al_sensitivity_direction):
+/* n normal draws from the generator r, normalised (al_sensitivity_direction; the definition):
  * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
  * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
  * mathx.h, exact operations only: every copy, vectorised or not, gives the same bits). */
-static void unit_direction(uint64_t h, int64_t n, double *v) {
-    al__rng r;
-    al__rng_seed(&r, h);
+static void unit_direction_rng(al__rng r, int64_t n, double *v) {
     int64_t np = n / 2; /* the full pairs; an odd n keeps the cosine of one more */
     for (int64_t i = 0; i < n; i += 2) {
         double u1, u2 = al__rng_uniform_inline(&r);
@@ -136,6 +140,142 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
     for (int64_t i = 0; i < n; i++) v[i] *= is;
 }
 
+static void unit_direction(uint64_t h, int64_t n, double *v) {
+    al__rng r;
+    al__rng_seed(&r, h);
+    unit_direction_rng(r, n, v);
+}
+
+/* ---- AL__DIR_LANES directions at once, one generator per vector lane ---- */
+
+/* DIR_W lanes a vector, the copy's own width (a wider generic vector is split badly by the
+ * compiler); DIR_G vectors hold one number of every lane */
+#if defined(__AVX512F__)
+#define DIR_W 8
+#elif defined(__AVX2__)
+#define DIR_W 4
+#else
+#define DIR_W 2
+#endif
+enum { DIR_G = AL__DIR_LANES / DIR_W };
+typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
+typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
+
+/* Each lane's next uniform: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
+ * x 5 and x 9 as shifts and adds), then (x >> 11) 2^-53 (al__rng_uniform_inline) through exact
+ * steps: x >> 11 = 2 (x >> 12) + bit 11, each part an integer below 2^52 read off the bits of
+ * 2^52 + part. */
+static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f64 *u) {
+    dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    const uint64_t m = 0x4330000000000000ull; /* the bits of 2^52 */
+    dir_u64 hi = (r >> 12) | m, lo = ((r >> 11) & 1) | m;
+    dir_f64 dh, dl;
+    memcpy(&dh, &hi, sizeof dh);
+    memcpy(&dl, &lo, sizeof dl);
+    *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
+}
+
+/* the lanes of a and b picked by constant indices (b's numbered from DIR_W) */
+#if defined(__clang__) || __GNUC__ >= 12
+#define DIR_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int64_t dir_i64 __attribute__((vector_size(8 * DIR_W)));
+#define DIR_SHUF(a, b, ...) __builtin_shuffle(a, b, (dir_i64){__VA_ARGS__})
+#endif
+
+/* v[k, i] = u[i, k] is[k] for the rows i0 <= i < i1 and the lanes k < nb, one at a time */
+static inline void dir_scatter(const double *restrict u, const double *is, int64_t i0, int64_t i1,
+                               int nb, int64_t n, double *restrict v) {
+    for (int64_t i = i0; i < i1; i++)
+        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * AL__DIR_LANES + k] * is[k];
+}
+
+/* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
+ * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
+ * number at a time. */
+static inline void dir_scatter8(const double *restrict u, const double *is, int64_t i0, int nb,
+                                int64_t n, double *restrict v) {
+#if DIR_W == 8
+    dir_f64 x[8], a[8], b[8], isv;
+    memcpy(&isv, is, sizeof isv);
+    for (int i = 0; i < 8; i++) {
+        memcpy(&x[i], u + (i0 + i) * 8, sizeof x[i]);
+        x[i] *= isv;
+    }
+    for (int i = 0; i < 8; i += 2) { /* a[i]: the even columns of rows i, i + 1 interleaved */
+        a[i] = DIR_SHUF(x[i], x[i + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+        a[i + 1] = DIR_SHUF(x[i], x[i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; j++) {
+            b[i + j] = DIR_SHUF(a[i + j], a[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            b[i + j + 2] = DIR_SHUF(a[i + j], a[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int j = 0; j < 4; j++) { /* x[k] = column k */
+        x[j] = DIR_SHUF(b[j], b[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        x[j + 4] = DIR_SHUF(b[j], b[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
+#else
+    dir_scatter(u, is, i0, i0 + 8, nb, n, v);
+#endif
+}
+
+_Static_assert(AL__DIR_LANES == 8, "dir_scatter8 is 8 x 8");
+
+/* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_rng of each generator r[nb], lane k drawing
+ * its own: the same draws, Box-Muller on the same pairs, its own sum of squares in index order,
+ * so the same bits. u[(n + 1) AL__DIR_LANES] scratch, row i the i-th number of every lane. A lane
+ * that draws u1 = 0 (probability 2^-53 a pair; unit_direction_rng draws again) is redone alone. */
+static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
+                            double *restrict v) {
+    enum { K = AL__DIR_LANES };
+    dir_u64 s[DIR_G][4], bad[DIR_G] = {{0}};
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < 4; c++) s[k / DIR_W][c][k % DIR_W] = r[k < nb ? k : 0].s[c];
+    for (int64_t i = 0; i < n; i += 2) /* odd n: the last u2 goes to the spare row n */
+        for (int g = 0; g < DIR_G; g++) {
+            dir_f64 u1, u2;
+            dir_uniform(s[g], &u2);
+            dir_uniform(s[g], &u1);
+            bad[g] |= (dir_u64)(u1 <= 0);
+            memcpy(u + i * K + g * DIR_W, &u1, sizeof u1);
+            memcpy(u + (i + 1) * K + g * DIR_W, &u2, sizeof u2);
+        }
+    for (int64_t i = 0; i < n; i += 2) { /* odd n: the spare row gets an unused sine */
+        double *restrict a = u + i * K, *restrict b = a + K;
+#pragma omp simd
+        for (int k = 0; k < K; k++) {
+            double u1 = a[k], u2 = b[k];
+            a[k] = box_muller(u1, u2, 0);
+            b[k] = box_muller(u1, u2, 1);
+        }
+    }
+    dir_f64 ss[DIR_G] = {{0}};
+    for (int64_t i = 0; i < n; i++)
+        for (int g = 0; g < DIR_G; g++) {
+            dir_f64 x;
+            memcpy(&x, u + i * K + g * DIR_W, sizeof x);
+            ss[g] += x * x;
+        }
+    double is[K], sk[K];
+    for (int k = 0; k < K; k++) {
+        sk[k] = ss[k / DIR_W][k % DIR_W];
+        is[k] = sk[k] > 0 ? 1.0 / sqrt(sk[k]) : 0.0;
+    }
+    int64_t i0 = 0;
+    for (; i0 + 8 <= n; i0 += 8) dir_scatter8(u, is, i0, nb, n, v);
+    dir_scatter(u, is, i0, n, nb, n, v);
+    for (int k = 0; k < nb; k++)
+        if (bad[k / DIR_W][k % DIR_W] || !(sk[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
+}
+
 static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
     uint64_t h = al__hash64(seed);
     h = al__hash64(h ^ (uint64_t)(int64_t)layer);
@@ -150,12 +290,27 @@ int AL_MV(al_sensitivity_direction)(uint64_t seed, int layer, int head, int64_t 
     return 0;
 }
 
+/* the generator's seed of the fresh direction at (T index ti, eps index ei) */
+static uint64_t fresh_hash(uint64_t seed, int layer, int head, int64_t row, int ti, int ei) {
+    uint64_t h = direction_hash(seed, layer, head, row);
+    return al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^
+                      (uint64_t)(uint32_t)ei);
+}
+
 int AL_MV(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v) {
     if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
-    uint64_t h = direction_hash(seed, layer, head, row);
-    h = al__hash64(h ^ (0xF5E5ull << 40) ^ ((uint64_t)(uint32_t)ti << 20) ^ (uint64_t)(uint32_t)ei);
-    unit_direction(h, n, v);
+    unit_direction(fresh_hash(seed, layer, head, row, ti, ei), n, v);
+    return 0;
+}
+
+int AL_MV(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v) {
+    if (!r || !v || nb < 1 || nb > AL__DIR_LANES || n < 1 || n > ((int64_t)1 << 24))
+        return AL_E_INVALID;
+    double *u = al__malloc((size_t)(n + 1) * AL__DIR_LANES * sizeof(double), "directions", NULL);
+    if (!u) return AL_E_NOMEM;
+    unit_directions(r, nb, n, u, v);
+    free(u);
     return 0;
 }
 
@@ -224,9 +379,10 @@ static int64_t support(const double *e0, int64_t n, double *ec, int64_t *idx) {
     return m;
 }
 
-/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T), for z[n] (mx0 = max z, mn0 =
- * min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add exactly 0 to the secular
- * sums and to the finite differences (sens_fd), so both run on the support. */
+/* p0, s0 and spec = the spectral norm of the Jacobian of f(z/T) (spec NULL: not computed), for
+ * z[n] (mx0 = max z, mn0 = min z). The entries e0_i = 0 (exponent below -708, al__exp_neg) add
+ * exactly 0 to the secular sums and to the finite differences (sens_fd), so both run on the
+ * support. */
 static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, const al_norm *base,
                         double T, sens_ws *w, sens_at *at, double *spec, al_error *err) {
     at->nmT = *base;
@@ -243,10 +399,11 @@ static int sens_prepare(const double *zt, int64_t n, double mx0, double mn0, con
             at->ec = w->ec;
             at->idx = w->idx;
         }
-        *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
+        if (spec) *spec = al_norm_rank1_spectral(at->ec, at->m) / (at->s0 * T);
         return 0;
     }
     at->s0 = 1.0;
+    if (!spec) return al_norm_forward(&at->nmT, zt, n, w->p0, err);
     return al_norm_forward_spectral(&at->nmT, zt, n, w->p0, spec, err);
 }
 
@@ -357,7 +514,8 @@ static int sens_fd(const sens_at *at, const double *zt, const double *v, const d
     return 0;
 }
 
-/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] are set (not added to). */
+/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] (NULL: not computed) are set (not
+ * added to). */
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
                     const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
                     double *spec, al_error *err) {
@@ -365,7 +523,7 @@ static int sens_row(const double *zt, int64_t n, const al_norm *base, const doub
     int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) {
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, &spec[a], err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? &spec[a] : NULL, err);
         const double *vc = rc ? NULL : on_support(&at, v, w->vc);
         for (int e = 0; e < n_eps && !rc; e++)
             rc = sens_fd(&at, zt, v, vc, vmax, top, n, eps[e], w,
@@ -403,25 +561,47 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
     return 0;
 }
 
-/* One row under the readings: the shared v, or a fresh v per (T, eps); out[n_t, n_eps] then
- * [n_t] spectral norms. */
+/* The fresh directions q0 .. q0 + nb - 1 of row t, q = ti n_eps + ei (ti the T index, ei the
+ * eps index), into v[nb, n]; u[(n + 1) AL__DIR_LANES] scratch. */
+static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0, int nb, int n_eps,
+                        int64_t n, double *u, double *v) {
+    al__rng r[AL__DIR_LANES];
+    for (int k = 0; k < nb; k++) {
+        size_t q = q0 + (size_t)k;
+        al__rng_seed(&r[k], fresh_hash(seed, layer, head, t, (int)(q / (size_t)n_eps),
+                                       (int)(q % (size_t)n_eps)));
+    }
+    unit_directions(r, nb, n, u, v);
+}
+
+/* One row under the readings: the shared v, or a fresh v per (T, eps), drawn AL__DIR_LANES at
+ * a time; out[n_t, n_eps] then [n_t] spectral norms (want_spec 0: not computed, left as they
+ * are). v[n] (shared) or v[AL__DIR_LANES, n] and
+ * u[(n + 1) AL__DIR_LANES] (fresh). */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                       int64_t t, int fresh, double *v, sens_ws *w, double *out, al_error *err) {
-    size_t nfd = (size_t)n_t * (size_t)n_eps;
+                       int64_t t, int fresh, int want_spec, double *v, double *u, sens_ws *w,
+                       double *out, al_error *err) {
+    size_t nfd = (size_t)n_t * (size_t)n_eps, q = 0;
+    double *spec = want_spec ? out + nfd : NULL;
     if (!fresh) {
         AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
-        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, out + nfd, err);
+        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, spec, err);
     }
     double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
     int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
-        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, out + nfd + a, err);
-        for (int e = 0; e < n_eps && !rc; e++) {
-            AL_MV(al_sensitivity_direction_fresh)(seed, layer, head, t, a, e, n, v);
-            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), absmax(v, n), top, n, eps[e], w,
-                         out + (size_t)a * (size_t)n_eps + e, err);
+        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? spec + a : NULL, err);
+        for (int e = 0; e < n_eps && !rc; e++, q++) {
+            size_t k = q % AL__DIR_LANES;
+            if (k == 0) {
+                size_t nb = nfd - q < AL__DIR_LANES ? nfd - q : AL__DIR_LANES;
+                fresh_batch(seed, layer, head, t, q, (int)nb, n_eps, n, u, v);
+            }
+            const double *vq = v + k * (size_t)n;
+            rc = sens_fd(&at, zt, vq, on_support(&at, vq, w->vc), absmax(vq, n), top, n, eps[e], w,
+                         out + q, err);
         }
         if (rc) return rc;
     }
@@ -436,11 +616,11 @@ int AL_MV(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_
                                   fd_mean, spec_mean, err);
 }
 
-int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,
-                                  const double *temps, int n_t, const double *eps, int n_eps,
-                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
-                                  double *fd_mean, double *spec_mean, al_error *err) {
-    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)) || !spec_mean)
+/* al_head_sensitivity_ex; spec_mean NULL: the spectral norms not computed */
+static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, const double *temps,
+                     int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
+                     const al_sens_opts *so, double *fd_mean, double *spec_mean, al_error *err) {
+    if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)))
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (L < 1 || L > ((int64_t)1 << 24))
         return al__err(err, AL_E_INVALID, "sensitivity: bad sizes (L %lld, %d T, %d eps)",
@@ -458,17 +638,21 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
     sens_ws w = {0};
     int scaled = so->logit_scale != 1.0;
-    double *v =
-        al__malloc((size_t)L * sizeof(double) * (scaled ? 2 : 1), "sensitivity direction", err);
+    /* [L + 1, AL__DIR_LANES] the fresh draws, [AL__DIR_LANES or 1, L] the directions, [L] zs */
+    size_t nu = so->fresh ? (size_t)(L + 1) * AL__DIR_LANES : 0;
+    size_t nv = (size_t)L * (so->fresh ? AL__DIR_LANES : 1);
+    double *u = al__malloc_aligned((nu + nv + (scaled ? (size_t)L : 0)) * sizeof(double),
+                                   "sensitivity directions", err);
+    double *v = u ? u + nu : NULL;
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
-    double *one = al__malloc(nout * sizeof(double), "sensitivity row", err);
-    if (!v || !acc || !one || build_ws(&w, L, err)) {
-        free(v);
+    double *one = al__calloc(nout, sizeof(double), "sensitivity row", err);
+    if (!u || !acc || !one || build_ws(&w, L, err)) {
+        free(u);
         free(acc);
         free(one);
         return AL_E_NOMEM;
     }
-    double *zs = scaled ? v + L : NULL; /* [L] the row on the chosen scale */
+    double *zs = scaled ? v + nv : NULL; /* [L] the row on the chosen scale */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
     size_t nfd = (size_t)n_t * (size_t)n_eps;
@@ -488,8 +672,8 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
             for (int64_t j = 0; j < n; j++) zs[j] = zt[j] * so->logit_scale;
             zt = zs;
         }
-        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh, v,
-                         &w, one, err);
+        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh,
+                         spec_mean != NULL, v, u, &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
             goto done;
@@ -499,13 +683,30 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
     }
     double r = rows > 0 ? (double)rows : NAN;
     for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
-    for (int a = 0; a < n_t; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
+    for (int a = 0; a < n_t && spec_mean; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
 done:
-    free(v);
+    free(u);
     free(acc);
     free(one);
     free(w.buf);
     return rc;
+}
+
+int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                  const double *temps, int n_t, const double *eps, int n_eps,
+                                  uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                  double *fd_mean, double *spec_mean, al_error *err) {
+    if (!spec_mean) return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
+    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean,
+                     spec_mean, err);
+}
+
+int AL_MV(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                   const double *temps, int n_t, const double *eps, int n_eps,
+                                   uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                   double *fd_mean, al_error *err) {
+    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean, NULL,
+                     err);
 }
 
 /* ---- one copy of this file per instruction set (mv.h) ---- */
@@ -542,5 +743,17 @@ int al_sensitivity_direction(uint64_t seed, int layer, int head, int64_t row, in
 int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti, int ei,
                                    int64_t n, double *v) {
     return al_sensitivity_direction_fresh_base(seed, layer, head, row, ti, ei, n, v);
+}
+
+int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v) {
+    return AL_MV_PICK(al__sensitivity_directions)(r, nb, n, v);
+}
+
+int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
+                            const double *temps, int n_t, const double *eps, int n_eps,
+                            uint64_t seed, int layer, int head, const al_sens_opts *so,
+                            double *fd_mean, al_error *err) {
+    return AL_MV_PICK(al__head_sensitivity_fd)(z, L, causal, nm, temps, n_t, eps, n_eps, seed,
+                                               layer, head, so, fd_mean, err);
 }
 #endif
