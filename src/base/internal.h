@@ -145,17 +145,23 @@ void al__rng_seed(al__rng *r, uint64_t seed);
 uint64_t al__rng_next(al__rng *r);
 double al__rng_uniform(al__rng *r); /* [0, 1) with 53 bits */
 double al__rng_normal(al__rng *r);  /* standard normal (Box-Muller, no cached state) */
+/* xoshiro256**'s state step on s[4]: uint64_t, or a GCC vector of them (the same operators:
+ * sensitivity.c steps one generator per vector lane with it) */
+#define AL__XOSHIRO_ADVANCE(s)                                                                     \
+    do {                                                                                           \
+        __typeof__((s)[1]) t_ = (s)[1] << 17;                                                      \
+        (s)[2] ^= (s)[0];                                                                          \
+        (s)[3] ^= (s)[1];                                                                          \
+        (s)[1] ^= (s)[2];                                                                          \
+        (s)[0] ^= (s)[3];                                                                          \
+        (s)[2] ^= t_;                                                                              \
+        (s)[3] = ((s)[3] << 45) | ((s)[3] >> 19);                                                  \
+    } while (0)
 /* al__rng_next and al__rng_uniform themselves, inline for the hot loops that draw many */
 static inline uint64_t al__rng_next_inline(al__rng *r) {
     uint64_t *s = r->s, x = s[1] * 5;
     const uint64_t result = ((x << 7) | (x >> 57)) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = (s[3] << 45) | (s[3] >> 19);
+    AL__XOSHIRO_ADVANCE(s);
     return result;
 }
 static inline double al__rng_uniform_inline(al__rng *r) {

@@ -166,13 +166,8 @@ typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
  * steps: x >> 11 = 2 (x >> 12) + bit 11, each part an integer below 2^52 read off the bits of
  * 2^52 + part. */
 static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f64 *u) {
-    dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = (s[3] << 45) | (s[3] >> 19);
+    dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y;
+    AL__XOSHIRO_ADVANCE(s);
     const uint64_t m = 0x4330000000000000ull; /* the bits of 2^52 */
     dir_u64 hi = (r >> 12) | m, lo = ((r >> 11) & 1) | m;
     dir_f64 dh, dl;
