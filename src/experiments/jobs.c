@@ -274,8 +274,7 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
 static const double *shared_spectral(const obs_ctx *base, const obs_ctx *c, int hidx) {
     const plan *a = base ? base->p : NULL, *b = c->p;
     if (!a || !base->j || !base->j->want_sens || a->have_nm != b->have_nm ||
-        a->nm.kind != b->nm.kind || a->nm.alpha != b->nm.alpha || a->nm.ssmax_s != b->nm.ssmax_s ||
-        a->nm.temperature != b->nm.temperature || a->nT != b->nT ||
+        !same_norm(&a->nm, &b->nm) || a->nT != b->nT ||
         memcmp(a->T, b->T, (size_t)a->nT * sizeof(double)) != 0 ||
         a->o.temperature_raw != b->o.temperature_raw || a->n_head != b->n_head)
         return NULL;
