@@ -9,12 +9,12 @@
  * and undefines them all at its end. MR (rows of a micro-tile) is gemm.c's; a micro-tile has NR
  * = two zmm of columns. */
 
-#define GEMM_VL          ((int)(64 / sizeof(GEMM_T))) /* lanes of a zmm */
-#define NR               (2 * GEMM_VL)                /* columns of a micro-tile: two zmm */
-#define GEMM_CAT2(a, b)  a##b
-#define GEMM_CAT(a, b)   GEMM_CAT2(a, b)
-#define GEMM_OP(op)      GEMM_CAT(_mm512_##op##_, GEMM_SFX) /* GEMM_OP(load): _mm512_load_ps */
-#define GEMM_MIN(a, b)   ((a) < (b) ? (a) : (b))
+#define GEMM_VL         ((int)(64 / sizeof(GEMM_T))) /* lanes of a zmm */
+#define NR              (2 * GEMM_VL)                /* columns of a micro-tile: two zmm */
+#define GEMM_CAT2(a, b) a##b
+#define GEMM_CAT(a, b)  GEMM_CAT2(a, b)
+#define GEMM_OP(op)     GEMM_CAT(_mm512_##op##_, GEMM_SFX) /* GEMM_OP(load): _mm512_load_ps */
+#define GEMM_MIN(a, b)  ((a) < (b) ? (a) : (b))
 
 /* Bp [ceil(nc / NR)][kc][NR] = columns [0, nc) of op(B) over k in [0, kc): B [kc, nc] (ldb)
  * or, transB, B [nc, kc] (ldb) read as its transpose; padded with zeros to whole panels. */
@@ -24,7 +24,12 @@ static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int
             for (int j0 = 0; j0 < nc; j0 += NR) {
                 int nr = GEMM_MIN(nc - j0, NR);
                 GEMM_T *p = Bp + (size_t)(j0 / NR) * kc * NR + (size_t)k * NR; /* [NR] */
-                memcpy(p, B + (size_t)k * ldb + j0, (size_t)nr * sizeof *p);
+                const GEMM_T *b = B + (size_t)k * ldb + j0;                    /* [nr] */
+                if (nr == NR) { /* a constant size: vector moves, not a rep movs */
+                    memcpy(p, b, sizeof(GEMM_T) * NR);
+                    continue;
+                }
+                memcpy(p, b, (size_t)nr * sizeof *p);
                 memset(p + nr, 0, (size_t)(NR - nr) * sizeof *p);
             }
         return;
@@ -33,7 +38,7 @@ static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int
         int nr = GEMM_MIN(nc - j0, NR);
         GEMM_T *p = Bp + (size_t)(j0 / NR) * kc * NR; /* [kc][NR] */
         const GEMM_T *b = B + (size_t)j0 * ldb;       /* [nr, kc] (ldb) */
-        for (int k = 0; k < kc; k++) { /* k outer: nr streams read, one written */
+        for (int k = 0; k < kc; k++) {                /* k outer: nr streams read, one written */
             for (int j = 0; j < nr; j++) p[(size_t)k * NR + j] = b[(size_t)j * ldb + k];
             for (int j = nr; j < NR; j++) p[(size_t)k * NR + j] = 0;
         }
@@ -44,13 +49,14 @@ static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int
  * with k > i + diag is taken as 0 and never read (diag >= kc: all of A) */
 static void GEMM_F(pack_a)(GEMM_T *Ap, const GEMM_T *A, int lda, int kc, int mc, int diag) {
     for (int i0 = 0; i0 < mc; i0 += MR) {
-        int mr = GEMM_MIN(mc - i0, MR), ka[MR]; /* row i's elements k < ka[i] */
+        int mr = GEMM_MIN(mc - i0, MR), ka[MR];       /* row i's elements k < ka[i] */
         GEMM_T *p = Ap + (size_t)(i0 / MR) * kc * MR; /* [kc][MR] */
         const GEMM_T *a = A + (size_t)i0 * lda;       /* [mr, kc] (lda) */
         for (int i = 0; i < MR; i++)
             ka[i] = i >= mr || i0 + i + diag + 1 < 0 ? 0 : GEMM_MIN(kc, i0 + i + diag + 1);
         for (int k = 0; k < kc; k++) /* k outer: MR streams read, one written */
-            for (int i = 0; i < MR; i++) p[(size_t)k * MR + i] = k < ka[i] ? a[(size_t)i * lda + k] : 0;
+            for (int i = 0; i < MR; i++)
+                p[(size_t)k * MR + i] = k < ka[i] ? a[(size_t)i * lda + k] : 0;
     }
 }
 
@@ -106,8 +112,8 @@ static void GEMM_F(block)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C,
             int mr = GEMM_MIN(mc - i0, MR), kt = i0 + mr + adiag;
             kt = kt < 0 ? 0 : GEMM_MIN(kc, kt);
             if (j0 > i0 + mr - 1 + cdiag || (kt == 0 && acc)) continue;
-            GEMM_F(tile)(kt, Ap + (size_t)(i0 / MR) * kc * MR, bp, C + (size_t)i0 * ldc + j0,
-                         ldc, mr, nr, acc);
+            GEMM_F(tile)
+            (kt, Ap + (size_t)(i0 / MR) * kc * MR, bp, C + (size_t)i0 * ldc + j0, ldc, mr, nr, acc);
         }
     }
 }
@@ -132,8 +138,8 @@ static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM
                 if (!packed++) GEMM_F(pack_b)(Bp, b, ldb, transB, kc, nc);
                 int adiag = tril_a ? i0 - k0 : kc, cdiag = tril_c ? i0 + off - j0 : nc;
                 GEMM_F(pack_a)(Ap, A + (size_t)i0 * lda + k0, lda, kc, mc, adiag);
-                GEMM_F(block)(kc, Ap, Bp, C + (size_t)i0 * ldc + j0, ldc, mc, nc, acc || k0 > 0,
-                              adiag, cdiag);
+                GEMM_F(block)
+                (kc, Ap, Bp, C + (size_t)i0 * ldc + j0, ldc, mc, nc, acc || k0 > 0, adiag, cdiag);
             }
         }
     }
