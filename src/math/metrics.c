@@ -1455,8 +1455,9 @@ fail:
 /* The head's products: our DGEMM (gemm.h) from AVX-512 on, else single-threaded OpenBLAS (the
  * caller has called blas_single); the choice is al__cpu_level()'s, the same in every copy. */
 
-/* G [L, L] = X X^T of x [L, d]: the lower block triangle, then mirrored in 32 x 32 blocks (the
- * same bits as the whole product: gemm.h), or all of it by OpenBLAS */
+/* G [L, L] = X X^T of x [L, d]: the lower block triangle, then mirrored in 8 x 8 blocks, each
+ * upper row written in order (0.2 ms at L = 1024, against 2.7 ms for 32 x 32 blocks in lower-row
+ * order); the same bits as the whole product (gemm.h), or all of it by OpenBLAS */
 static void gram(const double *x, int64_t L, int64_t d, double *G) {
     int iL = (int)L, id = (int)d;
     if (al__dgemm(G, iL, x, id, x, id, 1, iL, iL, id, 0, AL__GEMM_TRIL_C, 0)) {
@@ -1464,10 +1465,11 @@ static void gram(const double *x, int64_t L, int64_t d, double *G) {
                     iL);
         return;
     }
-    for (int64_t i0 = 0; i0 < L; i0 += 32)
-        for (int64_t j0 = 0; j0 <= i0; j0 += 32)
-            for (int64_t i = i0; i < i0 + 32 && i < L; i++)
-                for (int64_t j = j0; j < j0 + 32 && j < i; j++) G[j * L + i] = G[i * L + j];
+    for (int64_t j0 = 0; j0 < L; j0 += 8)
+        for (int64_t i0 = j0; i0 < L; i0 += 8)
+            for (int64_t j = j0; j < j0 + 8 && j < L; j++)
+                for (int64_t i = i0 > j ? i0 : j + 1; i < i0 + 8 && i < L; i++)
+                    G[j * L + i] = G[i * L + j];
 }
 
 /* S [L, d] = W X of w [L, L], x [L, d]; causal: tril(W) X (W's upper triangle never read) */
