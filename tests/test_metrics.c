@@ -520,25 +520,26 @@ static void test_heads_parallel_equal_sequential(void **state) {
 
 /* A Gram matrix given from outside (al__head_gram, shared by the heads of a layer and the
  * readings in reproduce) gives al_head_metrics' own numbers bit for bit: d_head-wide and
- * d_model-wide vectors, causal and bidirectional, the grid to L - 1, at every ISA level. */
+ * d_model-wide vectors (d = 300: two K blocks of our DGEMM), causal and bidirectional, the grid
+ * to L - 1, at every ISA level. */
 static void test_given_gram_bit_equal(void **state) {
     (void)state;
     enum { L = 70, NN = 10 };
     int Ns[NN] = {1, 2, 3, 5, 8, 13, 21, 34, 55, 69};
     al__rng r;
     al__rng_seed(&r, 41);
-    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * 48);
+    double *w = malloc(sizeof(double) * L * L), *x = malloc(sizeof(double) * L * 300);
     double *G = malloc(sizeof(double) * L * L);
     for (int t = 0; t < L; t++) {
         double s = 0, *row = w + (size_t)t * L;
         for (int j = 0; j < L; j++) s += row[j] = exp(2 * al__rng_normal(&r));
         for (int j = 0; j < L; j++) row[j] /= s;
     }
-    for (int i = 0; i < L * 48; i++) x[i] = al__rng_normal(&r);
+    for (int i = 0; i < L * 300; i++) x[i] = al__rng_normal(&r);
     al_topn_stats a[NN], b[NN];
     for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
         al__cpu_force((al__cpu_isa)isa);
-        for (int d = 8; d <= 48; d += 40)
+        for (int d = 8; d <= 300; d = d == 8 ? 48 : d == 48 ? 300 : 301)
             for (int causal = 0; causal < 2; causal++) {
                 al_metrics_opts o = opts_all(Ns, NN);
                 o.causal = causal;
@@ -555,6 +556,42 @@ static void test_given_gram_bit_equal(void **state) {
     }
     al__cpu_force((al__cpu_isa)-1);
     free(w), free(x), free(G);
+}
+
+/* al__head_gram (the Gram matrix every head's metrics start from: our DGEMM's lower triangle,
+ * mirrored, from avx512 on; OpenBLAS below) against a long-double loop, |err| <= 2 (d + 1) u
+ * sum_k |x_ik x_jk|, and symmetric bit for bit; L and d across the DGEMM's tiles and blocks,
+ * every ISA level. */
+static void test_head_gram_reference(void **state) {
+    (void)state;
+    enum { L = 150 };
+    al__rng r;
+    al__rng_seed(&r, 47);
+    double *x = malloc(sizeof(double) * L * 300), *G = malloc(sizeof(double) * L * L);
+    for (int i = 0; i < L * 300; i++) x[i] = al__rng_normal(&r);
+    for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
+        al__cpu_force((al__cpu_isa)isa);
+        for (int d = 7; d <= 300; d = d == 7 ? 300 : 301) {
+            al__head_gram(x, L, d, G);
+            for (int i = 0; i < L; i++)
+                for (int j = 0; j < L; j++) {
+                    long double s = 0, mag = 0;
+                    for (int k = 0; k < d; k++) {
+                        long double p = (long double)x[i * d + k] * x[j * d + k];
+                        s += p, mag += fabsl(p);
+                    }
+                    double g = G[(size_t)i * L + j];
+                    if (!(fabsl(g - s) <= 2.0L * (d + 1) * 0x1p-53L * mag))
+                        fail_msg("%s d %d: G[%d, %d] = %.17g, want %.17Lg",
+                                 al__cpu_name((al__cpu_isa)isa), d, i, j, g, s);
+                    if (isa == AL__CPU_AVX512) /* ours: symmetric bits (OpenBLAS's need not be) */
+                        assert_memory_equal(&G[(size_t)i * L + j], &G[(size_t)j * L + i],
+                                            sizeof *G);
+                }
+        }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(x), free(G);
 }
 
 /* bound_n (the reproduce jobs' call): dmax only up to bound_n, NaN beyond; dtilde, E (and
@@ -1022,6 +1059,7 @@ int main(void) {
         cmocka_unit_test(test_row_edges),
         cmocka_unit_test(test_heads_parallel_equal_sequential),
         cmocka_unit_test(test_given_gram_bit_equal),
+        cmocka_unit_test(test_head_gram_reference),
         cmocka_unit_test(test_bound_n_list_mode),
         cmocka_unit_test(test_rank_is_top_k_order),
         cmocka_unit_test(test_given_rank_bit_equal),

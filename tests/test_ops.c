@@ -142,6 +142,140 @@ static void test_sgemm_bits(void **state) {
     free(A), free(B), free(C1), free(C2);
 }
 
+/* ---- DGEMM (the head metrics' products) --------------------------------------------------- */
+
+static double *randd(al__rng *r, size_t n) {
+    double *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++) x[i] = al__rng_normal(r);
+    return x;
+}
+
+/* C [m, n] (ldc) by al__dgemm with tri and off at the level in use, against a long-double loop
+ * over A's k <= i (TRIL_A; the rest of A is NaN: never read) with |err| <= 2 (K + 1) u (|C0| +
+ * sum_k |a_k b_k|) (u = 2^-53), odd leading dimensions. Every element wanted (j <= i + off under
+ * TRIL_C) is checked; the others are either C0's (a skipped micro-tile) or the product's too;
+ * the padding between rows is untouched; TRIL_A's bits are those of the full A with its upper
+ * triangle zeroed. Below avx512 al__dgemm declines and touches nothing. */
+static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int off) {
+    al__rng r;
+    al__rng_seed(&r, (uint64_t)(m * 7919 + n * 131 + K * 7 + transB * 2 + acc + tri * 5 + off));
+    int lda = K + 3, ldb = (transB ? K : n) + 2, ldc = n + 5, tra = tri & AL__GEMM_TRIL_A;
+    double *A = randd(&r, (size_t)m * lda), *B = randd(&r, (size_t)(transB ? n : K) * ldb);
+    double *C = randd(&r, (size_t)m * ldc), *C0 = malloc((size_t)m * ldc * sizeof *C);
+    double *Az = malloc((size_t)m * lda * sizeof *A), *Cz = malloc((size_t)m * ldc * sizeof *C);
+    assert_non_null(C0), assert_non_null(Az), assert_non_null(Cz);
+    for (int i = 0; i < m; i++)
+        for (int k = i + 1; k < K && tra; k++) {
+            Az[(size_t)i * lda + k] = 0.0;
+            A[(size_t)i * lda + k] = NAN;
+        }
+    for (int i = 0; i < m; i++)
+        for (int k = 0; k < (tra ? (i + 1 < K ? i + 1 : K) : K); k++)
+            Az[(size_t)i * lda + k] = A[(size_t)i * lda + k];
+    memcpy(C0, C, (size_t)m * ldc * sizeof *C);
+    memcpy(Cz, C, (size_t)m * ldc * sizeof *C);
+    int ours = al__cpu_level() >= AL__CPU_AVX512;
+    assert_int_equal(al__dgemm(C, ldc, A, lda, B, ldb, transB, m, n, K, acc, tri, off),
+                     ours ? 0 : -1);
+    if (ours && tra)
+        assert_int_equal(al__dgemm(Cz, ldc, Az, lda, B, ldb, transB, m, n, K, acc, 0, 0), 0);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++) {
+            size_t at = (size_t)i * ldc + j;
+            if (!ours || j >= n) { /* declined, or the padding: untouched */
+                assert_memory_equal(&C[at], &C0[at], sizeof *C);
+                continue;
+            }
+            long double s = acc ? C0[at] : 0.0, mag = fabsl(s);
+            for (int k = 0; k < (tra ? (i + 1 < K ? i + 1 : K) : K); k++) {
+                long double p = (long double)A[(size_t)i * lda + k] *
+                                (transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                s += p, mag += fabsl(p);
+            }
+            double tol = 2.0 * (K + 1) * 0x1p-53 * (double)mag;
+            int wanted = !(tri & AL__GEMM_TRIL_C) || j <= i + off;
+            if (!wanted && !memcmp(&C[at], &C0[at], sizeof *C)) continue; /* skipped */
+            if (!(fabsl(C[at] - s) <= tol))
+                fail_msg("al__dgemm m %d n %d K %d transB %d acc %d tri %d off %d: C[%d, %d] = "
+                         "%.17g, want %.17Lg (tol %.3g)",
+                         m, n, K, transB, acc, tri, off, i, j, C[at], s, tol);
+            if (tra && wanted) assert_memory_equal(&C[at], &Cz[at], sizeof *C);
+        }
+    free(A), free(B), free(C), free(C0), free(Az), free(Cz);
+}
+
+/* odd shapes around the micro-tile (6 x 16), the blocks (K 256, rows 72, columns 1024) and
+ * the triangles' diagonals, every CPU level */
+static void test_dgemm(void **state) {
+    (void)state;
+    static const int ms[] = {1, 7, 17, 73, 150}, ns[] = {1, 7, 17, 33, 70};
+    static const int ks[] = {1, 7, 31, 257, 600};
+    static const int tris[][2] = {{0, 0},
+                                  {AL__GEMM_TRIL_A, 0},
+                                  {AL__GEMM_TRIL_C, 0},
+                                  {AL__GEMM_TRIL_C, 13},
+                                  {AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, -3}};
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                    for (int t = 0; t < 20; t++)
+                        check_dgemm(ms[a], ns[b], ks[c], t & 1, (t >> 1) & 1, tris[t / 4][0],
+                                    tris[t / 4][1]);
+        for (int t = 0; t < 20; t++) /* columns past one block of 1024 */
+            check_dgemm(20, 1030, 300, t & 1, (t >> 1) & 1, tris[t / 4][0], tris[t / 4][1] * 40);
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+/* Deterministic whatever the tiling: at avx512, al__dgemm on the whole of C and on 4 uneven
+ * tiles of it give the same bits, with and without the triangles (a tile's triangle shifted by
+ * its corner: TRIL_A's rows at i0 see A's columns from k0 = i0 on as their diagonal). The Gram
+ * matrix X X^T is symmetric bit for bit. */
+static void test_dgemm_bits(void **state) {
+    (void)state;
+    if (al__cpu_force(AL__CPU_AVX512) != AL__CPU_AVX512) skip();
+    enum { M = 300, K = 600, N = 290 };
+    al__rng r;
+    al__rng_seed(&r, 19);
+    double *A = randd(&r, (size_t)M * K), *B = randd(&r, (size_t)N * K); /* [M, K] [N, K] */
+    double *C1 = malloc((size_t)M * N * sizeof *C1), *C2 = malloc((size_t)M * N * sizeof *C2);
+    assert_non_null(C1), assert_non_null(C2);
+    for (int tri = 0; tri <= AL__GEMM_TRIL_C; tri += AL__GEMM_TRIL_C) {
+        memset(C1, 0, (size_t)M * N * sizeof *C1), memset(C2, 0, (size_t)M * N * sizeof *C2);
+        assert_int_equal(al__dgemm(C1, N, A, K, B, K, 1, M, N, K, 0, tri, 0), 0);
+        for (int t = 0; t < 4; t++) { /* rows [0, 131) [131, M) x columns [0, 133) [133, N) */
+            int i0 = t & 1 ? 131 : 0, i1 = t & 1 ? M : 131, j0 = t & 2 ? 133 : 0,
+                j1 = t & 2 ? N : 133;
+            assert_int_equal(al__dgemm(C2 + (size_t)i0 * N + j0, N, A + (size_t)i0 * K, K,
+                                       B + (size_t)j0 * K, K, 1, i1 - i0, j1 - j0, K, 0, tri,
+                                       i0 - j0),
+                             0);
+        }
+        for (int i = 0; i < M; i++) /* the wanted part (all of it without a triangle) */
+            assert_memory_equal(C1 + (size_t)i * N, C2 + (size_t)i * N,
+                                (size_t)(tri ? (i + 1 < N ? i + 1 : N) : N) * sizeof *C1);
+    }
+    /* TRIL_A: rows [0, 131) and [131, M) of tril(A) B (A's rows at 131 see columns >= 131 as 0) */
+    assert_int_equal(al__dgemm(C1, N, A, K, B, K, 1, M, N, K, 0, AL__GEMM_TRIL_A, 0), 0);
+    for (int i = 131; i < M; i++) /* the second call's A starts at row 131: zero its upper part */
+        for (int k = i + 1; k < K; k++) A[(size_t)i * K + k] = 0.0;
+    assert_int_equal(al__dgemm(C2, N, A, K, B, K, 1, 131, N, K, 0, AL__GEMM_TRIL_A, 0), 0);
+    assert_int_equal(
+        al__dgemm(C2 + (size_t)131 * N, N, A + (size_t)131 * K, K, B, K, 1, M - 131, N, K, 0, 0, 0),
+        0);
+    assert_memory_equal(C1, C2, (size_t)M * N * sizeof *C1);
+    /* X X^T: the upper triangle's bits are the lower's */
+    assert_int_equal(al__dgemm(C1, N, A, K, A, K, 1, N, N, K, 0, 0, 0), 0); /* [N, N] of A's rows */
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < i; j++)
+            assert_memory_equal(&C1[(size_t)i * N + j], &C1[(size_t)j * N + i], sizeof *C1);
+    al__cpu_force((al__cpu_isa)-1);
+    free(A), free(B), free(C1), free(C2);
+}
+
 static void check_matmul_shapes(void) {
     check_matmul(1, 1, 1, 0, 1);
     check_matmul(3, 5, 7, 1, 2);
@@ -478,7 +612,8 @@ static void test_attention_bad_shape(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),     cmocka_unit_test(test_sgemm),
-        cmocka_unit_test(test_sgemm_bits), cmocka_unit_test(test_layernorm_rmsnorm),
+        cmocka_unit_test(test_sgemm_bits), cmocka_unit_test(test_dgemm),
+        cmocka_unit_test(test_dgemm_bits), cmocka_unit_test(test_layernorm_rmsnorm),
         cmocka_unit_test(test_pointwise),  cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_attention),  cmocka_unit_test(test_attention_bad_shape),
     };

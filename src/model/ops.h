@@ -3,6 +3,7 @@
 #ifndef AL_OPS_H
 #define AL_OPS_H
 
+#include "gemm.h" /* al__sgemm: our SGEMM (src/math/gemm.c) */
 #include "internal.h"
 
 /* y[M, N] = x[M, K] @ W[K, N] (+ bias[N] if not NULL). W row-major [K, N]: HF Conv1D layout. */
@@ -10,13 +11,6 @@ void al__matmul(float *y, const float *x, const float *W, const float *bias, int
 /* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]). W row-major [N, K]: nn.Linear / GGUF layout. */
 void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, int M, int K,
                    int N);
-/* Our SGEMM on one thread (src/model/gemm.c), for the matmuls' tiles: C [m, n] (ldc) =
- * (acc ? C : 0) + A [m, K] (lda) @ op(B), op(B) = B [K, n] (ldb) or, transB, B [n, K] (ldb)^T.
- * Returns 0, or -1 without touching C when it does not run here (CPU level below AVX-512, no
- * memory, or an empty shape): the caller uses OpenBLAS then. Deterministic: each C element is
- * summed in a fixed order (k ascending, in blocks), whatever the tiling. */
-int al__sgemm(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int transB,
-              int m, int n, int K, int acc);
 /* y[M, C] = (x - mean) / sqrt(var + eps) * g + b, per row. y may equal x. */
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
                    float eps);

@@ -1,0 +1,162 @@
+/* gemm_impl.h: the body of gemm.c for one element type: packing, blocking, micro-kernel and
+ * driver (see gemm.c for the design). No include guard: gemm.c includes it once per type after
+ * defining
+ *   GEMM_T       the element type (float, double)
+ *   GEMM_V       its zmm type (__m512, __m512d)
+ *   GEMM_SFX     the intrinsics' suffix (ps, pd)
+ *   GEMM_F(x)    this type's name of the static function x
+ *   GEMM_KC, GEMM_MC, GEMM_NC   the blocks (elements), chosen by bytes per type
+ * and undefines them all at its end. MR (rows of a micro-tile) is gemm.c's; a micro-tile has NR
+ * = two zmm of columns. */
+
+#define GEMM_VL         ((int)(64 / sizeof(GEMM_T))) /* lanes of a zmm */
+#define NR              (2 * GEMM_VL)                /* columns of a micro-tile: two zmm */
+#define GEMM_CAT2(a, b) a##b
+#define GEMM_CAT(a, b)  GEMM_CAT2(a, b)
+#define GEMM_OP(op)     GEMM_CAT(_mm512_##op##_, GEMM_SFX) /* GEMM_OP(load): _mm512_load_ps */
+#define GEMM_MIN(a, b)  ((a) < (b) ? (a) : (b))
+
+/* Bp [ceil(nc / NR)][kc][NR] = columns [0, nc) of op(B) over k in [0, kc): B [kc, nc] (ldb)
+ * or, transB, B [nc, kc] (ldb) read as its transpose; padded with zeros to whole panels. */
+static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int kc, int nc) {
+    if (!transB) { /* row by row of B (one page after the other): k outer */
+        for (int k = 0; k < kc; k++)
+            for (int j0 = 0; j0 < nc; j0 += NR) {
+                int nr = GEMM_MIN(nc - j0, NR);
+                GEMM_T *p = Bp + (size_t)(j0 / NR) * kc * NR + (size_t)k * NR; /* [NR] */
+                const GEMM_T *b = B + (size_t)k * ldb + j0;                    /* [nr] */
+                if (nr == NR) { /* a constant size: vector moves, not a rep movs */
+                    memcpy(p, b, sizeof(GEMM_T) * NR);
+                    continue;
+                }
+                memcpy(p, b, (size_t)nr * sizeof *p);
+                memset(p + nr, 0, (size_t)(NR - nr) * sizeof *p);
+            }
+        return;
+    }
+    for (int j0 = 0; j0 < nc; j0 += NR) { /* B [nc, kc]: its rows are the panels' columns */
+        int nr = GEMM_MIN(nc - j0, NR);
+        GEMM_T *p = Bp + (size_t)(j0 / NR) * kc * NR; /* [kc][NR] */
+        const GEMM_T *b = B + (size_t)j0 * ldb;       /* [nr, kc] (ldb) */
+        for (int k = 0; k < kc; k++) {                /* k outer: nr streams read, one written */
+            for (int j = 0; j < nr; j++) p[(size_t)k * NR + j] = b[(size_t)j * ldb + k];
+            for (int j = nr; j < NR; j++) p[(size_t)k * NR + j] = 0;
+        }
+    }
+}
+
+/* Ap [ceil(mc / MR)][kc][MR] = A [mc, kc] (lda) in row panels, padded with zero rows; A (i, k)
+ * with k > i + diag is taken as 0 and never read (diag >= kc: all of A) */
+static void GEMM_F(pack_a)(GEMM_T *Ap, const GEMM_T *A, int lda, int kc, int mc, int diag) {
+    for (int i0 = 0; i0 < mc; i0 += MR) {
+        int mr = GEMM_MIN(mc - i0, MR), ka[MR];       /* row i's elements k < ka[i] */
+        GEMM_T *p = Ap + (size_t)(i0 / MR) * kc * MR; /* [kc][MR] */
+        const GEMM_T *a = A + (size_t)i0 * lda;       /* [mr, kc] (lda) */
+        for (int i = 0; i < MR; i++)
+            ka[i] = i >= mr || i0 + i + diag + 1 < 0 ? 0 : GEMM_MIN(kc, i0 + i + diag + 1);
+        for (int k = 0; k < kc; k++) /* k outer: MR streams read, one written */
+            for (int i = 0; i < MR; i++)
+                p[(size_t)k * MR + i] = k < ka[i] ? a[(size_t)i * lda + k] : 0;
+    }
+}
+
+/* C [MR, NR] (ldc) = (acc ? C : 0) + Ap [kc][MR] @ Bp [kc][NR], each element one FMA chain */
+static AL_GEMM_TARGET512 void GEMM_F(kern)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C,
+                                           int ldc, int acc) {
+    GEMM_V c[MR][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        c[i][0] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc) : GEMM_OP(setzero)();
+        c[i][1] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc + GEMM_VL) : GEMM_OP(setzero)();
+    }
+    for (int k = 0; k < kc; k++) {
+        GEMM_V b0 = GEMM_OP(load)(Bp + (size_t)k * NR),
+               b1 = GEMM_OP(load)(Bp + (size_t)k * NR + GEMM_VL);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            GEMM_V a = GEMM_OP(set1)(Ap[(size_t)k * MR + i]);
+            c[i][0] = GEMM_OP(fmadd)(a, b0, c[i][0]);
+            c[i][1] = GEMM_OP(fmadd)(a, b1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        GEMM_OP(storeu)(C + (size_t)i * ldc, c[i][0]);
+        GEMM_OP(storeu)(C + (size_t)i * ldc + GEMM_VL, c[i][1]);
+    }
+}
+
+/* one micro-tile C [mr <= MR, nr <= NR] (ldc): in place when whole, else on a local copy */
+static void GEMM_F(tile)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C, int ldc, int mr,
+                         int nr, int acc) {
+    if (mr == MR && nr == NR) {
+        GEMM_F(kern)(kc, Ap, Bp, C, ldc, acc);
+        return;
+    }
+    GEMM_T t[MR * NR];
+    for (int i = 0; i < mr && acc; i++)
+        memcpy(t + i * NR, C + (size_t)i * ldc, (size_t)nr * sizeof *t);
+    GEMM_F(kern)(kc, Ap, Bp, t, NR, acc);
+    for (int i = 0; i < mr; i++) memcpy(C + (size_t)i * ldc, t + i * NR, (size_t)nr * sizeof *t);
+}
+
+/* C [mc, nc] (ldc) (+)= Ap @ Bp: the packed blocks (pack_a, pack_b) over kc. A tile sums only
+ * its k <= last row + adiag (the rest of Ap is zeros: adiag >= kc for all of A); a tile whose
+ * columns all lie beyond its last row + cdiag (not wanted) is skipped. */
+static void GEMM_F(block)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C, int ldc, int mc,
+                          int nc, int acc, int adiag, int cdiag) {
+    for (int j0 = 0; j0 < nc; j0 += NR) {
+        const GEMM_T *bp = Bp + (size_t)(j0 / NR) * kc * NR;
+        int nr = GEMM_MIN(nc - j0, NR);
+        for (int i0 = 0; i0 < mc; i0 += MR) {
+            int mr = GEMM_MIN(mc - i0, MR), kt = i0 + mr + adiag;
+            kt = kt < 0 ? 0 : GEMM_MIN(kc, kt);
+            if (j0 > i0 + mr - 1 + cdiag || (kt == 0 && acc)) continue;
+            GEMM_F(tile)
+            (kt, Ap + (size_t)(i0 / MR) * kc * MR, bp, C + (size_t)i0 * ldc + j0, ldc, mr, nr, acc);
+        }
+    }
+}
+
+/* the driver of al__sgemm / al__dgemm (gemm.h) */
+static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM_T *B, int ldb,
+                        int transB, int m, int n, int K, int acc, int tri, int off) {
+    if (al__cpu_level() < AL__CPU_AVX512 || m <= 0 || n <= 0 || K <= 0) return -1;
+    int tril_a = (tri & AL__GEMM_TRIL_A) != 0, tril_c = (tri & AL__GEMM_TRIL_C) != 0;
+    GEMM_T *Bp = aligned_alloc(64, (size_t)(GEMM_KC * GEMM_NC + GEMM_KC * GEMM_MC) * sizeof *Bp);
+    if (!Bp) return -1;
+    GEMM_T *Ap = Bp + (size_t)GEMM_KC * GEMM_NC;
+    for (int j0 = 0; j0 < n; j0 += GEMM_NC) {
+        int nc = GEMM_MIN(n - j0, GEMM_NC);
+        for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+            int kc = GEMM_MIN(K - k0, GEMM_KC);
+            const GEMM_T *b = transB ? B + (size_t)j0 * ldb + k0 : B + (size_t)k0 * ldb + j0;
+            int packed = 0; /* B's block packed on first use: none may need it (triangles) */
+            for (int i0 = 0; i0 < m; i0 += GEMM_MC) {
+                int mc = GEMM_MIN(m - i0, GEMM_MC);
+                if ((tril_c && j0 > i0 + mc - 1 + off) || (tril_a && k0 > i0 + mc - 1)) continue;
+                if (!packed++) GEMM_F(pack_b)(Bp, b, ldb, transB, kc, nc);
+                int adiag = tril_a ? i0 - k0 : kc, cdiag = tril_c ? i0 + off - j0 : nc;
+                GEMM_F(pack_a)(Ap, A + (size_t)i0 * lda + k0, lda, kc, mc, adiag);
+                GEMM_F(block)
+                (kc, Ap, Bp, C + (size_t)i0 * ldc + j0, ldc, mc, nc, acc || k0 > 0, adiag, cdiag);
+            }
+        }
+    }
+    free(Bp);
+    return 0;
+}
+
+#undef GEMM_VL
+#undef NR
+#undef GEMM_CAT2
+#undef GEMM_CAT
+#undef GEMM_OP
+#undef GEMM_MIN
+#undef GEMM_T
+#undef GEMM_V
+#undef GEMM_SFX
+#undef GEMM_F
+#undef GEMM_KC
+#undef GEMM_MC
+#undef GEMM_NC
