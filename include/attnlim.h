@@ -373,7 +373,10 @@ typedef struct al_sens_opts {
     int window;
 } al_sens_opts;
 /* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
- * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
+ * ei): a generator seeded as al_sensitivity_direction's with the two indices mixed in too; its
+ * normals by Box-Muller in single precision, one 64-bit draw a pair (u1 from 31 bits, u2 from
+ * 24; within 1e-6 of the exact transform of those uniforms, |x| <= 6.56), normalised
+ * (docs/readings.md, "Algorithm 5 readings"). */
 AL_API int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v);
 /* al_head_sensitivity under the readings so (NULL = {1, 0}: then the very same results, bit for

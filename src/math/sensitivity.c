@@ -42,6 +42,7 @@
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
                                           int ei, int64_t n, double *v);                           \
     int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);             \
+    int f(al__fresh_normals)(al__rng * r, int64_t n, double *x);                                   \
     int f(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,      \
                                    const double *temps, int n_t, const double *eps, int n_eps,     \
                                    uint64_t seed, int layer, int head, const al_sens_opts *so,     \
@@ -109,6 +110,19 @@ static inline double box_muller(double u1, double u2, int which) {
     return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
 }
 
+/* v[n] /= || v || (the sum of squares in index order); a zero v (measure zero) becomes e_0, to
+ * stay on the sphere */
+static void normalise(int64_t n, double *v) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
+    if (!(s > 0)) {
+        for (int64_t i = 0; i < n; i++) v[i] = i == 0;
+        return;
+    }
+    double is = 1.0 / sqrt(s);
+    for (int64_t i = 0; i < n; i++) v[i] *= is;
+}
+
 /* n normal draws from the generator r, normalised (al_sensitivity_direction; the definition):
  * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
  * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
@@ -130,14 +144,7 @@ static void unit_direction_rng(al__rng r, int64_t n, double *v) {
         v[2 * k] = box_muller(u1, u2, 0);
         v[2 * k + 1] = box_muller(u1, u2, 1);
     }
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
-    if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
-        for (int64_t i = 0; i < n; i++) v[i] = i == 0;
-        return;
-    }
-    double is = 1.0 / sqrt(s);
-    for (int64_t i = 0; i < n; i++) v[i] *= is;
+    normalise(n, v);
 }
 
 static void unit_direction(uint64_t h, int64_t n, double *v) {
@@ -146,7 +153,64 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
     unit_direction_rng(r, n, v);
 }
 
-/* ---- AL__DIR_LANES directions at once, one generator per vector lane ---- */
+/* The fresh directions' normals (al_sensitivity_direction_fresh; the definition): Box-Muller in
+ * single precision, one 64-bit draw b of r a pair: u1 = k1 2^-31, k1 = (b >> 33) | 1 (odd, so
+ * u1 in (0, 1): radii up to sqrt(62 ln 2) = 6.56), u2 = k2 2^-24, k2 = bits 8..31 of b; c, s =
+ * sqrt(-2 log u1) (cos, sin)(2 pi u2) (mathx.h's float kernels: within 1e-6 of the exact
+ * transform of these uniforms), each an exact float product widened to double. The
+ * integers first, then one pass over the pairs that vectorises (16 float lanes on AVX-512). */
+static inline void fresh_ints(uint64_t b, int32_t *k1, int32_t *k2) {
+    *k1 = (int32_t)((b >> 33) | 1u);
+    *k2 = (int32_t)((b >> 8) & 0xFFFFFFu);
+}
+
+static inline void fresh_pair(int32_t k1, int32_t k2, double *c, double *s) {
+    float sn, cs, rad = sqrtf(-2.0f * al__logf_pos((float)k1 * 0x1p-31f));
+    al__sincosf_turn((float)k2 * 0x1p-24f, &sn, &cs);
+    *c = (double)rad * (double)cs;
+    *s = (double)rad * (double)sn;
+}
+
+/* c[m], s[m] = fresh_pair(k1[m], k2[m]) */
+static void fresh_pairs(const int32_t *restrict k1, const int32_t *restrict k2, int64_t m,
+                        double *restrict c, double *restrict s) {
+#pragma omp simd
+    for (int64_t j = 0; j < m; j++) fresh_pair(k1[j], k2[j], &c[j], &s[j]);
+}
+
+/* sum_i x_i^2 for x[n] as four sums, a_j over i = j mod 4 in index order, then
+ * (a_0 + a_1) + (a_2 + a_3) (four chains: the lanes add theirs in registers) */
+static double fresh_sumsq(const double *x, int64_t n) {
+    double a[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++) a[i & 3] += x[i] * x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+/* x[n]: n normals of r (the pairs' cosines and sines in turn; an odd n drops the last sine) */
+static void fresh_normals(al__rng *r, int64_t n, double *x) {
+    for (int64_t i = 0; i < n; i += 2) {
+        int32_t k1, k2;
+        double c, s;
+        fresh_ints(al__rng_next_inline(r), &k1, &k2);
+        fresh_pair(k1, k2, &c, &s);
+        x[i] = c;
+        if (i + 1 < n) x[i + 1] = s;
+    }
+}
+
+/* fresh_normals, divided by the root of fresh_sumsq */
+static void unit_direction_fresh(al__rng r, int64_t n, double *v) {
+    fresh_normals(&r, n, v);
+    double ss = fresh_sumsq(v, n);
+    if (!(ss > 0)) {
+        normalise(n, v); /* measure zero: e_0 */
+        return;
+    }
+    double is = 1.0 / sqrt(ss);
+    for (int64_t i = 0; i < n; i++) v[i] *= is;
+}
+
+/* ---- AL__DIR_LANES fresh directions at once, one generator per vector lane ---- */
 
 /* DIR_W lanes a vector, the copy's own width (a wider generic vector is split badly by the
  * compiler); DIR_G vectors hold one number of every lane */
@@ -161,19 +225,12 @@ enum { DIR_G = AL__DIR_LANES / DIR_W };
 typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
 typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
 
-/* Each lane's next uniform: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
- * x 5 and x 9 as shifts and adds), then (x >> 11) 2^-53 (al__rng_uniform_inline) through exact
- * steps: x >> 11 = 2 (x >> 12) + bit 11, each part an integer below 2^52 read off the bits of
- * 2^52 + part. */
-static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f64 *u) {
+/* Each lane's next 64 bits: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
+ * x 5 and x 9 as shifts and adds). */
+static inline __attribute__((always_inline)) dir_u64 dir_next(dir_u64 *s) {
     dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y;
     AL__XOSHIRO_ADVANCE(s);
-    const uint64_t m = 0x4330000000000000ull; /* the bits of 2^52 */
-    dir_u64 hi = (r >> 12) | m, lo = ((r >> 11) & 1) | m;
-    dir_f64 dh, dl;
-    memcpy(&dh, &hi, sizeof dh);
-    memcpy(&dl, &lo, sizeof dl);
-    *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
+    return r;
 }
 
 /* the lanes of a and b picked by constant indices (b's numbered from DIR_W) */
@@ -184,23 +241,28 @@ typedef int64_t dir_i64 __attribute__((vector_size(8 * DIR_W)));
 #define DIR_SHUF(a, b, ...) __builtin_shuffle(a, b, (dir_i64){__VA_ARGS__})
 #endif
 
-/* v[k, i] = u[i, k] is[k] for the rows i0 <= i < i1 and the lanes k < nb, one at a time */
-static inline void dir_scatter(const double *restrict u, const double *is, int64_t i0, int64_t i1,
-                               int nb, int64_t n, double *restrict v) {
-    for (int64_t i = i0; i < i1; i++)
-        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * AL__DIR_LANES + k] * is[k];
+/* the i-th normal of lane k: row i >> 1 of the cosines (i even) or the sines, lane k */
+static inline const double *dir_row(const double *c, const double *s, int64_t i) {
+    return (i & 1 ? s : c) + (i >> 1) * AL__DIR_LANES;
 }
 
-/* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
- * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
- * number at a time. */
-static inline void dir_scatter8(const double *restrict u, const double *is, int64_t i0, int nb,
-                                int64_t n, double *restrict v) {
+/* v[k, i] = x_i[k] is[k] (x_i = dir_row(i)) for the rows i0 <= i < i1 and the lanes k < nb */
+static inline void dir_scatter(const double *c, const double *s, const double *is, int64_t i0,
+                               int64_t i1, int nb, int64_t n, double *restrict v) {
+    for (int64_t i = i0; i < i1; i++)
+        for (int k = 0; k < nb; k++) v[k * n + i] = dir_row(c, s, i)[k] * is[k];
+}
+
+/* v[k, i0 .. i0 + 7] = x_i[k] is[k] for the lanes k < nb: with 8-lane vectors, the block scaled
+ * in registers and transposed by three rounds of two-vector shuffles; else one number at a
+ * time. */
+static inline void dir_scatter8(const double *c, const double *s, const double *is, int64_t i0,
+                                int nb, int64_t n, double *restrict v) {
 #if DIR_W == 8
     dir_f64 x[8], a[8], b[8], isv;
     memcpy(&isv, is, sizeof isv);
     for (int i = 0; i < 8; i++) {
-        memcpy(&x[i], u + (i0 + i) * 8, sizeof x[i]);
+        memcpy(&x[i], dir_row(c, s, i0 + i), sizeof x[i]);
         x[i] *= isv;
     }
     for (int i = 0; i < 8; i += 2) { /* a[i]: the even columns of rows i, i + 1 interleaved */
@@ -218,57 +280,77 @@ static inline void dir_scatter8(const double *restrict u, const double *is, int6
     }
     for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
 #else
-    dir_scatter(u, is, i0, i0 + 8, nb, n, v);
+    dir_scatter(c, s, is, i0, i0 + 8, nb, n, v);
 #endif
 }
 
 _Static_assert(AL__DIR_LANES == 8, "dir_scatter8 is 8 x 8");
 
-/* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_rng of each generator r[nb], lane k drawing
- * its own: the same draws, Box-Muller on the same pairs, its own sum of squares in index order,
- * so the same bits. u[(n + 1) AL__DIR_LANES] scratch, row i the i-th number of every lane. A lane
- * that draws u1 = 0 (probability 2^-53 a pair; unit_direction_rng draws again) is redone alone. */
-static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
-                            double *restrict v) {
-    enum { K = AL__DIR_LANES };
-    dir_u64 s[DIR_G][4], bad[DIR_G] = {{0}};
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < 4; c++) s[k / DIR_W][c][k % DIR_W] = r[k < nb ? k : 0].s[c];
-    for (int64_t i = 0; i < n; i += 2) /* odd n: the last u2 goes to the spare row n */
-        for (int g = 0; g < DIR_G; g++) {
-            dir_f64 u1, u2;
-            dir_uniform(s[g], &u2);
-            dir_uniform(s[g], &u1);
-            bad[g] |= (dir_u64)(u1 <= 0);
-            memcpy(u + i * K + g * DIR_W, &u1, sizeof u1);
-            memcpy(u + (i + 1) * K + g * DIR_W, &u2, sizeof u2);
-        }
-    for (int64_t i = 0; i < n; i += 2) { /* odd n: the spare row gets an unused sine */
-        double *restrict a = u + i * K, *restrict b = a + K;
-#pragma omp simd
-        for (int k = 0; k < K; k++) {
-            double u1 = a[k], u2 = b[k];
-            a[k] = box_muller(u1, u2, 0);
-            b[k] = box_muller(u1, u2, 1);
-        }
-    }
-    dir_f64 ss[DIR_G] = {{0}};
-    for (int64_t i = 0; i < n; i++)
+/* a[j][g] += x_i^2 (x_i = dir_row(c, s, i), lanes g DIR_W .. g DIR_W + DIR_W - 1) for the rows
+ * i0 <= i < i1, i = j mod 4 (i0 a multiple of 4): fresh_sumsq's four sums of every lane, in
+ * registers, a block of four rows (two pairs) at a time */
+static void dir_sumsq(const double *c, const double *s, int64_t i0, int64_t i1,
+                      dir_f64 (*a)[DIR_G]) {
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4)
+        for (int j = 0; j < 4; j++)
+            for (int g = 0; g < DIR_G; g++) {
+                dir_f64 x;
+                memcpy(&x, dir_row(c, s, i + j) + g * DIR_W, sizeof x);
+                a[j][g] += x * x;
+            }
+    for (int j = 0; i + j < i1; j++)
         for (int g = 0; g < DIR_G; g++) {
             dir_f64 x;
-            memcpy(&x, u + i * K + g * DIR_W, sizeof x);
-            ss[g] += x * x;
+            memcpy(&x, dir_row(c, s, i + j) + g * DIR_W, sizeof x);
+            a[j][g] += x * x;
         }
+}
+
+/* the doubles of unit_directions' scratch for n */
+static size_t dir_scratch(int64_t n) {
+    return (size_t)((n + 1) / 2) * AL__DIR_LANES * 2;
+}
+
+/* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_fresh of each generator r[nb], lane k drawing
+ * its own: the same pairs, its own sum of squares in index order, so the same bits.
+ * u[dir_scratch(n)] scratch: the pairs' normals c, s [(n + 1) / 2, AL__DIR_LANES] (row p the
+ * p-th pair of every lane), drawn, mapped and summed a block of pairs at a time. */
+static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
+                            double *restrict v) {
+    enum { K = AL__DIR_LANES, PB = 32 }; /* PB pairs of every lane a block */
+    typedef int32_t dir_i32 __attribute__((vector_size(4 * DIR_W)));
+    int64_t np = (n + 1) / 2;
+    double *c = u, *s = c + np * K;
+    int32_t k1[PB * K], k2[PB * K];
+    dir_u64 st[DIR_G][4];
+    dir_f64 a[4][DIR_G] = {{{0}}};
+    for (int k = 0; k < K; k++)
+        for (int q = 0; q < 4; q++) st[k / DIR_W][q][k % DIR_W] = r[k < nb ? k : 0].s[q];
+    for (int64_t p0 = 0; p0 < np; p0 += PB) {
+        int64_t pb = np - p0 < PB ? np - p0 : PB;
+        for (int64_t p = 0; p < pb; p++)
+            for (int g = 0; g < DIR_G; g++) { /* fresh_ints lane by lane */
+                dir_u64 b = dir_next(st[g]);
+                dir_i32 x = __builtin_convertvector((b >> 33) | 1u, dir_i32);
+                dir_i32 y = __builtin_convertvector((b >> 8) & 0xFFFFFFu, dir_i32);
+                memcpy(k1 + p * K + g * DIR_W, &x, sizeof x);
+                memcpy(k2 + p * K + g * DIR_W, &y, sizeof y);
+            }
+        fresh_pairs(k1, k2, pb * K, c + p0 * K, s + p0 * K);
+        dir_sumsq(c, s, 2 * p0, 2 * (p0 + pb) < n ? 2 * (p0 + pb) : n, a);
+    }
     double is[K], sk[K];
     for (int k = 0; k < K; k++) {
-        sk[k] = ss[k / DIR_W][k % DIR_W];
+        int g = k / DIR_W, l = k % DIR_W;
+        sk[k] = (a[0][g][l] + a[1][g][l]) + (a[2][g][l] + a[3][g][l]);
         is[k] = sk[k] > 0 ? 1.0 / sqrt(sk[k]) : 0.0;
     }
     int64_t i0 = 0;
-    for (; i0 + 8 <= n; i0 += 8) dir_scatter8(u, is, i0, nb, n, v);
-    dir_scatter(u, is, i0, n, nb, n, v);
+    for (; i0 + 8 <= n; i0 += 8) dir_scatter8(c, s, is, i0, nb, n, v);
+    dir_scatter(c, s, is, i0, n, nb, n, v);
     for (int k = 0; k < nb; k++)
-        if (bad[k / DIR_W][k % DIR_W] || !(sk[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
+        if (!(sk[k] > 0)) unit_direction_fresh(r[k], n, v + k * n);
 }
 
 static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
@@ -295,14 +377,22 @@ static uint64_t fresh_hash(uint64_t seed, int layer, int head, int64_t row, int 
 int AL_MV(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v) {
     if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
-    unit_direction(fresh_hash(seed, layer, head, row, ti, ei), n, v);
+    al__rng r;
+    al__rng_seed(&r, fresh_hash(seed, layer, head, row, ti, ei));
+    unit_direction_fresh(r, n, v);
+    return 0;
+}
+
+int AL_MV(al__fresh_normals)(al__rng *r, int64_t n, double *x) {
+    if (!r || !x || n < 0) return AL_E_INVALID;
+    fresh_normals(r, n, x);
     return 0;
 }
 
 int AL_MV(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v) {
     if (!r || !v || nb < 1 || nb > AL__DIR_LANES || n < 1 || n > ((int64_t)1 << 24))
         return AL_E_INVALID;
-    double *u = al__malloc((size_t)(n + 1) * AL__DIR_LANES * sizeof(double), "directions", NULL);
+    double *u = al__malloc(dir_scratch(n) * sizeof(double), "directions", NULL);
     if (!u) return AL_E_NOMEM;
     unit_directions(r, nb, n, u, v);
     free(u);
@@ -557,7 +647,7 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
 }
 
 /* The fresh directions q0 .. q0 + nb - 1 of row t, q = ti n_eps + ei (ti the T index, ei the
- * eps index), into v[nb, n]; u[(n + 1) AL__DIR_LANES] scratch. */
+ * eps index), into v[nb, n]; u[dir_scratch(n)] scratch (unit_directions). */
 static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0, int nb, int n_eps,
                         int64_t n, double *u, double *v) {
     al__rng r[AL__DIR_LANES];
@@ -572,7 +662,7 @@ static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0
 /* One row under the readings: the shared v, or a fresh v per (T, eps), drawn AL__DIR_LANES at
  * a time; out[n_t, n_eps] then [n_t] spectral norms (want_spec 0: not computed, left as they
  * are). v[n] (shared) or v[AL__DIR_LANES, n] and
- * u[(n + 1) AL__DIR_LANES] (fresh). */
+ * u[dir_scratch(n)] (fresh). */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
                        int64_t t, int fresh, int want_spec, double *v, double *u, sens_ws *w,
@@ -633,8 +723,8 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
     size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
     sens_ws w = {0};
     int scaled = so->logit_scale != 1.0;
-    /* [L + 1, AL__DIR_LANES] the fresh draws, [AL__DIR_LANES or 1, L] the directions, [L] zs */
-    size_t nu = so->fresh ? (size_t)(L + 1) * AL__DIR_LANES : 0;
+    /* [dir_scratch(L)] the fresh draws, [AL__DIR_LANES or 1, L] the directions, [L] zs */
+    size_t nu = so->fresh ? dir_scratch(L) : 0;
     size_t nv = (size_t)L * (so->fresh ? AL__DIR_LANES : 1);
     double *u = al__malloc_aligned((nu + nv + (scaled ? (size_t)L : 0)) * sizeof(double),
                                    "sensitivity directions", err);
@@ -707,8 +797,9 @@ int AL_MV(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const
 /* ---- one copy of this file per instruction set (mv.h) ---- */
 
 #ifdef AL_MV_DISPATCH
-/* the directions: the baseline copy; every copy draws the same bits (unit_direction uses no FMA
- * and no libm), so the head functions draw theirs in their own copy (tested) */
+/* the directions: the baseline copy; every copy draws the same bits (unit_direction and
+ * unit_direction_fresh use no FMA and no libm), so the head functions draw theirs in their own
+ * copy (tested) */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
@@ -742,6 +833,10 @@ int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t r
 
 int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v) {
     return AL_MV_PICK(al__sensitivity_directions)(r, nb, n, v);
+}
+
+int al__fresh_normals(al__rng *r, int64_t n, double *x) {
+    return AL_MV_PICK(al__fresh_normals)(r, n, x);
 }
 
 int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
