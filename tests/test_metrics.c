@@ -871,24 +871,30 @@ static void test_row_api_equals_head_rows(void **state) {
 /* ---- Algorithm 5's directions, AL__DIR_LANES at a time ----------------------------------------
  */
 
-/* The fresh directions' definition (al_sensitivity_direction_fresh), one draw at a time: each
- * 64-bit draw b a pair, u1 = ((b >> 33) | 1) 2^-31 and u2 = (bits 8..31 of b) 2^-24 in float,
- * Box-Muller in float (mathx.h's kernels) keeping both normals (an odd n the cosine of the
- * last), each widened to double; divided by the root of the sum of squares taken as four sums
- * over i mod 4, (a0 + a1) + (a2 + a3). */
-static void ref_direction(al__rng r, int64_t n, double *v) {
-    for (int64_t i = 0; i < n; i += 2) {
-        uint64_t b = al__rng_next(&r);
+/* The fresh directions' definition (al_sensitivity_direction_fresh), one draw at a time: eight
+ * generators, generator j seeded with SplitMix64's outputs 4j .. 4j + 3 of h; pair p from
+ * generator p mod 8, u1 = ((b >> 33) | 1) 2^-31 and u2 = (bits 8..31 of b) 2^-24 in float,
+ * Box-Muller in float (mathx.h's kernels), each normal widened to double; the cosines, then the
+ * sines (an odd n without the last); divided by the root of the sum of squares taken as eight
+ * sums over i mod 8, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)). */
+static void ref_direction(uint64_t h, int64_t n, double *v) {
+    al__rng g[8];
+    for (int j = 0; j < 8; j++)
+        for (int c = 0; c < 4; c++)
+            g[j].s[c] = al__hash64(h + (uint64_t)(4 * j + c) * 0x9e3779b97f4a7c15ull);
+    int64_t np = (n + 1) / 2;
+    for (int64_t p = 0; p < np; p++) {
+        uint64_t b = al__rng_next(&g[p % 8]);
         float u1 = (float)(int32_t)((b >> 33) | 1) * 0x1p-31f;
         float u2 = (float)(int32_t)((b >> 8) & 0xFFFFFF) * 0x1p-24f, sn, cs;
         float rad = sqrtf(-2.0f * al__logf_pos(u1));
         al__sincosf_turn(u2, &sn, &cs);
-        v[i] = (double)rad * cs;
-        if (i + 1 < n) v[i + 1] = (double)rad * sn;
+        v[p] = (double)rad * cs;
+        if (np + p < n) v[np + p] = (double)rad * sn;
     }
-    double a[4] = {0, 0, 0, 0};
-    for (int64_t i = 0; i < n; i++) a[i % 4] += v[i] * v[i];
-    double is = 1.0 / sqrt((a[0] + a[1]) + (a[2] + a[3]));
+    double a[8] = {0};
+    for (int64_t i = 0; i < n; i++) a[i % 8] += v[i] * v[i];
+    double is = 1.0 / sqrt(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
     for (int64_t i = 0; i < n; i++) v[i] *= is;
 }
 
@@ -937,35 +943,29 @@ static uint64_t ref_fresh_hash(uint64_t seed, int layer, int head, int64_t row, 
                       (uint64_t)(uint32_t)ei);
 }
 
-/* The directions drawn lane by lane (al__sensitivity_directions, batches of 1..8) and the public
- * al_sensitivity_direction_fresh are the definition's bits at every CPU level, for n = 1, 2, 3,
- * 4, 5, 7, 8, 9, 63, 64, 65 (a block of pairs and its edges) and 1023, several seeds. */
+/* The fresh directions drawn in vector lanes (al__fresh_direction, the copy of each CPU level)
+ * and the public al_sensitivity_direction_fresh are the definition's bits, for n = 1 .. 17
+ * (the lanes' and the sums' edges), 511, 512, 513 and 1023 (blocks of 256 pairs), several
+ * seeds. */
 static void test_directions_lanes_bit_equal(void **state) {
     (void)state;
-    enum { NMAX = 1023, K = AL__DIR_LANES };
-    const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, NMAX};
-    double *v = malloc(sizeof(double) * K * NMAX), *ref = malloc(sizeof(double) * NMAX);
-    al__rng r[K];
+    enum { NMAX = 1023 };
+    double *v = malloc(sizeof(double) * NMAX), *ref = malloc(sizeof(double) * NMAX);
     for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
         al__cpu_force((al__cpu_isa)isa);
-        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
-            for (uint64_t seed = 0; seed < 3; seed++)
-                for (int nb = 1; nb <= K; nb += nb < 3 ? 1 : 5) { /* 1, 2, 3, 8 */
-                    int64_t n = ns[in];
-                    for (int k = 0; k < nb; k++)
-                        al__rng_seed(&r[k], ref_fresh_hash(seed, 1, 2, n, k, 3));
-                    assert_int_equal(al__sensitivity_directions(r, nb, n, v), 0);
-                    for (int k = 0; k < nb; k++) {
-                        ref_direction(r[k], n, ref);
-                        assert_memory_equal(v + k * n, ref, sizeof(double) * n);
-                    }
-                    al__rng_seed(&r[0], ref_fresh_hash(seed, 1, 2, n, nb, 3));
-                    ref_direction(r[0], n, ref);
-                    assert_int_equal(al_sensitivity_direction_fresh(seed, 1, 2, n, nb, 3, n, v), 0);
-                    assert_memory_equal(v, ref, sizeof(double) * n);
-                }
-        assert_int_not_equal(al__sensitivity_directions(r, K + 1, 4, v), 0);
-        assert_int_not_equal(al__sensitivity_directions(r, 0, 4, v), 0);
+        for (int64_t n = 1; n <= NMAX; n += n < 17 ? 1 : n == 17 ? 494 : n < 513 ? 1 : 510)
+            for (uint64_t seed = 0; seed < 3; seed++) {
+                uint64_t h = ref_fresh_hash(seed, 1, 2, n, (int)seed, 3);
+                ref_direction(h, n, ref);
+                assert_int_equal(al__fresh_direction(h, n, v), 0);
+                assert_memory_equal(v, ref, sizeof(double) * n);
+                memset(v, 0, sizeof(double) * n);
+                assert_int_equal(al_sensitivity_direction_fresh(seed, 1, 2, n, (int)seed, 3, n, v),
+                                 0);
+                assert_memory_equal(v, ref, sizeof(double) * n);
+            }
+        assert_int_not_equal(al__fresh_direction(1, 0, v), 0);
+        assert_int_not_equal(al__fresh_direction(1, 4, NULL), 0);
     }
     al__cpu_force((al__cpu_isa)-1);
     free(v), free(ref);
