@@ -373,7 +373,11 @@ typedef struct al_sens_opts {
     int window;
 } al_sens_opts;
 /* The "fresh" direction v[n] of Algorithm 5 for (seed, layer, head, row, T index ti, eps index
- * ei): as al_sensitivity_direction with the two indices mixed into the seed too. */
+ * ei): a seed mixed as al_sensitivity_direction's with the two indices mixed in too drives eight
+ * xoshiro256** generators (SplitMix64-seeded) in turn, one 64-bit draw a normal pair by
+ * Box-Muller in single precision (u1 from 31 bits, u2 from 24; within 1e-6 of the radius of the
+ * exact transform of those uniforms, radii <= 6.56), the cosines then the sines, normalised
+ * (docs/readings.md, "The fresh directions' generator"). The same bits on every CPU level. */
 AL_API int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v);
 /* al_head_sensitivity under the readings so (NULL = {1, 0}: then the very same results, bit for

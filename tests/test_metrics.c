@@ -908,25 +908,66 @@ static void test_row_api_equals_head_rows(void **state) {
 /* ---- Algorithm 5's directions, AL__DIR_LANES at a time ----------------------------------------
  */
 
-/* The definition (METHOD section 6, al_sensitivity_direction), one draw at a time: uniform pairs
- * (u2, then u1 redrawn while 0) from r, Box-Muller on each pair (mathx.h's kernels) keeping
- * both normals (an odd n the cosine of the last), divided by the root of the in-order sum of
- * squares. Returns how many u1 were redrawn. */
-static int ref_direction(al__rng r, int64_t n, double *v) {
-    int redrawn = 0;
-    for (int64_t i = 0; i < n; i += 2) {
-        double u2 = (double)(al__rng_next(&r) >> 11) * 0x1.0p-53, u1;
-        while ((u1 = (double)(al__rng_next(&r) >> 11) * 0x1.0p-53) == 0) redrawn++;
-        double sn, cs, rad = sqrt(-2.0 * al__log_pos(u1));
-        al__sincos_turn(u2, &sn, &cs);
-        v[i] = rad * cs;
-        if (i + 1 < n) v[i + 1] = rad * sn;
+/* The fresh directions' definition (al_sensitivity_direction_fresh), one draw at a time: eight
+ * generators, generator j seeded with SplitMix64's outputs 4j .. 4j + 3 of h; pair p from
+ * generator p mod 8, u1 = ((b >> 33) | 1) 2^-31 and u2 = (bits 8..31 of b) 2^-24 in float,
+ * Box-Muller in float (mathx.h's kernels), each normal widened to double; the cosines, then the
+ * sines (an odd n without the last); divided by the root of the sum of squares taken as eight
+ * sums over i mod 8, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)). */
+static void ref_direction(uint64_t h, int64_t n, double *v) {
+    al__rng g[8];
+    for (int j = 0; j < 8; j++)
+        for (int c = 0; c < 4; c++)
+            g[j].s[c] = al__hash64(h + (uint64_t)(4 * j + c) * 0x9e3779b97f4a7c15ull);
+    int64_t np = (n + 1) / 2;
+    for (int64_t p = 0; p < np; p++) {
+        uint64_t b = al__rng_next(&g[p % 8]);
+        float u1 = (float)(int32_t)((b >> 33) | 1) * 0x1p-31f;
+        float u2 = (float)(int32_t)((b >> 8) & 0xFFFFFF) * 0x1p-24f, sn, cs;
+        float rad = sqrtf(-2.0f * al__logf_pos(u1));
+        al__sincosf_turn(u2, &sn, &cs);
+        v[p] = (double)rad * cs;
+        if (np + p < n) v[np + p] = (double)rad * sn;
     }
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
-    double is = 1.0 / sqrt(s);
+    double a[8] = {0};
+    for (int64_t i = 0; i < n; i++) a[i % 8] += v[i] * v[i];
+    double is = 1.0 / sqrt(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
     for (int64_t i = 0; i < n; i++) v[i] *= is;
-    return redrawn;
+}
+
+/* The single-precision kernels of the fresh normals against libm in double: al__logf_pos on
+ * u1 = k 2^-31 (k odd, every binade and random k) within 2.5e-7 relative (and 1.2e-7 absolute
+ * near u1 = 1), al__sincosf_turn on u2 = k 2^-24 (every quadrant's edges and random k) within
+ * 2e-7 absolute, and the normal sqrt(-2 log u1) (cos, sin)(2 pi u2) within 1e-6 of the exact
+ * transform of the same float uniforms (relative to the radius). */
+static void test_fresh_kernels_accuracy(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 5);
+    double elog = 0, esc = 0, ex = 0;
+    for (int q = 0; q < 2000000; q++) {
+        uint64_t b = al__rng_next(&r);
+        int32_t k1 = (int32_t)((b >> 33) | 1), k2 = (int32_t)((b >> 8) & 0xFFFFFF);
+        if (q < 31) k1 = (int32_t)((1u << q) | 1u);              /* every binade */
+        if (q < 64) k2 = (q / 2) * (1 << 19) - (q > 1 && q % 2); /* octant edges and below */
+        float u1 = (float)k1 * 0x1p-31f, u2 = (float)k2 * 0x1p-24f, sn, cs;
+        double l = log((double)u1), lf = al__logf_pos(u1);
+        double e = fabs(lf - l) / fmax(fabs(l), 0.5);
+        elog = e > elog ? e : elog;
+        al__sincosf_turn(u2, &sn, &cs);
+        double ang = 6.283185307179586 * (double)u2;
+        e = fmax(fabs(sn - sin(ang)), fabs(cs - cos(ang)));
+        esc = e > esc ? e : esc;
+        double rad = sqrt(-2.0 * l), radf = sqrtf(-2.0f * (float)lf);
+        e = fmax(fabs((double)radf * cs - rad * cos(ang)),
+                 fabs((double)radf * sn - rad * sin(ang)));
+        e /= fmax(rad, 1e-3);
+        ex = e > ex ? e : ex;
+    }
+    printf("fresh kernels: log %.3g, sincos %.3g, normal %.3g\n", elog, esc, ex);
+    assert_true(elog < 2.5e-7);
+    assert_true(esc < 2e-7);
+    assert_true(ex < 1e-6);
 }
 
 /* al_sensitivity_direction_fresh's generator seed (the hash chain of sensitivity.c) */
@@ -939,41 +980,29 @@ static uint64_t ref_fresh_hash(uint64_t seed, int layer, int head, int64_t row, 
                       (uint64_t)(uint32_t)ei);
 }
 
-/* The directions drawn lane by lane (al__sensitivity_directions, batches of 1..8) and the public
- * al_sensitivity_direction_fresh are the definition's bits at every CPU level, for n = 1, 2, 3,
- * 7, 8, 9, 1023 and several seeds, a u1 of 0 (a state made for it: its second draw is 0) among
- * them. */
+/* The fresh directions drawn in vector lanes (al__fresh_direction, the copy of each CPU level)
+ * and the public al_sensitivity_direction_fresh are the definition's bits, for n = 1 .. 17
+ * (the lanes' and the sums' edges), 511, 512, 513 and 1023 (blocks of 256 pairs), several
+ * seeds. */
 static void test_directions_lanes_bit_equal(void **state) {
     (void)state;
-    enum { NMAX = 1023, K = AL__DIR_LANES };
-    const int64_t ns[] = {1, 2, 3, 7, 8, 9, NMAX};
-    double *v = malloc(sizeof(double) * K * NMAX), *ref = malloc(sizeof(double) * NMAX);
-    al__rng r[K];
-    /* xoshiro's first step sets s1 to s0 ^ s1 ^ s2: 0 here, so the second draw (u1) is 0 */
-    al__rng zero = {{0x9E3779B97F4A7C15ull, 0x0123456789ABCDEFull ^ 0x9E3779B97F4A7C15ull,
-                     0x0123456789ABCDEFull, 42}};
-    assert_int_equal(ref_direction(zero, 1, ref), 1);
+    enum { NMAX = 1023 };
+    double *v = malloc(sizeof(double) * NMAX), *ref = malloc(sizeof(double) * NMAX);
     for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
         al__cpu_force((al__cpu_isa)isa);
-        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
-            for (uint64_t seed = 0; seed < 3; seed++)
-                for (int nb = 1; nb <= K; nb += nb < 3 ? 1 : 5) { /* 1, 2, 3, 8 */
-                    int64_t n = ns[in];
-                    for (int k = 0; k < nb; k++)
-                        al__rng_seed(&r[k], ref_fresh_hash(seed, 1, 2, n, k, 3));
-                    if (seed == 2) r[nb / 2] = zero;
-                    assert_int_equal(al__sensitivity_directions(r, nb, n, v), 0);
-                    for (int k = 0; k < nb; k++) {
-                        ref_direction(r[k], n, ref);
-                        assert_memory_equal(v + k * n, ref, sizeof(double) * n);
-                    }
-                    al__rng_seed(&r[0], ref_fresh_hash(seed, 1, 2, n, nb, 3));
-                    ref_direction(r[0], n, ref);
-                    assert_int_equal(al_sensitivity_direction_fresh(seed, 1, 2, n, nb, 3, n, v), 0);
-                    assert_memory_equal(v, ref, sizeof(double) * n);
-                }
-        assert_int_not_equal(al__sensitivity_directions(r, K + 1, 4, v), 0);
-        assert_int_not_equal(al__sensitivity_directions(r, 0, 4, v), 0);
+        for (int64_t n = 1; n <= NMAX; n += n < 17 ? 1 : n == 17 ? 494 : n < 513 ? 1 : 510)
+            for (uint64_t seed = 0; seed < 3; seed++) {
+                uint64_t h = ref_fresh_hash(seed, 1, 2, n, (int)seed, 3);
+                ref_direction(h, n, ref);
+                assert_int_equal(al__fresh_direction(h, n, v), 0);
+                assert_memory_equal(v, ref, sizeof(double) * n);
+                memset(v, 0, sizeof(double) * n);
+                assert_int_equal(al_sensitivity_direction_fresh(seed, 1, 2, n, (int)seed, 3, n, v),
+                                 0);
+                assert_memory_equal(v, ref, sizeof(double) * n);
+            }
+        assert_int_not_equal(al__fresh_direction(1, 0, v), 0);
+        assert_int_not_equal(al__fresh_direction(1, 4, NULL), 0);
     }
     al__cpu_force((al__cpu_isa)-1);
     free(v), free(ref);
@@ -1068,6 +1097,7 @@ int main(void) {
         cmocka_unit_test(test_sensitivity_other_normalizer_and_edges),
         cmocka_unit_test(test_row_api_equals_head_rows),
         cmocka_unit_test(test_directions_lanes_bit_equal),
+        cmocka_unit_test(test_fresh_kernels_accuracy),
         cmocka_unit_test(test_fresh_head_equals_rows),
         cmocka_unit_test(test_fd_without_spectral_bit_equal),
     };

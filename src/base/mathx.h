@@ -99,6 +99,49 @@ static inline void al__sincos_turn(double u, double *s, double *c) {
     memcpy(c, &cw, sizeof cw);
 }
 
+/* Single-precision kernels (+ - * / sqrt, no FMA, no libm: the same bits in every copy), each
+ * within a few float ulps (relative error below 1e-6; tests/test_metrics.c). */
+
+/* log(x) for a normal float x > 0 (not Inf/NaN): x = 2^e m, m in [sqrt(1/2), sqrt 2),
+ * log m = 2 atanh(f), f = (m - 1) / (m + 1), |f| <= 0.1716: the odd series to f^9. */
+static inline float al__logf_pos(float x) {
+    uint32_t xb;
+    memcpy(&xb, &x, sizeof xb);
+    int32_t mb = (int32_t)((xb & 0x007FFFFFu) | 0x3F800000u); /* m in [1, 2) */
+    int32_t big = mb > 0x3FB504F3 ? 1 : 0;                    /* m > sqrt 2: halve it */
+    mb -= big << 23;
+    float m, e = (float)((int32_t)(xb >> 23) - 127 + big);
+    memcpy(&m, &mb, sizeof m);
+    float f = (m - 1.0f) / (m + 1.0f), f2 = f * f;
+    float p = 2.0f / 3.0f + f2 * (2.0f / 5.0f + f2 * (2.0f / 7.0f + f2 * (2.0f / 9.0f)));
+    float lm = 2.0f * f + (f * f2) * p;
+    return e * 0.693145751953125f + (e * 1.428606765330187e-06f + lm); /* ln 2 = hi + lo */
+}
+
+/* *s = sin(2 pi u), *c = cos(2 pi u) for a float u in [0, 1): 4u = k + f exactly (|f| <= 1/2),
+ * r = f pi/2, Taylor polynomials of sin r to r^9 and cos r to r^10, then the quadrant k mod 4. */
+static inline void al__sincosf_turn(float u, float *s, float *c) {
+    float q = 4.0f * u, t = q + 0x1.8p23f, kf = t - 0x1.8p23f;
+    float r = (q - kf) * 1.57079632679489661923f, r2 = r * r;
+    float sr =
+        r + (r * r2) * (-1.0f / 6.0f +
+                        r2 * (1.0f / 120.0f + r2 * (-1.0f / 5040.0f + r2 * (1.0f / 362880.0f))));
+    float cr =
+        1.0f + r2 * (-0.5f + r2 * (1.0f / 24.0f +
+                                   r2 * (-1.0f / 720.0f +
+                                         r2 * (1.0f / 40320.0f + r2 * (-1.0f / 3628800.0f)))));
+    /* quadrant k: (sin, cos) = (s, c), (c, -s), (-s, -c), (-c, s); integer selects */
+    uint32_t tb, sb, cb;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&sb, &sr, sizeof sb);
+    memcpy(&cb, &cr, sizeof cb);
+    uint32_t odd = 0u - (tb & 1u), sw = (sb & ~odd) | (cb & odd), cw = (cb & ~odd) | (sb & odd);
+    sw ^= (tb & 2u) << 30;
+    cw ^= ((tb + 1u) & 2u) << 30;
+    memcpy(s, &sw, sizeof sw);
+    memcpy(c, &cw, sizeof cw);
+}
+
 /* expm1(x) = e^x - 1 for |x| <= 64 (not NaN) to ~2 ulp, vectorisable: x = k ln2 + r, |r| <=
  * ln2/2, expm1(r) by its Taylor polynomial to r^14 (full relative accuracy near 0), then
  * 2^k expm1(r) + (2^k - 1) (both exact scalings for |k| <= 52; k = 0 keeps expm1(r) itself). */

@@ -132,12 +132,15 @@ static void plan_fingerprint(const run *r, const al_repro_opts *o, plan *p) {
              r->corpus_sha, al_vectors_name(o->vectors), o->normalizer ? o->normalizer : "-",
              al_version(), (unsigned long long)o->seed, o->mc_samples);
     /* the readings of METHOD 9 other than vectors (their defaults add nothing: the
-     * fingerprints of earlier runs stay valid for --resume) */
+     * fingerprints of earlier runs stay valid for --resume); "fresh-f32": the fresh directions'
+     * stream of session 25 (single-precision Box-Muller), so that --resume refuses the partials
+     * of the earlier stream */
     if (o->distance || o->expectation || o->temperature_raw || o->fresh_directions)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|%s|%s|x%lld|%s|%s",
                  al_distance_name(o->distance), al_expect_name(o->expectation),
                  (long long)(o->exact_max > 0 ? o->exact_max : AL_EXACT_MAX_DEFAULT),
-                 o->temperature_raw ? "raw" : "scaled", o->fresh_directions ? "fresh" : "shared");
+                 o->temperature_raw ? "raw" : "scaled",
+                 o->fresh_directions ? "fresh-f32" : "shared");
     size_t k = strlen(buf);
     for (int i = 0; i < p->nT && k < sizeof buf - 40; i++)
         k += (size_t)snprintf(buf + k, sizeof buf - k, ",%.17g", p->T[i]);

@@ -62,12 +62,13 @@ static inline void al__axpy_keys(const double *a, const double *x, int64_t d, co
     }
 }
 
-/* sensitivity.c: Algorithm 5's fresh directions are drawn AL__DIR_LANES at a time, one
- * generator per vector lane. al__sensitivity_directions: v[nb, n] (1 <= nb <= AL__DIR_LANES)
- * the unit directions of the generators r[nb] (in the copy of the CPU level in use), each the
- * bits al_sensitivity_direction draws from its seeded generator; for the tests. */
+/* sensitivity.c: each of Algorithm 5's fresh directions is drawn by AL__DIR_LANES generators in
+ * vector lanes (al_sensitivity_direction_fresh). For the tests, in the copy of the CPU level in
+ * use: al__fresh_direction: v[n] the fresh direction of the generator seed h (the public one's
+ * is fresh_hash of its indices); al__fresh_normals: x[n] its normals before the normalisation. */
 enum { AL__DIR_LANES = 8 };
-int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v);
+int al__fresh_direction(uint64_t h, int64_t n, double *v);
+int al__fresh_normals(uint64_t h, int64_t n, double *x);
 /* al_head_sensitivity_ex without the spectral norms (fd_mean[n_t, n_eps] only, the same bits):
  * for a reading whose spectral norms are another plan's (they do not depend on the directions) */
 int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,

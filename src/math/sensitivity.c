@@ -41,7 +41,8 @@
                                     double *v);                                                    \
     int f(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti, \
                                           int ei, int64_t n, double *v);                           \
-    int f(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v);             \
+    int f(al__fresh_normals)(uint64_t h, int64_t n, double *x);                                    \
+    int f(al__fresh_direction)(uint64_t h, int64_t n, double *v);                                  \
     int f(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,      \
                                    const double *temps, int n_t, const double *eps, int n_eps,     \
                                    uint64_t seed, int layer, int head, const al_sens_opts *so,     \
@@ -109,6 +110,19 @@ static inline double box_muller(double u1, double u2, int which) {
     return sqrt(-2.0 * al__log_pos(u1)) * (which ? sn : cs);
 }
 
+/* v[n] /= || v || (the sum of squares in index order); a zero v (measure zero) becomes e_0, to
+ * stay on the sphere */
+static void normalise(int64_t n, double *v) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
+    if (!(s > 0)) {
+        for (int64_t i = 0; i < n; i++) v[i] = i == 0;
+        return;
+    }
+    double is = 1.0 / sqrt(s);
+    for (int64_t i = 0; i < n; i++) v[i] *= is;
+}
+
 /* n normal draws from the generator r, normalised (al_sensitivity_direction; the definition):
  * Box-Muller on the uniform pairs (u2, then u1 > 0) drawn in order; both normals of each pair.
  * The uniforms go through v first, then one vectorisable pass maps each pair (the kernels of
@@ -130,14 +144,7 @@ static void unit_direction_rng(al__rng r, int64_t n, double *v) {
         v[2 * k] = box_muller(u1, u2, 0);
         v[2 * k + 1] = box_muller(u1, u2, 1);
     }
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
-    if (!(s > 0)) { /* measure zero; keep the result on the sphere anyway */
-        for (int64_t i = 0; i < n; i++) v[i] = i == 0;
-        return;
-    }
-    double is = 1.0 / sqrt(s);
-    for (int64_t i = 0; i < n; i++) v[i] *= is;
+    normalise(n, v);
 }
 
 static void unit_direction(uint64_t h, int64_t n, double *v) {
@@ -146,10 +153,20 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
     unit_direction_rng(r, n, v);
 }
 
-/* ---- AL__DIR_LANES directions at once, one generator per vector lane ---- */
+/* ---- the fresh directions (al_sensitivity_direction_fresh; the definition) ----
+ * A direction's seed h drives AL__DIR_LANES xoshiro256** generators, lane j seeded with the
+ * SplitMix64 outputs 4j .. 4j + 3 of h (al__hash64(h + (4j + c) 0x9E3779B97F4A7C15), c < 4);
+ * pair p of the np = (n + 1) / 2 is lane (p mod 8)'s (p div 8)-th draw b. Box-Muller in single
+ * precision on it: u1 = k1 2^-31, k1 = (b >> 33) | 1 (odd, so u1 in (0, 1): radii up to
+ * sqrt(62 ln 2) = 6.56), u2 = k2 2^-24, k2 = bits 8..31 of b; (c, s) = sqrt(-2 log u1) (cos,
+ * sin)(2 pi u2) (mathx.h's float kernels: within 1e-6 of the radius of the exact transform of
+ * these uniforms), each an exact float product widened to double. x = (c_0 .. c_{np-1}, s_0 ..
+ * s_{n-np-1}) (an odd n drops the last sine); v = x / sqrt(S), S = the sum of x_i^2 as eight sums
+ * a_j over i = j mod 8 in index order, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)). Every
+ * step is exact or one IEEE operation without FMA: every copy gives the same bits. */
 
 /* DIR_W lanes a vector, the copy's own width (a wider generic vector is split badly by the
- * compiler); DIR_G vectors hold one number of every lane */
+ * compiler); DIR_G vectors hold the AL__DIR_LANES lanes */
 #if defined(__AVX512F__)
 #define DIR_W 8
 #elif defined(__AVX2__)
@@ -157,118 +174,116 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
 #else
 #define DIR_W 2
 #endif
-enum { DIR_G = AL__DIR_LANES / DIR_W };
+enum { DIR_G = AL__DIR_LANES / DIR_W, DIR_PB = 256 /* pairs a block */ };
 typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
 typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
+typedef int32_t dir_i32 __attribute__((vector_size(4 * DIR_W)));
 
-/* Each lane's next uniform: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
- * x 5 and x 9 as shifts and adds), then (x >> 11) 2^-53 (al__rng_uniform_inline) through exact
- * steps: x >> 11 = 2 (x >> 12) + bit 11, each part an integer below 2^52 read off the bits of
- * 2^52 + part. */
-static inline __attribute__((always_inline)) void dir_uniform(dir_u64 *s, dir_f64 *u) {
+/* Each lane's next 64 bits: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
+ * x 5 and x 9 as shifts and adds). */
+static inline __attribute__((always_inline)) dir_u64 dir_next(dir_u64 *s) {
     dir_u64 x = (s[1] << 2) + s[1], y = (x << 7) | (x >> 57), r = (y << 3) + y;
     AL__XOSHIRO_ADVANCE(s);
-    const uint64_t m = 0x4330000000000000ull; /* the bits of 2^52 */
-    dir_u64 hi = (r >> 12) | m, lo = ((r >> 11) & 1) | m;
-    dir_f64 dh, dl;
-    memcpy(&dh, &hi, sizeof dh);
-    memcpy(&dl, &lo, sizeof dl);
-    *u = ((dh - 0x1p52) * 2.0 + (dl - 0x1p52)) * 0x1p-53;
+    return r;
 }
 
-/* the lanes of a and b picked by constant indices (b's numbered from DIR_W) */
-#if defined(__clang__) || __GNUC__ >= 12
-#define DIR_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-typedef int64_t dir_i64 __attribute__((vector_size(8 * DIR_W)));
-#define DIR_SHUF(a, b, ...) __builtin_shuffle(a, b, (dir_i64){__VA_ARGS__})
-#endif
-
-/* v[k, i] = u[i, k] is[k] for the rows i0 <= i < i1 and the lanes k < nb, one at a time */
-static inline void dir_scatter(const double *restrict u, const double *is, int64_t i0, int64_t i1,
-                               int nb, int64_t n, double *restrict v) {
-    for (int64_t i = i0; i < i1; i++)
-        for (int k = 0; k < nb; k++) v[k * n + i] = u[i * AL__DIR_LANES + k] * is[k];
-}
-
-/* v[k, i0 .. i0 + 7] = u[i0 .. i0 + 7, k] is[k] for the lanes k < nb: with 8-lane vectors, the
- * block scaled in registers and transposed by three rounds of two-vector shuffles; else one
- * number at a time. */
-static inline void dir_scatter8(const double *restrict u, const double *is, int64_t i0, int nb,
-                                int64_t n, double *restrict v) {
-#if DIR_W == 8
-    dir_f64 x[8], a[8], b[8], isv;
-    memcpy(&isv, is, sizeof isv);
-    for (int i = 0; i < 8; i++) {
-        memcpy(&x[i], u + (i0 + i) * 8, sizeof x[i]);
-        x[i] *= isv;
-    }
-    for (int i = 0; i < 8; i += 2) { /* a[i]: the even columns of rows i, i + 1 interleaved */
-        a[i] = DIR_SHUF(x[i], x[i + 1], 0, 8, 2, 10, 4, 12, 6, 14);
-        a[i + 1] = DIR_SHUF(x[i], x[i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int j = 0; j < 2; j++) {
-            b[i + j] = DIR_SHUF(a[i + j], a[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-            b[i + j + 2] = DIR_SHUF(a[i + j], a[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+/* the lanes' generators of seed h: st[g][c] lane l = SplitMix64 output 4 (g DIR_W + l) + c of h
+ * (the SplitMix64 finaliser of al__hash64, lane by lane); an all-zero state (as al__rng_seed)
+ * gets s0 = 1 */
+static void dir_seed(uint64_t h, dir_u64 (*st)[4]) {
+    for (int g = 0; g < DIR_G; g++)
+        for (int c = 0; c < 4; c++) {
+            dir_u64 x;
+            for (int l = 0; l < DIR_W; l++)
+                x[l] = h + (uint64_t)(4 * (g * DIR_W + l) + c + 1) * 0x9e3779b97f4a7c15ull;
+            x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+            x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+            st[g][c] = x ^ (x >> 31);
         }
-    for (int j = 0; j < 4; j++) { /* x[k] = column k */
-        x[j] = DIR_SHUF(b[j], b[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-        x[j + 4] = DIR_SHUF(b[j], b[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-    }
-    for (int k = 0; k < nb; k++) memcpy(v + k * n + i0, &x[k], sizeof x[k]);
-#else
-    dir_scatter(u, is, i0, i0 + 8, nb, n, v);
-#endif
+    for (int g = 0; g < DIR_G; g++)
+        for (int l = 0; l < DIR_W; l++)
+            if (!(st[g][0][l] | st[g][1][l] | st[g][2][l] | st[g][3][l])) st[g][0][l] = 1;
 }
 
-_Static_assert(AL__DIR_LANES == 8, "dir_scatter8 is 8 x 8");
+static inline void fresh_pair(int32_t k1, int32_t k2, double *c, double *s) {
+    float sn, cs, rad = sqrtf(-2.0f * al__logf_pos((float)k1 * 0x1p-31f));
+    al__sincosf_turn((float)k2 * 0x1p-24f, &sn, &cs);
+    *c = (double)rad * (double)cs;
+    *s = (double)rad * (double)sn;
+}
 
-/* v[nb, n] (nb <= AL__DIR_LANES): unit_direction_rng of each generator r[nb], lane k drawing
- * its own: the same draws, Box-Muller on the same pairs, its own sum of squares in index order,
- * so the same bits. u[(n + 1) AL__DIR_LANES] scratch, row i the i-th number of every lane. A lane
- * that draws u1 = 0 (probability 2^-53 a pair; unit_direction_rng draws again) is redone alone. */
-static void unit_directions(const al__rng *r, int nb, int64_t n, double *restrict u,
-                            double *restrict v) {
-    enum { K = AL__DIR_LANES };
-    dir_u64 s[DIR_G][4], bad[DIR_G] = {{0}};
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < 4; c++) s[k / DIR_W][c][k % DIR_W] = r[k < nb ? k : 0].s[c];
-    for (int64_t i = 0; i < n; i += 2) /* odd n: the last u2 goes to the spare row n */
-        for (int g = 0; g < DIR_G; g++) {
-            dir_f64 u1, u2;
-            dir_uniform(s[g], &u2);
-            dir_uniform(s[g], &u1);
-            bad[g] |= (dir_u64)(u1 <= 0);
-            memcpy(u + i * K + g * DIR_W, &u1, sizeof u1);
-            memcpy(u + (i + 1) * K + g * DIR_W, &u2, sizeof u2);
-        }
-    for (int64_t i = 0; i < n; i += 2) { /* odd n: the spare row gets an unused sine */
-        double *restrict a = u + i * K, *restrict b = a + K;
+/* c[m], s[m] = fresh_pair(k1[m], k2[m]): 16 float lanes on AVX-512 */
+static void fresh_pairs(const int32_t *restrict k1, const int32_t *restrict k2, int64_t m,
+                        double *restrict c, double *restrict s) {
 #pragma omp simd
-        for (int k = 0; k < K; k++) {
-            double u1 = a[k], u2 = b[k];
-            a[k] = box_muller(u1, u2, 0);
-            b[k] = box_muller(u1, u2, 1);
-        }
-    }
-    dir_f64 ss[DIR_G] = {{0}};
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < m; j++) fresh_pair(k1[j], k2[j], &c[j], &s[j]);
+}
+
+/* k1[m], k2[m] (m a multiple of AL__DIR_LANES) of the next m / AL__DIR_LANES draws of every lane
+ * (pair p from lane p mod 8) */
+static void fresh_ints(dir_u64 (*st)[4], int64_t m, int32_t *restrict k1, int32_t *restrict k2) {
+    for (int64_t p = 0; p < m; p += AL__DIR_LANES)
         for (int g = 0; g < DIR_G; g++) {
-            dir_f64 x;
-            memcpy(&x, u + i * K + g * DIR_W, sizeof x);
-            ss[g] += x * x;
+            dir_u64 b = dir_next(st[g]);
+            dir_i32 x = __builtin_convertvector((b >> 33) | 1u, dir_i32);
+            dir_i32 y = __builtin_convertvector((b >> 8) & 0xFFFFFFu, dir_i32);
+            memcpy(k1 + p + g * DIR_W, &x, sizeof x);
+            memcpy(k2 + p + g * DIR_W, &y, sizeof y);
         }
-    double is[K], sk[K];
-    for (int k = 0; k < K; k++) {
-        sk[k] = ss[k / DIR_W][k % DIR_W];
-        is[k] = sk[k] > 0 ? 1.0 / sqrt(sk[k]) : 0.0;
+}
+
+/* x[n]: the normals of seed h, a block of DIR_PB pairs at a time (the last sine of an odd n
+ * through sl) */
+static void fresh_normals(uint64_t h, int64_t n, double *x) {
+    int32_t k1[DIR_PB], k2[DIR_PB];
+    dir_u64 st[DIR_G][4];
+    dir_seed(h, st);
+    int64_t np = (n + 1) / 2, ns = n - np; /* ns sines */
+    for (int64_t p0 = 0; p0 < np; p0 += DIR_PB) {
+        int64_t pb = np - p0 < DIR_PB ? np - p0 : DIR_PB;
+        fresh_ints(st, (pb + AL__DIR_LANES - 1) / AL__DIR_LANES * AL__DIR_LANES, k1, k2);
+        int64_t full = p0 + pb <= ns ? pb : ns - p0; /* the pairs keeping their sine */
+        fresh_pairs(k1, k2, full, x + p0, x + np + p0);
+        for (int64_t p = full; p < pb; p++) { /* odd n: the last pair's cosine alone */
+            double sl;
+            fresh_pair(k1[p], k2[p], x + p0 + p, &sl);
+        }
     }
-    int64_t i0 = 0;
-    for (; i0 + 8 <= n; i0 += 8) dir_scatter8(u, is, i0, nb, n, v);
-    dir_scatter(u, is, i0, n, nb, n, v);
-    for (int k = 0; k < nb; k++)
-        if (bad[k / DIR_W][k % DIR_W] || !(sk[k] > 0)) unit_direction_rng(r[k], n, v + k * n);
+}
+
+/* the sum of x[n]^2 as the definition's eight sums */
+static double fresh_sumsq(const double *x, int64_t n) {
+    dir_f64 a[DIR_G] = {{0}};
+    int64_t i = 0;
+    for (; i + AL__DIR_LANES <= n; i += AL__DIR_LANES)
+        for (int g = 0; g < DIR_G; g++) {
+            dir_f64 y;
+            memcpy(&y, x + i + g * DIR_W, sizeof y);
+            a[g] += y * y;
+        }
+    double s[AL__DIR_LANES];
+    for (int j = 0; j < AL__DIR_LANES; j++) s[j] = a[j / DIR_W][j % DIR_W];
+    for (int j = 0; i + j < n; j++) s[j] += x[i + j] * x[i + j];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+_Static_assert(AL__DIR_LANES == 8, "fresh_sumsq's tree is of eight sums");
+
+/* v[n]: the fresh direction of seed h; returns max |v_i| */
+static double unit_direction_fresh(uint64_t h, int64_t n, double *v) {
+    fresh_normals(h, n, v);
+    double ss = fresh_sumsq(v, n), mx = 0;
+    if (!(ss > 0)) {
+        normalise(n, v); /* measure zero: e_0 */
+        return 1.0;
+    }
+    double is = 1.0 / sqrt(ss);
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; i++) {
+        v[i] *= is;
+        mx = mx > fabs(v[i]) ? mx : fabs(v[i]);
+    }
+    return mx;
 }
 
 static uint64_t direction_hash(uint64_t seed, int layer, int head, int64_t row) {
@@ -295,17 +310,19 @@ static uint64_t fresh_hash(uint64_t seed, int layer, int head, int64_t row, int 
 int AL_MV(al_sensitivity_direction_fresh)(uint64_t seed, int layer, int head, int64_t row, int ti,
                                           int ei, int64_t n, double *v) {
     if (!v || n < 1 || ti < 0 || ei < 0) return AL_E_INVALID;
-    unit_direction(fresh_hash(seed, layer, head, row, ti, ei), n, v);
+    unit_direction_fresh(fresh_hash(seed, layer, head, row, ti, ei), n, v);
     return 0;
 }
 
-int AL_MV(al__sensitivity_directions)(const al__rng *r, int nb, int64_t n, double *v) {
-    if (!r || !v || nb < 1 || nb > AL__DIR_LANES || n < 1 || n > ((int64_t)1 << 24))
-        return AL_E_INVALID;
-    double *u = al__malloc((size_t)(n + 1) * AL__DIR_LANES * sizeof(double), "directions", NULL);
-    if (!u) return AL_E_NOMEM;
-    unit_directions(r, nb, n, u, v);
-    free(u);
+int AL_MV(al__fresh_normals)(uint64_t h, int64_t n, double *x) {
+    if (!x || n < 1 || n > ((int64_t)1 << 24)) return AL_E_INVALID;
+    fresh_normals(h, n, x);
+    return 0;
+}
+
+int AL_MV(al__fresh_direction)(uint64_t h, int64_t n, double *v) {
+    if (!v || n < 1 || n > ((int64_t)1 << 24)) return AL_E_INVALID;
+    unit_direction_fresh(h, n, v);
     return 0;
 }
 
@@ -556,28 +573,13 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
     return 0;
 }
 
-/* The fresh directions q0 .. q0 + nb - 1 of row t, q = ti n_eps + ei (ti the T index, ei the
- * eps index), into v[nb, n]; u[(n + 1) AL__DIR_LANES] scratch. */
-static void fresh_batch(uint64_t seed, int layer, int head, int64_t t, size_t q0, int nb, int n_eps,
-                        int64_t n, double *u, double *v) {
-    al__rng r[AL__DIR_LANES];
-    for (int k = 0; k < nb; k++) {
-        size_t q = q0 + (size_t)k;
-        al__rng_seed(&r[k], fresh_hash(seed, layer, head, t, (int)(q / (size_t)n_eps),
-                                       (int)(q % (size_t)n_eps)));
-    }
-    unit_directions(r, nb, n, u, v);
-}
-
-/* One row under the readings: the shared v, or a fresh v per (T, eps), drawn AL__DIR_LANES at
- * a time; out[n_t, n_eps] then [n_t] spectral norms (want_spec 0: not computed, left as they
- * are). v[n] (shared) or v[AL__DIR_LANES, n] and
- * u[(n + 1) AL__DIR_LANES] (fresh). */
+/* One row under the readings: the shared v, or a fresh v per (T, eps); out[n_t, n_eps] then
+ * [n_t] spectral norms (want_spec 0: not computed, left as they are). v[n]. */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
                        int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                       int64_t t, int fresh, int want_spec, double *v, double *u, sens_ws *w,
-                       double *out, al_error *err) {
-    size_t nfd = (size_t)n_t * (size_t)n_eps, q = 0;
+                       int64_t t, int fresh, int want_spec, double *v, sens_ws *w, double *out,
+                       al_error *err) {
+    size_t nfd = (size_t)n_t * (size_t)n_eps;
     double *spec = want_spec ? out + nfd : NULL;
     if (!fresh) {
         AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
@@ -588,15 +590,10 @@ static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const d
     for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
         sens_at at;
         int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? spec + a : NULL, err);
-        for (int e = 0; e < n_eps && !rc; e++, q++) {
-            size_t k = q % AL__DIR_LANES;
-            if (k == 0) {
-                size_t nb = nfd - q < AL__DIR_LANES ? nfd - q : AL__DIR_LANES;
-                fresh_batch(seed, layer, head, t, q, (int)nb, n_eps, n, u, v);
-            }
-            const double *vq = v + k * (size_t)n;
-            rc = sens_fd(&at, zt, vq, on_support(&at, vq, w->vc), absmax(vq, n), top, n, eps[e], w,
-                         out + q, err);
+        for (int e = 0; e < n_eps && !rc; e++) {
+            double vmax = unit_direction_fresh(fresh_hash(seed, layer, head, t, a, e), n, v);
+            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), vmax, top, n, eps[e], w,
+                         out + (size_t)a * (size_t)n_eps + e, err);
         }
         if (rc) return rc;
     }
@@ -633,21 +630,18 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
     size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
     sens_ws w = {0};
     int scaled = so->logit_scale != 1.0;
-    /* [L + 1, AL__DIR_LANES] the fresh draws, [AL__DIR_LANES or 1, L] the directions, [L] zs */
-    size_t nu = so->fresh ? (size_t)(L + 1) * AL__DIR_LANES : 0;
-    size_t nv = (size_t)L * (so->fresh ? AL__DIR_LANES : 1);
-    double *u = al__malloc_aligned((nu + nv + (scaled ? (size_t)L : 0)) * sizeof(double),
+    /* [L] the direction, [L] zs */
+    double *v = al__malloc_aligned((size_t)L * (scaled ? 2 : 1) * sizeof(double),
                                    "sensitivity directions", err);
-    double *v = u ? u + nu : NULL;
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__calloc(nout, sizeof(double), "sensitivity row", err);
-    if (!u || !acc || !one || build_ws(&w, L, err)) {
-        free(u);
+    if (!v || !acc || !one || build_ws(&w, L, err)) {
+        free(v);
         free(acc);
         free(one);
         return AL_E_NOMEM;
     }
-    double *zs = scaled ? v + nv : NULL; /* [L] the row on the chosen scale */
+    double *zs = scaled ? v + L : NULL; /* [L] the row on the chosen scale */
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
     size_t nfd = (size_t)n_t * (size_t)n_eps;
@@ -668,7 +662,7 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
             zt = zs;
         }
         rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh,
-                         spec_mean != NULL, v, u, &w, one, err);
+                         spec_mean != NULL, v, &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
             goto done;
@@ -680,7 +674,7 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
     for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
     for (int a = 0; a < n_t && spec_mean; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
 done:
-    free(u);
+    free(v);
     free(acc);
     free(one);
     free(w.buf);
@@ -707,8 +701,9 @@ int AL_MV(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const
 /* ---- one copy of this file per instruction set (mv.h) ---- */
 
 #ifdef AL_MV_DISPATCH
-/* the directions: the baseline copy; every copy draws the same bits (unit_direction uses no FMA
- * and no libm), so the head functions draw theirs in their own copy (tested) */
+/* the directions: the baseline copy; every copy draws the same bits (unit_direction and
+ * unit_direction_fresh use no FMA and no libm), so the head functions draw theirs in their own
+ * copy (tested) */
 int al_head_sensitivity(const double *z, int64_t L, int causal, const al_norm *nm,
                         const double *temps, int n_t, const double *eps, int n_eps, uint64_t seed,
                         int layer, int head, double *fd_mean, double *spec_mean, al_error *err) {
@@ -740,8 +735,12 @@ int al_sensitivity_direction_fresh(uint64_t seed, int layer, int head, int64_t r
     return al_sensitivity_direction_fresh_base(seed, layer, head, row, ti, ei, n, v);
 }
 
-int al__sensitivity_directions(const al__rng *r, int nb, int64_t n, double *v) {
-    return AL_MV_PICK(al__sensitivity_directions)(r, nb, n, v);
+int al__fresh_normals(uint64_t h, int64_t n, double *x) {
+    return AL_MV_PICK(al__fresh_normals)(h, n, x);
+}
+
+int al__fresh_direction(uint64_t h, int64_t n, double *v) {
+    return AL_MV_PICK(al__fresh_direction)(h, n, v);
 }
 
 int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,

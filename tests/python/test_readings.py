@@ -516,3 +516,75 @@ def test_raw_scale_is_rescaled_temperature(lib):
                                       0, 0, ctypes.byref(SOpts(0.0, 0)), _p(fd), _p(sp_raw),
                                       ctypes.byref(err)) == 1
     assert "logit scale" in err.msg.decode()
+
+
+# ---- the fresh directions' generator (al_sensitivity_direction_fresh) -------------------------
+
+def _fresh_normals(h, n):
+    """al__fresh_normals: the normals of the fresh direction of generator seed h, before the
+    normalisation"""
+    import internals
+    from types import SimpleNamespace
+    L = internals.attach(SimpleNamespace(), "al__fresh_normals")
+    L.al__fresh_normals.argtypes = [ctypes.c_uint64, ctypes.c_int64, dp]
+    x = np.zeros(n)
+    assert L.al__fresh_normals(h, n, _p(x)) == 0
+    return x
+
+
+def test_fresh_normals_are_normal():
+    """The fresh directions' normals (al__fresh_normals: single-precision Box-Muller, before the
+    normalisation; one direction of n = 2e6: the cosines, then the sines) against scipy's
+    standard normal: Kolmogorov-Smirnov on all of them, on the cosines and the sines apart, and
+    the squared radii c^2 + s^2 against chi2(2);
+    mean, variance, skewness and excess kurtosis within 5 standard errors; cosine and sine
+    uncorrelated; the mass beyond 3 and 4 within 5 binomial standard errors; |x| below
+    sqrt(62 ln 2) (the smallest u1 is 2^-31)."""
+    from scipy import stats
+    n = 2_000_000
+    x = _fresh_normals(2026, n)
+    assert stats.kstest(x, "norm").pvalue > 1e-3
+    c, s = x[: n // 2], x[n // 2:]
+    assert stats.kstest(c, "norm").pvalue > 1e-3 and stats.kstest(s, "norm").pvalue > 1e-3
+    assert stats.kstest(c * c + s * s, stats.chi2(2).cdf).pvalue > 1e-3
+    se = 1 / math.sqrt(n)
+    assert abs(x.mean()) < 5 * se
+    assert abs(x.var() - 1) < 5 * math.sqrt(2) * se
+    assert abs(stats.skew(x)) < 5 * math.sqrt(6) * se
+    assert abs(stats.kurtosis(x)) < 5 * math.sqrt(24) * se
+    assert abs(np.corrcoef(c, s)[0, 1]) < 5 / math.sqrt(n / 2)
+    for a in (3.0, 4.0):
+        p = 2 * stats.norm.sf(a)
+        assert abs(np.mean(np.abs(x) > a) - p) < 5 * math.sqrt(p * (1 - p) / n)
+    assert np.abs(x).max() <= math.sqrt(62 * math.log(2))
+    # another seed draws other numbers; the same seed the same pairs (n = 101: 51 cosines)
+    assert not np.array_equal(x[:50], _fresh_normals(2027, 100)[:50])
+    assert np.array_equal(x[:51], _fresh_normals(2026, 101)[:51])
+
+
+@pytest.mark.parametrize("n", [3, 7, 8])
+def test_fresh_directions_uniform_on_sphere(lib, n):
+    """al_sensitivity_direction_fresh over 24000 (row, T index, eps index): unit length, and
+    uniform on the sphere: every coordinate's square ~ Beta(1/2, (n - 1)/2) (Kolmogorov-Smirnov
+    against scipy; for n = 3 each coordinate ~ Uniform(-1, 1), Archimedes), the mean 0 and the
+    second moment I / n within 5 standard errors. n = 7: the odd n drops a sine."""
+    from scipy import stats
+    vs = np.zeros((24000, n))
+    q = 0
+    for row in range(400):
+        for ti in range(20):
+            for ei in range(3):
+                assert lib.al_sensitivity_direction_fresh(11, 2, 5, row, ti, ei, n, _p(vs[q])) == 0
+                q += 1
+    assert np.allclose(np.linalg.norm(vs, axis=1), 1, rtol=0, atol=1e-15)
+    m = len(vs)
+    for i in range(n):
+        assert stats.kstest(vs[:, i] ** 2, stats.beta(0.5, (n - 1) / 2).cdf).pvalue > 1e-3
+        if n == 3:
+            assert stats.kstest(vs[:, i], stats.uniform(-1, 2).cdf).pvalue > 1e-3
+    assert np.all(np.abs(vs.mean(axis=0)) < 5 / math.sqrt(n * m))
+    C = vs.T @ vs / m  # E v v^T = I / n; Var v_i^2 = 2 (n - 1) / (n^2 (n + 2))
+    sd2 = math.sqrt(2 * (n - 1) / (n * n * (n + 2)) / m)
+    assert np.all(np.abs(np.diag(C) - 1 / n) < 5 * sd2)
+    off = C[~np.eye(n, dtype=bool)]
+    assert np.all(np.abs(off) < 5 * math.sqrt(1 / (n * (n + 2)) / m))
