@@ -1045,32 +1045,52 @@ static void test_fresh_head_equals_rows(void **state) {
     al__cpu_force((al__cpu_isa)-1);
 }
 
-/* al__head_sensitivity_fd (a reading's finite differences, its spectral norms taken from the
- * run) gives al_head_sensitivity_ex's finite differences bit for bit: every normalizer (softmax's
+/* al__head_sensitivity_pair (a reading's finite differences computed in the run's pass: the
+ * other directions alongside, or the spectral norms left out) gives al_head_sensitivity_ex's
+ * numbers bit for bit, each set as a call with its directions alone: every normalizer (softmax's
  * fast path and al_norm_forward for the others, where the full call uses
- * al_norm_forward_spectral), shared and fresh directions, scaled logits, every CPU level. */
-static void test_fd_without_spectral_bit_equal(void **state) {
+ * al_norm_forward_spectral), shared and fresh directions as the main set, scaled logits, a
+ * sliding window, every CPU level. */
+static void test_fd_pair_bit_equal(void **state) {
     (void)state;
     enum { L = 19 };
-    double z[L * L], T[3] = {0.05, 0.7, 6}, eps[2] = {1e-3, 3}, fd[6], fd2[6], spec[3];
+    double z[L * L], T[3] = {0.05, 0.7, 6}, eps[2] = {1e-3, 3};
+    double fd[6], spec[3], fdo[6], fd2[6], spec2[3], fdo2[6], fd3[6];
     al__rng r;
     al__rng_seed(&r, 91);
     for (int i = 0; i < L * L; i++) z[i] = 2 * al__rng_normal(&r);
     for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
         al__cpu_force((al__cpu_isa)isa);
         for (int kind = AL_NORM_SOFTMAX; kind <= AL_NORM_SA_SOFTMAX_NORM; kind++)
-            for (int fresh = 0; fresh < 2; fresh++) {
+            for (int c = 0; c < 4; c++) {
+                int fresh = c & 1;
                 al_norm nm = {
                     .kind = (al_norm_kind)kind, .temperature = 1, .alpha = 1.5, .ssmax_s = 0.43};
-                al_sens_opts so = {.logit_scale = fresh ? 1.0 : 2.5, .fresh = fresh};
+                al_sens_opts so = {.logit_scale = fresh ? 1.0 : 2.5,
+                                   .fresh = fresh,
+                                   .window = c & 2 ? 5 : 0},
+                             sx = so;
+                sx.fresh = !fresh;
                 assert_int_equal(al_head_sensitivity_ex(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so,
                                                         fd, spec, NULL),
                                  0);
+                assert_int_equal(al_head_sensitivity_ex(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &sx,
+                                                        fdo, spec2, NULL),
+                                 0);
+                assert_true(fd[1] != fdo[1]); /* the other directions: other numbers */
                 memset(fd2, 0, sizeof fd2);
-                assert_int_equal(
-                    al__head_sensitivity_fd(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so, fd2, NULL),
-                    0);
+                memset(spec2, 0, sizeof spec2);
+                memset(fd3, 0, sizeof fd3);
+                assert_int_equal(al__head_sensitivity_pair(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so,
+                                                           fd2, spec2, fdo2, NULL),
+                                 0);
                 assert_memory_equal(fd, fd2, sizeof fd);
+                assert_memory_equal(spec, spec2, sizeof spec);
+                assert_memory_equal(fdo, fdo2, sizeof fdo);
+                assert_int_equal(al__head_sensitivity_pair(z, L, 1, &nm, T, 3, eps, 2, 4, 0, 1, &so,
+                                                           fd3, NULL, NULL, NULL),
+                                 0);
+                assert_memory_equal(fd, fd3, sizeof fd);
             }
     }
     al__cpu_force((al__cpu_isa)-1);
@@ -1099,7 +1119,7 @@ int main(void) {
         cmocka_unit_test(test_directions_lanes_bit_equal),
         cmocka_unit_test(test_fresh_kernels_accuracy),
         cmocka_unit_test(test_fresh_head_equals_rows),
-        cmocka_unit_test(test_fd_without_spectral_bit_equal),
+        cmocka_unit_test(test_fd_pair_bit_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -268,17 +268,63 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
     return 0;
 }
 
-/* base's spectral norms of Algorithm 5 for this head, when it computed them on the same logits
- * for the same normalizer, temperatures and logit scale (a reading changing only the
- * directions): they do not depend on the directions; else NULL. */
+/* Does plan b's Algorithm 5 read the same logits as plan a's under the same normalizer,
+ * temperatures and logit scale (a reading changing only the directions)? Then the spectral
+ * norms, p0 and everything else that does not depend on the directions are the same. */
+static int same_sens_point(const plan *a, const plan *b) {
+    return a->have_nm == b->have_nm && same_norm(&a->nm, &b->nm) && a->nT == b->nT &&
+           memcmp(a->T, b->T, (size_t)a->nT * sizeof(double)) == 0 &&
+           a->o.temperature_raw == b->o.temperature_raw && a->n_head == b->n_head;
+}
+
+/* base's spectral norms of Algorithm 5 for this head, when same_sens_point: they do not depend
+ * on the directions; else NULL. */
 static const double *shared_spectral(const obs_ctx *base, const obs_ctx *c, int hidx) {
-    const plan *a = base ? base->p : NULL, *b = c->p;
-    if (!a || !base->j || !base->j->want_sens || a->have_nm != b->have_nm ||
-        !same_norm(&a->nm, &b->nm) || a->nT != b->nT ||
-        memcmp(a->T, b->T, (size_t)a->nT * sizeof(double)) != 0 ||
-        a->o.temperature_raw != b->o.temperature_raw || a->n_head != b->n_head)
-        return NULL;
-    return base->j->spec + (size_t)hidx * a->nT;
+    if (!base || !base->j || !base->j->want_sens || !same_sens_point(base->p, c->p)) return NULL;
+    return base->j->spec + (size_t)hidx * base->p->nT;
+}
+
+/* The reading of the run c whose Algorithm 5 differs from the run's only in its directions
+ * (shared against fresh; the same eps grid and seed): the run computes its finite differences in
+ * its own pass over the head (al__head_sensitivity_pair: the row maxima, p0, the support and the
+ * spectral norms once per row and T for both). NULL if none. */
+static const obs_ctx *sens_partner(const obs_ctx *c) {
+    const plan *a = c->p;
+    for (int v = 0; c->j && c->j->want_sens && v < c->n_var; v++) {
+        const plan *b = c->var[v].p;
+        if (c->var[v].j && c->var[v].j->want_sens && same_sens_point(a, b) &&
+            a->o.fresh_directions != b->o.fresh_directions && a->o.seed == b->o.seed &&
+            a->nE == b->nE && memcmp(a->eps, b->eps, (size_t)a->nE * sizeof(double)) == 0)
+            return &c->var[v];
+    }
+    return NULL;
+}
+
+/* Algorithm 5 for head i (index hidx) under the readings of METHOD 6 (T on scaled or raw logits,
+ * shared or fresh directions). base: the run's context when c is a reading's (NULL for the run's
+ * own): a reading the run computed alongside its own (sens_partner) has nothing left to do; one
+ * with the run's spectral norms (shared_spectral) copies them. */
+static int sens_head(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int i, scratch *sc,
+                     int hidx, al_error *err) {
+    const plan *p = c->p;
+    job *j = c->j;
+    if (base && sens_partner(base) == c) return 0;
+    const obs_ctx *pc = base ? NULL : sens_partner(c);
+    al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
+                       .fresh = p->o.fresh_directions,
+                       .window = cap->window};
+    const double *spec0 = shared_spectral(base, c, hidx);
+    size_t of = (size_t)hidx * p->nT * p->nE;
+    double *spec = j->spec + (size_t)hidx * p->nT;
+    int rc = al__head_sensitivity_pair(sc->z, cap->T, cap->causal, &p->nm, p->T, p->nT, p->eps,
+                                       p->nE, p->o.seed, cap->layer, cap->heads[i], &so, j->fd + of,
+                                       spec0 ? NULL : spec, pc ? pc->j->fd + of : NULL, err);
+    if (!rc && pc) memcpy(pc->j->spec + (size_t)hidx * p->nT, spec, (size_t)p->nT * sizeof(double));
+    if (!rc && spec0) memcpy(spec, spec0, (size_t)p->nT * sizeof(double));
+    if (rc)
+        return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
+                              cap->T);
+    return 0;
 }
 
 /* Head i of c's job; base: the run's context when c is a reading's (NULL for the run's own). */
@@ -313,25 +359,7 @@ static int head_work(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
         }
     }
     double t2 = thread_cpu();
-    if (j->want_sens) {
-        /* the readings of METHOD 6: T on scaled or raw logits, shared or fresh directions */
-        al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
-                           .fresh = p->o.fresh_directions,
-                           .window = cap->window};
-        const double *spec0 = shared_spectral(base, c, hidx);
-        double *fd = j->fd + (size_t)hidx * p->nT * p->nE, *spec = j->spec + (size_t)hidx * p->nT;
-        if (spec0) {
-            rc = al__head_sensitivity_fd(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
-                                         p->o.seed, cap->layer, cap->heads[i], &so, fd, err);
-            memcpy(spec, spec0, (size_t)p->nT * sizeof(double));
-        } else {
-            rc = al_head_sensitivity_ex(sc->z, L, cap->causal, &p->nm, p->T, p->nT, p->eps, p->nE,
-                                        p->o.seed, cap->layer, cap->heads[i], &so, fd, spec, err);
-        }
-        if (rc)
-            return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
-                                  L);
-    }
+    if (j->want_sens && (rc = sens_head(c, base, cap, i, sc, hidx, err))) return rc;
     double t3 = thread_cpu();
     if (j->want_van) {
         rc = al__ex_row_stats(sc->w, L, cap->causal, cap->window, j->vmax + (size_t)hidx * L,

@@ -69,11 +69,15 @@ static inline void al__axpy_keys(const double *a, const double *x, int64_t d, co
 enum { AL__DIR_LANES = 8 };
 int al__fresh_direction(uint64_t h, int64_t n, double *v);
 int al__fresh_normals(uint64_t h, int64_t n, double *x);
-/* al_head_sensitivity_ex without the spectral norms (fd_mean[n_t, n_eps] only, the same bits):
- * for a reading whose spectral norms are another plan's (they do not depend on the directions) */
-int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
-                            const double *temps, int n_t, const double *eps, int n_eps,
-                            uint64_t seed, int layer, int head, const al_sens_opts *so,
-                            double *fd_mean, al_error *err);
+/* al_head_sensitivity_ex (so->fresh: fd_mean's directions) with, in the same pass over the
+ * rows, fd_other[n_t, n_eps] (NULL: none) the finite differences under the other directions
+ * (fresh for shared, shared for fresh): the row's maxima, p0, the support of e0 and the spectral
+ * norms computed once per row and T for both; spec_mean NULL: the spectral norms not computed
+ * (a reading whose norms are another plan's). fd_mean, spec_mean and fd_other each the bits of
+ * al_head_sensitivity_ex with their directions alone. */
+int al__head_sensitivity_pair(const double *z, int64_t L, int causal, const al_norm *nm,
+                              const double *temps, int n_t, const double *eps, int n_eps,
+                              uint64_t seed, int layer, int head, const al_sens_opts *so,
+                              double *fd_mean, double *spec_mean, double *fd_other, al_error *err);
 
 #endif

@@ -5,7 +5,9 @@
  * same row code with one seeded direction v per (seed, layer, head, row), reused for every T
  * and eps, both averaged over the rows with n >= 2. al_head_sensitivity_ex adds the readings of
  * METHOD section 9: the logits on another scale (the paper's raw q.k: z sqrt(d_head)) and a
- * fresh direction at every (T, eps, head, row), as the paper's Algorithm 5 draws it.
+ * fresh direction at every (T, eps, head, row), as the paper's Algorithm 5 draws it;
+ * al__head_sensitivity_pair (metrics.h) both directions' finite differences in one pass over the
+ * rows (what does not depend on the direction computed once), each the bits of its own call.
  *
  * f is any normalizer of attnlim.h (al_norm_forward / al_norm_forward_spectral, with its
  * temperature set to each T). Softmax, the case of the paper, has a fast path: a vectorised
@@ -43,10 +45,10 @@
                                           int ei, int64_t n, double *v);                           \
     int f(al__fresh_normals)(uint64_t h, int64_t n, double *x);                                    \
     int f(al__fresh_direction)(uint64_t h, int64_t n, double *v);                                  \
-    int f(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,      \
-                                   const double *temps, int n_t, const double *eps, int n_eps,     \
-                                   uint64_t seed, int layer, int head, const al_sens_opts *so,     \
-                                   double *fd_mean, al_error *err);
+    int f(al__head_sensitivity_pair)(                                                              \
+        const double *z, int64_t L, int causal, const al_norm *nm, const double *temps, int n_t,   \
+        const double *eps, int n_eps, uint64_t seed, int layer, int head, const al_sens_opts *so,  \
+        double *fd_mean, double *spec_mean, double *fd_other, al_error *err);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_SENSITIVITY_PROTOS)
 #pragma GCC visibility pop
@@ -526,20 +528,53 @@ static int sens_fd(const sens_at *at, const double *zt, const double *v, const d
     return 0;
 }
 
-/* One row: z[n] (finite), v[n]; fd[n_t, n_eps] and spec[n_t] (NULL: not computed) are set (not
- * added to). */
+/* fd[n_eps] at one T (at) in the direction v[n] (vmax = max |v_i|) */
+static int fd_given(const sens_at *at, const double *zt, const double *v, double vmax, int64_t top,
+                    int64_t n, const double *eps, int n_eps, sens_ws *w, double *fd,
+                    al_error *err) {
+    const double *vc = on_support(at, v, w->vc);
+    int rc = 0;
+    for (int e = 0; e < n_eps && !rc; e++)
+        rc = sens_fd(at, zt, v, vc, vmax, top, n, eps[e], w, &fd[e], err);
+    return rc;
+}
+
+/* The fresh directions of one row: (seed, layer, head, row t), v[n] their scratch. */
+typedef struct sens_fresh {
+    uint64_t seed;
+    int layer, head;
+    int64_t t;
+    double *v;
+} sens_fresh;
+
+/* fd[n_eps] at T index a (at) in the fresh direction of each (a, eps index) */
+static int fd_fresh(const sens_at *at, const double *zt, int64_t top, int64_t n, const double *eps,
+                    int n_eps, const sens_fresh *fr, int a, sens_ws *w, double *fd, al_error *err) {
+    int rc = 0;
+    for (int e = 0; e < n_eps && !rc; e++) {
+        double vmax =
+            unit_direction_fresh(fresh_hash(fr->seed, fr->layer, fr->head, fr->t, a, e), n, fr->v);
+        rc = sens_fd(at, zt, fr->v, on_support(at, fr->v, w->vc), vmax, top, n, eps[e], w, &fd[e],
+                     err);
+    }
+    return rc;
+}
+
+/* One row z[n] (finite): fd[n_t, n_eps] in the direction v[n] (v NULL: none), fdf[n_t, n_eps] in
+ * the fresh directions fr (NULL: none), spec[n_t] (NULL: not computed); set, not added to. What
+ * does not depend on the direction (the row's maxima, p0 and the support at each T: sens_prepare)
+ * is computed once for both; each set gets the bits of a call with it alone. */
 static int sens_row(const double *zt, int64_t n, const al_norm *base, const double *temps, int n_t,
-                    const double *eps, int n_eps, const double *v, sens_ws *w, double *fd,
-                    double *spec, al_error *err) {
-    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n), vmax = absmax(v, n);
+                    const double *eps, int n_eps, const double *v, double *fd, const sens_fresh *fr,
+                    double *fdf, sens_ws *w, double *spec, al_error *err) {
+    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n), vmax = v ? absmax(v, n) : 0;
     int64_t top = first_of(zt, n, mx0);
     for (int a = 0; a < n_t; a++) {
         sens_at at;
+        size_t o = (size_t)a * (size_t)n_eps;
         int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? &spec[a] : NULL, err);
-        const double *vc = rc ? NULL : on_support(&at, v, w->vc);
-        for (int e = 0; e < n_eps && !rc; e++)
-            rc = sens_fd(&at, zt, v, vc, vmax, top, n, eps[e], w,
-                         &fd[(size_t)a * (size_t)n_eps + e], err);
+        if (!rc && v) rc = fd_given(&at, zt, v, vmax, top, n, eps, n_eps, w, fd + o, err);
+        if (!rc && fr) rc = fd_fresh(&at, zt, top, n, eps, n_eps, fr, a, w, fdf + o, err);
         if (rc) return rc;
     }
     return 0;
@@ -567,37 +602,26 @@ int AL_MV(al_row_sensitivity)(const double *z, int64_t n, const al_norm *nm, con
     }
     sens_ws w;
     if (build_ws(&w, n, err)) return AL_E_NOMEM;
-    rc = sens_row(z, n, &base, temps, n_t, eps, n_eps, v, &w, fd, spec, err);
+    rc = sens_row(z, n, &base, temps, n_t, eps, n_eps, v, fd, NULL, NULL, &w, spec, err);
     free(w.buf);
     if (rc) return al__err_prefix(err, (al_code)rc, "sensitivity: row");
     return 0;
 }
 
-/* One row under the readings: the shared v, or a fresh v per (T, eps); out[n_t, n_eps] then
- * [n_t] spectral norms (want_spec 0: not computed, left as they are). v[n]. */
+/* One row under the readings: out[n_t, n_eps] in the shared v (fresh 0) or a fresh v per
+ * (T, eps) (fresh 1), then [n_t] spectral norms (want_spec 0: not computed, left as they are),
+ * then (other 1) [n_t, n_eps] in the other directions. fr: the row's fresh directions; vs[n]
+ * scratch for the shared one. */
 static int sens_row_ex(const double *zt, int64_t n, const al_norm *base, const double *temps,
-                       int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                       int64_t t, int fresh, int want_spec, double *v, sens_ws *w, double *out,
+                       int n_t, const double *eps, int n_eps, const sens_fresh *fr, int fresh,
+                       int other, int want_spec, double *vs, sens_ws *w, double *out,
                        al_error *err) {
     size_t nfd = (size_t)n_t * (size_t)n_eps;
-    double *spec = want_spec ? out + nfd : NULL;
-    if (!fresh) {
-        AL_MV(al_sensitivity_direction)(seed, layer, head, t, n, v);
-        return sens_row(zt, n, base, temps, n_t, eps, n_eps, v, w, out, spec, err);
-    }
-    double mx0 = max_of(zt, n), mn0 = -max_neg(zt, n);
-    int64_t top = first_of(zt, n, mx0);
-    for (int a = 0; a < n_t; a++) { /* p0 and the spectral norm once per T, a v per (T, eps) */
-        sens_at at;
-        int rc = sens_prepare(zt, n, mx0, mn0, base, temps[a], w, &at, spec ? spec + a : NULL, err);
-        for (int e = 0; e < n_eps && !rc; e++) {
-            double vmax = unit_direction_fresh(fresh_hash(seed, layer, head, t, a, e), n, v);
-            rc = sens_fd(&at, zt, v, on_support(&at, v, w->vc), vmax, top, n, eps[e], w,
-                         out + (size_t)a * (size_t)n_eps + e, err);
-        }
-        if (rc) return rc;
-    }
-    return 0;
+    double *spec = want_spec ? out + nfd : NULL, *fdo = other ? out + nfd + n_t : NULL;
+    int shared = !fresh || other;
+    if (shared) AL_MV(al_sensitivity_direction)(fr->seed, fr->layer, fr->head, fr->t, n, vs);
+    return sens_row(zt, n, base, temps, n_t, eps, n_eps, shared ? vs : NULL, fresh ? fdo : out,
+                    fresh || other ? fr : NULL, fresh ? out : fdo, w, spec, err);
 }
 
 int AL_MV(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_norm *nm,
@@ -608,10 +632,12 @@ int AL_MV(al_head_sensitivity)(const double *z, int64_t L, int causal, const al_
                                   fd_mean, spec_mean, err);
 }
 
-/* al_head_sensitivity_ex; spec_mean NULL: the spectral norms not computed */
+/* al_head_sensitivity_ex; spec_mean NULL: the spectral norms not computed; fd_other (NULL:
+ * none) the finite differences under the other directions (al__head_sensitivity_pair) */
 static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, const double *temps,
                      int n_t, const double *eps, int n_eps, uint64_t seed, int layer, int head,
-                     const al_sens_opts *so, double *fd_mean, double *spec_mean, al_error *err) {
+                     const al_sens_opts *so, double *fd_mean, double *spec_mean, double *fd_other,
+                     al_error *err) {
     if (!z || !nm || !temps || (n_eps > 0 && (!eps || !fd_mean)))
         return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     if (L < 1 || L > ((int64_t)1 << 24))
@@ -627,12 +653,13 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
     int rc = check_args(nm, temps, n_t, eps, n_eps, &base, err);
     if (rc) return rc;
 
-    size_t nout = (size_t)n_t * (size_t)(n_eps + 1); /* [n_t, n_eps] fd, then [n_t] spectral */
+    size_t nfd = (size_t)n_t * (size_t)n_eps;
+    /* [n_t, n_eps] fd, then [n_t] spectral, then [n_t, n_eps] fd_other */
+    size_t nout = nfd + (size_t)n_t + (fd_other ? nfd : 0);
     sens_ws w = {0};
     int scaled = so->logit_scale != 1.0;
-    /* [L] the direction, [L] zs */
-    double *v = al__malloc_aligned((size_t)L * (scaled ? 2 : 1) * sizeof(double),
-                                   "sensitivity directions", err);
+    /* [L] the shared direction, [L] the fresh one, [L] zs */
+    double *v = al__malloc_aligned((size_t)L * 3 * sizeof(double), "sensitivity directions", err);
     double *acc = al__calloc(nout, sizeof(double), "sensitivity sums", err);
     double *one = al__calloc(nout, sizeof(double), "sensitivity row", err);
     if (!v || !acc || !one || build_ws(&w, L, err)) {
@@ -641,10 +668,10 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
         free(one);
         return AL_E_NOMEM;
     }
-    double *zs = scaled ? v + L : NULL; /* [L] the row on the chosen scale */
+    double *zs = v + 2 * L; /* [L] the row on the chosen scale */
+    sens_fresh fr = {seed, layer, head, 0, v + L};
     int64_t rows = 0;
     int64_t t0 = causal ? 1 : 0;
-    size_t nfd = (size_t)n_t * (size_t)n_eps;
     for (int64_t t = t0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, so->window), n = al__row_n(t, L, causal, so->window);
         if (n < 2) continue;
@@ -661,7 +688,8 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
             for (int64_t j = 0; j < n; j++) zs[j] = zt[j] * so->logit_scale;
             zt = zs;
         }
-        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, seed, layer, head, t, so->fresh,
+        fr.t = t;
+        rc = sens_row_ex(zt, n, &base, temps, n_t, eps, n_eps, &fr, so->fresh, fd_other != NULL,
                          spec_mean != NULL, v, &w, one, err);
         if (rc) {
             rc = al__err_prefix(err, (al_code)rc, "sensitivity: row %lld", (long long)t);
@@ -673,6 +701,7 @@ static int head_sens(const double *z, int64_t L, int causal, const al_norm *nm, 
     double r = rows > 0 ? (double)rows : NAN;
     for (size_t q = 0; q < nfd; q++) fd_mean[q] = acc[q] / r;
     for (int a = 0; a < n_t && spec_mean; a++) spec_mean[a] = acc[nfd + (size_t)a] / r;
+    for (size_t q = 0; q < nfd && fd_other; q++) fd_other[q] = acc[nfd + (size_t)n_t + q] / r;
 done:
     free(v);
     free(acc);
@@ -687,15 +716,16 @@ int AL_MV(al_head_sensitivity_ex)(const double *z, int64_t L, int causal, const 
                                   double *fd_mean, double *spec_mean, al_error *err) {
     if (!spec_mean) return al__err(err, AL_E_INVALID, "sensitivity: NULL argument");
     return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean,
-                     spec_mean, err);
+                     spec_mean, NULL, err);
 }
 
-int AL_MV(al__head_sensitivity_fd)(const double *z, int64_t L, int causal, const al_norm *nm,
-                                   const double *temps, int n_t, const double *eps, int n_eps,
-                                   uint64_t seed, int layer, int head, const al_sens_opts *so,
-                                   double *fd_mean, al_error *err) {
-    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean, NULL,
-                     err);
+int AL_MV(al__head_sensitivity_pair)(const double *z, int64_t L, int causal, const al_norm *nm,
+                                     const double *temps, int n_t, const double *eps, int n_eps,
+                                     uint64_t seed, int layer, int head, const al_sens_opts *so,
+                                     double *fd_mean, double *spec_mean, double *fd_other,
+                                     al_error *err) {
+    return head_sens(z, L, causal, nm, temps, n_t, eps, n_eps, seed, layer, head, so, fd_mean,
+                     spec_mean, fd_other, err);
 }
 
 /* ---- one copy of this file per instruction set (mv.h) ---- */
@@ -743,11 +773,12 @@ int al__fresh_direction(uint64_t h, int64_t n, double *v) {
     return AL_MV_PICK(al__fresh_direction)(h, n, v);
 }
 
-int al__head_sensitivity_fd(const double *z, int64_t L, int causal, const al_norm *nm,
-                            const double *temps, int n_t, const double *eps, int n_eps,
-                            uint64_t seed, int layer, int head, const al_sens_opts *so,
-                            double *fd_mean, al_error *err) {
-    return AL_MV_PICK(al__head_sensitivity_fd)(z, L, causal, nm, temps, n_t, eps, n_eps, seed,
-                                               layer, head, so, fd_mean, err);
+int al__head_sensitivity_pair(const double *z, int64_t L, int causal, const al_norm *nm,
+                              const double *temps, int n_t, const double *eps, int n_eps,
+                              uint64_t seed, int layer, int head, const al_sens_opts *so,
+                              double *fd_mean, double *spec_mean, double *fd_other, al_error *err) {
+    return AL_MV_PICK(al__head_sensitivity_pair)(z, L, causal, nm, temps, n_t, eps, n_eps, seed,
+                                                 layer, head, so, fd_mean, spec_mean, fd_other,
+                                                 err);
 }
 #endif
