@@ -78,8 +78,9 @@ static void GEMM_F(pack_a)(GEMM_T *Ap, const GEMM_T *A, int lda, int kc, int mc,
 static AL_GEMM_TARGET512 void GEMM_F(kern)(int kc, const GEMM_T *A, size_t ars, int mr,
                                            const GEMM_T *Bp, GEMM_T *C, int ldc, int acc,
                                            const GEMM_T *bias) {
-    const GEMM_T *a[MR];
-    for (int i = 0; i < MR; i++) a[i] = A + (size_t)(i < mr ? i : mr - 1) * ars;
+    const GEMM_T *a[MR]; /* packed: A + i (constants: one base register), the padding rows' 0s */
+    for (int i = 0; i < MR; i++)
+        a[i] = GEMM_PACK_A ? A + i : A + (size_t)(i < mr ? i : mr - 1) * ars;
     GEMM_V c[MR][2];
     const GEMM_V i0 = bias ? GEMM_OP(loadu)(bias) : GEMM_OP(setzero)(),
                  i1 = bias ? GEMM_OP(loadu)(bias + GEMM_VL) : GEMM_OP(setzero)();
