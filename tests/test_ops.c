@@ -132,6 +132,13 @@ static void test_sgemm_bits(void **state) {
                          0);
     }
     assert_memory_equal(C1, C2, (size_t)M * N * sizeof *C1);
+    /* the bias as the chain's start: the same bits as writing it into C and accumulating */
+    float *bias = randv(&r, (size_t)N, 1.0); /* [N] */
+    for (int i = 0; i < M; i++) memcpy(C1 + (size_t)i * N, bias, (size_t)N * sizeof *C1);
+    assert_int_equal(al__sgemm(C1, N, A, K, B, K, 1, M, N, K, 1), 0);
+    assert_int_equal(al__sgemm_bias(C2, N, A, K, B, K, 1, M, N, K, bias), 0);
+    assert_memory_equal(C1, C2, (size_t)M * N * sizeof *C1);
+    free(bias);
     al__set_threads(1);
     al__matmul_nt(C1, A, B, NULL, M, K, N);
     al__set_threads(2);

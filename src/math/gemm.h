@@ -3,6 +3,8 @@
 #ifndef AL_GEMM_H
 #define AL_GEMM_H
 
+#include <stddef.h>
+
 /* tri of al__dgemm: which parts of A and C matter */
 enum {
     AL__GEMM_TRIL_A = 1, /* A [m, K] lower triangular: A[i, k] for k > i is 0 and never read */
@@ -17,11 +19,21 @@ enum {
  * whatever the tiling, so the same bits for any split of C into calls. */
 int al__sgemm(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int transB,
               int m, int n, int K, int acc);
+/* al__sgemm with C [m, n] = bias [n] (broadcast over the rows; NULL: 0) + A @ op(B): the same
+ * bits as writing the bias into C and calling al__sgemm with acc, without that pass over C. */
+int al__sgemm_bias(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int transB,
+                   int m, int n, int K, const float *bias);
 /* The same in double, with tri (0 or AL__GEMM_TRIL_A | AL__GEMM_TRIL_C) and off as above. A
  * triangular A's zeros add nothing to a chain (which never holds -0 unless C did, with acc), so
  * the bits are al__dgemm's on the full A with its upper triangle zeroed. Symmetric: with B = A
  * (transB), C[i, j] and C[j, i] are the same bits (FMA commutes in its factors). */
 int al__dgemm(double *C, int ldc, const double *A, int lda, const double *B, int ldb, int transB,
               int m, int n, int K, int acc, int tri, int off);
+
+/* dst [cols] rows of 16 (ld ldd) = the transpose of src [rows <= 16, cols] (ld lds): dst [k * ldd +
+ * j] = src [j * lds + k], 0 for rows <= j < 16. AVX-512 code (gemm.c): call only when
+ * al__cpu_level() is avx512. Used to pack B^T (gemm.c) and the attention's keys (attention.c). */
+void al__transpose16_avx512(float *dst, size_t ldd, const float *src, size_t lds, int rows,
+                            int cols);
 
 #endif

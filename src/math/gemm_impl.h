@@ -6,6 +6,8 @@
  *   GEMM_SFX     the intrinsics' suffix (ps, pd)
  *   GEMM_F(x)    this type's name of the static function x
  *   GEMM_KC, GEMM_MC, GEMM_NC   the blocks (elements), chosen by bytes per type
+ *   GEMM_PACK_A  1: A packed into row panels (pack_a; triangular A allowed), 0: A read in place
+ *   GEMM_PACK_BT (optional) this type's packing of B [nc, kc]^T (else pack_b's element loop)
  * and undefines them all at its end. MR (rows of a micro-tile) is gemm.c's; a micro-tile has NR
  * = two zmm of columns. */
 
@@ -34,6 +36,9 @@ static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int
             }
         return;
     }
+#ifdef GEMM_PACK_BT
+    GEMM_PACK_BT(Bp, B, ldb, kc, nc);
+#else
     for (int j0 = 0; j0 < nc; j0 += NR) { /* B [nc, kc]: its rows are the panels' columns */
         int nr = GEMM_MIN(nc - j0, NR);
         GEMM_T *p = Bp + (size_t)(j0 / NR) * kc * NR; /* [kc][NR] */
@@ -43,8 +48,10 @@ static void GEMM_F(pack_b)(GEMM_T *Bp, const GEMM_T *B, int ldb, int transB, int
             for (int j = nr; j < NR; j++) p[(size_t)k * NR + j] = 0;
         }
     }
+#endif
 }
 
+#if GEMM_PACK_A
 /* Ap [ceil(mc / MR)][kc][MR] = A [mc, kc] (lda) in row panels, padded with zero rows; A (i, k)
  * with k > i + diag is taken as 0 and never read (diag >= kc: all of A) */
 static void GEMM_F(pack_a)(GEMM_T *Ap, const GEMM_T *A, int lda, int kc, int mc, int diag) {
@@ -59,24 +66,37 @@ static void GEMM_F(pack_a)(GEMM_T *Ap, const GEMM_T *A, int lda, int kc, int mc,
                 p[(size_t)k * MR + i] = k < ka[i] ? a[(size_t)i * lda + k] : 0;
     }
 }
+#endif
 
-/* C [MR, NR] (ldc) = (acc ? C : 0) + Ap [kc][MR] @ Bp [kc][NR], each element one FMA chain */
-static AL_GEMM_TARGET512 void GEMM_F(kern)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C,
-                                           int ldc, int acc) {
+/* A's element (i, k) of a row tile at A: packed (pack_a) [kc][MR], or in place (lda) */
+#define GEMM_ARS(lda) (GEMM_PACK_A ? (size_t)1 : (size_t)(lda)) /* between rows */
+#define GEMM_ACS      (GEMM_PACK_A ? (size_t)MR : (size_t)1)    /* between k */
+
+/* C [MR, NR] (ldc) = init + A [MR, kc] (rows ars apart, GEMM_ACS between k) @ Bp [kc][NR], each
+ * element one FMA chain from init: C (acc), else bias [NR] broadcast over the rows (bias not
+ * NULL), else 0. A's rows past mr repeat its last row (their results are not kept: see tile) */
+static AL_GEMM_TARGET512 void GEMM_F(kern)(int kc, const GEMM_T *A, size_t ars, int mr,
+                                           const GEMM_T *Bp, GEMM_T *C, int ldc, int acc,
+                                           const GEMM_T *bias) {
+    const GEMM_T *a[MR]; /* packed: A + i (constants: one base register), the padding rows' 0s */
+    for (int i = 0; i < MR; i++)
+        a[i] = GEMM_PACK_A ? A + i : A + (size_t)(i < mr ? i : mr - 1) * ars;
     GEMM_V c[MR][2];
+    const GEMM_V i0 = bias ? GEMM_OP(loadu)(bias) : GEMM_OP(setzero)(),
+                 i1 = bias ? GEMM_OP(loadu)(bias + GEMM_VL) : GEMM_OP(setzero)();
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-        c[i][0] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc) : GEMM_OP(setzero)();
-        c[i][1] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc + GEMM_VL) : GEMM_OP(setzero)();
+        c[i][0] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc) : i0;
+        c[i][1] = acc ? GEMM_OP(loadu)(C + (size_t)i * ldc + GEMM_VL) : i1;
     }
     for (int k = 0; k < kc; k++) {
         GEMM_V b0 = GEMM_OP(load)(Bp + (size_t)k * NR),
                b1 = GEMM_OP(load)(Bp + (size_t)k * NR + GEMM_VL);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
-            GEMM_V a = GEMM_OP(set1)(Ap[(size_t)k * MR + i]);
-            c[i][0] = GEMM_OP(fmadd)(a, b0, c[i][0]);
-            c[i][1] = GEMM_OP(fmadd)(a, b1, c[i][1]);
+            GEMM_V ai = GEMM_OP(set1)(a[i][(size_t)k * GEMM_ACS]);
+            c[i][0] = GEMM_OP(fmadd)(ai, b0, c[i][0]);
+            c[i][1] = GEMM_OP(fmadd)(ai, b1, c[i][1]);
         }
     }
 #pragma GCC unroll 16
@@ -86,25 +106,28 @@ static AL_GEMM_TARGET512 void GEMM_F(kern)(int kc, const GEMM_T *Ap, const GEMM_
     }
 }
 
-/* one micro-tile C [mr <= MR, nr <= NR] (ldc): in place when whole, else on a local copy */
-static void GEMM_F(tile)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C, int ldc, int mr,
-                         int nr, int acc) {
+/* one micro-tile C [mr <= MR, nr <= NR] (ldc) (init: kern; bias [nr] or NULL): in place when
+ * whole, else on a local copy */
+static void GEMM_F(tile)(int kc, const GEMM_T *A, size_t ars, const GEMM_T *Bp, GEMM_T *C, int ldc,
+                         int mr, int nr, int acc, const GEMM_T *bias) {
     if (mr == MR && nr == NR) {
-        GEMM_F(kern)(kc, Ap, Bp, C, ldc, acc);
+        GEMM_F(kern)(kc, A, ars, MR, Bp, C, ldc, acc, bias);
         return;
     }
-    GEMM_T t[MR * NR];
+    GEMM_T t[MR * NR], bt[NR] = {0};
     for (int i = 0; i < mr && acc; i++)
         memcpy(t + i * NR, C + (size_t)i * ldc, (size_t)nr * sizeof *t);
-    GEMM_F(kern)(kc, Ap, Bp, t, NR, acc);
+    if (bias) memcpy(bt, bias, (size_t)nr * sizeof *bt);
+    GEMM_F(kern)(kc, A, ars, mr, Bp, t, NR, acc, bias ? bt : NULL);
     for (int i = 0; i < mr; i++) memcpy(C + (size_t)i * ldc, t + i * NR, (size_t)nr * sizeof *t);
 }
 
-/* C [mc, nc] (ldc) (+)= Ap @ Bp: the packed blocks (pack_a, pack_b) over kc. A tile sums only
- * its k <= last row + adiag (the rest of Ap is zeros: adiag >= kc for all of A); a tile whose
- * columns all lie beyond its last row + cdiag (not wanted) is skipped. */
-static void GEMM_F(block)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C, int ldc, int mc,
-                          int nc, int acc, int adiag, int cdiag) {
+/* C [mc, nc] (ldc) = init + A [mc, kc] @ Bp (pack_b), A packed (Ap, pack_a) or in place (lda);
+ * init: kern (bias [nc] or NULL). A tile sums only its k <= last row + adiag (the rest of Ap is
+ * zeros: adiag >= kc for all of A); a tile whose columns all lie beyond its last row + cdiag
+ * (not wanted) is skipped. */
+static void GEMM_F(block)(int kc, const GEMM_T *A, int lda, const GEMM_T *Bp, GEMM_T *C, int ldc,
+                          int mc, int nc, int acc, const GEMM_T *bias, int adiag, int cdiag) {
     for (int j0 = 0; j0 < nc; j0 += NR) {
         const GEMM_T *bp = Bp + (size_t)(j0 / NR) * kc * NR;
         int nr = GEMM_MIN(nc - j0, NR);
@@ -112,20 +135,24 @@ static void GEMM_F(block)(int kc, const GEMM_T *Ap, const GEMM_T *Bp, GEMM_T *C,
             int mr = GEMM_MIN(mc - i0, MR), kt = i0 + mr + adiag;
             kt = kt < 0 ? 0 : GEMM_MIN(kc, kt);
             if (j0 > i0 + mr - 1 + cdiag || (kt == 0 && acc)) continue;
+            const GEMM_T *a = A + (GEMM_PACK_A ? (size_t)(i0 / MR) * kc * MR : (size_t)i0 * lda);
             GEMM_F(tile)
-            (kt, Ap + (size_t)(i0 / MR) * kc * MR, bp, C + (size_t)i0 * ldc + j0, ldc, mr, nr, acc);
+            (kt, a, GEMM_ARS(lda), bp, C + (size_t)i0 * ldc + j0, ldc, mr, nr, acc,
+             bias ? bias + j0 : NULL);
         }
     }
 }
 
-/* the driver of al__sgemm / al__dgemm (gemm.h) */
+/* the driver of al__sgemm(_bias) / al__dgemm (gemm.h): C = (acc ? C : bias, or 0) + A @ op(B) */
 static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM_T *B, int ldb,
-                        int transB, int m, int n, int K, int acc, int tri, int off) {
+                        int transB, int m, int n, int K, int acc, const GEMM_T *bias, int tri,
+                        int off) {
     if (al__cpu_level() < AL__CPU_AVX512 || m <= 0 || n <= 0 || K <= 0) return -1;
     int tril_a = (tri & AL__GEMM_TRIL_A) != 0, tril_c = (tri & AL__GEMM_TRIL_C) != 0;
-    GEMM_T *Bp = aligned_alloc(64, (size_t)(GEMM_KC * GEMM_NC + GEMM_KC * GEMM_MC) * sizeof *Bp);
+    if (tril_a && !GEMM_PACK_A) return -1; /* a triangular A is packed (its zeros not read) */
+    GEMM_T *Bp =
+        thread_scratch((size_t)(GEMM_KC * GEMM_NC + GEMM_PACK_A * GEMM_KC * GEMM_MC) * sizeof *Bp);
     if (!Bp) return -1;
-    GEMM_T *Ap = Bp + (size_t)GEMM_KC * GEMM_NC;
     for (int j0 = 0; j0 < n; j0 += GEMM_NC) {
         int nc = GEMM_MIN(n - j0, GEMM_NC);
         for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
@@ -137,13 +164,18 @@ static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM
                 if ((tril_c && j0 > i0 + mc - 1 + off) || (tril_a && k0 > i0 + mc - 1)) continue;
                 if (!packed++) GEMM_F(pack_b)(Bp, b, ldb, transB, kc, nc);
                 int adiag = tril_a ? i0 - k0 : kc, cdiag = tril_c ? i0 + off - j0 : nc;
-                GEMM_F(pack_a)(Ap, A + (size_t)i0 * lda + k0, lda, kc, mc, adiag);
+                const GEMM_T *a = A + (size_t)i0 * lda + k0;
+#if GEMM_PACK_A
+                GEMM_T *Ap = Bp + (size_t)GEMM_KC * GEMM_NC; /* A's packed block, after B's */
+                GEMM_F(pack_a)(Ap, a, lda, kc, mc, adiag);
+                a = Ap;
+#endif
                 GEMM_F(block)
-                (kc, Ap, Bp, C + (size_t)i0 * ldc + j0, ldc, mc, nc, acc || k0 > 0, adiag, cdiag);
+                (kc, a, lda, Bp, C + (size_t)i0 * ldc + j0, ldc, mc, nc, acc || k0 > 0,
+                 bias ? bias + j0 : NULL, adiag, cdiag);
             }
         }
     }
-    free(Bp);
     return 0;
 }
 
@@ -160,3 +192,7 @@ static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM
 #undef GEMM_KC
 #undef GEMM_MC
 #undef GEMM_NC
+#undef GEMM_PACK_A
+#undef GEMM_PACK_BT
+#undef GEMM_ARS
+#undef GEMM_ACS

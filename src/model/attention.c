@@ -164,28 +164,34 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
         z##r##0 = _mm512_fmadd_ps(b_, x0, z##r##0);                                                \
         z##r##1 = _mm512_fmadd_ps(b_, x1, z##r##1);                                                \
     } while (0)
-#define Z_STORE(tile, s)                                                                           \
+/* the accumulators (times s) into rows [0, mr) of dst (ld ld), columns [0, 16) under mask m0 and
+ * [16, 32) under m1: straight into the destination, no copy through a tile */
+#define Z_ROW(r, dst, ld, m0, m1, s)                                                               \
     do {                                                                                           \
-        _mm512_storeu_ps(tile[0], _mm512_mul_ps(z00, s));                                          \
-        _mm512_storeu_ps(tile[0] + 16, _mm512_mul_ps(z01, s));                                     \
-        _mm512_storeu_ps(tile[1], _mm512_mul_ps(z10, s));                                          \
-        _mm512_storeu_ps(tile[1] + 16, _mm512_mul_ps(z11, s));                                     \
-        _mm512_storeu_ps(tile[2], _mm512_mul_ps(z20, s));                                          \
-        _mm512_storeu_ps(tile[2] + 16, _mm512_mul_ps(z21, s));                                     \
-        _mm512_storeu_ps(tile[3], _mm512_mul_ps(z30, s));                                          \
-        _mm512_storeu_ps(tile[3] + 16, _mm512_mul_ps(z31, s));                                     \
-        _mm512_storeu_ps(tile[4], _mm512_mul_ps(z40, s));                                          \
-        _mm512_storeu_ps(tile[4] + 16, _mm512_mul_ps(z41, s));                                     \
-        _mm512_storeu_ps(tile[5], _mm512_mul_ps(z50, s));                                          \
-        _mm512_storeu_ps(tile[5] + 16, _mm512_mul_ps(z51, s));                                     \
+        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld), m0, _mm512_mul_ps(z##r##0, s));          \
+        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld) + 16, m1, _mm512_mul_ps(z##r##1, s));     \
     } while (0)
+#define Z_STORE(dst, ld, mr, m0, m1, s)                                                            \
+    do {                                                                                           \
+        Z_ROW(0, dst, ld, m0, m1, s);                                                              \
+        if ((mr) > 1) Z_ROW(1, dst, ld, m0, m1, s);                                                \
+        if ((mr) > 2) Z_ROW(2, dst, ld, m0, m1, s);                                                \
+        if ((mr) > 3) Z_ROW(3, dst, ld, m0, m1, s);                                                \
+        if ((mr) > 4) Z_ROW(4, dst, ld, m0, m1, s);                                                \
+        if ((mr) > 5) Z_ROW(5, dst, ld, m0, m1, s);                                                \
+    } while (0)
+/* the masks of the first n <= 32 columns of a 32-column tile: *m0 over [0, 16), *m1 over [16, 32)
+ */
+static inline void cols_masks(int n, __mmask16 *m0, __mmask16 *m1) {
+    *m0 = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1);
+    *m1 = (__mmask16)(n >= 32 ? 0xffffu : (n > 16 ? (1u << (n - 16)) - 1 : 0u));
+}
 
 /* qk_tiles with 512-bit vectors: the same arguments and packing (Kp [Tp / 16][D][16]) */
 static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, size_t ldq,
                                           const float *Kp, int m, int kend, int D, float scale,
                                           int causal, int r0) {
     const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
-    float tile[6][32];
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
@@ -214,10 +220,9 @@ static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, s
                     Z_FMA(5, q5 + d, k0, zero);
                 }
             }
-            Z_STORE(tile, sc);
-            int nj = kend - j0 < 32 ? kend - j0 : 32;
-            for (int r = 0; r < mr; r++)
-                memcpy(L + (size_t)(i0 + r) * lL + j0, tile[r], (size_t)nj * sizeof(float));
+            __mmask16 m0, m1;
+            cols_masks(kend - j0, &m0, &m1);
+            Z_STORE(L + (size_t)i0 * lL + j0, lL, mr, m0, m1, sc);
         }
     }
 }
@@ -227,7 +232,6 @@ static AL_ATTN_TARGET512 void wv_tiles512(float *O, size_t ldo, const float *W, 
                                           const float *Vp, int T, int m, int kend, int D,
                                           int causal, int r0) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
-    float tile[6][32];
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
@@ -256,10 +260,9 @@ static AL_ATTN_TARGET512 void wv_tiles512(float *O, size_t ldo, const float *W, 
                     Z_FMA(5, w5 + j, v0, zero);
                 }
             }
-            Z_STORE(tile, one);
-            int nc = D - c0 < 32 ? D - c0 : 32;
-            for (int r = 0; r < mr; r++)
-                memcpy(O + (size_t)(i0 + r) * ldo + c0, tile[r], (size_t)nc * sizeof(float));
+            __mmask16 m0, m1;
+            cols_masks(D - c0, &m0, &m1);
+            Z_STORE(O + (size_t)i0 * ldo + c0, ldo, mr, m0, m1, one);
         }
     }
 }
@@ -376,10 +379,37 @@ static int deliver_capture(const al__attn *a, const cap_bufs *cb, unsigned what,
     return 0;
 }
 
+#ifdef AL_ATTN_AVX512
+/* pack_group at the AVX-512 level: the keys through 16 x 16 transposes, the values 16 at a time */
+static AL_ATTN_TARGET512 void pack_group512(const al__attn *a, int g, float *kt, float *vp,
+                                            size_t Tp, size_t Dp) {
+    const int T = a->T, D = a->d_head;
+    for (int t0 = 0; t0 < (int)Tp; t0 += 16) /* keys t0.. as columns of the panel [D][16] */
+        al__transpose16_avx512(kt + (size_t)t0 * D, 16,
+                               a->k + (size_t)t0 * a->k_stride + (size_t)g * D, a->k_stride,
+                               T - t0 < 16 ? T - t0 : 16, D);
+    for (int t = 0; t < T; t++) {
+        const float *vr = a->v + t * a->v_stride + (size_t)g * D;
+        for (int c0 = 0; c0 < (int)Dp; c0 += 16) {
+            int nc = D - c0 < 16 ? D - c0 : 16;
+            __mmask16 m = (__mmask16)(nc == 16 ? 0xffffu : (1u << nc) - 1);
+            _mm512_storeu_ps(vp + (size_t)c0 * T + (size_t)t * 16,
+                             _mm512_maskz_loadu_ps(m, vr + c0));
+        }
+    }
+}
+#endif
+
 /* Key/value group g packed for the tile kernels: keys kt [Tp / 16, D, 16] (rows past T zero),
  * values vp [Dp / 16, T, 16] (columns past D zero). */
 static void pack_group(const al__attn *a, int g, float *kt, float *vp, size_t Tp, size_t Dp) {
     const int T = a->T, D = a->d_head;
+#ifdef AL_ATTN_AVX512
+    if (al__cpu_level() >= AL__CPU_AVX512) {
+        pack_group512(a, g, kt, vp, Tp, Dp);
+        return;
+    }
+#endif
     for (int t = 0; t < T; t++) {
         const float *kr = a->k + t * a->k_stride + (size_t)g * D;
         float *panel = kt + (size_t)(t / 16) * D * 16 + t % 16; /* [D] at stride 16 */

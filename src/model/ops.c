@@ -28,25 +28,35 @@ void al__blas_single(void) {
 
 /* C[M, N] = A[M, K] @ op(B) (+ bias[N] broadcast over rows), op(B) = B [K, N] or B[N, K]^T,
  * as tiles [rows of a row part, a column chunk] taken by the OpenMP threads dynamically from a
- * list ordered largest first (guided self-scheduling): each of the rm row parts (one per thread
- * while there are >= 64 rows each) has its columns cut into chunks of half of what is left for
- * its threads, down to 128 columns (multiples of 16 floats; 1/8 of a row part's share at most).
- * Each tile is one single-threaded product: our SGEMM (gemm.c) at the AVX-512 level on tiles of
- * >= AL__SGEMM_MIN_M rows, else OpenBLAS's. So the threads start on large tiles (each call re-packs
- * A and B: a finer uniform split costs ~5% per doubling) and end on small ones: a thread whose core
- * is shared with another process takes fewer tiles and the others wait at the end for at most a
- * small tile, not a third of their share.
+ * list ordered largest first (guided self-scheduling): each of the rm row parts has its columns
+ * cut into chunks of half of what is left for its threads, down to 64 columns (multiples of 32
+ * floats, our micro-tile's width; 1/8 of a row part's share at most). Each tile is one
+ * single-threaded product: our SGEMM (gemm.c) at the AVX-512 level on tiles of >= AL__SGEMM_MIN_M
+ * rows, else OpenBLAS's. Row parts: one, when our SGEMM runs the tiles and there are >= 4 column
+ * units per thread (it reads A in place and packs only B: one row part packs each column of B
+ * once, where two would pack it twice); else one per thread while there are >= 64 rows each
+ * (OpenBLAS packs A and B per call). So the threads start on large tiles (each tile re-reads A, and
+ * OpenBLAS re-packs it: a finer uniform split cost ~5% per doubling) and end on small ones: a
+ * thread whose core is shared with another process takes fewer tiles and the others wait at the end
+ * for at most a small tile, not a third of their share.
  */
 #define AL__GEMM_MAX_TILES 256
 typedef struct gemm_tile_t {
     int m0, m1, c0, c1; /* rows [m0, m1), columns [c0, c1) */
 } gemm_tile_t;
 
+/* Our SGEMM (gemm.c) packs B per call: below this many rows OpenBLAS is faster (bench_gemm
+ * --M 64 on Zen 5: 0.95-1.6x of OpenBLAS-Haswell; --M 1: 0.3-0.8x). */
+#define AL__SGEMM_MIN_M 64
+#define AL__GEMM_UNIT   32 /* columns of a tile: multiples of this */
+
 /* the tile list of an M x N product on nt threads: its length (tiles[AL__GEMM_MAX_TILES]) */
 static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
-    int rm = M / 64 < nt ? (M / 64 > 0 ? M / 64 : 1) : nt, cunits = (N + 15) / 16;
+    int rm = M / 64 < nt ? (M / 64 > 0 ? M / 64 : 1) : nt;
+    int cunits = (N + AL__GEMM_UNIT - 1) / AL__GEMM_UNIT;
+    if (al__cpu_level() >= AL__CPU_AVX512 && M >= AL__SGEMM_MIN_M && cunits >= 4 * nt) rm = 1;
     int per = (nt + rm - 1) / rm; /* threads per row part */
-    int minw = cunits / (8 * per) > 8 ? 8 : (cunits / (8 * per) > 1 ? cunits / (8 * per) : 1);
+    int minw = cunits / (8 * per) > 2 ? 2 : (cunits / (8 * per) > 1 ? cunits / (8 * per) : 1);
     int n = 0, done[64] = {0}; /* column units handed out per row part (rm <= nt <= 64) */
     for (int left = 1; left;) {
         int last = n + 2 * rm > AL__GEMM_MAX_TILES; /* a sweep adds <= rm tiles: the rest now */
@@ -59,8 +69,8 @@ static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
             if (w > rest || rest - w < minw || last) w = rest;
             tiles[n].m0 = (int)((int64_t)M * p / rm),
             tiles[n].m1 = (int)((int64_t)M * (p + 1) / rm);
-            tiles[n].c0 = done[p] * 16, done[p] += w;
-            tiles[n].c1 = done[p] * 16 < N ? done[p] * 16 : N;
+            tiles[n].c0 = done[p] * AL__GEMM_UNIT, done[p] += w;
+            tiles[n].c1 = done[p] * AL__GEMM_UNIT < N ? done[p] * AL__GEMM_UNIT : N;
             n++;
             left |= done[p] < cunits;
         }
@@ -68,24 +78,22 @@ static int gemm_plan(gemm_tile_t *tiles, int M, int N, int nt) {
     return n;
 }
 
-/* Our SGEMM (gemm.c) packs B per call: below this many rows OpenBLAS is faster (bench_gemm
- * --M 64 on Zen 5: 0.95-1.6x of OpenBLAS-Haswell; --M 1: 0.3-0.8x). */
-#define AL__SGEMM_MIN_M 64
-
 static void gemm_tile(float *y, const float *x, const float *W, const float *bias, int K, int N,
                       int transW, int m0, int m, int n0, int n) {
     float *yc = y + (size_t)m0 * N + n0;
+    const float *xa = x + (size_t)m0 * K;
+    /* W [N, K]: columns n0.. of the product are rows n0.. of W; W [K, N]: its columns n0.. */
+    const float *Wn = transW ? W + (size_t)n0 * K : W + n0;
+    int ldw = transW ? K : N;
+    if (m >= AL__SGEMM_MIN_M &&
+        !al__sgemm_bias(yc, N, xa, K, Wn, ldw, transW, m, n, K, bias ? bias + n0 : NULL))
+        return;
     float beta = 0.0f;
     if (bias) {
         for (int i = 0; i < m; i++) memcpy(yc + (size_t)i * N, bias + n0, (size_t)n * sizeof *y);
         beta = 1.0f;
     }
-    const float *xa = x + (size_t)m0 * K;
-    /* W [N, K]: columns n0.. of the product are rows n0.. of W; W [K, N]: its columns n0.. */
-    const float *Wn = transW ? W + (size_t)n0 * K : W + n0;
-    int ldw = transW ? K : N;
-    if (m >= AL__SGEMM_MIN_M && !al__sgemm(yc, N, xa, K, Wn, ldw, transW, m, n, K, bias != NULL))
-        return;
+
     cblas_sgemm(CblasRowMajor, CblasNoTrans, transW ? CblasTrans : CblasNoTrans, m, n, K, 1.0f, xa,
                 K, Wn, ldw, beta, yc, N);
 }
@@ -326,6 +334,20 @@ static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n8, f
     }
     return s;
 }
+/* w[0 .. n) *= s: returns how many leading elements it did */
+static AL_TARGET_AVX2 int scale_avx2(float *w, int n, float s) {
+    const __m256 s8 = _mm256_set1_ps(s);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(w + j, _mm256_mul_ps(_mm256_loadu_ps(w + j), s8));
+    return j;
+}
+static AL_TARGET_AVX512 int scale_avx512(float *w, int n, float s) {
+    const __m512 s16 = _mm512_set1_ps(s);
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), s16));
+    return j;
+}
 #define AL_CPU_IS(level) (al__cpu_level() == (level))
 #else
 #define AL_CPU_IS(level) 0
@@ -429,12 +451,13 @@ void al__softmax_row(float *w, const float *z, int n) {
     int n8 = n & ~7;
     float (*max_fn)(const float *, int) = max_scalar;
     double (*expsum_fn)(float *, const float *, int, float) = expsum_scalar;
+    int (*scale_fn)(float *, int, float) = NULL;
 #ifdef AL_X86_DISPATCH
     al__cpu_isa isa = al__cpu_level();
     if (isa == AL__CPU_AVX512)
-        max_fn = max_avx512, expsum_fn = expsum_avx512;
+        max_fn = max_avx512, expsum_fn = expsum_avx512, scale_fn = scale_avx512;
     else if (isa == AL__CPU_AVX2)
-        max_fn = max_avx2, expsum_fn = expsum_avx2;
+        max_fn = max_avx2, expsum_fn = expsum_avx2, scale_fn = scale_avx2;
 #endif
     float mx = max_fn(z, n8);
     for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
@@ -444,5 +467,5 @@ void al__softmax_row(float *w, const float *z, int n) {
         s += w[j];
     }
     float inv = (float)(1.0 / s);
-    for (int j = 0; j < n; j++) w[j] *= inv;
+    for (int j = scale_fn ? scale_fn(w, n, inv) : 0; j < n; j++) w[j] *= inv;
 }
