@@ -98,19 +98,34 @@ static void check_sgemm(int m, int n, int K, int transB, int acc) {
     free(A), free(B), free(C), free(C0);
 }
 
+/* A GEMM check at one shape and variant t (transB, acc, ... as the check decodes it). */
+typedef void (*gemm_check)(int m, int n, int K, int t);
+
+/* check(m, n, K, t) for every m x n x K of ms[6] x ns[6] x ks[5] (0-terminated when shorter)
+ * and t < nt, at every CPU level this host has; then back to the detected level. */
+static void each_level_shape(const int *ms, const int *ns, const int *ks, int nt, gemm_check check,
+                             void (*extra)(void)) {
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (int a = 0; a < 6 && ms[a]; a++)
+            for (int b = 0; b < 6 && ns[b]; b++)
+                for (int c = 0; c < 5 && ks[c]; c++)
+                    for (int t = 0; t < nt; t++) check(ms[a], ns[b], ks[c], t);
+        if (extra) extra();
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+static void sgemm_variant(int m, int n, int K, int t) {
+    check_sgemm(m, n, K, t & 1, t >> 1);
+}
+
 /* odd shapes around the micro-tile (6 x 32) and the blocks (K 256, rows 144, columns 512) */
 static void test_sgemm(void **state) {
     (void)state;
-    static const int ms[] = {1, 7, 31, 33, 65, 257}, ns[] = {1, 7, 31, 33, 65, 600};
-    static const int ks[] = {1, 7, 31, 257, 600};
-    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
-        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
-        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
-            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
-                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
-                    for (int t = 0; t < 4; t++) check_sgemm(ms[a], ns[b], ks[c], t & 1, t >> 1);
-    }
-    al__cpu_force((al__cpu_isa)-1);
+    static const int ms[6] = {1, 7, 31, 33, 65, 257}, ns[6] = {1, 7, 31, 33, 65, 600};
+    static const int ks[5] = {1, 7, 31, 257, 600};
+    each_level_shape(ms, ns, ks, 4, sgemm_variant, NULL);
 }
 
 /* Deterministic whatever the tiling: at avx512, al__sgemm on the whole of C and on 4 uneven
@@ -212,29 +227,31 @@ static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int o
     free(A), free(B), free(C), free(C0), free(Az), free(Cz);
 }
 
-/* odd shapes around the micro-tile (6 x 16), the blocks (K 256, rows 72, columns 1024) and
- * the triangles' diagonals, every CPU level */
-static void test_dgemm(void **state) {
-    (void)state;
-    static const int ms[] = {1, 7, 17, 73, 150}, ns[] = {1, 7, 17, 33, 70};
-    static const int ks[] = {1, 7, 31, 257, 600};
+/* variant t < 20: transB, acc, and one of five triangle cases (tri, off; off scaled by k) */
+static void dgemm_variant_k(int m, int n, int K, int t, int k) {
     static const int tris[][2] = {{0, 0},
                                   {AL__GEMM_TRIL_A, 0},
                                   {AL__GEMM_TRIL_C, 0},
                                   {AL__GEMM_TRIL_C, 13},
                                   {AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, -3}};
-    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
-        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
-        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
-            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
-                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
-                    for (int t = 0; t < 20; t++)
-                        check_dgemm(ms[a], ns[b], ks[c], t & 1, (t >> 1) & 1, tris[t / 4][0],
-                                    tris[t / 4][1]);
-        for (int t = 0; t < 20; t++) /* columns past one block of 1024 */
-            check_dgemm(20, 1030, 300, t & 1, (t >> 1) & 1, tris[t / 4][0], tris[t / 4][1] * 40);
-    }
-    al__cpu_force((al__cpu_isa)-1);
+    check_dgemm(m, n, K, t & 1, (t >> 1) & 1, tris[t / 4][0], tris[t / 4][1] * k);
+}
+
+static void dgemm_variant(int m, int n, int K, int t) {
+    dgemm_variant_k(m, n, K, t, 1);
+}
+
+static void dgemm_wide(void) { /* columns past one block of 1024 */
+    for (int t = 0; t < 20; t++) dgemm_variant_k(20, 1030, 300, t, 40);
+}
+
+/* odd shapes around the micro-tile (6 x 16), the blocks (K 256, rows 72, columns 1024) and
+ * the triangles' diagonals, every CPU level */
+static void test_dgemm(void **state) {
+    (void)state;
+    static const int ms[6] = {1, 7, 17, 73, 150}, ns[6] = {1, 7, 17, 33, 70};
+    static const int ks[5] = {1, 7, 31, 257, 600};
+    each_level_shape(ms, ns, ks, 20, dgemm_variant, dgemm_wide);
 }
 
 /* Deterministic whatever the tiling: at avx512, al__dgemm on the whole of C and on 4 uneven
