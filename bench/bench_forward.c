@@ -116,6 +116,15 @@ static int cmp_double(const void *a, const void *b) {
 /* ---- --ab and --contention: paired rounds, ratios (a loaded machine: see docs/benchmarks.md) ---
  */
 
+/* n floats, written, as the forward's activations are (NULL when out of memory): calloc's
+ * untouched pages all map the one zero page, which cost our SGEMM (A read in place) ~18% more
+ * CPU and OpenBLAS (A packed) nothing (docs/benchmarks.md, session 25, s25-thr) */
+static float *activations(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; x && i < n; i++) x[i] = 0.01f * (float)(i % 97) - 0.48f;
+    return x;
+}
+
 /* one forward with the capture at level isa: wall seconds */
 static double fwd_once(al_model *m, const int32_t *tok, int T, al_capture_request *req,
                        float *final, al__cpu_isa isa) {
@@ -165,8 +174,13 @@ static double median(double *x, int n) {
 static void ab_rounds(al_model *m, const int32_t *tok, int T, al_capture_request *req, float *final,
                       int threads, int R) {
     const int C = ((const al__gpt2 *)m->impl)->d_model;
-    float *xa = calloc((size_t)T * 4 * C, sizeof(float)), *ya = calloc((size_t)T * 4 * C, 4);
+    float *xa = activations((size_t)T * 4 * C), *ya = calloc((size_t)T * 4 * C, 4);
     double *t = calloc((size_t)R * 8, sizeof *t); /* t[k * R + r] */
+    if (!xa || !ya || !t) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        free(t), free(xa), free(ya);
+        return;
+    }
     const al__cpu_isa top = al__cpu_detect();
     for (int r = 0; r < R; r++) {
         t[0 * R + r] = fwd_once(m, tok, T, req, final, top);
@@ -362,9 +376,9 @@ int main(int argc, char **argv) {
     {
         const al__gpt2 *g = m->impl;
         size_t big = (size_t)T * 4 * C;
-        float *xa = calloc(big, sizeof(float)), *ya = calloc(big, sizeof(float));
+        float *xa = activations(big), *ya = calloc(big, sizeof(float));
         double best = 1e30;
-        for (int rep = 0; rep < 2; rep++) {
+        for (int rep = 0; rep < 2 && xa && ya; rep++) {
             double s = al__now();
             for (int l = 0; l < L; l++) {
                 const al__gpt2_layer *w = &g->layers[l];
