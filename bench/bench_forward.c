@@ -6,8 +6,9 @@
  * usage: bench_forward [--threads 2] [--T 1024] [--reps 3] [--model PATH] [--no-torch]
  *                      [--no-loops] [--loops-reps 1] [--ab R] [--contention R]
  * --ab R: R rounds of (forward at the best level, at avx2, its matmuls through our tiles and
- * through OpenBLAS's own threads), medians and per-round ratios. --contention R: R rounds of
- * (attnlim quiet, beside a forked busy loop, PyTorch the same), medians of --reps forwards.
+ * through OpenBLAS's own threads; the matmuls' CPU seconds too), medians and per-round ratios.
+ * --contention R: R rounds of (attnlim quiet, beside a forked busy loop, PyTorch the same),
+ * medians of --reps forwards.
  * Without --model, a random GPT-2 124M-shape model (12 layers, 12 heads, 768 channels, 1024
  * positions, 50257 tokens) is built in memory in llm.c's layout, which both C implementations
  * read. Not run by the tests.
@@ -115,6 +116,15 @@ static int cmp_double(const void *a, const void *b) {
 /* ---- --ab and --contention: paired rounds, ratios (a loaded machine: see docs/benchmarks.md) ---
  */
 
+/* n floats, written, as the forward's activations are (NULL when out of memory): calloc's
+ * untouched pages all map the one zero page, which cost our SGEMM (A read in place) ~18% more
+ * CPU and OpenBLAS (A packed) nothing (docs/benchmarks.md, session 25, s25-thr) */
+static float *activations(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; x && i < n; i++) x[i] = 0.01f * (float)(i % 97) - 0.48f;
+    return x;
+}
+
 /* one forward with the capture at level isa: wall seconds */
 static double fwd_once(al_model *m, const int32_t *tok, int T, al_capture_request *req,
                        float *final, al__cpu_isa isa) {
@@ -128,12 +138,15 @@ static double fwd_once(al_model *m, const int32_t *tok, int T, al_capture_reques
 }
 
 /* the forward's four matmuls per layer: through al__matmul_nt (our tiles over single-threaded
- * OpenBLAS, blas 0) or one cblas_sgemm each with OpenBLAS's own threads (blas = threads) */
-static double mm_once(const al_model *m, float *xa, float *ya, int T, int blas) {
+ * OpenBLAS, blas 0) or one cblas_sgemm each with OpenBLAS's own threads (blas = threads): wall
+ * seconds, and the process's CPU seconds in *cpu (all threads; OpenBLAS's include their spinning,
+ * ours under OMP_WAIT_POLICY=PASSIVE not their sleeping: ours' CPU / wall below the thread count
+ * is time a thread waited, for a wake-up or at the end of a product) */
+static double mm_once(const al_model *m, float *xa, float *ya, int T, int blas, double *cpu) {
     const al__gpt2 *g = m->impl;
     const int C = g->d_model;
     if (blas) openblas_set_num_threads(blas);
-    double s = al__now();
+    double s = al__now(), c = cpu_now();
     for (int l = 0; l < g->n_layer; l++) {
         const al__gpt2_layer *w = &g->layers[l];
         const float *W[4] = {w->attn_w, w->proj_w, w->fc_w, w->fcproj_w};
@@ -146,6 +159,7 @@ static double mm_once(const al_model *m, float *xa, float *ya, int T, int blas) 
                 al__matmul_nt(ya, xa, W[i], NULL, T, K[i], N[i]);
     }
     double e = al__now() - s;
+    *cpu = cpu_now() - c;
     if (blas) openblas_set_num_threads(1);
     return e;
 }
@@ -160,28 +174,36 @@ static double median(double *x, int n) {
 static void ab_rounds(al_model *m, const int32_t *tok, int T, al_capture_request *req, float *final,
                       int threads, int R) {
     const int C = ((const al__gpt2 *)m->impl)->d_model;
-    float *xa = calloc((size_t)T * 4 * C, sizeof(float)), *ya = calloc((size_t)T * 4 * C, 4);
-    double *t = calloc((size_t)R * 6, sizeof *t); /* t[k * R + r] */
+    float *xa = activations((size_t)T * 4 * C), *ya = calloc((size_t)T * 4 * C, 4);
+    double *t = calloc((size_t)R * 8, sizeof *t); /* t[k * R + r] */
+    if (!xa || !ya || !t) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        free(t), free(xa), free(ya);
+        return;
+    }
     const al__cpu_isa top = al__cpu_detect();
     for (int r = 0; r < R; r++) {
         t[0 * R + r] = fwd_once(m, tok, T, req, final, top);
         t[1 * R + r] = fwd_once(m, tok, T, req, final, AL__CPU_AVX2);
-        t[2 * R + r] = mm_once(m, xa, ya, T, 0);
-        t[3 * R + r] = mm_once(m, xa, ya, T, threads);
+        t[2 * R + r] = mm_once(m, xa, ya, T, 0, &t[6 * R + r]);
+        t[3 * R + r] = mm_once(m, xa, ya, T, threads, &t[7 * R + r]);
         t[4 * R + r] = t[3 * R + r] / t[0 * R + r]; /* floor / forward */
         t[5 * R + r] = t[1 * R + r] / t[0 * R + r]; /* avx2 / best */
         printf("round %d: forward %s %.3f s, avx2 %.3f s | matmuls ours %.3f s, OpenBLAS "
-               "threaded %.3f s\n",
-               r, al__cpu_name(top), t[r], t[R + r], t[2 * R + r], t[3 * R + r]);
+               "threaded %.3f s (CPU s: ours %.3f, OpenBLAS %.3f)\n",
+               r, al__cpu_name(top), t[r], t[R + r], t[2 * R + r], t[3 * R + r], t[6 * R + r],
+               t[7 * R + r]);
         fflush(stdout);
     }
-    const char *names[6] = {"forward (best level)",
+    const char *names[8] = {"forward (best level)",
                             "forward (avx2)",
                             "matmuls (ours)",
                             "matmuls (OpenBLAS threads)",
                             "ratio matmuls(OpenBLAS)/forward",
-                            "ratio forward avx2/best"};
-    for (int k = 0; k < 6; k++) printf("median %-34s %.3f\n", names[k], median(t + k * R, R));
+                            "ratio forward avx2/best",
+                            "matmuls (ours) CPU s",
+                            "matmuls (OpenBLAS threads) CPU s"};
+    for (int k = 0; k < 8; k++) printf("median %-34s %.3f\n", names[k], median(t + k * R, R));
     free(t), free(xa), free(ya);
 }
 
@@ -237,7 +259,7 @@ static void contention_rounds(al_model *m, const int32_t *tok, int T, al_capture
                r, t[r], t[R + r], t[4 * R + r], t[2 * R + r], t[3 * R + r], t[5 * R + r]);
         fflush(stdout);
     }
-    const char *names[6] = {"attnlim quiet", "attnlim busy",     "pytorch quiet",
+    const char *names[8] = {"attnlim quiet", "attnlim busy",     "pytorch quiet",
                             "pytorch busy",  "attnlim slowdown", "pytorch slowdown"};
     for (int k = 0; k < 6; k++) printf("median %-18s %.3f\n", names[k], median(t + k * R, R));
     free(t), free(one);
@@ -354,9 +376,9 @@ int main(int argc, char **argv) {
     {
         const al__gpt2 *g = m->impl;
         size_t big = (size_t)T * 4 * C;
-        float *xa = calloc(big, sizeof(float)), *ya = calloc(big, sizeof(float));
+        float *xa = activations(big), *ya = calloc(big, sizeof(float));
         double best = 1e30;
-        for (int rep = 0; rep < 2; rep++) {
+        for (int rep = 0; rep < 2 && xa && ya; rep++) {
             double s = al__now();
             for (int l = 0; l < L; l++) {
                 const al__gpt2_layer *w = &g->layers[l];
