@@ -277,13 +277,6 @@ static int same_sens_point(const plan *a, const plan *b) {
            a->o.temperature_raw == b->o.temperature_raw && a->n_head == b->n_head;
 }
 
-/* base's spectral norms of Algorithm 5 for this head, when same_sens_point: they do not depend
- * on the directions; else NULL. */
-static const double *shared_spectral(const obs_ctx *base, const obs_ctx *c, int hidx) {
-    if (!base || !base->j || !base->j->want_sens || !same_sens_point(base->p, c->p)) return NULL;
-    return base->j->spec + (size_t)hidx * base->p->nT;
-}
-
 /* The reading of the run c whose Algorithm 5 differs from the run's only in its directions
  * (shared against fresh; the same eps grid and seed): the run computes its finite differences in
  * its own pass over the head (al__head_sensitivity_pair: the row maxima, p0, the support and the
@@ -302,8 +295,8 @@ static const obs_ctx *sens_partner(const obs_ctx *c) {
 
 /* Algorithm 5 for head i (index hidx) under the readings of METHOD 6 (T on scaled or raw logits,
  * shared or fresh directions). base: the run's context when c is a reading's (NULL for the run's
- * own): a reading the run computed alongside its own (sens_partner) has nothing left to do; one
- * with the run's spectral norms (shared_spectral) copies them. */
+ * own): a reading the run computed alongside its own (sens_partner) has nothing left to do. (A
+ * reading changes one axis: the only one with the run's logits, T and eps is that partner.) */
 static int sens_head(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int i, scratch *sc,
                      int hidx, al_error *err) {
     const plan *p = c->p;
@@ -313,14 +306,12 @@ static int sens_head(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
     al_sens_opts so = {.logit_scale = p->o.temperature_raw ? sqrt((double)cap->d_head) : 1.0,
                        .fresh = p->o.fresh_directions,
                        .window = cap->window};
-    const double *spec0 = shared_spectral(base, c, hidx);
     size_t of = (size_t)hidx * p->nT * p->nE;
     double *spec = j->spec + (size_t)hidx * p->nT;
     int rc = al__head_sensitivity_pair(sc->z, cap->T, cap->causal, &p->nm, p->T, p->nT, p->eps,
                                        p->nE, p->o.seed, cap->layer, cap->heads[i], &so, j->fd + of,
-                                       spec0 ? NULL : spec, pc ? pc->j->fd + of : NULL, err);
+                                       spec, pc ? pc->j->fd + of : NULL, err);
     if (!rc && pc) memcpy(pc->j->spec + (size_t)hidx * p->nT, spec, (size_t)p->nT * sizeof(double));
-    if (!rc && spec0) memcpy(spec, spec0, (size_t)p->nT * sizeof(double));
     if (rc)
         return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                               cap->T);
