@@ -45,9 +45,6 @@
 #include "mv.h"
 
 #include <cblas.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -104,8 +101,6 @@ typedef struct rowws {
     double *sun;   /* [cap] |u_j|^2 in selection order */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
     double *cprev; /* [cap] c at a deferred N (evalq) */
-    double *t2s;   /* [cap] dtilde's squared terms at an N (evalq) */
-    double *e2s;   /* [cap] E's squared terms at an N (evalq) */
     int64_t *sel;  /* [cap] selected indices, best first */
     kv *kv;        /* [2 cap] top-K scratch */
     double *xi;    /* [cap] separability scratch */
@@ -171,8 +166,6 @@ static void free_rowws(rowws *w) {
     free(w->sun);
     free(w->nsel);
     free(w->cprev);
-    free(w->t2s);
-    free(w->e2s);
     free(w->sel);
     free(w->kv);
     free(w->xi);
@@ -205,8 +198,6 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sun = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
     w->cprev = al__malloc(nd, "metrics row scratch", err);
-    w->t2s = al__malloc(nd, "metrics row scratch", err);
-    w->e2s = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
     w->kv = al__malloc(2 * (size_t)cap * sizeof(kv), "metrics row scratch", err);
     w->xi = al__malloc(nd, "metrics row scratch", err);
@@ -226,7 +217,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sudd = al__malloc(d2, "metrics row scratch", err);
     w->mdd = al__malloc(d2, "metrics row scratch", err);
     w->Dx = al__malloc(nd, "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->cprev || !w->t2s || !w->e2s || !w->sel || !w->kv ||
+    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->cprev || !w->sel || !w->kv ||
         !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
         !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
         free_rowws(w);
@@ -413,52 +404,11 @@ typedef struct evalq {
     const double *a, *pa, *ns, *axs; /* [n] */
     double ss, tdt, tQ2, f2, fc2, cc2SS, f2tE;
     double *cN;                              /* [n] c at N (written by a fused pass) */
-    double *t2s, *e2s;                       /* [n] scratch: dtilde's and E's squared terms */
     double dt, mdt, es, mE, b, d1;           /* the sums and minima */
     double CE, A1, m, gmax;                  /* what finishing the N needs */
     int64_t N;
     int kind, bound, list;
 } evalq;
-
-/* su = sum_i sqrt(u_i), and sv = sum_i sqrt(v_i) when v (u_i, v_i >= 0, finite). The square
- * root unit bounds the sums at an N (two roots a key): in the AVX-512 copy one of each pair is
- * taken with it, the other from the reciprocal root (rsqrt14: 14 bits), two Newton steps (56
- * bits) and one correction of the root, on the FMA units meanwhile: the correctly rounded root
- * in every one of 2e7 random normal arguments tried; the subnormal ones from the root unit. */
-#if defined(__AVX512F__)
-static inline __m512d sqrt_nr(__m512d x) {
-    __m512d h = _mm512_mul_pd(x, _mm512_set1_pd(0.5)), r = _mm512_rsqrt14_pd(x);
-    for (int it = 0; it < 2; it++) /* r (1.5 - 0.5 x r^2) */
-        r = _mm512_fmadd_pd(r, _mm512_fnmadd_pd(_mm512_mul_pd(h, r), r, _mm512_set1_pd(0.5)), r);
-    __m512d y = _mm512_mul_pd(x, r); /* y + (r / 2) (x - y^2) */
-    y = _mm512_fmadd_pd(_mm512_mul_pd(r, _mm512_set1_pd(0.5)), _mm512_fnmadd_pd(y, y, x), y);
-    __mmask8 tiny = _mm512_cmp_pd_mask(x, _mm512_set1_pd(0x1p-1022), _CMP_LT_OQ);
-    if (tiny) y = _mm512_mask_sqrt_pd(y, tiny, x); /* 0 and the subnormals */
-    return y;
-}
-
-static void sqrt_sums(const double *u, const double *v, int64_t n, double *su, double *sv) {
-    __m512d au = _mm512_setzero_pd(), av = _mm512_setzero_pd();
-    for (int64_t i = 0; i < n; i += 8) {
-        __mmask8 k = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
-        au = _mm512_add_pd(au, _mm512_sqrt_pd(_mm512_maskz_loadu_pd(k, u + i)));
-        if (v) av = _mm512_add_pd(av, sqrt_nr(_mm512_maskz_loadu_pd(k, v + i)));
-    }
-    *su = _mm512_reduce_add_pd(au);
-    if (v) *sv = _mm512_reduce_add_pd(av);
-}
-#else
-static void sqrt_sums(const double *u, const double *v, int64_t n, double *su, double *sv) {
-    double a = 0, b = 0;
-#pragma omp simd reduction(+ : a)
-    for (int64_t i = 0; i < n; i++) a += sqrt(u[i]);
-    *su = a;
-    if (!v) return;
-#pragma omp simd reduction(+ : b)
-    for (int64_t i = 0; i < n; i++) b += sqrt(v[i]);
-    *sv = b;
-}
-#endif
 
 /* One pass over B rows (B a constant at every call, so the row loop unrolls and the i loop
  * vectorises), first (on the values before the pass) the sums ev of e, then:
@@ -482,17 +432,15 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
     if (ev)
         ss = e->ss, tdt = e->tdt, tQ2 = e->tQ2, f2 = e->f2, fc2 = e->fc2, cc2SS = e->cc2SS,
         f2tE = e->f2tE;
-    double *restrict t2s = ev == EV_FULL || ev == EV_BND ? e->t2s : NULL;
-    double *restrict e2s = ev ? e->e2s : NULL;
-    double b = 0, d1 = 0, mdt = 0, mE = INFINITY;
-#pragma omp simd reduction(+ : b) reduction(max : d1) reduction(min : mdt, mE)
+    double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
     for (int64_t i = 0; i < n; i++) {
         double ci = dist || ev ? c[i] : 0, Di = bound || ev == EV_BND ? D[i] : 0;
         if (ev == EV_FULL || ev == EV_BND) {
             double aa = al[i], p = pa[i];
             double t2 = FMA(-2.0 * aa, ci, p + ss);
             t2 = t2 > 0 ? t2 : 0;
-            t2s[i] = ns[i] * t2; /* 0 for a selected key (ns 0 or 1: exact) */
+            dt = FMA(ns[i], sqrt(t2), dt);
             double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
             mdt = mdt < ft ? mdt : ft;
             if (ev == EV_BND) {
@@ -504,7 +452,7 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
         if (ev) {
             double p = pa[i], e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
             e2 = e2 > 0 ? e2 : 0;
-            e2s[i] = e2;
+            es += sqrt(e2);
             double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
             mE = mE < fe ? mE : fe;
         }
@@ -529,9 +477,7 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
         }
         if (sep) cu[i] += su;
     }
-    if (!ev) return;
-    e->dt = 0, e->mdt = mdt, e->mE = mE, e->b = b, e->d1 = d1;
-    sqrt_sums(e2s, t2s, n, &e->es, t2s ? &e->dt : NULL);
+    if (ev) e->dt = dt, e->mdt = mdt, e->es = es, e->mE = mE, e->b = b, e->d1 = d1;
 }
 
 /* The kinds of pass: c, D and cu (both), c and D (dist), c alone (past the last N whose bound
@@ -1038,7 +984,6 @@ static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const ro
                        int bound, int list) {
     double d = (double)rc->d, cc = (double)N / (double)(n - 1), f = 1.0 + cc;
     e->a = a, e->pa = w->pa, e->ns = w->nsel, e->axs = w->axs, e->cN = w->c;
-    e->t2s = w->t2s, e->e2s = w->e2s;
     e->ss = ss, e->f2 = f * f, e->fc2 = 2.0 * f * cc, e->cc2SS = cc * cc * rc->SS;
     e->tdt = cancel_tau(2.0 * N + d + 3.0), e->tQ2 = e->tdt * Q * Q;
     double tE = cancel_tau(d + 4.0), eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
