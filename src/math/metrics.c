@@ -301,19 +301,19 @@ static inline uint64_t desc_key(double v) {
     return ~u;
 }
 
-/* s[0..K-1] sorted by key (smaller first = larger weight), keeping the order of equal keys
- * (LSD radix sort, 8 bits a pass; the eight digit histograms in one pass over the keys, the
- * passes where every key has the same digit skipped); tmp[K]. */
-static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
-    uint32_t cnt[8][256];
+/* s[0..K-1] stably sorted by the bytes b0..b1-1 of the key (LSD radix sort, 8 bits a pass; the
+ * digit histograms in one pass over the keys, the passes where every key has the same digit
+ * skipped); tmp[K]. */
+static void kv_radix_bytes(kv *s, kv *tmp, int64_t K, int b0, int b1) {
+    uint32_t cnt[4][256];
     memset(cnt, 0, sizeof cnt);
     for (int64_t q = 0; q < K; q++) {
         uint64_t k = s[q].k;
-        for (int b = 0; b < 8; b++) cnt[b][(k >> (8 * b)) & 255]++;
+        for (int b = b0; b < b1; b++) cnt[b - b0][(k >> (8 * b)) & 255]++;
     }
     kv *src = s, *dst = tmp;
-    for (int b = 0; b < 8; b++) {
-        uint32_t *c = cnt[b];
+    for (int b = b0; b < b1; b++) {
+        uint32_t *c = cnt[b - b0];
         int sh = 8 * b;
         if (c[(src[0].k >> sh) & 255] == (uint32_t)K) continue;
         uint32_t pos = 0;
@@ -328,6 +328,21 @@ static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
         dst = t;
     }
     if (src != s) memcpy(s, src, (size_t)K * sizeof(kv));
+}
+
+/* s[0..K-1] sorted by key (smaller first = larger weight), keeping the order of equal keys;
+ * tmp[K]. By the high 32 bits of the key first (4 passes, not 8: the low bits rarely decide),
+ * then each run of equal high bits by the low 32 bits where they are out of order (an exact
+ * tie is in order already): the order of (key, position), as one sort of the 64 bits. */
+static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
+    kv_radix_bytes(s, tmp, K, 4, 8);
+    for (int64_t r0 = 0, r1; r0 < K; r0 = r1) {
+        uint64_t hi = s[r0].k >> 32;
+        int sorted = 1;
+        for (r1 = r0 + 1; r1 < K && s[r1].k >> 32 == hi; r1++)
+            sorted &= (uint32_t)s[r1 - 1].k <= (uint32_t)s[r1].k;
+        if (!sorted) kv_radix_bytes(s + r0, tmp, r1 - r0, 0, 4);
+    }
 }
 
 /* s[0..n-1] = every key of a[n], larger weight first, ties to the lower index (the stable sort
