@@ -99,6 +99,7 @@ typedef struct rowws {
     double *cu;    /* [cap] sum_{j in I} alpha_j G_ij / |x_j| */
     double *sinv;  /* [cap] 1/|x_j| in selection order */
     double *sun;   /* [cap] |u_j|^2 in selection order */
+    double *asel;  /* [cap] alpha_j in selection order */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
     double *cprev; /* [cap] c at a deferred N (evalq) */
     int64_t *sel;  /* [cap] selected indices, best first */
@@ -164,6 +165,7 @@ static void free_rowws(rowws *w) {
     free(w->cu);
     free(w->sinv);
     free(w->sun);
+    free(w->asel);
     free(w->nsel);
     free(w->cprev);
     free(w->sel);
@@ -196,6 +198,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->cu = al__malloc(nd, "metrics row scratch", err);
     w->sinv = al__malloc(nd, "metrics row scratch", err);
     w->sun = al__malloc(nd, "metrics row scratch", err);
+    w->asel = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
     w->cprev = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
@@ -217,7 +220,7 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sudd = al__malloc(d2, "metrics row scratch", err);
     w->mdd = al__malloc(d2, "metrics row scratch", err);
     w->Dx = al__malloc(nd, "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->cprev || !w->sel || !w->kv ||
+    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->asel || !w->nsel || !w->cprev || !w->sel || !w->kv ||
         !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
         !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
         free_rowws(w);
@@ -1091,6 +1094,7 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
         w->sun[q] = rc->un[w->sel[q]];
+        w->asel[q] = a[w->sel[q]];
     }
     for (int64_t i = 0; i < n; i++) {
         w->c[i] = 0;
@@ -1190,9 +1194,10 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
                 ss += a[j] * cj[j];
                 ssu += a[j] * invj[j] * cuj[j];
             }
-        } else { /* ss alone: the same sum in the same order */
+        } else { /* ss alone: the same sum in the same order (alpha in selection order) */
+            const double *asel = w->asel;
 #pragma omp simd reduction(+ : ss)
-            for (int64_t q = 0; q < N; q++) ss += a[sel[q]] * cj[sel[q]];
+            for (int64_t q = 0; q < N; q++) ss += asel[q] * cj[sel[q]];
         }
 
         /* ---- evaluate the metrics at this N ---- */
