@@ -220,9 +220,10 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sudd = al__malloc(d2, "metrics row scratch", err);
     w->mdd = al__malloc(d2, "metrics row scratch", err);
     w->Dx = al__malloc(nd, "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->asel || !w->nsel || !w->cprev || !w->sel || !w->kv ||
-        !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
-        !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
+    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->asel || !w->nsel || !w->cprev ||
+        !w->sel || !w->kv || !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm ||
+        !w->mark || !w->mcc || !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd ||
+        !w->mdd || !w->Dx) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -421,9 +422,9 @@ enum { EV_NONE, EV_FULL, EV_BND, EV_E };
 typedef struct evalq {
     const double *a, *pa, *axs; /* [n] (pa negated for the selected keys) */
     double ss, tdt, tQ2, f2, fc2, cc2SS, f2tE;
-    double *cN;                              /* [n] c at N (written by a fused pass) */
-    double dt, mdt, es, mE, b, d1;           /* the sums and minima */
-    double CE, A1, m, gmax;                  /* what finishing the N needs */
+    double *cN;                    /* [n] c at N (written by a fused pass) */
+    double dt, mdt, es, mE, b, d1; /* the sums and minima */
+    double CE, A1, m, gmax;        /* what finishing the N needs */
     int64_t N;
     int kind, bound, list;
 } evalq;
@@ -507,8 +508,8 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
 typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, evalq *,
                           int64_t);
 #define AL_UPDATE_ONE(name, B, dist, bound, sep, ev)                                               \
-    static void name(double *c, double *D, double *cu, const double *gd, const batch *b,           \
-                     evalq *e, int64_t n) {                                                        \
+    static void name(double *c, double *D, double *cu, const double *gd, const batch *b, evalq *e, \
+                     int64_t n) {                                                                  \
         pass_rows(c, D, cu, gd, b, B, dist, bound, sep, ev, e, n);                                 \
     }
 #define AL_UPDATE_VARIANTS(B)                                                                      \
@@ -1000,9 +1001,9 @@ static void list_dt(const double *a, int64_t n, int64_t N, const int64_t *sel, c
  * terms against |alpha_i x_i|^2 + Q^2 (k = 2N + d + 3); E's against (1+cc)^2 |alpha_i x_i|^2 +
  * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself), and what finishing
  * the N needs. list: dtilde over sel[N..n) (list_dt), the pass takes E's sums alone. */
-static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const rowctx *rc,
-                       rowws *w, double ss, double Q, double R, double A1, double m, double gmax,
-                       int bound, int list) {
+static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const rowctx *rc, rowws *w,
+                       double ss, double Q, double R, double A1, double m, double gmax, int bound,
+                       int list) {
     double d = (double)rc->d, cc = (double)N / (double)(n - 1), f = 1.0 + cc;
     e->a = a, e->pa = w->pa, e->axs = w->axs, e->cN = w->c;
     e->ss = ss, e->f2 = f * f, e->fc2 = 2.0 * f * cc, e->cc2SS = cc * cc * rc->SS;
@@ -1169,7 +1170,7 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
         for (; k < N; k++) {
             int64_t j = w->sel[k];
             w->nsel[j] = 0.0;
-            w->ua2[j] = 1e300; /* selected: out of the minimum of the radius */
+            w->ua2[j] = 1e300;                     /* selected: out of the minimum of the radius */
             if (o->distance) w->pa[j] = -w->pa[j]; /* selected (-0 for 0): the mask nsel */
             A1 += a[j];
             A2 += a[j] * a[j];
