@@ -17,6 +17,11 @@
  *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0),
  * |s|^2 = sum_{j in I} alpha_j c_j. So a row costs O(n K) for the whole grid instead of
  * O(n N d) per N. Zero vectors have u = 0 (|u|^2 = 0) in the separability metrics.
+ * With the distance alone, the sums at an N whose next N is reached by Gram passes are taken in
+ * the first of those passes, on each key's c and D before its update (evalq: c at N kept for the
+ * exact fallback and the list mode's dtilde): one pass over the row state less per N, the same
+ * operations in the same order (the same bits). Their selection mask is the sign of
+ * alpha_i^2 |x_i|^2 (negated once i is selected): one stream less.
  *
  * Accuracy near cancellation. A squared distance from the expansion, t2 = |A|^2 - 2 A.B + |B|^2,
  * carries an absolute error below gamma_k (|A| + |B|)^2 <= 2 gamma_k (|A|^2 + |B|^2), where
@@ -457,9 +462,8 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
         double ci = dist || ev ? c[i] : 0, Di = bound || ev == EV_BND ? D[i] : 0;
         double pv = ev ? pa[i] : 0, p = fabs(pv); /* pa < 0 (or -0): i selected */
         if (ev == EV_FULL || ev == EV_BND) {
-            uint64_t pb;
-            memcpy(&pb, &pv, sizeof pb);
-            double aa = al[i], ns = pb >> 63 ? 0.0 : 1.0;
+            /* 1 unselected, 0 selected (exactly; no branch: every copy vectorises it) */
+            double aa = al[i], ns = FMA(0.5, copysign(1.0, pv), 0.5);
             double t2 = FMA(-2.0 * aa, ci, p + ss);
             t2 = t2 > 0 ? t2 : 0;
             dt = FMA(ns, sqrt(t2), dt);
