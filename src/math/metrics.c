@@ -20,8 +20,7 @@
  * With the distance alone, the sums at an N whose next N is reached by Gram passes are taken in
  * the first of those passes, on each key's c and D before its update (evalq: c at N kept for the
  * exact fallback and the list mode's dtilde): one pass over the row state less per N, the same
- * operations in the same order (the same bits). Their selection mask is the sign of
- * alpha_i^2 |x_i|^2 (negated once i is selected): one stream less.
+ * operations in the same order (the same bits).
  *
  * Accuracy near cancellation. A squared distance from the expansion, t2 = |A|^2 - 2 A.B + |B|^2,
  * carries an absolute error below gamma_k (|A| + |B|)^2 <= 2 gamma_k (|A|^2 + |B|^2), where
@@ -110,7 +109,7 @@ typedef struct rowws {
     int64_t *sel;  /* [cap] selected indices, best first */
     kv *kv;        /* [2 cap] top-K scratch */
     double *xi;    /* [cap] separability scratch */
-    double *pa;    /* [cap] alpha_i^2 |x_i|^2, negated once i is selected (distance) */
+    double *pa;    /* [cap] alpha_i^2 |x_i|^2 (distance) */
     double *axs;   /* [cap] alpha_i x_i . S (distance) */
     double *ua2;   /* [cap] alpha_i^2 |u_i|^2, 1e300 once i is selected (separability) */
     double *m2ai;  /* [cap] -2 alpha_i / |x_i| (separability) */
@@ -425,7 +424,7 @@ typedef struct batch {
  * anyway: then c at N is kept in cN for the exact fallback and the list mode's dtilde). */
 enum { EV_NONE, EV_FULL, EV_BND, EV_E };
 typedef struct evalq {
-    const double *a, *pa, *axs; /* [n] (pa negated for the selected keys) */
+    const double *a, *pa, *ns, *axs; /* [n] */
     double ss, tdt, tQ2, f2, fc2, cc2SS, f2tE;
     double *cN;                    /* [n] c at N (written by a fused pass) */
     double dt, mdt, es, mE, b, d1; /* the sums and minima */
@@ -450,7 +449,7 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
         ai[q] = bt->a[q] * bt->inv[q];
     }
     const double *restrict al = ev ? e->a : NULL, *restrict pa = ev ? e->pa : NULL;
-    const double *restrict axs = ev ? e->axs : NULL;
+    const double *restrict ns = ev ? e->ns : NULL, *restrict axs = ev ? e->axs : NULL;
     double *restrict cN = ev && B > 0 ? e->cN : NULL;
     double ss = 0, tdt = 0, tQ2 = 0, f2 = 0, fc2 = 0, cc2SS = 0, f2tE = 0;
     if (ev)
@@ -460,23 +459,21 @@ pass_rows(double *restrict c, double *restrict D, double *restrict cu, const dou
 #pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
     for (int64_t i = 0; i < n; i++) {
         double ci = dist || ev ? c[i] : 0, Di = bound || ev == EV_BND ? D[i] : 0;
-        double pv = ev ? pa[i] : 0, p = fabs(pv); /* pa < 0 (or -0): i selected */
         if (ev == EV_FULL || ev == EV_BND) {
-            /* 1 unselected, 0 selected (exactly; no branch: every copy vectorises it) */
-            double aa = al[i], ns = FMA(0.5, copysign(1.0, pv), 0.5);
+            double aa = al[i], p = pa[i];
             double t2 = FMA(-2.0 * aa, ci, p + ss);
             t2 = t2 > 0 ? t2 : 0;
-            dt = FMA(ns, sqrt(t2), dt);
-            double ft = FMA(-ns, FMA(tdt, p, tQ2), t2); /* < 0: flagged */
+            dt = FMA(ns[i], sqrt(t2), dt);
+            double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
             mdt = mdt < ft ? mdt : ft;
             if (ev == EV_BND) {
-                b = FMA(ns, aa, b);
-                double dd = ns * Di;
+                b = FMA(ns[i], aa, b);
+                double dd = ns[i] * Di;
                 d1 = d1 > dd ? d1 : dd;
             }
         }
         if (ev) {
-            double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
+            double p = pa[i], e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
             e2 = e2 > 0 ? e2 : 0;
             es += sqrt(e2);
             double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
@@ -941,7 +938,7 @@ AL_COLD static double E_exact(const double *a, int64_t n, const rowctx *rc, roww
     }
     double es = 0, m1 = (double)(n - 1 + N), m2 = (double)N, nm1 = (double)(n - 1);
     for (int64_t i = 0; i < n; i++) {
-        double p = fabs(w->pa[i]), e2 = FMA(f2, p, FMA(-fc2, w->axs[i], cc2SS));
+        double p = w->pa[i], e2 = FMA(f2, p, FMA(-fc2, w->axs[i], cc2SS));
         e2 = e2 > 0 ? e2 : 0;
         if (FMA(-f2tE, p, e2) < CE)
             es += sqrt(dd_dist2_int(m1, a[i], rc->x + i * d, m2, w->Sdd, w->Sdd + d, d)) / nm1;
@@ -1009,7 +1006,7 @@ static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const ro
                        double ss, double Q, double R, double A1, double m, double gmax, int bound,
                        int list) {
     double d = (double)rc->d, cc = (double)N / (double)(n - 1), f = 1.0 + cc;
-    e->a = a, e->pa = w->pa, e->axs = w->axs, e->cN = w->c;
+    e->a = a, e->pa = w->pa, e->ns = w->nsel, e->axs = w->axs, e->cN = w->c;
     e->ss = ss, e->f2 = f * f, e->fc2 = 2.0 * f * cc, e->cc2SS = cc * cc * rc->SS;
     e->tdt = cancel_tau(2.0 * N + d + 3.0), e->tQ2 = e->tdt * Q * Q;
     double tE = cancel_tau(d + 4.0), eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
@@ -1174,8 +1171,7 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
         for (; k < N; k++) {
             int64_t j = w->sel[k];
             w->nsel[j] = 0.0;
-            w->ua2[j] = 1e300;                     /* selected: out of the minimum of the radius */
-            if (o->distance) w->pa[j] = -w->pa[j]; /* selected (-0 for 0): the mask nsel */
+            w->ua2[j] = 1e300; /* selected: out of the minimum of the radius */
             A1 += a[j];
             A2 += a[j] * a[j];
             double nj = sqrt(rc->gd[j]);
