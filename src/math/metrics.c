@@ -17,6 +17,10 @@
  *   ||alpha_i x_i - s||^2 = alpha_i^2 |x_i|^2 - 2 alpha_i c_i + |s|^2   (clamped at 0),
  * |s|^2 = sum_{j in I} alpha_j c_j. So a row costs O(n K) for the whole grid instead of
  * O(n N d) per N. Zero vectors have u = 0 (|u|^2 = 0) in the separability metrics.
+ * With the distance alone, the sums at an N whose next N is reached by Gram passes are taken in
+ * the first of those passes, on each key's c and D before its update (evalq: c at N kept for the
+ * exact fallback and the list mode's dtilde): one pass over the row state less per N, the same
+ * operations in the same order (the same bits).
  *
  * Accuracy near cancellation. A squared distance from the expansion, t2 = |A|^2 - 2 A.B + |B|^2,
  * carries an absolute error below gamma_k (|A| + |B|)^2 <= 2 gamma_k (|A|^2 + |B|^2), where
@@ -99,7 +103,9 @@ typedef struct rowws {
     double *cu;    /* [cap] sum_{j in I} alpha_j G_ij / |x_j| */
     double *sinv;  /* [cap] 1/|x_j| in selection order */
     double *sun;   /* [cap] |u_j|^2 in selection order */
+    double *asel;  /* [cap] alpha_j in selection order */
     double *nsel;  /* [cap] 1 if i not selected, 0 if selected */
+    double *cprev; /* [cap] c at a deferred N (evalq) */
     int64_t *sel;  /* [cap] selected indices, best first */
     kv *kv;        /* [2 cap] top-K scratch */
     double *xi;    /* [cap] separability scratch */
@@ -163,7 +169,9 @@ static void free_rowws(rowws *w) {
     free(w->cu);
     free(w->sinv);
     free(w->sun);
+    free(w->asel);
     free(w->nsel);
+    free(w->cprev);
     free(w->sel);
     free(w->kv);
     free(w->xi);
@@ -194,7 +202,9 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->cu = al__malloc(nd, "metrics row scratch", err);
     w->sinv = al__malloc(nd, "metrics row scratch", err);
     w->sun = al__malloc(nd, "metrics row scratch", err);
+    w->asel = al__malloc(nd, "metrics row scratch", err);
     w->nsel = al__malloc(nd, "metrics row scratch", err);
+    w->cprev = al__malloc(nd, "metrics row scratch", err);
     w->sel = al__malloc(ni, "metrics row scratch", err);
     w->kv = al__malloc(2 * (size_t)cap * sizeof(kv), "metrics row scratch", err);
     w->xi = al__malloc(nd, "metrics row scratch", err);
@@ -214,9 +224,10 @@ static int build_rowws(rowws *w, int64_t cap, int64_t d, al_error *err) {
     w->sudd = al__malloc(d2, "metrics row scratch", err);
     w->mdd = al__malloc(d2, "metrics row scratch", err);
     w->Dx = al__malloc(nd, "metrics row scratch", err);
-    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->nsel || !w->sel || !w->kv ||
-        !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm || !w->mark || !w->mcc ||
-        !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd || !w->mdd || !w->Dx) {
+    if (!w->c || !w->D || !w->cu || !w->sinv || !w->sun || !w->asel || !w->nsel || !w->cprev ||
+        !w->sel || !w->kv || !w->xi || !w->pa || !w->axs || !w->ua2 || !w->m2ai || !w->perm ||
+        !w->mark || !w->mcc || !w->mns || !w->sv || !w->sl || !w->sdd || !w->Sdd || !w->sudd ||
+        !w->mdd || !w->Dx) {
         free_rowws(w);
         return AL_E_NOMEM;
     }
@@ -298,19 +309,19 @@ static inline uint64_t desc_key(double v) {
     return ~u;
 }
 
-/* s[0..K-1] sorted by key (smaller first = larger weight), keeping the order of equal keys
- * (LSD radix sort, 8 bits a pass; the eight digit histograms in one pass over the keys, the
- * passes where every key has the same digit skipped); tmp[K]. */
-static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
-    uint32_t cnt[8][256];
+/* s[0..K-1] stably sorted by the bytes b0..b1-1 of the key (LSD radix sort, 8 bits a pass; the
+ * digit histograms in one pass over the keys, the passes where every key has the same digit
+ * skipped); tmp[K]. */
+static void kv_radix_bytes(kv *s, kv *tmp, int64_t K, int b0, int b1) {
+    uint32_t cnt[4][256];
     memset(cnt, 0, sizeof cnt);
     for (int64_t q = 0; q < K; q++) {
         uint64_t k = s[q].k;
-        for (int b = 0; b < 8; b++) cnt[b][(k >> (8 * b)) & 255]++;
+        for (int b = b0; b < b1; b++) cnt[b - b0][(k >> (8 * b)) & 255]++;
     }
     kv *src = s, *dst = tmp;
-    for (int b = 0; b < 8; b++) {
-        uint32_t *c = cnt[b];
+    for (int b = b0; b < b1; b++) {
+        uint32_t *c = cnt[b - b0];
         int sh = 8 * b;
         if (c[(src[0].k >> sh) & 255] == (uint32_t)K) continue;
         uint32_t pos = 0;
@@ -325,6 +336,21 @@ static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
         dst = t;
     }
     if (src != s) memcpy(s, src, (size_t)K * sizeof(kv));
+}
+
+/* s[0..K-1] sorted by key (smaller first = larger weight), keeping the order of equal keys;
+ * tmp[K]. By the high 32 bits of the key first (4 passes, not 8: the low bits rarely decide),
+ * then each run of equal high bits by the low 32 bits where they are out of order (an exact
+ * tie is in order already): the order of (key, position), as one sort of the 64 bits. */
+static void kv_radix_desc(kv *s, kv *tmp, int64_t K) {
+    kv_radix_bytes(s, tmp, K, 4, 8);
+    for (int64_t r0 = 0, r1; r0 < K; r0 = r1) {
+        uint64_t hi = s[r0].k >> 32;
+        int sorted = 1;
+        for (r1 = r0 + 1; r1 < K && s[r1].k >> 32 == hi; r1++)
+            sorted &= (uint32_t)s[r1 - 1].k <= (uint32_t)s[r1].k;
+        if (!sorted) kv_radix_bytes(s + r0, tmp, r1 - r0, 0, 4);
+    }
 }
 
 /* s[0..n-1] = every key of a[n], larger weight first, ties to the lower index (the stable sort
@@ -379,7 +405,7 @@ void al__head_rank(const double *w, int64_t L, int causal, int window, uint16_t 
 }
 #endif
 
-/* ---- the incremental updates (vectorised by the compiler) ------------------------------- */
+/* ---- the incremental updates and the sums at an N (vectorised by the compiler) -------------- */
 
 /* Selected indices are added in batches (those between two N of the grid), up to eight Gram
  * rows per pass, so that c, D, cu are loaded and stored once per pass. */
@@ -391,23 +417,69 @@ typedef struct batch {
     double un[8];       /* |u_j|^2 */
 } batch;
 
+/* The distance's sums at one N (from c, D, nsel as they are at N): dtilde over the unselected
+ * (mask nsel) or not at all, E's norms over every key, the minima of their cancellation tests
+ * (< 0 and < CE flagged), with bnd b = sum_{i not in I} alpha_i and d1 = max_{i not in I} D_i.
+ * They are taken alone or, deferred, in the first pass of the next batch (which reads c and D
+ * anyway: then c at N is kept in cN for the exact fallback and the list mode's dtilde). */
+enum { EV_NONE, EV_FULL, EV_BND, EV_E };
+typedef struct evalq {
+    const double *a, *pa, *ns, *axs; /* [n] */
+    double ss, tdt, tQ2, f2, fc2, cc2SS, f2tE;
+    double *cN;                    /* [n] c at N (written by a fused pass) */
+    double dt, mdt, es, mE, b, d1; /* the sums and minima */
+    double CE, A1, m, gmax;        /* what finishing the N needs */
+    int64_t N;
+    int kind, bound, list;
+} evalq;
+
 /* One pass over B rows (B a constant at every call, so the row loop unrolls and the i loop
- * vectorises):
+ * vectorises), first (on the values before the pass) the sums ev of e, then:
  * dist: c += sum_q a_q g_q; bound: D = max(D, |x_i|^2 + max_q (gjj_q - 2 g_q));
- * sep: cu += sum_q (a_q / |x_q|) g_q. */
+ * sep: cu += sum_q (a_q / |x_q|) g_q. B = 0: the sums alone. */
 static inline __attribute__((always_inline)) void
-update_rows(double *restrict c, double *restrict D, double *restrict cu, const double *restrict gd,
-            const batch *b, int B, int dist, int bound, int sep, int64_t n) {
+pass_rows(double *restrict c, double *restrict D, double *restrict cu, const double *restrict gd,
+          const batch *bt, int B, int dist, int bound, int sep, int ev, evalq *e, int64_t n) {
     const double *g[8];
     double a[8], gjj[8], ai[8];
     for (int q = 0; q < B; q++) {
-        g[q] = b->g[q];
-        a[q] = b->a[q];
-        gjj[q] = b->gjj[q];
-        ai[q] = b->a[q] * b->inv[q];
+        g[q] = bt->g[q];
+        a[q] = bt->a[q];
+        gjj[q] = bt->gjj[q];
+        ai[q] = bt->a[q] * bt->inv[q];
     }
-#pragma omp simd
+    const double *restrict al = ev ? e->a : NULL, *restrict pa = ev ? e->pa : NULL;
+    const double *restrict ns = ev ? e->ns : NULL, *restrict axs = ev ? e->axs : NULL;
+    double *restrict cN = ev && B > 0 ? e->cN : NULL;
+    double ss = 0, tdt = 0, tQ2 = 0, f2 = 0, fc2 = 0, cc2SS = 0, f2tE = 0;
+    if (ev)
+        ss = e->ss, tdt = e->tdt, tQ2 = e->tQ2, f2 = e->f2, fc2 = e->fc2, cc2SS = e->cc2SS,
+        f2tE = e->f2tE;
+    double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
+#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
     for (int64_t i = 0; i < n; i++) {
+        double ci = dist || ev ? c[i] : 0, Di = bound || ev == EV_BND ? D[i] : 0;
+        if (ev == EV_FULL || ev == EV_BND) {
+            double aa = al[i], p = pa[i];
+            double t2 = FMA(-2.0 * aa, ci, p + ss);
+            t2 = t2 > 0 ? t2 : 0;
+            dt = FMA(ns[i], sqrt(t2), dt);
+            double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
+            mdt = mdt < ft ? mdt : ft;
+            if (ev == EV_BND) {
+                b = FMA(ns[i], aa, b);
+                double dd = ns[i] * Di;
+                d1 = d1 > dd ? d1 : dd;
+            }
+        }
+        if (ev) {
+            double p = pa[i], e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
+            e2 = e2 > 0 ? e2 : 0;
+            es += sqrt(e2);
+            double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
+            mE = mE < fe ? mE : fe;
+        }
+        if (B == 0) continue;
         double v = g[0][i];
         double sc = a[0] * v, mx = FMA(-2.0, v, gjj[0]), su = ai[0] * v;
 #pragma GCC unroll 8
@@ -420,48 +492,62 @@ update_rows(double *restrict c, double *restrict D, double *restrict cu, const d
             }
             if (sep) su = FMA(ai[q], v, su);
         }
-        if (dist) c[i] += sc;
+        if (ev) cN[i] = ci;
+        if (dist) c[i] = ci + sc;
         if (bound) {
             double dd = gd[i] + mx;
-            D[i] = D[i] > dd ? D[i] : dd;
+            D[i] = Di > dd ? Di : dd;
         }
         if (sep) cu[i] += su;
     }
+    if (ev) e->dt = dt, e->mdt = mdt, e->es = es, e->mE = mE, e->b = b, e->d1 = d1;
 }
 
 /* The kinds of pass: c, D and cu (both), c and D (dist), c alone (past the last N whose bound
- * is wanted), c and cu, cu alone (sep). */
-#define AL_UPDATE_ONE(name, B, dist, bound, sep)                                                   \
-    static void name##B(double *c, double *D, double *cu, const double *gd, const batch *b,        \
-                        int64_t n) {                                                               \
-        update_rows(c, D, cu, gd, b, B, dist, bound, sep, n);                                      \
+ * is wanted), c and cu, cu alone (sep); the distance's with the sums at the previous N fused
+ * (_e1 full, _e2 with the bound's, _e3 E's alone). */
+typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, evalq *,
+                          int64_t);
+#define AL_UPDATE_ONE(name, B, dist, bound, sep, ev)                                               \
+    static void name(double *c, double *D, double *cu, const double *gd, const batch *b, evalq *e, \
+                     int64_t n) {                                                                  \
+        pass_rows(c, D, cu, gd, b, B, dist, bound, sep, ev, e, n);                                 \
     }
 #define AL_UPDATE_VARIANTS(B)                                                                      \
-    AL_UPDATE_ONE(update_both, B, 1, 1, 1)                                                         \
-    AL_UPDATE_ONE(update_dist, B, 1, 1, 0)                                                         \
-    AL_UPDATE_ONE(update_c, B, 1, 0, 0)                                                            \
-    AL_UPDATE_ONE(update_csep, B, 1, 0, 1)                                                         \
-    AL_UPDATE_ONE(update_sep, B, 0, 0, 1)
+    AL_UPDATE_ONE(update_both##B, B, 1, 1, 1, EV_NONE)                                             \
+    AL_UPDATE_ONE(update_dist##B, B, 1, 1, 0, EV_NONE)                                             \
+    AL_UPDATE_ONE(update_c##B, B, 1, 0, 0, EV_NONE)                                                \
+    AL_UPDATE_ONE(update_csep##B, B, 1, 0, 1, EV_NONE)                                             \
+    AL_UPDATE_ONE(update_sep##B, B, 0, 0, 1, EV_NONE)                                              \
+    AL_UPDATE_ONE(update_dist##B##_e2, B, 1, 1, 0, EV_BND)                                         \
+    AL_UPDATE_ONE(update_c##B##_e1, B, 1, 0, 0, EV_FULL)                                           \
+    AL_UPDATE_ONE(update_c##B##_e2, B, 1, 0, 0, EV_BND)                                            \
+    AL_UPDATE_ONE(update_c##B##_e3, B, 1, 0, 0, EV_E)
 AL_UPDATE_VARIANTS(1)
 AL_UPDATE_VARIANTS(2)
 AL_UPDATE_VARIANTS(4)
 AL_UPDATE_VARIANTS(8)
+AL_UPDATE_ONE(sums_full, 0, 0, 0, 0, EV_FULL)
+AL_UPDATE_ONE(sums_bnd, 0, 0, 0, 0, EV_BND)
+AL_UPDATE_ONE(sums_E, 0, 0, 0, 0, EV_E)
 #undef AL_UPDATE_VARIANTS
 #undef AL_UPDATE_ONE
 
-typedef void (*update_fn)(double *, double *, double *, const double *, const batch *, int64_t);
-
 /* Adds the selected sel[k0..k1-1] to the running state (D too when bound: a later N of the grid
- * still wants d1). */
+ * still wants d1); with e (distance alone), e's sums at the previous N in the first pass. */
 static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_metrics_opts *o,
-                      rowws *w, int64_t k0, int64_t k1, int bound) {
-    static const update_fn tabs[5][4] = {{update_both1, update_both2, update_both4, update_both8},
-                                         {update_dist1, update_dist2, update_dist4, update_dist8},
-                                         {update_c1, update_c2, update_c4, update_c8},
-                                         {update_csep1, update_csep2, update_csep4, update_csep8},
-                                         {update_sep1, update_sep2, update_sep4, update_sep8}};
+                      rowws *w, int64_t k0, int64_t k1, int bound, evalq *e) {
+    static const update_fn tabs[9][4] = {
+        {update_both1, update_both2, update_both4, update_both8},
+        {update_dist1, update_dist2, update_dist4, update_dist8},
+        {update_c1, update_c2, update_c4, update_c8},
+        {update_csep1, update_csep2, update_csep4, update_csep8},
+        {update_sep1, update_sep2, update_sep4, update_sep8},
+        {update_dist1_e2, update_dist2_e2, update_dist4_e2, update_dist8_e2},
+        {update_c1_e1, update_c2_e1, update_c4_e1, update_c8_e1},
+        {update_c1_e2, update_c2_e2, update_c4_e2, update_c8_e2},
+        {update_c1_e3, update_c2_e3, update_c4_e3, update_c8_e3}};
     int kind = o->distance && o->separability ? (bound ? 0 : 3) : o->distance ? (bound ? 1 : 2) : 4;
-    const update_fn *tab = tabs[kind];
     for (int64_t k = k0; k < k1;) {
         int64_t left = k1 - k;
         int lg = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0, B = 1 << lg;
@@ -474,7 +560,10 @@ static void add_batch(const double *a, int64_t n, const rowctx *rc, const al_met
             b.inv[q] = rc->inv[j];
             b.un[q] = rc->un[j];
         }
-        tab[lg](w->c, w->D, w->cu, rc->gd, &b, n);
+        /* fused: D updated only when the N before wanted its bound too (EV_BND) */
+        int t = !e ? kind : kind == 1 ? 5 : 5 + e->kind;
+        tabs[t][lg](w->c, w->D, w->cu, rc->gd, &b, e, n);
+        e = NULL;
         k += B;
     }
 }
@@ -823,13 +912,13 @@ static void mc_row(const double *a, int64_t n, int N, const rowctx *rc, rowws *w
 /* The exact dtilde at N: the flagged terms (t2 < tau (|alpha_i x_i|^2 + Q^2)) from the vectors
  * (s in double-double), the others as the vectorised loop had them. */
 AL_COLD static double dtilde_exact(const double *a, int64_t n, const rowctx *rc, rowws *w,
-                                   int64_t N, double ss, double tdt, double tQ2) {
+                                   const double *c, int64_t N, double ss, double tdt, double tQ2) {
     int64_t d = rc->d;
     dd_extend(a, rc, w->sel, NULL, N, w->sdd, &w->s_cnt);
     double dt = 0;
     for (int64_t i = 0; i < n; i++) {
         if (w->nsel[i] == 0) continue;
-        double p = w->pa[i], t2 = FMA(-2.0 * a[i], w->c[i], p + ss);
+        double p = w->pa[i], t2 = FMA(-2.0 * a[i], c[i], p + ss);
         t2 = t2 > 0 ? t2 : 0;
         if (t2 < FMA(tdt, p, tQ2)) t2 = dd_dist2(a[i], rc->x + i * d, 1.0, w->sdd, w->sdd + d, d);
         dt += sqrt(t2);
@@ -891,14 +980,12 @@ AL_COLD static double xi2_direct(const double *a, const int64_t *sel, int64_t N,
     return sq + kf * (lin * lin - sq);
 }
 
-/* The list mode's sums at N: dtilde over the unselected sel[N..n) and E's norms over every key,
- * each with the minimum of its cancellation test (as row_pass's loop: < 0, < CE flagged). */
-static void list_sums(const double *a, int64_t n, int64_t N, const int64_t *sel, const rowws *w,
-                      double ss, double tdt, double tQ2, double f2, double fc2, double cc2SS,
-                      double f2tE, double *dt_out, double *mdt_out, double *es_out,
-                      double *mE_out) {
-    const double *pa = w->pa, *c = w->c, *axs = w->axs;
-    double dt = 0, mdt = 0, es = 0, mE = INFINITY;
+/* The list mode's dtilde at N over the unselected sel[N..n) alone (c at N), with the minimum of
+ * its cancellation test (< 0 flagged). */
+static void list_dt(const double *a, int64_t n, int64_t N, const int64_t *sel, const double *c,
+                    const double *pa, double ss, double tdt, double tQ2, double *dt_out,
+                    double *mdt_out) {
+    double dt = 0, mdt = 0;
 #pragma omp simd reduction(+ : dt) reduction(min : mdt)
     for (int64_t q = N; q < n; q++) {
         int64_t i = sel[q];
@@ -908,45 +995,70 @@ static void list_sums(const double *a, int64_t n, int64_t N, const int64_t *sel,
         double ft = t2 - FMA(tdt, p, tQ2);
         mdt = mdt < ft ? mdt : ft;
     }
-#pragma omp simd reduction(+ : es) reduction(min : mE)
-    for (int64_t i = 0; i < n; i++) {
-        double p = pa[i], e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
-        e2 = e2 > 0 ? e2 : 0;
-        es += sqrt(e2);
-        double fe = FMA(-f2tE, p, e2);
-        mE = mE < fe ? mE : fe;
-    }
-    *dt_out = dt, *mdt_out = mdt, *es_out = es, *mE_out = mE;
+    *dt_out = dt, *mdt_out = mdt;
 }
 
-/* The sums at N from the running c (and, with bnd, b and d1 from D): dtilde over the unselected
- * (mask nsel), E's norms over every key, the minima of their cancellation tests. */
-static inline __attribute__((always_inline)) void
-gram_sums(const double *a, int64_t n, const rowws *w, double ss, double tdt, double tQ2, double f2,
-          double fc2, double cc2SS, double f2tE, int bnd, double *dt_out, double *mdt_out,
-          double *es_out, double *mE_out, double *b_out, double *d1_out) {
-    const double *pa = w->pa, *c = w->c, *D = w->D, *ns = w->nsel, *axs = w->axs;
-    double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
-#pragma omp simd reduction(+ : dt, b, es) reduction(max : d1) reduction(min : mdt, mE)
-    for (int64_t i = 0; i < n; i++) {
-        double ai = a[i], p = pa[i];
-        double t2 = FMA(-2.0 * ai, c[i], p + ss);
-        t2 = t2 > 0 ? t2 : 0;
-        dt = FMA(ns[i], sqrt(t2), dt);
-        double ft = FMA(-ns[i], FMA(tdt, p, tQ2), t2); /* < 0: flagged */
-        mdt = mdt < ft ? mdt : ft;
-        if (bnd) {
-            b = FMA(ns[i], ai, b);
-            double dd = ns[i] * D[i];
-            d1 = d1 > dd ? d1 : dd;
+/* The scalars of the distance's sums at N (cancellation thresholds, header comment: dtilde's
+ * terms against |alpha_i x_i|^2 + Q^2 (k = 2N + d + 3); E's against (1+cc)^2 |alpha_i x_i|^2 +
+ * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself), and what finishing
+ * the N needs. list: dtilde over sel[N..n) (list_dt), the pass takes E's sums alone. */
+static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const rowctx *rc, rowws *w,
+                       double ss, double Q, double R, double A1, double m, double gmax, int bound,
+                       int list) {
+    double d = (double)rc->d, cc = (double)N / (double)(n - 1), f = 1.0 + cc;
+    e->a = a, e->pa = w->pa, e->ns = w->nsel, e->axs = w->axs, e->cN = w->c;
+    e->ss = ss, e->f2 = f * f, e->fc2 = 2.0 * f * cc, e->cc2SS = cc * cc * rc->SS;
+    e->tdt = cancel_tau(2.0 * N + d + 3.0), e->tQ2 = e->tdt * Q * Q;
+    double tE = cancel_tau(d + 4.0), eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
+    e->f2tE = tE * e->f2, e->CE = FMA(tE, e->cc2SS, eS * eS);
+    e->N = N, e->A1 = A1, e->m = m, e->gmax = gmax, e->bound = bound, e->list = list;
+    e->kind = list ? EV_E : bound ? EV_BND : EV_FULL;
+}
+
+/* The distance's metrics at e->N into r, from e's sums (a pass took them), the exact fallbacks
+ * where they are flagged. */
+static void dist_finish(evalq *e, const double *a, int64_t n, const rowctx *rc, rowws *w,
+                        const al_metrics_opts *o, accum *r) {
+    int64_t N = e->N, d = rc->d;
+    double dt = e->dt, mdt = e->mdt, es = e->es, b = e->b, d1 = e->d1;
+    if (e->list) list_dt(a, n, N, w->sel, e->cN, w->pa, e->ss, e->tdt, e->tQ2, &dt, &mdt);
+    if (mdt < 0) dt = dtilde_exact(a, n, rc, w, e->cN, N, e->ss, e->tdt, e->tQ2);
+    if (e->mE < e->CE) es = E_exact(a, n, rc, w, N, e->f2, e->fc2, e->cc2SS, e->f2tE, e->CE);
+    r->dmax = NAN; /* past bound_n: D is no longer kept */
+    if (e->bound) {
+        double m = e->m, A1 = e->A1;
+        if (b != 0 && d1 < cancel_tau((double)d + 3.0) * (e->gmax + m * m))
+            d1 = d1_exact(n, rc, w, N);
+        /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
+         * difference cancels (weights near abar: it can be exactly 0) */
+        double cf = (double)(n - N) * A1 - b;
+        if (!(fabs(cf) > 0.5 * (double)(n - N) * fabs(A1))) {
+            cf = 0;
+            for (int64_t i = 0; i < n; i++) cf = FMA(w->nsel[i], A1 - a[i], cf);
         }
-        double e2 = FMA(f2, p, FMA(-fc2, axs[i], cc2SS));
-        e2 = e2 > 0 ? e2 : 0;
-        es += sqrt(e2);
-        double fe = FMA(-f2tE, p, e2); /* < CE: flagged */
-        mE = mE < fe ? mE : fe;
+        r->dmax = b * sqrt(d1) + cf * m;
     }
-    *dt_out = dt, *mdt_out = mdt, *es_out = es, *mE_out = mE, *b_out = b, *d1_out = d1;
+    r->dtilde = dt;
+    r->E = (double)(n - N) / (double)n * es;
+    if (o->mc_samples > 0)
+        mc_row(a, n, (int)N, rc, w, o->mc_samples, o->mc_seed, &r->E_mc, &r->E_mc_var);
+}
+
+/* Adds a row's metrics r at one N to its grid entries ord[p0..p1) (duplicates allowed). */
+static void add_accum(accum *acc, const grid *g, const al_metrics_opts *o, int p0, int p1,
+                      const accum *r) {
+    for (int p = p0; p < p1; p++) {
+        accum *t = &acc[g->ord[p]];
+        t->rows++;
+        t->dtilde += r->dtilde;
+        t->dmax += r->dmax;
+        t->E += r->E;
+        t->E_mc += r->E_mc;
+        t->E_mc_var += r->E_mc_var / (double)(o->mc_samples > 0 ? o->mc_samples : 1);
+        t->ns += r->ns;
+        t->lo += r->lo;
+        t->up += r->up;
+    }
 }
 
 /* sel[0..m-1] = the m best keys of a[n] (top_k), from the row's ranking rk[n] when given
@@ -984,6 +1096,7 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
     for (int64_t q = 0; q < K; q++) {
         w->sinv[q] = rc->inv[w->sel[q]];
         w->sun[q] = rc->un[w->sel[q]];
+        w->asel[q] = a[w->sel[q]];
     }
     for (int64_t i = 0; i < n; i++) {
         w->c[i] = 0;
@@ -1017,6 +1130,11 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
         }
     }
     int64_t k = 0; /* selected so far: sel[0..k-1] */
+    /* the distance's sums at the last N, deferred into the next N's first pass (distance
+     * alone, Gram mode); its grid entries ord[pg0..pg1), its metrics pr */
+    evalq ev, *pend = NULL;
+    int pg0 = 0, pg1 = 0;
+    accum pr = {0};
     while (gp < g->n_top && Ns[g->ord[gp]] <= K) {
         int N = Ns[g->ord[gp]], bound = N <= g->bound_n;
         if (!listm && list_ok && !bound && list_cheaper(k, N, N_last, n_dist - di, n, d)) {
@@ -1028,7 +1146,12 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
         if (listm)
             s_extend(a, rc, w->sel, k, N, w->sl);
         else
-            add_batch(a, n, rc, o, w, k, N, bound);
+            add_batch(a, n, rc, o, w, k, N, bound, pend);
+        if (pend) { /* the last N's sums came with the first pass */
+            dist_finish(pend, a, n, rc, w, o, &pr);
+            add_accum(acc, g, o, pg0, pg1, &pr);
+            pend = NULL;
+        }
         /* delta^2: the new sel[k..N-1] against every earlier selected (their Gram rows were
          * just streamed by add_batch, so the gathers hit the cache) */
         if (o->separability)
@@ -1072,54 +1195,35 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
                 ss += a[j] * cj[j];
                 ssu += a[j] * invj[j] * cuj[j];
             }
-        } else { /* ss alone: the same sum in the same order */
+        } else { /* ss alone: the same sum in the same order (alpha in selection order) */
+            const double *asel = w->asel;
 #pragma omp simd reduction(+ : ss)
-            for (int64_t q = 0; q < N; q++) ss += a[sel[q]] * cj[sel[q]];
+            for (int64_t q = 0; q < N; q++) ss += asel[q] * cj[sel[q]];
         }
 
         /* ---- evaluate the metrics at this N ---- */
         accum r = {0};
         r.rows = 1;
+        int g0 = gp; /* this N's grid entries: ord[g0..gp) */
+        while (gp < g->n_top && Ns[g->ord[gp]] == N) gp++;
         if (o->distance) {
-            const double *ns = w->nsel;
-            double cc = (double)N / (double)(n - 1), f = 1.0 + cc;
-            double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
-            /* cancellation thresholds (header comment): dtilde's terms against
-             * |alpha_i x_i|^2 + Q^2 (k = 2N + d + 3); E's against (1+cc)^2 |alpha_i x_i|^2 +
-             * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself */
-            double tdt = cancel_tau(2.0 * N + (double)d + 3.0), tQ2 = tdt * Q * Q;
-            double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
-            double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
-            double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
             /* past the bound and the middle of the row, dtilde over the unselected sel[N..n)
              * alone (c is kept for every key in either mode): fewer square roots */
-            if (listm || (list_ok && !bound && 2 * (n - N) < n))
-                list_sums(a, n, N, sel, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, &dt, &mdt, &es, &mE);
-            else if (bound)
-                gram_sums(a, n, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, 1, &dt, &mdt, &es, &mE, &b,
-                          &d1);
-            else
-                gram_sums(a, n, w, ss, tdt, tQ2, f2, fc2, cc2SS, f2tE, 0, &dt, &mdt, &es, &mE, &b,
-                          &d1);
-            if (mdt < 0) dt = dtilde_exact(a, n, rc, w, N, ss, tdt, tQ2);
-            if (mE < CE) es = E_exact(a, n, rc, w, N, f2, fc2, cc2SS, f2tE, CE);
-            r.dmax = NAN; /* past bound_n: D is no longer kept */
-            if (bound) {
-                if (b != 0 && d1 < cancel_tau((double)d + 3.0) * (gmax + m * m))
-                    d1 = d1_exact(n, rc, w, N);
-                /* (n-N) abar - b = sum_{i not in I} (abar - alpha_i); summed so where the
-                 * difference cancels (weights near abar: it can be exactly 0) */
-                double cf = (double)(n - N) * A1 - b;
-                if (!(fabs(cf) > 0.5 * (double)(n - N) * fabs(A1))) {
-                    cf = 0;
-                    for (int64_t i = 0; i < n; i++) cf = FMA(ns[i], A1 - a[i], cf);
-                }
-                r.dmax = b * sqrt(d1) + cf * m;
+            int list = listm || (list_ok && !bound && 2 * (n - N) < n);
+            dist_setup(&ev, a, n, N, rc, w, ss, Q, R, A1, m, gmax, bound, list);
+            /* the next N's Gram pass reads c and D anyway: the sums come with it */
+            int N2 = gp < g->n_top ? Ns[g->ord[gp]] : INT_MAX, b2 = N2 <= g->bound_n;
+            if (!o->separability && N2 <= K && !listm &&
+                !(list_ok && !b2 && list_cheaper(N, N2, N_last, n_dist - di, n, d))) {
+                ev.cN = w->cprev;
+                pend = &ev;
+                pr = r;
+                pg0 = g0, pg1 = gp;
+                continue;
             }
-            r.dtilde = dt;
-            r.E = (double)(n - N) / (double)n * es;
-            if (o->mc_samples > 0)
-                mc_row(a, n, N, rc, w, o->mc_samples, o->mc_seed, &r.E_mc, &r.E_mc_var);
+            update_fn sums = list ? sums_E : bound ? sums_bnd : sums_full;
+            sums(w->c, w->D, NULL, NULL, NULL, &ev, n);
+            dist_finish(&ev, a, n, rc, w, o, &r);
         }
         if (o->separability) {
             const double *cu = w->cu, *inv = rc->inv, *un = rc->un;
@@ -1221,20 +1325,7 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
                 r.up = up < 1 ? up : 1;
             }
         }
-        /* add to every grid entry with this N (duplicates allowed) */
-        while (gp < g->n_top && Ns[g->ord[gp]] == N) {
-            accum *t = &acc[g->ord[gp]];
-            t->rows++;
-            t->dtilde += r.dtilde;
-            t->dmax += r.dmax;
-            t->E += r.E;
-            t->E_mc += r.E_mc;
-            t->E_mc_var += r.E_mc_var / (double)(o->mc_samples > 0 ? o->mc_samples : 1);
-            t->ns += r.ns;
-            t->lo += r.lo;
-            t->up += r.up;
-            gp++;
-        }
+        add_accum(acc, g, o, g0, gp, &r);
     }
 }
 
