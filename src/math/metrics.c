@@ -38,6 +38,7 @@
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
+#include "cpu.h"
 #include "gemm.h"
 #include "hooks.h"
 #include "metrics.h"
@@ -148,9 +149,11 @@ typedef struct rowctx {
     const double *un;          /* [n] 1 if x_i != 0 else 0 (|u_i|^2) */
     const double *xs;          /* [n] x_i . S for this row (distance only) */
     double SS;                 /* |S|^2 for this row */
-    int64_t row;               /* row index (Monte-Carlo seeding) */
-    centred *cg;               /* the head's centred Gram matrix (NULL: one row) */
-    int64_t off;               /* the row's first key in cg (a sliding window's lo; else 0) */
+    double gk;   /* 0: xs and SS from S (S's error is E's eS); else from the head's Gram matrix
+                  * (xs_row), with |dxs_i| <= gamma_gk R |x_i|, |dSS| <= gamma_gk R^2 */
+    int64_t row; /* row index (Monte-Carlo seeding) */
+    centred *cg; /* the head's centred Gram matrix (NULL: one row) */
+    int64_t off; /* the row's first key in cg (a sliding window's lo; else 0) */
 } rowctx;
 
 static inline const double *gram_row(const rowctx *rc, int64_t j) {
@@ -1086,10 +1089,12 @@ static void row_pass(const double *a, int64_t n, const uint16_t *rk, const rowct
             double f2 = f * f, fc2 = 2.0 * f * cc, cc2SS = cc * cc * rc->SS;
             /* cancellation thresholds (header comment): dtilde's terms against
              * |alpha_i x_i|^2 + Q^2 (k = 2N + d + 3); E's against (1+cc)^2 |alpha_i x_i|^2 +
-             * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself */
+             * cc^2 |S|^2 (k = d + 4) plus the absolute error cc gamma_n R of S itself; xs and SS
+             * from the Gram matrix (gk > 0): cc^2 R^2 added to cc^2 |S|^2, k = d + 4 + gk */
             double tdt = cancel_tau(2.0 * N + (double)d + 3.0), tQ2 = tdt * Q * Q;
-            double tE = cancel_tau((double)d + 4.0), f2tE = tE * f2;
-            double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO, CE = FMA(tE, cc2SS, eS * eS);
+            double tE = cancel_tau((double)d + 4.0 + rc->gk), f2tE = tE * f2;
+            double eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
+            double CE = FMA(tE, rc->gk > 0 ? FMA(cc * cc, R * R, cc2SS) : cc2SS, eS * eS);
             double dt = 0, b = 0, d1 = 0, es = 0, mdt = 0, mE = INFINITY;
             /* past the bound and the middle of the row, dtilde over the unselected sel[N..n)
              * alone (c is kept for every key in either mode): fewer square roots */
@@ -1250,7 +1255,16 @@ static int check_opts(const al_metrics_opts *o, int64_t d, al_error *err) {
     return 0;
 }
 
+/* Are v[0..n) all finite? (v * 0 is 0, or NaN for an infinity or a NaN: a vectorised sum) */
+static int all_finite(const double *v, int64_t n) {
+    double z = 0;
+#pragma omp simd reduction(+ : z)
+    for (int64_t i = 0; i < n; i++) z += v[i] * 0.0;
+    return z == 0;
+}
+
 static int check_x(const double *x, int64_t rows, int64_t d, al_error *err) {
+    if (all_finite(x, rows * d)) return 0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t k = 0; k < d; k++)
             if (!isfinite(x[i * d + k]))
@@ -1414,8 +1428,9 @@ int AL_MV(al_row_metrics)(const double *alpha, const double *x, int64_t n, int64
 
 typedef struct headws {
     double *G;   /* [L, L] X X^T */
-    double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only) */
-    double *S;   /* [L, d] attention outputs (distance only) */
+    double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only);
+                  * from the Gram matrix (xs_from_gram): [XG, L] */
+    double *S;   /* [L, d] attention outputs (distance only); from the Gram matrix: [d], one row */
     double *vec; /* [4, L] gd, inv, un, SS */
 } headws;
 
@@ -1427,10 +1442,11 @@ static void free_headws(headws *h) {
     memset(h, 0, sizeof *h);
 }
 
-/* rows of XS per block */
+/* rows of XS per block: from S, from the Gram matrix (a multiple of gemm.c's MR = 6) */
 #define XB 32
+#define XG 144
 
-static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram,
+static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram, int xsg,
                         al_error *err) {
     memset(h, 0, sizeof *h);
     size_t LL;
@@ -1439,7 +1455,12 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
     h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
     if (!h->vec) return AL_E_NOMEM;
     if (need_gram && !(h->G = al__malloc_huge(LL, "metrics Gram matrix [L, L]", err))) goto fail;
-    if (need_dist) {
+    if (need_dist && xsg) { /* XS by blocks of XG rows, S one row (xs_row) */
+        if (!(h->XS =
+                  al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics x.S [XG, L]", err)))
+            goto fail;
+        if (!(h->S = al__malloc((size_t)d * sizeof(double), "metrics S", err))) goto fail;
+    } else if (need_dist) {
         if (!(h->XS =
                   al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))
             goto fail;
@@ -1499,6 +1520,57 @@ static void x_dot_s(const double *S, const double *x, int64_t L, int64_t d, int6
                 x, id, 0.0, XS, (int)L);
 }
 
+/* Wide vectors (d > L / 3 causal, L / 2 not): x_i . S_t from the Gram matrix, XS = W G (L^3 / 3
+ * multiply-adds causal, L^3 not) instead of S = W X and XS = S X^T (L^2 d; the same halved when
+ * causal); each row's |S_t|^2 = sum_i w_ti XS_ti (xs_row). Our DGEMM only (AVX-512: OpenBLAS has
+ * no triangle of C), no sliding window (its rows read W's band). */
+static int xs_from_gram(int64_t L, int64_t d, int causal, int win) {
+    if (al__cpu_level() < AL__CPU_AVX512 || (causal && win > 0 && win < L)) return 0;
+    return causal ? L < 3 * d : L < 2 * d;
+}
+
+/* XS [nb, L] (rows L apart) = rows t..t+nb of W G, of w [L, L] and G [L, L] = X X^T; causal:
+ * tril(W) G, only the columns <= the row's t wanted (W's upper triangle never read) */
+static void xs_gram(const double *w, const double *G, int64_t L, int64_t t, int64_t nb, int causal,
+                    double *XS) {
+    int iL = (int)L, nc = causal ? (int)(t + nb) : iL;
+    if (!al__dgemm(XS, iL, w + t * L, iL, G, iL, 0, (int)nb, nc, nc, 0,
+                   causal ? AL__GEMM_TRIL_A | AL__GEMM_TRIL_C : 0, (int)t))
+        return;
+    for (int64_t r = 0; r < nb; r++) { /* no memory for ours: row by row (G is symmetric) */
+        int n = causal ? (int)(t + r + 1) : iL;
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, n, n, 1.0, G, iL, w + (t + r) * L, 1, 0.0,
+                    XS + r * L, 1);
+    }
+}
+
+/* Row t of the head (weights a [n], its keys' x [n, d], gd, inv as vector_norms) with xs [n] =
+ * XS's row from xs_gram: returns |S_t|^2 = sum_i a_i xs_i, and *gk (rowctx.gk) = 2n + d + 8:
+ * G's entries carry gamma_d |x_j| |x_i|, so xs_i's chain over n keys gamma_(n+d+1) R |x_i| and
+ * SS's gamma_(2n+d+2) R^2 (R = sum_j |a_j| |x_j|), an absolute error where S's own was relative
+ * to |S_t|^2. Where |S_t|^2 < 8 tau R^2 (tau: E's threshold factor with gk; the vectors cancel in
+ * S_t) that error would flag every E term of the row at every N (a d-space E at each): then S_t
+ * from the vectors instead, O(n d) for this row (S [d]), xs_i = x_i . S_t and *gk = 0 (row_pass's
+ * test of S's error, eS). */
+static double xs_row(const double *a, const double *x, int64_t n, int64_t d, const double *gd,
+                     const double *inv, double *xs, double *S, double *gk) {
+    double SS = 0, R = 0;
+#pragma omp simd reduction(+ : SS, R)
+    for (int64_t i = 0; i < n; i++) {
+        SS += a[i] * xs[i];
+        R += fabs(a[i]) * gd[i] * inv[i];
+    }
+    *gk = 2.0 * (double)n + (double)d + 8.0;
+    if (SS >= 8.0 * cancel_tau((double)d + 4.0 + *gk) * R * R) return SS;
+    int in = (int)n, id = (int)d;
+    cblas_dgemv(CblasRowMajor, CblasTrans, in, id, 1.0, x, id, a, 1, 0.0, S, 1);
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, in, id, 1.0, x, id, S, 1, 0.0, xs, 1);
+    SS = 0;
+    for (int64_t k = 0; k < d; k++) SS += S[k] * S[k];
+    *gk = 0;
+    return SS;
+}
+
 #ifndef AL_MV_ISA /* once: in the baseline (or only) copy */
 /* X X^T [L, L] of x[L, d]: the one GEMM every head's metrics start from, the same call as
  * inside al_head_metrics (so the same bits). */
@@ -1529,6 +1601,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     int causal = o->causal != 0, win = o->window;
     for (int64_t t = 0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
+        if (all_finite(w + t * L + lo, n)) continue;
         for (int64_t j = lo; j < lo + n; j++)
             if (!isfinite(w[t * L + j]))
                 return al__err(err, AL_E_RANGE,
@@ -1560,7 +1633,8 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     headws h;
     rowws rw;
     accum *acc = al__calloc((size_t)o->n_top, sizeof(accum), "metrics", err);
-    if (!acc || build_headws(&h, L, d, o->distance, Gin == NULL, err)) {
+    int xsg = o->distance && xs_from_gram(L, d, causal, win);
+    if (!acc || build_headws(&h, L, d, o->distance, Gin == NULL, xsg, err)) {
         free(acc);
         free_grid(&g);
         return AL_E_NOMEM;
@@ -1581,7 +1655,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         h.G = (double *)Gin; /* borrowed: not freed below */
     else
         gram(x, L, d, h.G);
-    if (o->distance) {
+    if (o->distance && !xsg) {
         if (causal && win > 0 && win < L) { /* S_t = W[t, lo..t] X[lo..t]: the row's keys only */
             for (int64_t t = 0; t < L; t++) {
                 int64_t lo = al__row_lo(t, 1, win);
@@ -1600,9 +1674,17 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     for (int64_t t = 0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
         if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
-        if (o->distance && t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
-            int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
-            x_dot_s(h.S, x, L, d, t, nb, nc, causal, h.XS);
+        double gk = 0, *xs = NULL; /* the row's x_i . S_t, its |S_t|^2 in SS[t] */
+        if (xsg) {
+            if (t % XG == 0) xs_gram(w, h.G, L, t, L - t < XG ? L - t : XG, causal, h.XS);
+            xs = h.XS + (t % XG) * L + lo;
+            SS[t] = xs_row(w + t * L + lo, x + lo * d, n, d, gd + lo, inv + lo, xs, h.S, &gk);
+        } else if (o->distance) {
+            if (t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
+                int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
+                x_dot_s(h.S, x, L, d, t, nb, nc, causal, h.XS);
+            }
+            xs = h.XS + (t % XB) * L + lo;
         }
         /* a windowed row's keys lo..t: every per-key array from lo */
         rowctx ctx = {.x = x + lo * d,
@@ -1614,8 +1696,9 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
                       .gd = gd + lo,
                       .inv = inv + lo,
                       .un = un + lo,
-                      .xs = o->distance ? h.XS + (t % XB) * L + lo : NULL,
+                      .xs = xs,
                       .SS = o->distance ? SS[t] : 0,
+                      .gk = gk,
                       .row = t};
         row_pass(w + t * L + lo, n, rank ? rank + t * L : NULL, &ctx, o, &g, &rw, acc);
     }
