@@ -701,6 +701,29 @@ def test_row_metrics_equal_head_rows(lib):
                 assert close(got[k][key], np.mean([r[key] for r in rows]), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("kind", ["random", "alternating"])
+def test_wide_head_blocks_equal_rows(lib, kind):
+    """A wide head (d > L / 2) of L = 400: x_i . S_t from the Gram matrix in blocks of 288 rows
+    (the second block's triangles shifted to its first row) against al_row_metrics (S_t from the
+    vectors, tested against the fp64 reference above), row by row."""
+    rng = np.random.default_rng(15)
+    L, d = 400, 210
+    for causal in (1, 0):
+        w, x = wide_case(kind, L, d, rng)
+        if causal:
+            w = np.tril(w)
+        w /= w.sum(1, keepdims=True)
+        Ns = [1, 5, 40]
+        got, _, _ = c_head(lib, w, x, Ns, causal, separability=0)
+        for k, N in enumerate(Ns):
+            n_of = [t + 1 if causal else L for t in range(L)]
+            rows = [c_row(lib, w[t, :n_of[t]], x[:n_of[t]], [N], separability=0)[0]
+                    for t in range(L) if n_of[t] > N]
+            assert got[k]["rows"] == len(rows)
+            for key in ("dtilde", "dmax", "E"):
+                assert close(got[k][key], np.mean([r[key] for r in rows]), rtol=1e-12, atol=1e-14)
+
+
 # ---- heads ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("causal", [1, 0])
