@@ -5,7 +5,11 @@
  *   G  = X X^T            [L, L]  one GEMM; every row shares it (row t reads G[:n, :n]);
  *   S  = W X              [L, d]  attention outputs (triangular multiply when causal);
  *   XS = S X^T            [XB, L] XS[t, i] = x_i . S_t  (for the analytic E), XB rows at a
- *                                 time, so the block stays in cache beside the Gram rows.
+ *                                 time, so the block stays in cache beside the Gram rows;
+ *                                 wide vectors (d > L / 3 causal, L / 2 not: the d_model-wide
+ *                                 readings) skip S: XS = tril(W) G by blocks of XG rows (L^3 / 3
+ *                                 multiply-adds instead of L^2 d) and |S_t|^2 = sum_i w_ti XS_ti,
+ *                                 whose errors are absolute (below; xs_row).
  * Then per row: the top K = min(max N, n - 1) weights are selected once (quickselect and a
  * sort; ties to the lower index), and N walks up the grid adding the selected indices j
  * between two grid points as one batch (up to 8 Gram rows per pass over i):
@@ -33,7 +37,10 @@
  * maximum; recomputed from the head's Gram matrix of y_i = x_i - x_0, built by one GEMM the
  * first time it is needed, where |y_i|^2 + |y_j|^2 <= 8 d1^2 since x_0 is a key of every row;
  * from the vectors for a lone row), E (whose S has, besides, an error
- * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested),
+ * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested;
+ * from the Gram matrix, x_i . S and |S|^2 carry gamma R |x_i| and gamma R^2, R = sum_j |alpha_j|
+ * |x_j|, with no vector S behind them: the test adds cc^2 R^2 to cc^2 |S|^2 with k = d + 4 + gk,
+ * and the rows where |S|^2 << R^2 take S from the vectors instead (rowctx.gk, xs_row)),
  * the separability radius r, the distances compared with r for N_s, the xi_i (A1 - alpha_i,
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
@@ -1548,13 +1555,15 @@ static void xs_gram(const double *w, const double *G, int64_t L, int64_t t, int6
 }
 
 /* Row t of the head (weights a [n], its keys' x [n, d], gd, inv as vector_norms) with xs [n] =
- * XS's row from xs_gram: returns |S_t|^2 = sum_i a_i xs_i, and *gk (rowctx.gk) = 2n + d + 8:
- * G's entries carry gamma_d |x_j| |x_i|, so xs_i's chain over n keys gamma_(n+d+1) R |x_i| and
- * SS's gamma_(2n+d+2) R^2 (R = sum_j |a_j| |x_j|), an absolute error where S's own was relative
- * to |S_t|^2. Where |S_t|^2 < 8 tau R^2 (tau: E's threshold factor with gk; the vectors cancel in
- * S_t) that error would flag every E term of the row at every N (a d-space E at each): then S_t
- * from the vectors instead, O(n d) for this row (S [d]), xs_i = x_i . S_t and *gk = 0 (row_pass's
- * test of S's error, eS). */
+ * XS's row from xs_gram: returns |S_t|^2 = sum_i a_i xs_i and sets *gk (rowctx.gk). Errors: G's
+ * entries carry gamma_d |x_j| |x_i|, so xs_i (a chain over n keys) gamma_(n+d+1) R |x_i| and SS
+ * gamma_(2n+d+2) R^2 (R = sum_j |a_j| |x_j|), absolute where S's own were relative to |S_t|^2.
+ * In E's t2 = f^2 pa_i - 2 f cc a_i xs_i + cc^2 SS they add at most cc^2 gamma_(2n+d+2) R^2 +
+ * 2 f cc |a_i| gamma_(n+d+1) R |x_i| <= 2 gamma_(2n+d+2) (f^2 pa_i + cc^2 R^2): row_pass's test
+ * with cc^2 R^2 added and k = d + 4 + gk, gk = 2n + d + 8, keeps its safety factor 2. Where
+ * |S_t|^2 < 8 tau R^2 (tau: that test's factor; S_t cancels) every E term of the row would be
+ * flagged at every N (a d-space E at each): then S_t from the vectors, O(n d) for this row
+ * (S [d]), xs_i = x_i . S_t and *gk = 0 (row_pass's test of S's own error, eS). */
 static double xs_row(const double *a, const double *x, int64_t n, int64_t d, const double *gd,
                      const double *inv, double *xs, double *S, double *gk) {
     double SS = 0, R = 0;
