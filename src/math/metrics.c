@@ -9,7 +9,7 @@
  *                                 wide vectors (d > L / 3 causal, L / 2 not: the d_model-wide
  *                                 readings) skip S: XS = tril(W) G by blocks of XG rows (L^3 / 3
  *                                 multiply-adds instead of L^2 d) and |S_t|^2 = sum_i w_ti XS_ti,
- *                                 whose errors are absolute (below; xs_row).
+ *                                 whose errors are absolute (below; wide_block).
  * Then per row: the top K = min(max N, n - 1) weights are selected once (quickselect and a
  * sort; ties to the lower index), and N walks up the grid adding the selected indices j
  * between two grid points as one batch (up to 8 Gram rows per pass over i):
@@ -40,7 +40,7 @@
  * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested;
  * from the Gram matrix, x_i . S and |S|^2 carry gamma R |x_i| and gamma R^2, R = sum_j |alpha_j|
  * |x_j|, with no vector S behind them: the test adds cc^2 R^2 to cc^2 |S|^2 with k = d + 4 + gk,
- * and the rows where |S|^2 << R^2 take S from the vectors instead (rowctx.gk, xs_row)),
+ * and the rows where |S|^2 << R^2 take S from the vectors instead (rowctx.gk, wide_block)),
  * the separability radius r, the distances compared with r for N_s, the xi_i (A1 - alpha_i,
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
@@ -157,7 +157,7 @@ typedef struct rowctx {
     const double *xs;          /* [n] x_i . S for this row (distance only) */
     double SS;                 /* |S|^2 for this row */
     double gk;   /* 0: xs and SS from S (S's error is E's eS); else from the head's Gram matrix
-                  * (xs_row), with |dxs_i| <= gamma_gk R |x_i|, |dSS| <= gamma_gk R^2 */
+                  * (wide_block), with |dxs_i| <= gamma_gk R |x_i|, |dSS| <= gamma_gk R^2 */
     int64_t row; /* row index (Monte-Carlo seeding) */
     centred *cg; /* the head's centred Gram matrix (NULL: one row) */
     int64_t off; /* the row's first key in cg (a sliding window's lo; else 0) */
@@ -1439,8 +1439,8 @@ typedef struct headws {
     double *G;   /* [L, L] X X^T */
     double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only);
                   * from the Gram matrix (xs_from_gram): [XG, L] */
-    double *S;   /* [L, d] attention outputs (distance only); from the Gram matrix: [d], one row */
-    double *vec; /* [4, L] gd, inv, un, SS */
+    double *S;   /* [L, d] attention outputs (distance only); wide vectors: [XG, d] */
+    double *vec; /* [5, L] gd, inv, un, SS, gk (rowctx.gk) */
 } headws;
 
 static void free_headws(headws *h) {
@@ -1462,14 +1462,15 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
     size_t LL;
     if (!al__mul_ok((size_t)L, (size_t)L, &LL) || !al__mul_ok(LL, sizeof(double), &LL))
         return al__err(err, AL_E_NOMEM, "metrics: L = %lld too large", (long long)L);
-    h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
+    h->vec = al__malloc((size_t)L * 5 * sizeof(double), "metrics norms", err);
     if (!h->vec) return AL_E_NOMEM;
     if (need_gram && !(h->G = al__malloc_huge(LL, "metrics Gram matrix [L, L]", err))) goto fail;
-    if (need_dist && xsg) { /* XS by blocks of XG rows, S one row (xs_row) */
+    if (need_dist && xsg) { /* XS and S by blocks of XG rows (wide_block) */
         if (!(h->XS =
                   al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics x.S [XG, L]", err)))
             goto fail;
-        if (!(h->S = al__malloc((size_t)d * sizeof(double), "metrics S", err))) goto fail;
+        if (!(h->S = al__malloc((size_t)XG * (size_t)d * sizeof(double), "metrics S", err)))
+            goto fail;
     } else if (need_dist) {
         if (!(h->XS =
                   al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))
@@ -1518,22 +1519,29 @@ static void attn_out(const double *w, const double *x, int64_t L, int64_t d, int
                 iL, S, id);
 }
 
-/* XS [nb, L] (rows ldxs = L apart) = S[t..t+nb) X[0..nc)^T, of S [L, d], x [L, d]; causal: only
- * row r's columns <= t + r are wanted (ours leaves some beyond unwritten) */
-static void x_dot_s(const double *S, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
+/* XS [nb, L] (rows ldxs = L apart) = St X[0..nc)^T, of St [nb, d] (rows t..t+nb of S), x [L, d];
+ * causal: only row r's columns <= t + r are wanted (ours leaves some beyond unwritten) */
+static void x_dot_s(const double *St, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
                     int64_t nc, int causal, double *XS) {
     int id = (int)d;
-    if (!al__dgemm(XS, (int)L, S + t * d, id, x, id, 1, (int)nb, (int)nc, id, 0,
+    if (!al__dgemm(XS, (int)L, St, id, x, id, 1, (int)nb, (int)nc, id, 0,
                    causal ? AL__GEMM_TRIL_C : 0, (int)t))
         return;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0, S + t * d, id,
-                x, id, 0.0, XS, (int)L);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0, St, id, x, id,
+                0.0, XS, (int)L);
 }
 
-/* Wide vectors (d > L / 3 causal, L / 2 not): x_i . S_t from the Gram matrix, XS = W G (L^3 / 3
- * multiply-adds causal, L^3 not) instead of S = W X and XS = S X^T (L^2 d; the same halved when
- * causal); each row's |S_t|^2 = sum_i w_ti XS_ti (xs_row). Our DGEMM only (AVX-512: OpenBLAS has
- * no triangle of C), no sliding window (its rows read W's band). */
+/* |v|^2 of v [d] */
+static double sq_norm(const double *v, int64_t d) {
+    double s = 0;
+    for (int64_t k = 0; k < d; k++) s += v[k] * v[k];
+    return s;
+}
+
+/* Wide vectors (d > L / 3 causal, L / 2 not): x_i . S_t by blocks of XG rows, each from the Gram
+ * matrix, XS = W G (a row of n keys: n^2 multiply-adds), or from S = W X and XS = S X^T (2 n d),
+ * whichever is cheaper (wide_block; L^3 / 3 against L^2 d for a whole causal head). Our DGEMM only
+ * (AVX-512: OpenBLAS has no triangle of C), no sliding window (its rows read W's band). */
 static int xs_from_gram(int64_t L, int64_t d, int causal, int win) {
     if (al__cpu_level() < AL__CPU_AVX512 || (causal && win > 0 && win < L)) return 0;
     return causal ? L < 3 * d : L < 2 * d;
@@ -1554,33 +1562,65 @@ static void xs_gram(const double *w, const double *G, int64_t L, int64_t t, int6
     }
 }
 
-/* Row t of the head (weights a [n], its keys' x [n, d], gd, inv as vector_norms) with xs [n] =
- * XS's row from xs_gram: returns |S_t|^2 = sum_i a_i xs_i and sets *gk (rowctx.gk). Errors: G's
+/* S [nb, d] = rows t..t+nb of W X, of w [L, L], x [L, d]; causal: tril(W) X (row t + r reads
+ * columns <= t + r) */
+static void s_rows(const double *w, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
+                   int causal, double *S) {
+    int id = (int)d, nc = causal ? (int)(t + nb) : (int)L;
+    if (!al__dgemm(S, id, w + t * L, (int)L, x, id, 0, (int)nb, id, nc, 0,
+                   causal ? AL__GEMM_TRIL_A : 0, (int)t))
+        return;
+    for (int64_t r = 0; r < nb; r++) /* no memory for ours: row by row */
+        cblas_dgemv(CblasRowMajor, CblasTrans, causal ? (int)(t + r + 1) : (int)L, id, 1.0, x, id,
+                    w + (t + r) * L, 1, 0.0, S + r * d, 1);
+}
+
+/* Rows t..t+nb of a wide head (xs_from_gram; gd, inv as vector_norms): XS [nb, L] = x_i . S_t,
+ * SS [nb] = |S_t|^2 and gk [nb] (rowctx.gk), from the Gram matrix (use_g) or from S [nb, d] = W X
+ * (gk 0, row_pass's test of S's own error, eS); returns how many rows have |S_t|^2 below
+ * 8 tau R^2 (S_t cancels). From the Gram matrix, per row, SS = sum_i w_ti XS_ti. Errors: G's
  * entries carry gamma_d |x_j| |x_i|, so xs_i (a chain over n keys) gamma_(n+d+1) R |x_i| and SS
- * gamma_(2n+d+2) R^2 (R = sum_j |a_j| |x_j|), absolute where S's own were relative to |S_t|^2.
+ * gamma_(2n+d+2) R^2 (R = sum_j |w_tj| |x_j|), absolute where S's own were relative to |S_t|^2.
  * In E's t2 = f^2 pa_i - 2 f cc a_i xs_i + cc^2 SS they add at most cc^2 gamma_(2n+d+2) R^2 +
  * 2 f cc |a_i| gamma_(n+d+1) R |x_i| <= 2 gamma_(2n+d+2) (f^2 pa_i + cc^2 R^2): row_pass's test
  * with cc^2 R^2 added and k = d + 4 + gk, gk = 2n + d + 8, keeps its safety factor 2. Where
- * |S_t|^2 < 8 tau R^2 (tau: that test's factor; S_t cancels) every E term of the row would be
- * flagged at every N (a d-space E at each): then S_t from the vectors, O(n d) for this row
- * (S [d]), xs_i = x_i . S_t and *gk = 0 (row_pass's test of S's own error, eS). */
-static double xs_row(const double *a, const double *x, int64_t n, int64_t d, const double *gd,
-                     const double *inv, double *xs, double *S, double *gk) {
-    double SS = 0, R = 0;
-#pragma omp simd reduction(+ : SS, R)
-    for (int64_t i = 0; i < n; i++) {
-        SS += a[i] * xs[i];
-        R += fabs(a[i]) * gd[i] * inv[i];
+ * |S_t|^2 < 8 tau R^2 (tau: that test's factor) every E term of the row would be flagged at every
+ * N (a d-space E at each): that row takes S_t from the vectors, O(n d). */
+static int64_t wide_block(const double *w, const double *x, const double *G, const double *gd,
+                          const double *inv, int64_t L, int64_t d, int causal, int64_t t,
+                          int64_t nb, int use_g, double *XS, double *S, double *SS, double *gk) {
+    int64_t nc = causal ? t + nb : L, cancels = 0;
+    if (use_g) {
+        xs_gram(w, G, L, t, nb, causal, XS);
+    } else {
+        s_rows(w, x, L, d, t, nb, causal, S);
+        x_dot_s(S, x, L, d, t, nb, nc, causal, XS);
     }
-    *gk = 2.0 * (double)n + (double)d + 8.0;
-    if (SS >= 8.0 * cancel_tau((double)d + 4.0 + *gk) * R * R) return SS;
-    int in = (int)n, id = (int)d;
-    cblas_dgemv(CblasRowMajor, CblasTrans, in, id, 1.0, x, id, a, 1, 0.0, S, 1);
-    cblas_dgemv(CblasRowMajor, CblasNoTrans, in, id, 1.0, x, id, S, 1, 0.0, xs, 1);
-    SS = 0;
-    for (int64_t k = 0; k < d; k++) SS += S[k] * S[k];
-    *gk = 0;
-    return SS;
+    for (int64_t r = 0; r < nb; r++) {
+        int64_t n = causal ? t + r + 1 : L;
+        const double *a = w + (t + r) * L;
+        double *xs = XS + r * L, ss = 0, R = 0;
+#pragma omp simd reduction(+ : ss, R)
+        for (int64_t i = 0; i < n; i++) {
+            ss += a[i] * xs[i];
+            R += fabs(a[i]) * gd[i] * inv[i];
+        }
+        gk[r] = 2.0 * (double)n + (double)d + 8.0;
+        double lim = 8.0 * cancel_tau((double)d + 4.0 + gk[r]) * R * R;
+        if (use_g && ss >= lim) {
+            SS[r] = ss;
+            continue;
+        }
+        if (use_g) { /* S_t cancels: from the vectors */
+            int in = (int)n, id = (int)d;
+            cblas_dgemv(CblasRowMajor, CblasTrans, in, id, 1.0, x, id, a, 1, 0.0, S + r * d, 1);
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, in, id, 1.0, x, id, S + r * d, 1, 0.0, xs, 1);
+        }
+        SS[r] = sq_norm(S + r * d, d);
+        gk[r] = 0;
+        cancels += SS[r] < lim;
+    }
+    return cancels;
 }
 
 #ifndef AL_MV_ISA /* once: in the baseline (or only) copy */
@@ -1658,6 +1698,8 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         return AL_E_NOMEM;
     }
     double *gd = h.vec, *inv = h.vec + L, *un = h.vec + 2 * L, *SS = h.vec + 3 * L;
+    double *gk = h.vec + 4 * L;
+    int64_t cancels = 0; /* wide vectors: rows of the last block where S_t cancels */
     centred cg = {.x = x, .L = L, .d = d}; /* built only if a row's d1 cancels */
     vector_norms(x, L, d, gd, inv, un);
     int blas = al__blas_save(); /* OpenBLAS single-threaded while we run, then as it was */
@@ -1677,24 +1719,25 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         } else { /* causal: S = tril(W) X, reading only columns 0..t of row t */
             attn_out(w, x, L, d, causal, h.S);
         }
-        for (int64_t t = 0; t < L; t++) {
-            double s = 0;
-            for (int64_t k = 0; k < d; k++) s += h.S[t * d + k] * h.S[t * d + k];
-            SS[t] = s;
-        }
+        for (int64_t t = 0; t < L; t++) SS[t] = sq_norm(h.S + t * d, d);
     }
     for (int64_t t = 0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
         if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
-        double gk = 0, *xs = NULL; /* the row's x_i . S_t, its |S_t|^2 in SS[t] */
-        if (xsg) {
-            if (t % XG == 0) xs_gram(w, h.G, L, t, L - t < XG ? L - t : XG, causal, h.XS);
+        double *xs = NULL; /* the row's x_i . S_t, its |S_t|^2 in SS[t] */
+        if (xsg) { /* by the Gram matrix where cheaper (nc < 2d) unless S cancelled in more than
+                    * one row in 8 of the last block (then S in d-space for this one) */
+            if (t % XG == 0) {
+                int64_t nb = L - t < XG ? L - t : XG, nc = causal ? t + nb : L;
+                int use_g = nc < 2 * d && 8 * cancels <= XG;
+                cancels = wide_block(w, x, h.G, gd, inv, L, d, causal, t, nb, use_g, h.XS, h.S,
+                                     SS + t, gk + t);
+            }
             xs = h.XS + (t % XG) * L + lo;
-            SS[t] = xs_row(w + t * L + lo, x + lo * d, n, d, gd + lo, inv + lo, xs, h.S, &gk);
         } else if (o->distance) {
             if (t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
                 int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
-                x_dot_s(h.S, x, L, d, t, nb, nc, causal, h.XS);
+                x_dot_s(h.S + t * d, x, L, d, t, nb, nc, causal, h.XS);
             }
             xs = h.XS + (t % XB) * L + lo;
         }
@@ -1710,7 +1753,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
                       .un = un + lo,
                       .xs = xs,
                       .SS = o->distance ? SS[t] : 0,
-                      .gk = gk,
+                      .gk = xsg ? gk[t] : 0,
                       .row = t};
         row_pass(w + t * L + lo, n, rank ? rank + t * L : NULL, &ctx, o, &g, &rw, acc);
     }

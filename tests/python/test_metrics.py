@@ -703,12 +703,13 @@ def test_row_metrics_equal_head_rows(lib):
 
 @pytest.mark.parametrize("kind", ["random", "alternating"])
 def test_wide_head_blocks_equal_rows(lib, kind):
-    """A wide head (d > L / 2) of L = 400: x_i . S_t from the Gram matrix in blocks of 288 rows
-    (the second block's triangles shifted to its first row) against al_row_metrics (S_t from the
-    vectors, tested against the fp64 reference above), row by row."""
+    """Wide heads of L = 400 (d > L / 3 causal, L / 2 not): x_i . S_t by blocks of 288 rows from
+    the Gram matrix or (second block: where S_t cancelled in the first, "alternating", or where
+    n > 2d, d = 140) from S = W X, the triangles shifted to the block's first row, against
+    al_row_metrics (S_t from the vectors, tested against the fp64 reference above), row by row."""
     rng = np.random.default_rng(15)
-    L, d = 400, 210
-    for causal in (1, 0):
+    L = 400
+    for causal, d in ((1, 210), (1, 140), (0, 210)):
         w, x = wide_case(kind, L, d, rng)
         if causal:
             w = np.tril(w)
