@@ -1441,12 +1441,14 @@ typedef struct headws {
                   * from the Gram matrix (xs_from_gram): [XG, L] */
     double *S;   /* [L, d] attention outputs (distance only); wide vectors: [XG, d] */
     double *vec; /* [5, L] gd, inv, un, SS, gk (rowctx.gk) */
+    double *Wb;  /* [XG, L] wide vectors: wide_block's scratch */
 } headws;
 
 static void free_headws(headws *h) {
     free(h->G);
     free(h->XS);
     free(h->S);
+    free(h->Wb);
     free(h->vec);
     memset(h, 0, sizeof *h);
 }
@@ -1469,7 +1471,8 @@ static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need
         if (!(h->XS =
                   al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics x.S [XG, L]", err)))
             goto fail;
-        if (!(h->S = al__malloc((size_t)XG * (size_t)d * sizeof(double), "metrics S", err)))
+        if (!(h->S = al__malloc((size_t)XG * (size_t)d * sizeof(double), "metrics S", err)) ||
+            !(h->Wb = al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics W rows", err)))
             goto fail;
     } else if (need_dist) {
         if (!(h->XS =
@@ -1575,52 +1578,95 @@ static void s_rows(const double *w, const double *x, int64_t L, int64_t d, int64
                     w + (t + r) * L, 1, 0.0, S + r * d, 1);
 }
 
+/* Would row_pass's E test flag a term of this row (a [n], xs [n], gd [n]; SS, R) at some N, c =
+ * N / (n - 1) in (0, ch], with the Gram matrix's errors (tau tE, cc^2 R^2 added; eS^2 = c^2 E0)?
+ * Per key, t2 minus the test's threshold is A c^2 + B c + C (f = 1 + c): its minimum over the
+ * interval. For the cost only (row_pass's own test decides what is recomputed): a flagged term
+ * makes row_pass build S in double-double (O(n d)), dearer than S_t in double (wide_block). */
+static int e_flagged(const double *a, const double *xs, const double *gd, int64_t n, double SS,
+                     double R, double tE, double E0, double ch) {
+    double mn = 0, k2 = SS * (1.0 - tE) - tE * R * R - E0;
+#pragma omp simd reduction(min : mn)
+    for (int64_t i = 0; i < n; i++) {
+        double p = (1.0 - tE) * a[i] * a[i] * gd[i], q = a[i] * xs[i];
+        double C = p, B = 2.0 * (p - q), A = p - 2.0 * q + k2;
+        double v = FMA(FMA(A, ch, B), ch, C), cs = -B / (2.0 * A), vv = C - B * B / (4.0 * A);
+        v = A > 0 && cs > 0 && cs < ch && vv < v ? vv : v;
+        mn = mn < v ? mn : v;
+    }
+    return mn < 0;
+}
+
+/* S_t and x_i . S_t of the rows t + idx[q] (q < m; idx ascending) from the vectors, as one GEMM
+ * each: their weights gathered into Wb [m, L] (zeros past each row's keys: a chain's zeros add
+ * nothing), S [m, d] = Wb X, then Wb's rows = S X^T, copied to XS [.., L] (row idx[q]) */
+static void s_gathered(const double *w, const double *x, int64_t L, int64_t d, int causal,
+                       int64_t t, const int64_t *idx, int64_t m, double *Wb, double *S,
+                       double *XS) {
+    int64_t nc = causal ? t + idx[m - 1] + 1 : L;
+    int id = (int)d, iL = (int)L, im = (int)m, inc = (int)nc;
+    for (int64_t q = 0; q < m; q++) {
+        int64_t n = causal ? t + idx[q] + 1 : L;
+        memcpy(Wb + q * L, w + (t + idx[q]) * L, (size_t)n * sizeof(double));
+        memset(Wb + q * L + n, 0, (size_t)(nc - n) * sizeof(double));
+    }
+    if (al__dgemm(S, id, Wb, iL, x, id, 0, im, id, inc, 0, 0, 0) ||
+        al__dgemm(Wb, iL, S, id, x, id, 1, im, inc, id, 0, 0, 0)) { /* no memory for ours */
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, id, inc, 1.0, Wb, iL, x, id, 0.0,
+                    S, id);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, inc, id, 1.0, S, id, x, id, 0.0,
+                    Wb, iL);
+    }
+    for (int64_t q = 0; q < m; q++)
+        memcpy(XS + idx[q] * L, Wb + q * L, (size_t)(causal ? t + idx[q] + 1 : L) * sizeof(double));
+}
+
 /* Rows t..t+nb of a wide head (xs_from_gram; gd, inv as vector_norms): XS [nb, L] = x_i . S_t,
  * SS [nb] = |S_t|^2 and gk [nb] (rowctx.gk), from the Gram matrix (use_g) or from S [nb, d] = W X
- * (gk 0, row_pass's test of S's own error, eS); returns how many rows have |S_t|^2 below
- * 8 tau R^2 (S_t cancels). From the Gram matrix, per row, SS = sum_i w_ti XS_ti. Errors: G's
- * entries carry gamma_d |x_j| |x_i|, so xs_i (a chain over n keys) gamma_(n+d+1) R |x_i| and SS
+ * (gk 0, row_pass's test of S's own error, eS); returns how many rows want S from the vectors.
+ * From the Gram matrix, per row, SS = sum_i w_ti XS_ti. Errors: G's entries carry
+ * gamma_d |x_j| |x_i|, so xs_i (a chain over n keys) gamma_(n+d+1) R |x_i| and SS
  * gamma_(2n+d+2) R^2 (R = sum_j |w_tj| |x_j|), absolute where S's own were relative to |S_t|^2.
  * In E's t2 = f^2 pa_i - 2 f cc a_i xs_i + cc^2 SS they add at most cc^2 gamma_(2n+d+2) R^2 +
  * 2 f cc |a_i| gamma_(n+d+1) R |x_i| <= 2 gamma_(2n+d+2) (f^2 pa_i + cc^2 R^2): row_pass's test
- * with cc^2 R^2 added and k = d + 4 + gk, gk = 2n + d + 8, keeps its safety factor 2. Where
- * |S_t|^2 < 8 tau R^2 (tau: that test's factor) every E term of the row would be flagged at every
- * N (a d-space E at each): that row takes S_t from the vectors, O(n d). */
+ * with cc^2 R^2 added and k = d + 4 + gk, gk = 2n + d + 8, keeps its safety factor 2. Rows where
+ * that wider test would flag a term (e_flagged; always where |S_t|^2 < 8 tau R^2: S_t cancels)
+ * take S_t from the vectors instead (s_gathered, Wb [nb, L] its scratch), O(n d). ch: the
+ * largest N of the grid over n - 1 (the test's c). */
 static int64_t wide_block(const double *w, const double *x, const double *G, const double *gd,
                           const double *inv, int64_t L, int64_t d, int causal, int64_t t,
-                          int64_t nb, int use_g, double *XS, double *S, double *SS, double *gk) {
-    int64_t nc = causal ? t + nb : L, cancels = 0;
-    if (use_g) {
-        xs_gram(w, G, L, t, nb, causal, XS);
-    } else {
+                          int64_t nb, int use_g, int n_max, double *XS, double *S, double *Wb,
+                          double *SS, double *gk) {
+    int64_t nc = causal ? t + nb : L, m = 0, idx[XG];
+    if (!use_g) {
         s_rows(w, x, L, d, t, nb, causal, S);
         x_dot_s(S, x, L, d, t, nb, nc, causal, XS);
+    } else {
+        xs_gram(w, G, L, t, nb, causal, XS);
     }
     for (int64_t r = 0; r < nb; r++) {
         int64_t n = causal ? t + r + 1 : L;
-        const double *a = w + (t + r) * L;
-        double *xs = XS + r * L, ss = 0, R = 0;
+        const double *a = w + (t + r) * L, *xs = XS + r * L;
+        double ss = 0, R = 0;
 #pragma omp simd reduction(+ : ss, R)
         for (int64_t i = 0; i < n; i++) {
             ss += a[i] * xs[i];
             R += fabs(a[i]) * gd[i] * inv[i];
         }
         gk[r] = 2.0 * (double)n + (double)d + 8.0;
-        double lim = 8.0 * cancel_tau((double)d + 4.0 + gk[r]) * R * R;
-        if (use_g && ss >= lim) {
-            SS[r] = ss;
-            continue;
-        }
-        if (use_g) { /* S_t cancels: from the vectors */
-            int in = (int)n, id = (int)d;
-            cblas_dgemv(CblasRowMajor, CblasTrans, in, id, 1.0, x, id, a, 1, 0.0, S + r * d, 1);
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, in, id, 1.0, x, id, S + r * d, 1, 0.0, xs, 1);
-        }
-        SS[r] = sq_norm(S + r * d, d);
-        gk[r] = 0;
-        cancels += SS[r] < lim;
+        double tE = cancel_tau((double)d + 4.0 + gk[r]), eS = 2.0 * (double)n * AL_U * R / AL_RHO;
+        double ch = n > 1 ? (double)(n_max < n - 1 ? n_max : n - 1) / (double)(n - 1) : 0.0;
+        if (!use_g) ss = sq_norm(S + r * d, d);
+        int want_s = ss < 8.0 * tE * R * R || e_flagged(a, xs, gd, n, ss, R, tE, eS * eS, ch);
+        SS[r] = ss;
+        if (!use_g || want_s) gk[r] = 0;
+        if (want_s) idx[m++] = r;
     }
-    return cancels;
+    if (use_g && m > 0) {
+        s_gathered(w, x, L, d, causal, t, idx, m, Wb, S, XS);
+        for (int64_t q = 0; q < m; q++) SS[idx[q]] = sq_norm(S + q * d, d);
+    }
+    return m;
 }
 
 #ifndef AL_MV_ISA /* once: in the baseline (or only) copy */
@@ -1725,13 +1771,13 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
         if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
         double *xs = NULL; /* the row's x_i . S_t, its |S_t|^2 in SS[t] */
-        if (xsg) { /* by the Gram matrix where cheaper (nc < 2d) unless S cancelled in more than
-                    * one row in 8 of the last block (then S in d-space for this one) */
+        if (xsg) { /* by the Gram matrix where cheaper (nc < 2d) unless more than one row in 8
+                    * of the last block wanted S from the vectors (then S for this one) */
             if (t % XG == 0) {
                 int64_t nb = L - t < XG ? L - t : XG, nc = causal ? t + nb : L;
                 int use_g = nc < 2 * d && 8 * cancels <= XG;
-                cancels = wide_block(w, x, h.G, gd, inv, L, d, causal, t, nb, use_g, h.XS, h.S,
-                                     SS + t, gk + t);
+                cancels = wide_block(w, x, h.G, gd, inv, L, d, causal, t, nb, use_g, g.n_max, h.XS,
+                                     h.S, h.Wb, SS + t, gk + t);
             }
             xs = h.XS + (t % XG) * L + lo;
         } else if (o->distance) {
