@@ -40,7 +40,8 @@
  * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested;
  * from the Gram matrix, x_i . S and |S|^2 carry gamma R |x_i| and gamma R^2, R = sum_j |alpha_j|
  * |x_j|, with no vector S behind them: the test adds cc^2 R^2 to cc^2 |S|^2 with k = d + 4 + gk,
- * and the rows where |S|^2 << R^2 take S from the vectors instead (rowctx.gk, wide_block)),
+ * and the rows where that wider test would flag a term (always where |S|^2 << R^2) take S
+ * from the vectors instead (rowctx.gk, wide_block)),
  * the separability radius r, the distances compared with r for N_s, the xi_i (A1 - alpha_i,
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.

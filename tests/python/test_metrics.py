@@ -781,8 +781,8 @@ def wide_case(kind, L, d, rng):
 def test_head_wide_vectors(lib, causal, kind):
     """d > L / 3 (causal; L / 2 not): x_i . S_t and |S_t|^2 from the Gram matrix (tril(W) G),
     whose absolute error ~ gamma (sum_j |w_tj| |x_j|)^2 is no longer relative to |S_t|^2: rows
-    where S_t cancels take S_t from the vectors ("alternating": the rows of even n; odd n, S_t =
-    +-v / n, keep the Gram matrix's). Against the fp64 reference."""
+    where S_t cancels ("alternating": the rows of even n; "sink": every row past the first) take
+    S_t from the vectors. Against the fp64 reference."""
     rng = np.random.default_rng({"random": 7, "alternating": 8, "sink": 9}[kind] + 10 * causal)
     L, d = 24, 16
     w, x = wide_case(kind, L, d, rng)
