@@ -6,7 +6,9 @@
  * calls metrics.c made before it: the Gram matrix X X^T (ours: the lower block triangle;
  * OpenBLAS: cblas_dgemm, all of it), S = tril(W) X (ours: TRIL_A; OpenBLAS: copy + cblas_dtrmm),
  * XS = S X^T in blocks of 32 rows, columns <= the row (ours: TRIL_C; OpenBLAS: cblas_dgemm to
- * the block's last column).
+ * the block's last column); for the wide vectors XS = tril(W) G instead (metrics.c's
+ * xs_from_gram), G [L, L] = X X^T, in blocks of 144 or 288 rows, columns <= the row (ours:
+ * TRIL_A | TRIL_C shifted to the block's first row; OpenBLAS: cblas_dgemm on the block's band).
  *
  * usage: bench_gemm [--M 1024] [--reps 5] [--double]   (best of reps; OpenBLAS runs the kernels
  * its OPENBLAS_CORETYPE or its detection picks: compare e.g. Haswell and SkylakeX in two runs).
@@ -44,8 +46,24 @@ static double time_one(int ours, float *C, const float *A, const float *W, int M
     return best;
 }
 
-/* one of the metrics' products (what: 0 Gram, 1 tril(W) X, 2 the XS blocks); ours = 0: OpenBLAS */
+/* XS = tril(W) G in blocks of xg rows (G: w itself here, the same flops); ours = 0: OpenBLAS */
+static int wg_blocks(int ours, const double *w, double *C, int L, int xg) {
+    for (int t = 0; t < L; t += xg) {
+        int nb = L - t < xg ? L - t : xg, nc = t + nb;
+        if (ours && al__dgemm(C, L, w + (size_t)t * L, L, w, L, 0, nb, nc, nc, 0,
+                              AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, t))
+            return -1;
+        if (!ours)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, nc, nc, 1.0,
+                        w + (size_t)t * L, L, w, L, 0.0, C, L);
+    }
+    return 0;
+}
+
+/* one of the metrics' products (what: 0 Gram, 1 tril(W) X, 2 the XS blocks, 3 and 4 tril(W) G
+ * by 144 and 288 rows); ours = 0: OpenBLAS */
 static int dprod(int what, int ours, const double *w, const double *x, double *C, int L, int d) {
+    if (what >= 3) return wg_blocks(ours, w, C, L, what == 3 ? 144 : 288);
     if (what == 0 && ours) return al__dgemm(C, L, x, d, x, d, 1, L, L, d, 0, AL__GEMM_TRIL_C, 0);
     if (what == 0)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, d, 1.0, x, d, x, d, 0.0, C, L);
@@ -68,7 +86,7 @@ static int dprod(int what, int ours, const double *w, const double *x, double *C
 }
 
 static int bench_double(int L, int reps) {
-    static const char *name[] = {"Gram X X^T", "tril(W) X", "XS blocks"};
+    static const char *name[] = {"Gram X X^T", "tril(W) X", "XS blocks", "W G /144", "W G /288"};
     printf("%-12s %5s %4s %9s %9s %6s\n", "product", "L", "d", "ours ms", "BLAS ms", "ratio");
     for (int d = 576; d >= 64; d = d == 576 ? 64 : 0) {
         double *w = malloc((size_t)L * L * sizeof *w), *x = malloc((size_t)L * d * sizeof *x);
@@ -76,7 +94,7 @@ static int bench_double(int L, int reps) {
         if (!w || !x || !C) return 1;
         for (size_t i = 0; i < (size_t)L * L; i++) w[i] = (double)(i % 7) * 0.1 - 0.3;
         for (size_t i = 0; i < (size_t)L * d; i++) x[i] = (double)(i % 5) * 0.1 - 0.2;
-        for (int what = 0; what < 3; what++) {
+        for (int what = 0; what < (d == 576 ? 5 : 3); what++) { /* W G: d-independent */
             double best[2] = {1e30, 1e30};
             for (int r = 0; r < reps; r++)
                 for (int ours = 1; ours >= 0; ours--) {

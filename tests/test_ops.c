@@ -179,6 +179,12 @@ static double *randd(al__rng *r, size_t n) {
  * TRIL_C) is checked; the others are either C0's (a skipped micro-tile) or the product's too;
  * the padding between rows is untouched; TRIL_A's bits are those of the full A with its upper
  * triangle zeroed. Below avx512 al__dgemm declines and touches nothing. */
+/* the columns k < ka_of(...) of A's row i that a product reads: all K, or (TRIL_A) k <= i + off */
+static int ka_of(int i, int off, int K, int tra) {
+    int ka = i + 1 + off;
+    return !tra ? K : ka < 0 ? 0 : ka < K ? ka : K;
+}
+
 static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int off) {
     al__rng r;
     al__rng_seed(&r, (uint64_t)(m * 7919 + n * 131 + K * 7 + transB * 2 + acc + tri * 5 + off));
@@ -188,12 +194,12 @@ static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int o
     double *Az = malloc((size_t)m * lda * sizeof *A), *Cz = malloc((size_t)m * ldc * sizeof *C);
     assert_non_null(C0), assert_non_null(Az), assert_non_null(Cz);
     for (int i = 0; i < m; i++)
-        for (int k = i + 1; k < K && tra; k++) {
+        for (int k = ka_of(i, off, K, tra); k < K; k++) {
             Az[(size_t)i * lda + k] = 0.0;
             A[(size_t)i * lda + k] = NAN;
         }
     for (int i = 0; i < m; i++)
-        for (int k = 0; k < (tra ? (i + 1 < K ? i + 1 : K) : K); k++)
+        for (int k = 0; k < ka_of(i, off, K, tra); k++)
             Az[(size_t)i * lda + k] = A[(size_t)i * lda + k];
     memcpy(C0, C, (size_t)m * ldc * sizeof *C);
     memcpy(Cz, C, (size_t)m * ldc * sizeof *C);
@@ -210,7 +216,7 @@ static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int o
                 continue;
             }
             long double s = acc ? C0[at] : 0.0, mag = fabsl(s);
-            for (int k = 0; k < (tra ? (i + 1 < K ? i + 1 : K) : K); k++) {
+            for (int k = 0; k < ka_of(i, off, K, tra); k++) {
                 long double p = (long double)A[(size_t)i * lda + k] *
                                 (transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
                 s += p, mag += fabsl(p);
@@ -227,13 +233,15 @@ static void check_dgemm(int m, int n, int K, int transB, int acc, int tri, int o
     free(A), free(B), free(C), free(C0), free(Az), free(Cz);
 }
 
-/* variant t < 20: transB, acc, and one of five triangle cases (tri, off; off scaled by k) */
+/* variant t < 24: transB, acc, and one of six triangle cases (tri, off; off scaled by k; off
+ * shifts both triangles: the rows from t0 of metrics.c's tril(W) G take off = t0) */
 static void dgemm_variant_k(int m, int n, int K, int t, int k) {
     static const int tris[][2] = {{0, 0},
                                   {AL__GEMM_TRIL_A, 0},
                                   {AL__GEMM_TRIL_C, 0},
                                   {AL__GEMM_TRIL_C, 13},
-                                  {AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, -3}};
+                                  {AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, -3},
+                                  {AL__GEMM_TRIL_A | AL__GEMM_TRIL_C, 11}};
     check_dgemm(m, n, K, t & 1, (t >> 1) & 1, tris[t / 4][0], tris[t / 4][1] * k);
 }
 
@@ -242,7 +250,7 @@ static void dgemm_variant(int m, int n, int K, int t) {
 }
 
 static void dgemm_wide(void) { /* columns past one block of 1024 */
-    for (int t = 0; t < 20; t++) dgemm_variant_k(20, 1030, 300, t, 40);
+    for (int t = 0; t < 24; t++) dgemm_variant_k(20, 1030, 300, t, 40);
 }
 
 /* odd shapes around the micro-tile (6 x 16), the blocks (K 256, rows 72, columns 1024) and
@@ -251,7 +259,7 @@ static void test_dgemm(void **state) {
     (void)state;
     static const int ms[6] = {1, 7, 17, 73, 150}, ns[6] = {1, 7, 17, 33, 70};
     static const int ks[5] = {1, 7, 31, 257, 600};
-    each_level_shape(ms, ns, ks, 20, dgemm_variant, dgemm_wide);
+    each_level_shape(ms, ns, ks, 24, dgemm_variant, dgemm_wide);
 }
 
 /* Deterministic whatever the tiling: at avx512, al__dgemm on the whole of C and on 4 uneven

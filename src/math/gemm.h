@@ -7,7 +7,8 @@
 
 /* tri of al__dgemm: which parts of A and C matter */
 enum {
-    AL__GEMM_TRIL_A = 1, /* A [m, K] lower triangular: A[i, k] for k > i is 0 and never read */
+    AL__GEMM_TRIL_A = 1, /* A [m, K] lower triangular: A[i, k] for k > i + off is 0 and never
+                          * read (a row with none is C's init) */
     AL__GEMM_TRIL_C = 2, /* only C[i, j] for j <= i + off is wanted: the micro-tiles wholly
                           * beyond are skipped (C left as it was), the others computed whole */
 };
@@ -23,7 +24,8 @@ int al__sgemm(float *C, int ldc, const float *A, int lda, const float *B, int ld
  * bits as writing the bias into C and calling al__sgemm with acc, without that pass over C. */
 int al__sgemm_bias(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int transB,
                    int m, int n, int K, const float *bias);
-/* The same in double, with tri (0 or AL__GEMM_TRIL_A | AL__GEMM_TRIL_C) and off as above. A
+/* The same in double, with tri (0 or AL__GEMM_TRIL_A | AL__GEMM_TRIL_C) and off as above (one
+ * diagonal for both: the rows from t0 of a triangular product take off = t0). A
  * triangular A's zeros add nothing to a chain (which never holds -0 unless C did, with acc), so
  * the bits are al__dgemm's on the full A with its upper triangle zeroed. Symmetric: with B = A
  * (transB), C[i, j] and C[j, i] are the same bits (FMA commutes in its factors). */

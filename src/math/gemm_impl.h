@@ -161,9 +161,12 @@ static int GEMM_F(gemm)(GEMM_T *C, int ldc, const GEMM_T *A, int lda, const GEMM
             int packed = 0; /* B's block packed on first use: none may need it (triangles) */
             for (int i0 = 0; i0 < m; i0 += GEMM_MC) {
                 int mc = GEMM_MIN(m - i0, GEMM_MC);
-                if ((tril_c && j0 > i0 + mc - 1 + off) || (tril_a && k0 > i0 + mc - 1)) continue;
+                /* (a block of A's zeros still starts C's chains when no earlier one did) */
+                if ((tril_c && j0 > i0 + mc - 1 + off) ||
+                    (tril_a && k0 > i0 + mc - 1 + off && (k0 > 0 || acc)))
+                    continue;
                 if (!packed++) GEMM_F(pack_b)(Bp, b, ldb, transB, kc, nc);
-                int adiag = tril_a ? i0 - k0 : kc, cdiag = tril_c ? i0 + off - j0 : nc;
+                int adiag = tril_a ? i0 + off - k0 : kc, cdiag = tril_c ? i0 + off - j0 : nc;
                 const GEMM_T *a = A + (size_t)i0 * lda + k0;
 #if GEMM_PACK_A
                 GEMM_T *Ap = Bp + (size_t)GEMM_KC * GEMM_NC; /* A's packed block, after B's */

@@ -5,7 +5,11 @@
  *   G  = X X^T            [L, L]  one GEMM; every row shares it (row t reads G[:n, :n]);
  *   S  = W X              [L, d]  attention outputs (triangular multiply when causal);
  *   XS = S X^T            [XB, L] XS[t, i] = x_i . S_t  (for the analytic E), XB rows at a
- *                                 time, so the block stays in cache beside the Gram rows.
+ *                                 time, so the block stays in cache beside the Gram rows;
+ *                                 wide vectors (d > L / 3 causal, L / 2 not: the d_model-wide
+ *                                 readings) skip S: XS = tril(W) G by blocks of XG rows (L^3 / 3
+ *                                 multiply-adds instead of L^2 d) and |S_t|^2 = sum_i w_ti XS_ti,
+ *                                 whose errors are absolute (below; wide_block).
  * Then per row: the top K = min(max N, n - 1) weights are selected once (quickselect and a
  * sort; ties to the lower index), and N walks up the grid adding the selected indices j
  * between two grid points as one batch (up to 8 Gram rows per pass over i):
@@ -37,11 +41,16 @@
  * maximum; recomputed from the head's Gram matrix of y_i = x_i - x_0, built by one GEMM the
  * first time it is needed, where |y_i|^2 + |y_j|^2 <= 8 d1^2 since x_0 is a key of every row;
  * from the vectors for a lone row), E (whose S has, besides, an error
- * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested),
+ * cc |dS| <= cc gamma_n sum_j |alpha_j| |x_j| that is absolute, not amplified; also tested;
+ * from the Gram matrix, x_i . S and |S|^2 carry gamma R |x_i| and gamma R^2, R = sum_j |alpha_j|
+ * |x_j|, with no vector S behind them: the test adds cc^2 R^2 to cc^2 |S|^2 with k = d + 4 + gk,
+ * and the rows where that wider test would flag a term (always where |S|^2 << R^2) take S
+ * from the vectors instead (rowctx.gk, wide_block)),
  * the separability radius r, the distances compared with r for N_s, the xi_i (A1 - alpha_i,
  * A2 - alpha_i^2 recomputed as sums over the others) and the Monte-Carlo samples. delta enters
  * only as delta^2 (absolute error ~gamma_d): no cancellation to repair.
  */
+#include "cpu.h"
 #include "gemm.h"
 #include "hooks.h"
 #include "metrics.h"
@@ -154,9 +163,11 @@ typedef struct rowctx {
     const double *un;          /* [n] 1 if x_i != 0 else 0 (|u_i|^2) */
     const double *xs;          /* [n] x_i . S for this row (distance only) */
     double SS;                 /* |S|^2 for this row */
-    int64_t row;               /* row index (Monte-Carlo seeding) */
-    centred *cg;               /* the head's centred Gram matrix (NULL: one row) */
-    int64_t off;               /* the row's first key in cg (a sliding window's lo; else 0) */
+    double gk;   /* 0: xs and SS from S (S's error is E's eS); else from the head's Gram matrix
+                  * (wide_block), with |dxs_i| <= gamma_gk R |x_i|, |dSS| <= gamma_gk R^2 */
+    int64_t row; /* row index (Monte-Carlo seeding) */
+    centred *cg; /* the head's centred Gram matrix (NULL: one row) */
+    int64_t off; /* the row's first key in cg (a sliding window's lo; else 0) */
 } rowctx;
 
 static inline const double *gram_row(const rowctx *rc, int64_t j) {
@@ -1009,8 +1020,11 @@ static void dist_setup(evalq *e, const double *a, int64_t n, int64_t N, const ro
     e->a = a, e->pa = w->pa, e->ns = w->nsel, e->axs = w->axs, e->cN = w->c;
     e->ss = ss, e->f2 = f * f, e->fc2 = 2.0 * f * cc, e->cc2SS = cc * cc * rc->SS;
     e->tdt = cancel_tau(2.0 * N + d + 3.0), e->tQ2 = e->tdt * Q * Q;
-    double tE = cancel_tau(d + 4.0), eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
-    e->f2tE = tE * e->f2, e->CE = FMA(tE, e->cc2SS, eS * eS);
+    /* E's test: xs and SS from the Gram matrix (gk > 0) add cc^2 R^2 to cc^2 |S|^2 and gk
+     * roundings (metrics.c's header comment, wide_block) */
+    double tE = cancel_tau(d + 4.0 + rc->gk), eS = 2.0 * cc * (double)n * AL_U * R / AL_RHO;
+    e->f2tE = tE * e->f2;
+    e->CE = FMA(tE, rc->gk > 0 ? FMA(cc * cc, R * R, e->cc2SS) : e->cc2SS, eS * eS);
     e->N = N, e->A1 = A1, e->m = m, e->gmax = gmax, e->bound = bound, e->list = list;
     e->kind = list ? EV_E : bound ? EV_BND : EV_FULL;
 }
@@ -1341,7 +1355,16 @@ static int check_opts(const al_metrics_opts *o, int64_t d, al_error *err) {
     return 0;
 }
 
+/* Are v[0..n) all finite? (v * 0 is 0, or NaN for an infinity or a NaN: a vectorised sum) */
+static int all_finite(const double *v, int64_t n) {
+    double z = 0;
+#pragma omp simd reduction(+ : z)
+    for (int64_t i = 0; i < n; i++) z += v[i] * 0.0;
+    return z == 0;
+}
+
 static int check_x(const double *x, int64_t rows, int64_t d, al_error *err) {
+    if (all_finite(x, rows * d)) return 0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t k = 0; k < d; k++)
             if (!isfinite(x[i * d + k]))
@@ -1378,11 +1401,13 @@ static void finish(const al_metrics_opts *o, const accum *acc, al_topn_stats *ou
     }
 }
 
-/* gd[n] = |x_i|^2 computed directly, inv[n] = 1/|x_i| (0 for x_i = 0), un[n] = |u_i|^2. */
+/* gd[n] = |x_i|^2 computed directly (a vectorised sum: one FMA chain per lane, not one per
+ * vector, 0.5 ms a head at d = 576), inv[n] = 1/|x_i| (0 for x_i = 0), un[n] = |u_i|^2. */
 static void vector_norms(const double *x, int64_t n, int64_t d, double *gd, double *inv,
                          double *un) {
     for (int64_t i = 0; i < n; i++) {
         double s = 0;
+#pragma omp simd reduction(+ : s)
         for (int64_t k = 0; k < d; k++) s += x[i * d + k] * x[i * d + k];
         gd[i] = s;
         inv[i] = s > 0 ? 1.0 / sqrt(s) : 0.0;
@@ -1505,32 +1530,44 @@ int AL_MV(al_row_metrics)(const double *alpha, const double *x, int64_t n, int64
 
 typedef struct headws {
     double *G;   /* [L, L] X X^T */
-    double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only) */
-    double *S;   /* [L, d] attention outputs (distance only) */
-    double *vec; /* [4, L] gd, inv, un, SS */
+    double *XS;  /* [XB, L] XS[t - t0, i] = x_i . S_t for one block of rows (distance only);
+                  * from the Gram matrix (xs_from_gram): [XG, L] */
+    double *S;   /* [L, d] attention outputs (distance only); wide vectors: [XG, d] */
+    double *vec; /* [5, L] gd, inv, un, SS, gk (rowctx.gk) */
+    double *Wb;  /* [XG, L] wide vectors: wide_block's scratch */
 } headws;
 
 static void free_headws(headws *h) {
     free(h->G);
     free(h->XS);
     free(h->S);
+    free(h->Wb);
     free(h->vec);
     memset(h, 0, sizeof *h);
 }
 
-/* rows of XS per block */
+/* rows of XS per block: from S; from the Gram matrix (a multiple of gemm.c's MR = 6; each block
+ * packs G's first columns again: bench_gemm --double, L = 1024: 7.2-7.5 ms by 288, 7.7 by 144) */
 #define XB 32
+#define XG 288
 
-static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram,
+static int build_headws(headws *h, int64_t L, int64_t d, int need_dist, int need_gram, int xsg,
                         al_error *err) {
     memset(h, 0, sizeof *h);
     size_t LL;
     if (!al__mul_ok((size_t)L, (size_t)L, &LL) || !al__mul_ok(LL, sizeof(double), &LL))
         return al__err(err, AL_E_NOMEM, "metrics: L = %lld too large", (long long)L);
-    h->vec = al__malloc((size_t)L * 4 * sizeof(double), "metrics norms", err);
+    h->vec = al__malloc((size_t)L * 5 * sizeof(double), "metrics norms", err);
     if (!h->vec) return AL_E_NOMEM;
     if (need_gram && !(h->G = al__malloc_huge(LL, "metrics Gram matrix [L, L]", err))) goto fail;
-    if (need_dist) {
+    if (need_dist && xsg) { /* XS and S by blocks of XG rows (wide_block) */
+        if (!(h->XS =
+                  al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics x.S [XG, L]", err)))
+            goto fail;
+        if (!(h->S = al__malloc((size_t)XG * (size_t)d * sizeof(double), "metrics S", err)) ||
+            !(h->Wb = al__malloc((size_t)XG * (size_t)L * sizeof(double), "metrics W rows", err)))
+            goto fail;
+    } else if (need_dist) {
         if (!(h->XS =
                   al__malloc((size_t)XB * (size_t)L * sizeof(double), "metrics x.S [XB, L]", err)))
             goto fail;
@@ -1578,16 +1615,151 @@ static void attn_out(const double *w, const double *x, int64_t L, int64_t d, int
                 iL, S, id);
 }
 
-/* XS [nb, L] (rows ldxs = L apart) = S[t..t+nb) X[0..nc)^T, of S [L, d], x [L, d]; causal: only
- * row r's columns <= t + r are wanted (ours leaves some beyond unwritten) */
-static void x_dot_s(const double *S, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
+/* XS [nb, L] (rows ldxs = L apart) = St X[0..nc)^T, of St [nb, d] (rows t..t+nb of S), x [L, d];
+ * causal: only row r's columns <= t + r are wanted (ours leaves some beyond unwritten) */
+static void x_dot_s(const double *St, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
                     int64_t nc, int causal, double *XS) {
     int id = (int)d;
-    if (!al__dgemm(XS, (int)L, S + t * d, id, x, id, 1, (int)nb, (int)nc, id, 0,
+    if (!al__dgemm(XS, (int)L, St, id, x, id, 1, (int)nb, (int)nc, id, 0,
                    causal ? AL__GEMM_TRIL_C : 0, (int)t))
         return;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0, S + t * d, id,
-                x, id, 0.0, XS, (int)L);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nc, id, 1.0, St, id, x, id,
+                0.0, XS, (int)L);
+}
+
+/* |v|^2 of v [d] */
+static double sq_norm(const double *v, int64_t d) {
+    double s = 0;
+    for (int64_t k = 0; k < d; k++) s += v[k] * v[k];
+    return s;
+}
+
+/* Wide vectors (d > L / 3 causal, L / 2 not): x_i . S_t by blocks of XG rows, each from the Gram
+ * matrix, XS = W G (a row of n keys: n^2 multiply-adds), or from S = W X and XS = S X^T (2 n d),
+ * whichever is cheaper (wide_block; L^3 / 3 against L^2 d for a whole causal head). Our DGEMM only
+ * (AVX-512: OpenBLAS has no triangle of C), no sliding window (its rows read W's band). */
+static int xs_from_gram(int64_t L, int64_t d, int causal, int win) {
+    if (al__cpu_level() < AL__CPU_AVX512 || (causal && win > 0 && win < L)) return 0;
+    return causal ? L < 3 * d : L < 2 * d;
+}
+
+/* XS [nb, L] (rows L apart) = rows t..t+nb of W G, of w [L, L] and G [L, L] = X X^T; causal:
+ * tril(W) G, only the columns <= the row's t wanted (W's upper triangle never read) */
+static void xs_gram(const double *w, const double *G, int64_t L, int64_t t, int64_t nb, int causal,
+                    double *XS) {
+    int iL = (int)L, nc = causal ? (int)(t + nb) : iL;
+    if (!al__dgemm(XS, iL, w + t * L, iL, G, iL, 0, (int)nb, nc, nc, 0,
+                   causal ? AL__GEMM_TRIL_A | AL__GEMM_TRIL_C : 0, (int)t))
+        return;
+    for (int64_t r = 0; r < nb; r++) { /* no memory for ours: row by row (G is symmetric) */
+        int n = causal ? (int)(t + r + 1) : iL;
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, n, n, 1.0, G, iL, w + (t + r) * L, 1, 0.0,
+                    XS + r * L, 1);
+    }
+}
+
+/* S [nb, d] = rows t..t+nb of W X, of w [L, L], x [L, d]; causal: tril(W) X (row t + r reads
+ * columns <= t + r) */
+static void s_rows(const double *w, const double *x, int64_t L, int64_t d, int64_t t, int64_t nb,
+                   int causal, double *S) {
+    int id = (int)d, nc = causal ? (int)(t + nb) : (int)L;
+    if (!al__dgemm(S, id, w + t * L, (int)L, x, id, 0, (int)nb, id, nc, 0,
+                   causal ? AL__GEMM_TRIL_A : 0, (int)t))
+        return;
+    for (int64_t r = 0; r < nb; r++) /* no memory for ours: row by row */
+        cblas_dgemv(CblasRowMajor, CblasTrans, causal ? (int)(t + r + 1) : (int)L, id, 1.0, x, id,
+                    w + (t + r) * L, 1, 0.0, S + r * d, 1);
+}
+
+/* Would row_pass's E test flag a term of this row (a [n], xs [n], gd [n]; SS, R) at some N, c =
+ * N / (n - 1) in (0, ch], with the Gram matrix's errors (tau tE, cc^2 R^2 added; eS^2 = c^2 E0)?
+ * Per key, t2 minus the test's threshold is A c^2 + B c + C (f = 1 + c): its minimum over the
+ * interval. For the cost only (row_pass's own test decides what is recomputed): a flagged term
+ * makes row_pass build S in double-double (O(n d)), dearer than S_t in double (wide_block). */
+static int e_flagged(const double *a, const double *xs, const double *gd, int64_t n, double SS,
+                     double R, double tE, double E0, double ch) {
+    double mn = 0, k2 = SS * (1.0 - tE) - tE * R * R - E0;
+#pragma omp simd reduction(min : mn)
+    for (int64_t i = 0; i < n; i++) {
+        double p = (1.0 - tE) * a[i] * a[i] * gd[i], q = a[i] * xs[i];
+        double C = p, B = 2.0 * (p - q), A = p - 2.0 * q + k2;
+        double v = FMA(FMA(A, ch, B), ch, C), cs = -B / (2.0 * A), vv = C - B * B / (4.0 * A);
+        v = A > 0 && cs > 0 && cs < ch && vv < v ? vv : v;
+        mn = mn < v ? mn : v;
+    }
+    return mn < 0;
+}
+
+/* S_t and x_i . S_t of the rows t + idx[q] (q < m; idx ascending) from the vectors, as one GEMM
+ * each: their weights gathered into Wb [m, L] (zeros past each row's keys: a chain's zeros add
+ * nothing), S [m, d] = Wb X, then Wb's rows = S X^T, copied to XS [.., L] (row idx[q]) */
+static void s_gathered(const double *w, const double *x, int64_t L, int64_t d, int causal,
+                       int64_t t, const int64_t *idx, int64_t m, double *Wb, double *S,
+                       double *XS) {
+    int64_t nc = causal ? t + idx[m - 1] + 1 : L;
+    int id = (int)d, iL = (int)L, im = (int)m, inc = (int)nc;
+    for (int64_t q = 0; q < m; q++) {
+        int64_t n = causal ? t + idx[q] + 1 : L;
+        memcpy(Wb + q * L, w + (t + idx[q]) * L, (size_t)n * sizeof(double));
+        memset(Wb + q * L + n, 0, (size_t)(nc - n) * sizeof(double));
+    }
+    if (al__dgemm(S, id, Wb, iL, x, id, 0, im, id, inc, 0, 0, 0) ||
+        al__dgemm(Wb, iL, S, id, x, id, 1, im, inc, id, 0, 0, 0)) { /* no memory for ours */
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, id, inc, 1.0, Wb, iL, x, id, 0.0,
+                    S, id);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, inc, id, 1.0, S, id, x, id, 0.0,
+                    Wb, iL);
+    }
+    for (int64_t q = 0; q < m; q++)
+        memcpy(XS + idx[q] * L, Wb + q * L, (size_t)(causal ? t + idx[q] + 1 : L) * sizeof(double));
+}
+
+/* Rows t..t+nb of a wide head (xs_from_gram; gd, inv as vector_norms): XS [nb, L] = x_i . S_t,
+ * SS [nb] = |S_t|^2 and gk [nb] (rowctx.gk), from the Gram matrix (use_g) or from S [nb, d] = W X
+ * (gk 0, row_pass's test of S's own error, eS); returns how many rows want S from the vectors.
+ * From the Gram matrix, per row, SS = sum_i w_ti XS_ti. Errors: G's entries carry
+ * gamma_d |x_j| |x_i|, so xs_i (a chain over n keys) gamma_(n+d+1) R |x_i| and SS
+ * gamma_(2n+d+2) R^2 (R = sum_j |w_tj| |x_j|), absolute where S's own were relative to |S_t|^2.
+ * In E's t2 = f^2 pa_i - 2 f cc a_i xs_i + cc^2 SS they add at most cc^2 gamma_(2n+d+2) R^2 +
+ * 2 f cc |a_i| gamma_(n+d+1) R |x_i| <= 2 gamma_(2n+d+2) (f^2 pa_i + cc^2 R^2): row_pass's test
+ * with cc^2 R^2 added and k = d + 4 + gk, gk = 2n + d + 8, keeps its safety factor 2. Rows where
+ * that wider test would flag a term (e_flagged; always where |S_t|^2 < 8 tau R^2: S_t cancels)
+ * take S_t from the vectors instead (s_gathered, Wb [nb, L] its scratch), O(n d). ch: the
+ * largest N of the grid over n - 1 (the test's c). */
+static int64_t wide_block(const double *w, const double *x, const double *G, const double *gd,
+                          const double *inv, int64_t L, int64_t d, int causal, int64_t t,
+                          int64_t nb, int use_g, int n_max, double *XS, double *S, double *Wb,
+                          double *SS, double *gk) {
+    int64_t nc = causal ? t + nb : L, m = 0, idx[XG];
+    if (!use_g) {
+        s_rows(w, x, L, d, t, nb, causal, S);
+        x_dot_s(S, x, L, d, t, nb, nc, causal, XS);
+    } else {
+        xs_gram(w, G, L, t, nb, causal, XS);
+    }
+    for (int64_t r = 0; r < nb; r++) {
+        int64_t n = causal ? t + r + 1 : L;
+        const double *a = w + (t + r) * L, *xs = XS + r * L;
+        double ss = 0, R = 0;
+#pragma omp simd reduction(+ : ss, R)
+        for (int64_t i = 0; i < n; i++) {
+            ss += a[i] * xs[i];
+            R += fabs(a[i]) * gd[i] * inv[i];
+        }
+        gk[r] = 2.0 * (double)n + (double)d + 8.0;
+        double tE = cancel_tau((double)d + 4.0 + gk[r]), eS = 2.0 * (double)n * AL_U * R / AL_RHO;
+        double ch = n > 1 ? (double)(n_max < n - 1 ? n_max : n - 1) / (double)(n - 1) : 0.0;
+        if (!use_g) ss = sq_norm(S + r * d, d);
+        int want_s = ss < 8.0 * tE * R * R || e_flagged(a, xs, gd, n, ss, R, tE, eS * eS, ch);
+        SS[r] = ss;
+        if (!use_g || want_s) gk[r] = 0;
+        if (want_s) idx[m++] = r;
+    }
+    if (use_g && m > 0) {
+        s_gathered(w, x, L, d, causal, t, idx, m, Wb, S, XS);
+        for (int64_t q = 0; q < m; q++) SS[idx[q]] = sq_norm(S + q * d, d);
+    }
+    return m;
 }
 
 #ifndef AL_MV_ISA /* once: in the baseline (or only) copy */
@@ -1620,6 +1792,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     int causal = o->causal != 0, win = o->window;
     for (int64_t t = 0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
+        if (all_finite(w + t * L + lo, n)) continue;
         for (int64_t j = lo; j < lo + n; j++)
             if (!isfinite(w[t * L + j]))
                 return al__err(err, AL_E_RANGE,
@@ -1651,7 +1824,8 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
     headws h;
     rowws rw;
     accum *acc = al__calloc((size_t)o->n_top, sizeof(accum), "metrics", err);
-    if (!acc || build_headws(&h, L, d, o->distance, Gin == NULL, err)) {
+    int xsg = o->distance && xs_from_gram(L, d, causal, win);
+    if (!acc || build_headws(&h, L, d, o->distance, Gin == NULL, xsg, err)) {
         free(acc);
         free_grid(&g);
         return AL_E_NOMEM;
@@ -1663,6 +1837,8 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         return AL_E_NOMEM;
     }
     double *gd = h.vec, *inv = h.vec + L, *un = h.vec + 2 * L, *SS = h.vec + 3 * L;
+    double *gk = h.vec + 4 * L;
+    int64_t cancels = 0; /* wide vectors: rows of the last block where S_t cancels */
     centred cg = {.x = x, .L = L, .d = d}; /* built only if a row's d1 cancels */
     vector_norms(x, L, d, gd, inv, un);
     int blas = al__blas_save(); /* OpenBLAS single-threaded while we run, then as it was */
@@ -1672,7 +1848,7 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         h.G = (double *)Gin; /* borrowed: not freed below */
     else
         gram(x, L, d, h.G);
-    if (o->distance) {
+    if (o->distance && !xsg) {
         if (causal && win > 0 && win < L) { /* S_t = W[t, lo..t] X[lo..t]: the row's keys only */
             for (int64_t t = 0; t < L; t++) {
                 int64_t lo = al__row_lo(t, 1, win);
@@ -1682,18 +1858,27 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
         } else { /* causal: S = tril(W) X, reading only columns 0..t of row t */
             attn_out(w, x, L, d, causal, h.S);
         }
-        for (int64_t t = 0; t < L; t++) {
-            double s = 0;
-            for (int64_t k = 0; k < d; k++) s += h.S[t * d + k] * h.S[t * d + k];
-            SS[t] = s;
-        }
+        for (int64_t t = 0; t < L; t++) SS[t] = sq_norm(h.S + t * d, d);
     }
     for (int64_t t = 0; t < L; t++) {
         int64_t lo = al__row_lo(t, causal, win), n = al__row_n(t, L, causal, win);
         if (t % 64 == 0 && (rc = al__poll("head metrics", t, L, err))) break; /* caller may stop */
-        if (o->distance && t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
-            int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
-            x_dot_s(h.S, x, L, d, t, nb, nc, causal, h.XS);
+        double *xs = NULL; /* the row's x_i . S_t, its |S_t|^2 in SS[t] */
+        if (xsg) { /* by the Gram matrix where cheaper (nc < 2d) unless more than one row in 8
+                    * of the last block wanted S from the vectors (then S for this one) */
+            if (t % XG == 0) {
+                int64_t nb = L - t < XG ? L - t : XG, nc = causal ? t + nb : L;
+                int use_g = nc < 2 * d && 8 * cancels <= XG;
+                cancels = wide_block(w, x, h.G, gd, inv, L, d, causal, t, nb, use_g, g.n_max, h.XS,
+                                     h.S, h.Wb, SS + t, gk + t);
+            }
+            xs = h.XS + (t % XG) * L + lo;
+        } else if (o->distance) {
+            if (t % XB == 0) { /* XS for rows t..t+XB-1 (columns < their n) */
+                int64_t nb = L - t < XB ? L - t : XB, nc = causal ? t + nb : L;
+                x_dot_s(h.S + t * d, x, L, d, t, nb, nc, causal, h.XS);
+            }
+            xs = h.XS + (t % XB) * L + lo;
         }
         /* a windowed row's keys lo..t: every per-key array from lo */
         rowctx ctx = {.x = x + lo * d,
@@ -1705,8 +1890,9 @@ int AL_MV(al__head_metrics_gram)(const double *w, const double *x, const double 
                       .gd = gd + lo,
                       .inv = inv + lo,
                       .un = un + lo,
-                      .xs = o->distance ? h.XS + (t % XB) * L + lo : NULL,
+                      .xs = xs,
                       .SS = o->distance ? SS[t] : 0,
+                      .gk = xsg ? gk[t] : 0,
                       .row = t};
         row_pass(w + t * L + lo, n, rank ? rank + t * L : NULL, &ctx, o, &g, &rw, acc);
     }

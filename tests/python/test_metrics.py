@@ -701,6 +701,30 @@ def test_row_metrics_equal_head_rows(lib):
                 assert close(got[k][key], np.mean([r[key] for r in rows]), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("kind", ["random", "alternating"])
+def test_wide_head_blocks_equal_rows(lib, kind):
+    """Wide heads of L = 400 (d > L / 3 causal, L / 2 not): x_i . S_t by blocks of 288 rows from
+    the Gram matrix or (second block: where S_t cancelled in the first, "alternating", or where
+    n > 2d, d = 140) from S = W X, the triangles shifted to the block's first row, against
+    al_row_metrics (S_t from the vectors, tested against the fp64 reference above), row by row."""
+    rng = np.random.default_rng(15)
+    L = 400
+    for causal, d in ((1, 210), (1, 140), (0, 210)):
+        w, x = wide_case(kind, L, d, rng)
+        if causal:
+            w = np.tril(w)
+        w /= w.sum(1, keepdims=True)
+        Ns = [1, 5, 40]
+        got, _, _ = c_head(lib, w, x, Ns, causal, separability=0)
+        for k, N in enumerate(Ns):
+            n_of = [t + 1 if causal else L for t in range(L)]
+            rows = [c_row(lib, w[t, :n_of[t]], x[:n_of[t]], [N], separability=0)[0]
+                    for t in range(L) if n_of[t] > N]
+            assert got[k]["rows"] == len(rows)
+            for key in ("dtilde", "dmax", "E"):
+                assert close(got[k][key], np.mean([r[key] for r in rows]), rtol=1e-12, atol=1e-14)
+
+
 # ---- heads ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("causal", [1, 0])
@@ -732,6 +756,52 @@ def test_head_against_reference(lib, causal, seed):
         a = w[t, :n]
         assert close(rmax[t], a.max())
         assert close(rent[t], -np.sum(a[a > 0] * np.log(a[a > 0])), atol=1e-12)
+
+
+def wide_case(kind, L, d, rng):
+    """Weights w [L, L] and vectors x [L, d] of one head for test_head_wide_vectors."""
+    v = rng.standard_normal(d)
+    if kind == "random":
+        x = rng.standard_normal((L, d)) + 0.3 * v  # a shared direction, as in hidden states
+        return softmax(rng.standard_normal((L, L)) * 2), x
+    sign = np.where(np.arange(L) % 2 == 0, 1.0, -1.0)[:, None]
+    if kind == "alternating":  # x_j = +-v, equal weights: S_t is (nearly) 0, sum |w| |x| is not
+        return np.ones((L, L)), sign * v + 1e-9 * rng.standard_normal((L, d))
+    # "sink": keys 0 and 1 (+v, -v) hold the weight, S_t = (e0 + e1) / 2 is 1e-7 of them (w G
+    # w^T gives |S_t|^2 only to ~1e-2 here); the others have weight 0 and E terms cc |S_t|
+    x = rng.standard_normal((L, d))
+    x[:2] = sign[:2] * v + 1e-7 * rng.standard_normal((2, d))
+    w = np.zeros((L, L))
+    w[:, :2] = 0.5
+    return w, x
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+@pytest.mark.parametrize("kind", ["random", "alternating", "sink"])
+def test_head_wide_vectors(lib, causal, kind):
+    """d > L / 3 (causal; L / 2 not): x_i . S_t and |S_t|^2 from the Gram matrix (tril(W) G),
+    whose absolute error ~ gamma (sum_j |w_tj| |x_j|)^2 is no longer relative to |S_t|^2: rows
+    where S_t cancels ("alternating": the rows of even n; "sink": every row past the first) take
+    S_t from the vectors. Against the fp64 reference."""
+    rng = np.random.default_rng({"random": 7, "alternating": 8, "sink": 9}[kind] + 10 * causal)
+    L, d = 24, 16
+    w, x = wide_case(kind, L, d, rng)
+    if causal:
+        w = np.tril(w)
+        w /= w.sum(1, keepdims=True)
+        w = w + np.triu(np.full((L, L), 7.0), 1)  # never read
+    else:
+        w /= w.sum(1, keepdims=True)
+    Ns = [1, 2, 3, 5, 8, 16, 23]
+    # +-v's unit vectors tie to 1e-9 in the separability (test_degenerate_separability's exact
+    # references cover those): the distance alone there
+    sep = kind == "random"
+    got, _, _ = c_head(lib, w, x, Ns, causal, separability=int(sep))
+    ref = ref_head(w, x, Ns, causal)
+    for N, g, r in zip(Ns, got, ref):
+        assert g["rows"] == r["rows"], (N, g["rows"], r["rows"])
+        for k in KEYS if sep else ("dtilde", "dmax", "E"):
+            assert close(g[k], r[k], rtol=1e-9, atol=1e-11), (N, k, g[k], r[k])
 
 
 @pytest.mark.parametrize("d", [3, 12])  # N < d: Monte-Carlo via Gram rows; N >= d: directly
