@@ -287,32 +287,30 @@ static AL_TARGET_AVX2 double expsum_avx2(float *w, const float *z, int n8, float
     _mm256_storeu_pd(s4, _mm256_add_pd(s0, s1));
     return (s4[0] + s4[1]) + (s4[2] + s4[3]);
 }
-static AL_TARGET_AVX512 float max_avx512(const float *z, int n8) {
-    int j = 0;
+/* the same two passes at the AVX-512 level over all of z[0 .. n) (any n): the last step masked,
+ * not a scalar tail (a causal row's up to 15 scalar exps cost about a quarter of its pass) */
+static AL_TARGET_AVX512 float max_avx512(const float *z, int n) {
     __m512 mv = _mm512_set1_ps(-INFINITY);
-    for (; j + 16 <= n8; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(z + j));
-    float mx = _mm512_reduce_max_ps(mv);
-    for (; j < n8; j++) mx = z[j] > mx ? z[j] : mx;
-    return mx;
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1);
+        mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(mv, m, z + j)); /* off lanes: mv itself */
+    }
+    return _mm512_reduce_max_ps(mv);
 }
-static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n8, float mx) {
+static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n, float mx) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     const __m512 m16 = _mm512_set1_ps(mx);
-    int j = 0;
-    for (; j + 16 <= n8; j += 16) {
-        __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(z + j), m16));
-        _mm512_storeu_ps(w + j, e);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1);
+        __m512 e =
+            _mm512_maskz_mov_ps(m, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, z + j), m16)));
+        _mm512_mask_storeu_ps(w + j, m, e);
         __m512i ei = _mm512_castps_si512(e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1,
                            _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(ei, 1))));
     }
-    double s = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    for (; j < n8; j++) {
-        w[j] = vexpf(z[j] - mx);
-        s += w[j];
-    }
-    return s;
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 /* w[0 .. n) *= s: returns how many leading elements it did */
 static AL_TARGET_AVX2 int scale_avx2(float *w, int n, float s) {
@@ -582,13 +580,13 @@ static double expsum_scalar(float *w, const float *z, int n8, float mx) {
 }
 
 float al__softmax_exp(float *w, const float *z, int n) {
-    int n8 = n & ~7;
+    int n8 = n & ~7; /* the vector passes' part: [0, n8), the rest scalar */
     float (*max_fn)(const float *, int) = max_scalar;
     double (*expsum_fn)(float *, const float *, int, float) = expsum_scalar;
 #ifdef AL_X86_DISPATCH
     al__cpu_isa isa = al__cpu_level();
     if (isa == AL__CPU_AVX512)
-        max_fn = max_avx512, expsum_fn = expsum_avx512;
+        max_fn = max_avx512, expsum_fn = expsum_avx512, n8 = n; /* masked: all of it */
     else if (isa == AL__CPU_AVX2)
         max_fn = max_avx2, expsum_fn = expsum_avx2;
 #endif
