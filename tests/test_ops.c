@@ -363,8 +363,8 @@ static void test_layernorm_rmsnorm(void **state) {
 }
 
 /* al__add_layernorm (and al__layernorm, its d = NULL case) at every CPU level, row lengths
- * around the vector widths (the masked last step): x + d exactly as float adds, y against the
- * double loop; the same as al__add then al__layernorm, bit for bit */
+ * around the vector widths: x + d exactly as float adds, y against the double loop; the same as
+ * al__add then al__layernorm, bit for bit, in place too */
 static void test_add_layernorm(void **state) {
     (void)state;
     al__rng r;

@@ -376,108 +376,12 @@ static void add_ln_row(float *y, float *x, const float *d, const float *g, const
     for (int c = 0; c < C; c++) y[c] = (x[c] - mu) * rstd * g[c] + (b ? b[c] : 0.0f);
 }
 
-#ifdef AL_X86_DISPATCH
-/* add_ln_row with AVX2: 8 floats a step (the last step masked), each sum in two 4-double lanes */
-static AL_TARGET_AVX2 void add_ln_row_avx2(float *y, float *x, const float *d, const float *g,
-                                           const float *b, int C, float eps) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-#define LN_MASK8(c) _mm256_cmpgt_epi32(_mm256_set1_epi32(C - (c)), lane) /* lanes c + l < C */
-    for (int c = 0; c < C; c += 8) {
-        __m256i m = LN_MASK8(c);
-        __m256 v = _mm256_maskload_ps(x + c, m);
-        if (d) {
-            v = _mm256_add_ps(v, _mm256_maskload_ps(d + c, m));
-            _mm256_maskstore_ps(x + c, m, v);
-        }
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-    }
-    double t[4];
-    _mm256_storeu_pd(t, _mm256_add_pd(s0, s1));
-    const double mean = ((t[0] + t[1]) + (t[2] + t[3])) / C;
-    const __m256d mu4 = _mm256_set1_pd(mean);
-    s0 = _mm256_setzero_pd(), s1 = s0;
-    for (int c = 0; c < C; c += 8) { /* the masked lanes add (0 - mean)^2: taken off below */
-        __m256 v = _mm256_maskload_ps(x + c, LN_MASK8(c));
-        __m256d e0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), mu4),
-                e1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), mu4);
-        s0 = _mm256_fmadd_pd(e0, e0, s0);
-        s1 = _mm256_fmadd_pd(e1, e1, s1);
-    }
-    _mm256_storeu_pd(t, _mm256_add_pd(s0, s1));
-    const double var = ((t[0] + t[1]) + (t[2] + t[3])) - (double)((8 - C % 8) % 8) * mean * mean;
-    const __m256 rstd = _mm256_set1_ps((float)(1.0 / sqrt(var / C + eps))),
-                 mu = _mm256_set1_ps((float)mean);
-    for (int c = 0; c < C; c += 8) {
-        __m256i m = LN_MASK8(c);
-        __m256 v =
-            _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + c, m), mu), rstd),
-                          _mm256_maskload_ps(g + c, m));
-        if (b) v = _mm256_add_ps(v, _mm256_maskload_ps(b + c, m));
-        _mm256_maskstore_ps(y + c, m, v);
-    }
-#undef LN_MASK8
-}
-
-/* add_ln_row with AVX-512: 16 floats a step (the last step masked), each sum in two 8-double
- * lanes */
-static AL_TARGET_AVX512 void add_ln_row_avx512(float *y, float *x, const float *d, const float *g,
-                                               const float *b, int C, float eps) {
-    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
-#define LN_MASK16(c) (__mmask16)(C - (c) >= 16 ? 0xffffu : (1u << (C - (c))) - 1)
-    for (int c = 0; c < C; c += 16) {
-        __mmask16 m = LN_MASK16(c);
-        __m512 v = _mm512_maskz_loadu_ps(m, x + c);
-        if (d) {
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, d + c));
-            _mm512_mask_storeu_ps(x + c, m, v);
-        }
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castsi256_ps(
-                                   _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1))));
-    }
-    const double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / C;
-    const __m512d mu8 = _mm512_set1_pd(mean);
-    s0 = _mm512_setzero_pd(), s1 = s0;
-    for (int c = 0; c < C; c += 16) { /* the masked lanes add (0 - mean)^2: taken off below */
-        __m512 v = _mm512_maskz_loadu_ps(LN_MASK16(c), x + c);
-        __m512d e0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), mu8),
-                e1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castsi256_ps(
-                                       _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1))),
-                                   mu8);
-        s0 = _mm512_fmadd_pd(e0, e0, s0);
-        s1 = _mm512_fmadd_pd(e1, e1, s1);
-    }
-    const double var =
-        _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) - (double)((16 - C % 16) % 16) * mean * mean;
-    const __m512 rstd = _mm512_set1_ps((float)(1.0 / sqrt(var / C + eps))),
-                 mu = _mm512_set1_ps((float)mean);
-    for (int c = 0; c < C; c += 16) {
-        __mmask16 m = LN_MASK16(c);
-        __m512 v =
-            _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), mu), rstd),
-                          _mm512_maskz_loadu_ps(m, g + c));
-        if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + c));
-        _mm512_mask_storeu_ps(y + c, m, v);
-    }
-#undef LN_MASK16
-}
-#endif
-
 void al__add_layernorm(float *x, const float *d, float *y, const float *g, const float *b, int M,
                        int C, float eps) {
-    void (*row)(float *, float *, const float *, const float *, const float *, int, float) =
-        add_ln_row;
-#ifdef AL_X86_DISPATCH
-    if (AL_CPU_IS(AL__CPU_AVX512))
-        row = add_ln_row_avx512;
-    else if (AL_CPU_IS(AL__CPU_AVX2))
-        row = add_ln_row_avx2;
-#endif
 #pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
     for (int i = 0; i < M; i++)
-        row(y + (size_t)i * C, x + (size_t)i * C, d ? d + (size_t)i * C : NULL, g, b, C, eps);
+        add_ln_row(y + (size_t)i * C, x + (size_t)i * C, d ? d + (size_t)i * C : NULL, g, b, C,
+                   eps);
 }
 
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
