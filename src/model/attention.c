@@ -550,18 +550,19 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     }
                     for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
                 }
-                /* the row's visible keys [lo, n): a sliding window starts them at lo */
-                rs[i] = 1.0f;
+                /* the row's visible keys [lo, n): a sliding window starts them at lo. The
+                 * weights times rs[i] (a softmax's exp(z - max) and 1 / sum: wv and the capture
+                 * scale them; the sgemm path scales them here) */
                 if (vrow && a->ssmax_s) { /* this head's own s */
                     al_attn_variant vh = *mod;
                     vh.norm.ssmax_s = a->ssmax_s[h];
-                    al__attn_variant_row(&vh, Wi + lo, Li + lo, n - lo, T, vscr);
+                    rs[i] = al__attn_variant_row_exp(&vh, Wi + lo, Li + lo, n - lo, T, vscr);
                 } else if (vrow)
-                    al__attn_variant_row(mod, Wi + lo, Li + lo, n - lo, T, vscr);
-                else if (tiles) /* exp(z - max) only: wv and the capture scale it */
-                    rs[i] = al__softmax_exp(Wi + lo, Li + lo, n - lo);
+                    rs[i] = al__attn_variant_row_exp(mod, Wi + lo, Li + lo, n - lo, T, vscr);
                 else
-                    al__softmax_row(Wi + lo, Li + lo, n - lo);
+                    rs[i] = al__softmax_exp(Wi + lo, Li + lo, n - lo);
+                for (int j = lo; j < n && !tiles && rs[i] != 1.0f; j++) Wi[j] *= rs[i];
+                if (!tiles) rs[i] = 1.0f;
                 for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = 0; j < lo; j++) Li[j] = -INFINITY;

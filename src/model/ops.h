@@ -121,6 +121,11 @@ static inline int al__attn_mod_head(const al_attn_variant *v, int h) {
  * z. scr: AL__VSCR_PER_KEY * n floats (8-byte aligned). */
 void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, int n, int L,
                           float *scr);
+/* al__attn_variant_row without a softmax's last pass: returns s, w times s being its weights
+ * (a dense softmax row, K = n: al__softmax_exp's exp(z - max) and 1 / sum; other rows: w already
+ * the weights, s = 1), bit for bit. */
+float al__attn_variant_row_exp(const al_attn_variant *v, float *w, const float *z, int n, int L,
+                               float *scr);
 
 /* Threads of every kernel (OpenMP's; OpenBLAS is kept single-threaded inside them so that
  * the two pools never compete). n <= 0: all cores. */
