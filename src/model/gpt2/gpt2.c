@@ -107,7 +107,7 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
     if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
 
-    int ln_done = 0; /* a->ln holds this layer's ln_1(x) already (the last layer's final add) */
+    int ln_done = 0; /* a->ln holds this layer's ln_1(x) already (the previous layer's final add) */
     for (int l = 0; l <= f->last; l++) {
         const al__gpt2_layer *w = &g->layers[l];
         int r0 = al__fwd_row0(f, l, L), M = T - r0;
