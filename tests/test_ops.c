@@ -370,6 +370,48 @@ static void test_layernorm_rmsnorm(void **state) {
     free(x), free(g), free(b), free(y), free(ref);
 }
 
+/* al__add_layernorm (and al__layernorm, its d = NULL case) at every CPU level, row lengths
+ * around the vector widths: x + d exactly as float adds, y against the double loop; the same as
+ * al__add then al__layernorm, bit for bit, in place too */
+static void test_add_layernorm(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 11);
+    const int M = 67, Cs[] = {1, 7, 8, 15, 16, 17, 33, 96, 768};
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (size_t k = 0; k < sizeof Cs / sizeof *Cs; k++) {
+            const int C = Cs[k];
+            size_t n = (size_t)M * C;
+            float *x = randv(&r, n, 3.0), *d = randv(&r, n, 1.0), *g = randv(&r, C, 1.0),
+                  *b = randv(&r, C, 1.0), *y = malloc(n * sizeof *y), *x2 = malloc(n * sizeof *x2),
+                  *y2 = malloc(n * sizeof *y2);
+            double *ref = malloc(n * sizeof *ref);
+            for (int c = 0; c < C; c++) x[c] += 100.0f; /* a row with a large mean */
+            memcpy(x2, x, n * sizeof *x);
+            for (size_t i = 0; i < n; i++) x2[i] += d[i]; /* the float sums */
+            for (int i = 0; i < M; i++) {
+                const float *xi = x2 + (size_t)i * C;
+                double mu = 0, v = 0;
+                for (int c = 0; c < C; c++) mu += xi[c];
+                mu /= C;
+                for (int c = 0; c < C; c++) v += (xi[c] - mu) * (xi[c] - mu);
+                for (int c = 0; c < C; c++)
+                    ref[(size_t)i * C + c] = (xi[c] - mu) / sqrt(v / C + 1e-5) * g[c] + b[c];
+            }
+            al__add_layernorm(x, d, y, g, b, M, C, 1e-5f);
+            assert_memory_equal(x, x2, n * sizeof *x);
+            assert_close(y, ref, n, 1e-5, 1e-5, "add_layernorm");
+            al__layernorm(y2, x2, g, b, M, C, 1e-5f);
+            assert_memory_equal(y, y2, n * sizeof *y);
+            al__layernorm(x2, x2, g, b, M, C, 1e-5f); /* in place */
+            assert_memory_equal(x2, y2, n * sizeof *y);
+            free(x), free(d), free(g), free(b), free(y), free(x2), free(y2), free(ref);
+        }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
 static void test_pointwise(void **state) {
     (void)state;
     const size_t n = 200001; /* large enough for the threaded path */
@@ -589,8 +631,8 @@ static void check_attention(int T, int H, int G, int D, int causal, unsigned wha
     free(qkv), free(hidden), free(embed), free(out), free(z), free(w), free(ref);
 }
 
-static void test_attention(void **state) {
-    (void)state;
+/* the checks of test_attention at the CPU level in use (its tile kernels and softmax) */
+static void attention_at_level(void) {
     const unsigned all = AL_CAP_Q | AL_CAP_K | AL_CAP_V | AL_CAP_LOGITS | AL_CAP_WEIGHTS |
                          AL_CAP_HIDDEN | AL_CAP_EMBED;
     const uint8_t some[4] = {0, 1, 0, 1};
@@ -620,6 +662,52 @@ static void test_attention(void **state) {
     al__attn_ws_free(&ws);
 }
 
+static void test_attention(void **state) {
+    (void)state;
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        attention_at_level();
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
+/* al__softmax_exp times its return is al__softmax_row, bit for bit; al__scale_stream writes
+ * src * s then zeros, exactly, from any alignment, at every CPU level */
+static void test_softmax_exp_scale_stream(void **state) {
+    (void)state;
+    al__rng r;
+    al__rng_seed(&r, 5);
+    float *src = randv(&r, 300, 4.0), *w = malloc(300 * sizeof *w), *w2 = malloc(300 * sizeof *w);
+    float *buf = aligned_alloc(64, 400 * sizeof *buf);
+    assert_non_null(buf);
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        for (int n = 1; n <= 300; n += 23) {
+            float inv = al__softmax_exp(w, src, n);
+            al__softmax_row(w2, src, n);
+            for (int j = 0; j < n; j++) assert_true(w[j] * inv == w2[j]);
+        }
+        for (int off = 0; off < 17; off += 3)
+            for (int n = 0; n <= 70; n += 7)
+                for (int width = n; width <= n + 40; width += 13) {
+                    for (int j = 0; j < 400; j++) buf[j] = -1.0f;
+                    al__scale_stream(buf + off, src, n, 0.37f, width);
+                    al__stream_fence();
+                    for (int j = 0; j < 400; j++) {
+                        float want = j < off || j >= off + width ? -1.0f
+                                     : j - off < n               ? src[j - off] * 0.37f
+                                                                 : 0.0f;
+                        if (buf[j] != want)
+                            fail_msg("scale_stream %s off %d n %d width %d: [%d] %g, want %g",
+                                     al__cpu_name(al__cpu_level()), off, n, width, j - off, buf[j],
+                                     want);
+                    }
+                }
+    }
+    al__cpu_force((al__cpu_isa)-1);
+    free(src), free(w), free(w2), free(buf);
+}
+
 static void test_attention_bad_shape(void **state) {
     (void)state;
     float x[16] = {0};
@@ -643,11 +731,18 @@ static void test_attention_bad_shape(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_sgemm),
-        cmocka_unit_test(test_sgemm_bits), cmocka_unit_test(test_dgemm),
-        cmocka_unit_test(test_dgemm_bits), cmocka_unit_test(test_layernorm_rmsnorm),
-        cmocka_unit_test(test_pointwise),  cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_attention),  cmocka_unit_test(test_attention_bad_shape),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_sgemm_bits),
+        cmocka_unit_test(test_dgemm),
+        cmocka_unit_test(test_dgemm_bits),
+        cmocka_unit_test(test_layernorm_rmsnorm),
+        cmocka_unit_test(test_add_layernorm),
+        cmocka_unit_test(test_pointwise),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_softmax_exp_scale_stream),
+        cmocka_unit_test(test_attention_bad_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

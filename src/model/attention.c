@@ -6,8 +6,13 @@
  *   weights = softmax of each row over its visible keys          (float exp, double sum)
  *   out[rows, h]       = weights[rows, keys] v[keys]             (one sgemm)
  * where keys = 0..last row of the block for causal models (the masked upper triangle is never
- * computed beyond the diagonal block) and 0..T-1 for encoders. The logits and weights of a
- * selected head go straight into the capture arrays; the other heads use per-thread rows. */
+ * computed beyond the diagonal block) and 0..T-1 for encoders. The logits of a selected head go
+ * straight into the capture array; the weights are computed in per-thread rows, as exp(z - max)
+ * with the softmax's 1 / sum applied by the tile kernels' w v (their rows' scales) and by the
+ * write of a selected head's weights into the capture array (streaming stores: a large array
+ * read by the observer after the layer, not by this pass; no read-for-ownership of its lines).
+ * (Measured: -1.4% CPU per GPT-2 forward with every head's weights captured against plain stores,
+ * docs/benchmarks.md.) */
 #include "hooks.h"
 #include "ops.h"
 
@@ -61,21 +66,21 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
         c##r##0 = _mm256_fmadd_ps(b_, x0, c##r##0);                                                \
         c##r##1 = _mm256_fmadd_ps(b_, x1, c##r##1);                                                \
     } while (0)
-/* the accumulators into tile[6][16] (times s) */
+/* the accumulators into tile[6][16], row r times s[r] (__m256 s[6]) */
 #define ACC_STORE(tile, s)                                                                         \
     do {                                                                                           \
-        _mm256_storeu_ps(tile[0], _mm256_mul_ps(c00, s));                                          \
-        _mm256_storeu_ps(tile[0] + 8, _mm256_mul_ps(c01, s));                                      \
-        _mm256_storeu_ps(tile[1], _mm256_mul_ps(c10, s));                                          \
-        _mm256_storeu_ps(tile[1] + 8, _mm256_mul_ps(c11, s));                                      \
-        _mm256_storeu_ps(tile[2], _mm256_mul_ps(c20, s));                                          \
-        _mm256_storeu_ps(tile[2] + 8, _mm256_mul_ps(c21, s));                                      \
-        _mm256_storeu_ps(tile[3], _mm256_mul_ps(c30, s));                                          \
-        _mm256_storeu_ps(tile[3] + 8, _mm256_mul_ps(c31, s));                                      \
-        _mm256_storeu_ps(tile[4], _mm256_mul_ps(c40, s));                                          \
-        _mm256_storeu_ps(tile[4] + 8, _mm256_mul_ps(c41, s));                                      \
-        _mm256_storeu_ps(tile[5], _mm256_mul_ps(c50, s));                                          \
-        _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s));                                      \
+        _mm256_storeu_ps(tile[0], _mm256_mul_ps(c00, s[0]));                                       \
+        _mm256_storeu_ps(tile[0] + 8, _mm256_mul_ps(c01, s[0]));                                   \
+        _mm256_storeu_ps(tile[1], _mm256_mul_ps(c10, s[1]));                                       \
+        _mm256_storeu_ps(tile[1] + 8, _mm256_mul_ps(c11, s[1]));                                   \
+        _mm256_storeu_ps(tile[2], _mm256_mul_ps(c20, s[2]));                                       \
+        _mm256_storeu_ps(tile[2] + 8, _mm256_mul_ps(c21, s[2]));                                   \
+        _mm256_storeu_ps(tile[3], _mm256_mul_ps(c30, s[3]));                                       \
+        _mm256_storeu_ps(tile[3] + 8, _mm256_mul_ps(c31, s[3]));                                   \
+        _mm256_storeu_ps(tile[4], _mm256_mul_ps(c40, s[4]));                                       \
+        _mm256_storeu_ps(tile[4] + 8, _mm256_mul_ps(c41, s[4]));                                   \
+        _mm256_storeu_ps(tile[5], _mm256_mul_ps(c50, s[5]));                                       \
+        _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s[5]));                                   \
     } while (0)
 
 /* the six row pointers of a tile of mr rows at base (ld ld): rows past mr repeat the last */
@@ -92,7 +97,7 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
 static AL_ATTN_TARGET void qk_tiles(float *L, size_t lL, const float *Q, size_t ldq,
                                     const float *Kp, int m, int kend, int D, float scale,
                                     int causal, int r0) {
-    const __m256 sc = _mm256_set1_ps(scale);
+    const __m256 s1 = _mm256_set1_ps(scale), sc[6] = {s1, s1, s1, s1, s1, s1};
     float tile[6][16];
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
@@ -118,18 +123,19 @@ static AL_ATTN_TARGET void qk_tiles(float *L, size_t lL, const float *Q, size_t 
     }
 }
 
-/* O[m, D] (ld ldo) = W[m, *] (ld lW) @ V, the values packed in panels of 16 columns:
- * Vp[Dp / 16][T][16] (zero past D). The rows of a tile read keys below jmax (the weights past
- * a row's last visible key are zero). */
+/* O[m, D] (ld ldo) = diag(rs[m]) W[m, *] (ld lW) @ V, the values packed in panels of 16 columns:
+ * Vp[Dp / 16][T][16] (zero past D); rs: each row's scale (the softmax's 1 / sum). The rows of a
+ * tile read keys below jmax (the weights past a row's last visible key are zero). */
 static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t lW,
-                                    const float *Vp, int T, int m, int kend, int D, int causal,
-                                    int r0) {
-    const __m256 one = _mm256_set1_ps(1.0f);
+                                    const float *rs, const float *Vp, int T, int m, int kend, int D,
+                                    int causal, int r0) {
     float tile[6][16];
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
         ROWS6(w, W + (size_t)i0 * lW, lW, mr);
+        __m256 sr[6]; /* the rows' scales (rows past mr: any) */
+        for (int r = 0; r < 6; r++) sr[r] = _mm256_set1_ps(rs[i0 + (r < mr ? r : mr - 1)]);
         for (int c0 = 0; c0 < D; c0 += 16) {
             ACC_DECL;
             const float *vp = Vp + (size_t)(c0 / 16) * T * 16;
@@ -142,7 +148,7 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
                 ACC_FMA(4, w4 + j, v0, v1);
                 ACC_FMA(5, w5 + j, v0, v1);
             }
-            ACC_STORE(tile, one);
+            ACC_STORE(tile, sr);
             int nc = D - c0 < 16 ? D - c0 : 16;
             for (int r = 0; r < mr; r++)
                 memcpy(O + (size_t)(i0 + r) * ldo + c0, tile[r], (size_t)nc * sizeof(float));
@@ -164,12 +170,13 @@ static AL_ATTN_TARGET void wv_tiles(float *O, size_t ldo, const float *W, size_t
         z##r##0 = _mm512_fmadd_ps(b_, x0, z##r##0);                                                \
         z##r##1 = _mm512_fmadd_ps(b_, x1, z##r##1);                                                \
     } while (0)
-/* the accumulators (times s) into rows [0, mr) of dst (ld ld), columns [0, 16) under mask m0 and
- * [16, 32) under m1: straight into the destination, no copy through a tile */
+/* the accumulators (row r times s[r], __m512 s[6]) into rows [0, mr) of dst (ld ld), columns
+ * [0, 16) under mask m0 and [16, 32) under m1: straight into the destination, no copy through a
+ * tile */
 #define Z_ROW(r, dst, ld, m0, m1, s)                                                               \
     do {                                                                                           \
-        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld), m0, _mm512_mul_ps(z##r##0, s));          \
-        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld) + 16, m1, _mm512_mul_ps(z##r##1, s));     \
+        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld), m0, _mm512_mul_ps(z##r##0, s[r]));       \
+        _mm512_mask_storeu_ps((dst) + (size_t)(r) * (ld) + 16, m1, _mm512_mul_ps(z##r##1, s[r]));  \
     } while (0)
 #define Z_STORE(dst, ld, mr, m0, m1, s)                                                            \
     do {                                                                                           \
@@ -191,7 +198,8 @@ static inline void cols_masks(int n, __mmask16 *m0, __mmask16 *m1) {
 static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, size_t ldq,
                                           const float *Kp, int m, int kend, int D, float scale,
                                           int causal, int r0) {
-    const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+    const __m512 s1 = _mm512_set1_ps(scale), zero = _mm512_setzero_ps(),
+                 sc[6] = {s1, s1, s1, s1, s1, s1};
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
@@ -229,13 +237,15 @@ static AL_ATTN_TARGET512 void qk_tiles512(float *L, size_t lL, const float *Q, s
 
 /* wv_tiles with 512-bit vectors: the same arguments and packing (Vp [Dp / 16][T][16]) */
 static AL_ATTN_TARGET512 void wv_tiles512(float *O, size_t ldo, const float *W, size_t lW,
-                                          const float *Vp, int T, int m, int kend, int D,
-                                          int causal, int r0) {
-    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+                                          const float *rs, const float *Vp, int T, int m, int kend,
+                                          int D, int causal, int r0) {
+    const __m512 zero = _mm512_setzero_ps();
     for (int i0 = 0; i0 < m; i0 += 6) {
         int mr = m - i0 < 6 ? m - i0 : 6;
         int jmax = causal ? (r0 + i0 + mr < kend ? r0 + i0 + mr : kend) : kend;
         ROWS6(w, W + (size_t)i0 * lW, lW, mr);
+        __m512 sr[6]; /* the rows' scales (rows past mr: any) */
+        for (int r = 0; r < 6; r++) sr[r] = _mm512_set1_ps(rs[i0 + (r < mr ? r : mr - 1)]);
         for (int c0 = 0; c0 < D; c0 += 32) {
             Z_DECL;
             const float *va = Vp + (size_t)(c0 / 16) * T * 16, *vb = va + (size_t)T * 16;
@@ -262,7 +272,7 @@ static AL_ATTN_TARGET512 void wv_tiles512(float *O, size_t ldo, const float *W, 
             }
             __mmask16 m0, m1;
             cols_masks(D - c0, &m0, &m1);
-            Z_STORE(O + (size_t)i0 * ldo + c0, ldo, mr, m0, m1, one);
+            Z_STORE(O + (size_t)i0 * ldo + c0, ldo, mr, m0, m1, sr);
         }
     }
 }
@@ -509,13 +519,12 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
             float *L = scr;
             size_t lL = (size_t)kend;
             if (clog && sel >= 0) L = clog + ((size_t)sel * T + r0) * T, lL = (size_t)T;
-            /* weights rows [m, kend] (ld lW): the capture array, scratch, or over the logits */
-            float *W = L;
+            /* weights rows [m, kend] (ld lW): scratch, or over the logits (scratch); a captured
+             * head's are written to the capture array (wdst, ld T) as they are finished */
+            float *W = L, *wdst = cw && sel >= 0 ? cw + ((size_t)sel * T + r0) * T : NULL;
             size_t lW = lL;
-            if (cw && sel >= 0)
-                W = cw + ((size_t)sel * T + r0) * T, lW = (size_t)T;
-            else if (L != scr)
-                W = scr + (size_t)B * T, lW = (size_t)kend;
+            if (wdst || L != scr) W = scr + (size_t)B * T, lW = (size_t)kend;
+            float rs[AL__ATTN_BLOCK]; /* each row's scale: its softmax's 1 / sum, left to wv */
 #ifdef AL_ATTN_AVX2
             if (tiles == 2)
                 qk_tiles512(L, lL, a->q + r0 * a->q_stride + (size_t)h * D, a->q_stride,
@@ -528,7 +537,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kend, D, scale,
                             a->q + r0 * a->q_stride + (size_t)h * D, (int)a->q_stride,
                             a->k + (size_t)g * D, (int)a->k_stride, 0.0f, L, (int)lL);
-            const int lcap = L != scr, wcap = W != L && W != scr + (size_t)B * T;
+            const int lcap = L != scr;
             const int vrow = mod && al__attn_mod_head(mod, h); /* this head's rows: the variant */
             for (int i = 0; i < m; i++) {
                 int n = a->causal ? r0 + i + 1 : T; /* visible keys of row r0 + i: [lo, n) */
@@ -541,28 +550,34 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                     }
                     for (int j = lo; j < n; j++) Li[j] = softcap * tanhf(Li[j] / softcap);
                 }
-                /* the row's visible keys [lo, n): a sliding window starts them at lo */
+                /* the row's visible keys [lo, n): a sliding window starts them at lo. The
+                 * weights times rs[i] (a softmax's exp(z - max) and 1 / sum: wv and the capture
+                 * scale them; the sgemm path scales them here) */
                 if (vrow && a->ssmax_s) { /* this head's own s */
                     al_attn_variant vh = *mod;
                     vh.norm.ssmax_s = a->ssmax_s[h];
-                    al__attn_variant_row(&vh, Wi + lo, Li + lo, n - lo, T, vscr);
+                    rs[i] = al__attn_variant_row_exp(&vh, Wi + lo, Li + lo, n - lo, T, vscr);
                 } else if (vrow)
-                    al__attn_variant_row(mod, Wi + lo, Li + lo, n - lo, T, vscr);
+                    rs[i] = al__attn_variant_row_exp(mod, Wi + lo, Li + lo, n - lo, T, vscr);
                 else
-                    al__softmax_row(Wi + lo, Li + lo, n - lo);
+                    rs[i] = al__softmax_exp(Wi + lo, Li + lo, n - lo);
+                for (int j = lo; j < n && !tiles && rs[i] != 1.0f; j++) Wi[j] *= rs[i];
+                if (!tiles) rs[i] = 1.0f;
                 for (int j = 0; j < lo; j++) Wi[j] = 0.0f;
                 if (lcap)
                     for (int j = 0; j < lo; j++) Li[j] = -INFINITY;
-                for (int j = n, end = wcap && !skip_w ? T : kend; j < end; j++) Wi[j] = 0.0f;
+                for (int j = n; j < kend; j++) Wi[j] = 0.0f;
+                if (wdst) /* the weights, then 0 past kend (unless there from the last pass) */
+                    al__scale_stream(wdst + (size_t)i * T, Wi, kend, rs[i], skip_w ? kend : T);
                 if (lcap)
                     for (int j = n, end = skip_l ? kend : T; j < end; j++) Li[j] = -INFINITY;
             }
 #ifdef AL_ATTN_AVX2
             if (tiles == 2)
-                wv_tiles512(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW,
+                wv_tiles512(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW, rs,
                             Vp + (size_t)g * Dp * T, T, m, kend, D, a->causal, r0);
             else if (tiles)
-                wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW,
+                wv_tiles(a->out + (size_t)r0 * ldo + (size_t)h * D, ldo, W, lW, rs,
                          Vp + (size_t)g * Dp * T, T, m, kend, D, a->causal, r0);
             else
 #endif
@@ -570,6 +585,7 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                             a->v + (size_t)g * D, (int)a->v_stride, 0.0f,
                             a->out + (size_t)r0 * ldo + (size_t)h * D, (int)ldo);
         }
+        al__stream_fence(); /* this thread's streamed capture rows, before the barrier */
     }
     if (a->causal) ws->above_w = cw, ws->above_l = clog, ws->above_T = T, ws->above_n = n_sel;
     return capture ? deliver_capture(a, &cb, what, scale, err) : 0;

@@ -494,18 +494,21 @@ static int kept_select(const float *z, int n, int k, float *copy, float *hv, int
 
 void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, int n, int L,
                           float *scr) {
+    float s = al__attn_variant_row_exp(v, w, z, n, L, scr);
+    for (int j = 0; j < n && s != 1.0f; j++) w[j] *= s; /* al__softmax_row's last pass */
+}
+
+float al__attn_variant_row_exp(const al_attn_variant *v, float *w, const float *z, int n, int L,
+                               float *scr) {
     const int k = al_attn_kept(v, n, L);
     const int soft = v->norm.kind == AL_NORM_SOFTMAX && v->norm.temperature == 1.0;
     const int avx = al__cpu_level() >= AL__CPU_AVX2;
     float mn, mx;
     if (row_scan(z, n, &mn, &mx, avx)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
-        return;
+        return 1.0f;
     }
-    if (k == n && soft) {
-        al__softmax_row(w, z, n);
-        return;
-    }
+    if (k == n && soft) return al__softmax_exp(w, z, n);
     /* scratch: hv [n] floats, hi [n] ints, copy [n] floats, then dz, dp [n] doubles each */
     float *hv = scr, *copy = scr + 2 * (size_t)n;
     int *hi = (int *)(void *)(scr + n);
@@ -523,13 +526,14 @@ void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, in
         for (int i = 0; i < m; i++) s += hv[i] = al__expf(hv[i] - mx);
         float inv = (float)(1.0 / s);
         for (int i = 0; i < m; i++) w[hi[i]] = hv[i] * inv;
-        return;
+        return 1.0f;
     }
     for (int i = 0; i < m; i++) dz[i] = hv[i];
     al_error e = {0};
     if (al_norm_forward(&v->norm, dz, m, dp, &e)) {
         for (int j = 0; j < n; j++) w[j] = NAN;
-        return;
+        return 1.0f;
     }
     for (int i = 0; i < m; i++) w[hi[i]] = (float)dp[i];
+    return 1.0f;
 }

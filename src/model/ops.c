@@ -126,26 +126,6 @@ void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, 
     gemm_bias(y, x, W, bias, M, K, N, 1);
 }
 
-void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
-                   float eps) {
-#pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
-    for (int i = 0; i < M; i++) {
-        const float *xi = x + (size_t)i * C; /* [C] */
-        float *yi = y + (size_t)i * C;       /* [C] */
-        double s = 0.0; /* the sums in double, in lanes (omp simd: vectorised, any order) */
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += xi[c];
-        double mean = s / C, v = 0.0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            double d = xi[c] - mean;
-            v += d * d;
-        }
-        float rstd = (float)(1.0 / sqrt(v / C + eps)), mu = (float)mean;
-        for (int c = 0; c < C; c++) yi[c] = (xi[c] - mu) * rstd * g[c] + (b ? b[c] : 0.0f);
-    }
-}
-
 void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float eps) {
 #pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
     for (int i = 0; i < M; i++) {
@@ -307,32 +287,30 @@ static AL_TARGET_AVX2 double expsum_avx2(float *w, const float *z, int n8, float
     _mm256_storeu_pd(s4, _mm256_add_pd(s0, s1));
     return (s4[0] + s4[1]) + (s4[2] + s4[3]);
 }
-static AL_TARGET_AVX512 float max_avx512(const float *z, int n8) {
-    int j = 0;
+/* the same two passes at the AVX-512 level over all of z[0 .. n) (any n): the last step masked,
+ * not a scalar tail (a causal row's up to 15 scalar exps cost about a quarter of its pass) */
+static AL_TARGET_AVX512 float max_avx512(const float *z, int n) {
     __m512 mv = _mm512_set1_ps(-INFINITY);
-    for (; j + 16 <= n8; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(z + j));
-    float mx = _mm512_reduce_max_ps(mv);
-    for (; j < n8; j++) mx = z[j] > mx ? z[j] : mx;
-    return mx;
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1);
+        mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(mv, m, z + j)); /* off lanes: mv itself */
+    }
+    return _mm512_reduce_max_ps(mv);
 }
-static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n8, float mx) {
+static AL_TARGET_AVX512 double expsum_avx512(float *w, const float *z, int n, float mx) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     const __m512 m16 = _mm512_set1_ps(mx);
-    int j = 0;
-    for (; j + 16 <= n8; j += 16) {
-        __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(z + j), m16));
-        _mm512_storeu_ps(w + j, e);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = (__mmask16)(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1);
+        __m512 e =
+            _mm512_maskz_mov_ps(m, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, z + j), m16)));
+        _mm512_mask_storeu_ps(w + j, m, e);
         __m512i ei = _mm512_castps_si512(e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1,
                            _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(ei, 1))));
     }
-    double s = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    for (; j < n8; j++) {
-        w[j] = vexpf(z[j] - mx);
-        s += w[j];
-    }
-    return s;
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 /* w[0 .. n) *= s: returns how many leading elements it did */
 static AL_TARGET_AVX2 int scale_avx2(float *w, int n, float s) {
@@ -348,10 +326,68 @@ static AL_TARGET_AVX512 int scale_avx512(float *w, int n, float s) {
         _mm512_storeu_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), s16));
     return j;
 }
+/* dst [j] = src [j] * s for j < n, 0 for n <= j < width, from dst's first 32- / 64-byte boundary
+ * in streaming stores (plain ones before it): returns how many leading elements it did */
+static AL_TARGET_AVX2 int scale_stream_avx2(float *dst, const float *src, int n, float s,
+                                            int width) {
+    const __m256 s8 = _mm256_set1_ps(s);
+    int j = 0;
+    for (; j < width && ((uintptr_t)(dst + j) & 31); j++) dst[j] = j < n ? src[j] * s : 0.0f;
+    for (; j + 8 <= n; j += 8)
+        _mm256_stream_ps(dst + j, _mm256_mul_ps(_mm256_loadu_ps(src + j), s8));
+    for (; j < n && j < width; j++) dst[j] = src[j] * s;
+    for (; j < width && ((uintptr_t)(dst + j) & 31); j++) dst[j] = 0.0f;
+    for (; j + 8 <= width; j += 8) _mm256_stream_ps(dst + j, _mm256_setzero_ps());
+    return j;
+}
+static AL_TARGET_AVX512 int scale_stream_avx512(float *dst, const float *src, int n, float s,
+                                                int width) {
+    const __m512 s16 = _mm512_set1_ps(s);
+    int j = 0;
+    for (; j < width && ((uintptr_t)(dst + j) & 63); j++) dst[j] = j < n ? src[j] * s : 0.0f;
+    for (; j + 16 <= n; j += 16)
+        _mm512_stream_ps(dst + j, _mm512_mul_ps(_mm512_loadu_ps(src + j), s16));
+    for (; j < n && j < width; j++) dst[j] = src[j] * s;
+    for (; j < width && ((uintptr_t)(dst + j) & 63); j++) dst[j] = 0.0f;
+    for (; j + 16 <= width; j += 16) _mm512_stream_ps(dst + j, _mm512_setzero_ps());
+    return j;
+}
 #define AL_CPU_IS(level) (al__cpu_level() == (level))
 #else
 #define AL_CPU_IS(level) 0
 #endif
+
+/* one row of al__add_layernorm: x [C] += d [C] (d not NULL), then y [C] = its layer norm; the
+ * sums in double, in lanes (omp simd: vectorised, any order) */
+static void add_ln_row(float *y, float *x, const float *d, const float *g, const float *b, int C,
+                       float eps) {
+    if (d)
+        for (int c = 0; c < C; c++) x[c] += d[c];
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    double mean = s / C, v = 0.0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        double e = x[c] - mean;
+        v += e * e;
+    }
+    float rstd = (float)(1.0 / sqrt(v / C + eps)), mu = (float)mean;
+    for (int c = 0; c < C; c++) y[c] = (x[c] - mu) * rstd * g[c] + (b ? b[c] : 0.0f);
+}
+
+void al__add_layernorm(float *x, const float *d, float *y, const float *g, const float *b, int M,
+                       int C, float eps) {
+#pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
+    for (int i = 0; i < M; i++)
+        add_ln_row(y + (size_t)i * C, x + (size_t)i * C, d ? d + (size_t)i * C : NULL, g, b, C,
+                   eps);
+}
+
+void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
+                   float eps) {
+    al__add_layernorm((float *)x, NULL, y, g, b, M, C, eps); /* x only read (d NULL) */
+}
 
 float al__expf(float x) {
     return vexpf(x);
@@ -447,17 +483,16 @@ static double expsum_scalar(float *w, const float *z, int n8, float mx) {
     return s;
 }
 
-void al__softmax_row(float *w, const float *z, int n) {
-    int n8 = n & ~7;
+float al__softmax_exp(float *w, const float *z, int n) {
+    int n8 = n & ~7; /* the vector passes' part: [0, n8), the rest scalar */
     float (*max_fn)(const float *, int) = max_scalar;
     double (*expsum_fn)(float *, const float *, int, float) = expsum_scalar;
-    int (*scale_fn)(float *, int, float) = NULL;
 #ifdef AL_X86_DISPATCH
     al__cpu_isa isa = al__cpu_level();
     if (isa == AL__CPU_AVX512)
-        max_fn = max_avx512, expsum_fn = expsum_avx512, scale_fn = scale_avx512;
+        max_fn = max_avx512, expsum_fn = expsum_avx512, n8 = n; /* masked: all of it */
     else if (isa == AL__CPU_AVX2)
-        max_fn = max_avx2, expsum_fn = expsum_avx2, scale_fn = scale_avx2;
+        max_fn = max_avx2, expsum_fn = expsum_avx2;
 #endif
     float mx = max_fn(z, n8);
     for (int j = n8; j < n; j++) mx = z[j] > mx ? z[j] : mx;
@@ -466,6 +501,34 @@ void al__softmax_row(float *w, const float *z, int n) {
         w[j] = vexpf(z[j] - mx);
         s += w[j];
     }
-    float inv = (float)(1.0 / s);
+    return (float)(1.0 / s);
+}
+
+void al__softmax_row(float *w, const float *z, int n) {
+    float inv = al__softmax_exp(w, z, n);
+    int (*scale_fn)(float *, int, float) = NULL;
+#ifdef AL_X86_DISPATCH
+    if (AL_CPU_IS(AL__CPU_AVX512))
+        scale_fn = scale_avx512;
+    else if (AL_CPU_IS(AL__CPU_AVX2))
+        scale_fn = scale_avx2;
+#endif
     for (int j = scale_fn ? scale_fn(w, n, inv) : 0; j < n; j++) w[j] *= inv;
+}
+
+void al__scale_stream(float *dst, const float *src, int n, float s, int width) {
+    int j = 0;
+#ifdef AL_X86_DISPATCH
+    if (AL_CPU_IS(AL__CPU_AVX512))
+        j = scale_stream_avx512(dst, src, n, s, width);
+    else if (AL_CPU_IS(AL__CPU_AVX2))
+        j = scale_stream_avx2(dst, src, n, s, width);
+#endif
+    for (; j < width; j++) dst[j] = j < n ? src[j] * s : 0.0f;
+}
+
+void al__stream_fence(void) {
+#ifdef AL_X86_DISPATCH
+    _mm_sfence();
+#endif
 }

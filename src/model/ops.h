@@ -14,6 +14,10 @@ void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, 
 /* y[M, C] = (x - mean) / sqrt(var + eps) * g + b, per row. y may equal x. */
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
                    float eps);
+/* x[M, C] += d[M, C] (d not NULL), then y[M, C] = al__layernorm(x): a residual add and the next
+ * layer norm in one pass (the same bits as al__add then al__layernorm). y may equal x. */
+void al__add_layernorm(float *x, const float *d, float *y, const float *g, const float *b, int M,
+                       int C, float eps);
 /* y[M, C] = x / sqrt(mean(x^2) + eps) * g, per row. y may equal x. */
 void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float eps);
 void al__gelu_tanh(float *x, size_t n);                    /* GPT-2's GELU */
@@ -117,6 +121,11 @@ static inline int al__attn_mod_head(const al_attn_variant *v, int h) {
  * z. scr: AL__VSCR_PER_KEY * n floats (8-byte aligned). */
 void al__attn_variant_row(const al_attn_variant *v, float *w, const float *z, int n, int L,
                           float *scr);
+/* al__attn_variant_row without a softmax's last pass: returns s, w times s being its weights
+ * (a dense softmax row, K = n: al__softmax_exp's exp(z - max) and 1 / sum; other rows: w already
+ * the weights, s = 1), bit for bit. */
+float al__attn_variant_row_exp(const al_attn_variant *v, float *w, const float *z, int n, int L,
+                               float *scr);
 
 /* Threads of every kernel (OpenMP's; OpenBLAS is kept single-threaded inside them so that
  * the two pools never compete). n <= 0: all cores. */
@@ -125,7 +134,15 @@ int al__get_threads(void);
 void al__blas_single(void); /* sets OpenBLAS to one thread (called by the matmuls) */
 /* w[n] = softmax(z[n]) (max-shifted, float exp, double sum). w may equal z. */
 void al__softmax_row(float *w, const float *z, int n);
-float al__expf(float x);                  /* float exp to ~2 ulp, vectorisable */
+/* The softmax without its last pass: w[n] = exp(z - max z), returning 1 / sum w (the sum in
+ * double): w times it is al__softmax_row's w, bit for bit. w may equal z. */
+float al__softmax_exp(float *w, const float *z, int n);
+/* dst[j] = src[j] * s for j < n, 0 for n <= j < width (n <= width), written in streaming
+ * (non-temporal) stores at the AVX2 and AVX-512 levels: for a large array filled for someone
+ * else (the capture arrays), not read back now. Call al__stream_fence before others read it. */
+void al__scale_stream(float *dst, const float *src, int n, float s, int width);
+void al__stream_fence(void); /* the streaming stores made so far ordered before later ones */
+float al__expf(float x);     /* float exp to ~2 ulp, vectorisable */
 void al__exp_inplace(float *x, size_t n); /* x = exp(x) */
 
 #endif

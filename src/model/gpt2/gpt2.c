@@ -107,11 +107,12 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
     int want_embed = req && req->fn && (req->what & AL_CAP_EMBED);
     if (want_embed) memcpy(a->embed, a->x, (size_t)T * C * sizeof(float));
 
+    int ln_done = 0; /* a->ln holds this layer's ln_1(x) already (the previous layer's final add) */
     for (int l = 0; l <= f->last; l++) {
         const al__gpt2_layer *w = &g->layers[l];
         int r0 = al__fwd_row0(f, l, L), M = T - r0;
         float *x = a->x + (size_t)r0 * C; /* [M, C] */
-        al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
+        if (!ln_done) al__layernorm(a->ln, a->x, w->ln1_w, w->ln1_b, T, C, 1e-5f);
         linear(g, a->qkv, a->ln, w->attn_w, w->attn_b, T, C, 3 * C);
         al__attn at = al__attn_fused(l, T, H, C, 1, a->qkv, a->atty, a->ln,
                                      want_embed ? a->embed : NULL, req);
@@ -122,17 +123,28 @@ static int gpt2_forward(al_model *m, const int32_t *tokens, int T, const al_capt
         int rc = al__attention_ws(&at, &a->ws, err);
         if (rc) return rc;
         linear(g, a->proj, a->atty + (size_t)r0 * C, w->proj_w, w->proj_b, M, C, C);
-        al__add(x, a->proj, (size_t)M * C);
-        al__layernorm(a->ln, x, w->ln2_w, w->ln2_b, M, C, 1e-5f);
+        al__add_layernorm(x, a->proj, a->ln, w->ln2_w, w->ln2_b, M, C, 1e-5f); /* x += proj */
         linear(g, a->fch, a->ln, w->fc_w, w->fc_b, M, C, 4 * C);
         al__gelu_tanh(a->fch, (size_t)M * 4 * C);
         linear(g, a->proj, a->fch, w->fcproj_w, w->fcproj_b, M, 4 * C, C);
-        al__add(x, a->proj, (size_t)M * C);
+        /* x += proj, in one pass with the next norm into a->ln: the next layer's ln_1 (when
+         * it covers all T rows: r0 = 0) or ln_f of the output rows [r0, T) (the top layer) */
+        const float *nw = NULL, *nb = NULL;
+        if (l < f->last && r0 == 0)
+            nw = g->layers[l + 1].ln1_w, nb = g->layers[l + 1].ln1_b;
+        else if (l == L - 1 && (logits || final_hidden))
+            nw = g->lnf_w, nb = g->lnf_b;
+        if (nw)
+            al__add_layernorm(x, a->proj, a->ln, nw, nb, M, C, 1e-5f);
+        else
+            al__add(x, a->proj, (size_t)M * C);
+        ln_done = nw != NULL;
     }
 
     if (!logits && !final_hidden) return 0;
-    int M = T - f->row0; /* the output rows [row0, T) */
-    al__layernorm(a->ln, a->x + (size_t)f->row0 * C, g->lnf_w, g->lnf_b, M, C, 1e-5f);
+    int M = T - f->row0;              /* the output rows [row0, T) */
+    if (!ln_done || f->last != L - 1) /* ln_f not done with the top layer's add */
+        al__layernorm(a->ln, a->x + (size_t)f->row0 * C, g->lnf_w, g->lnf_b, M, C, 1e-5f);
     if (final_hidden) memcpy(final_hidden, a->ln, (size_t)M * C * sizeof(float));
     /* LM head tied to wte: logits [M, V] = ln_f(x) [M, C] @ wte[0..V) [V, C]^T */
     if (logits) al__matmul_nt(logits, a->ln, g->wte, NULL, M, C, g->vocab_size);
