@@ -687,6 +687,19 @@ static void test_softmax_exp_scale_stream(void **state) {
             al__softmax_row(w2, src, n);
             for (int j = 0; j < n; j++) assert_true(w[j] * inv == w2[j]);
         }
+        /* a NaN logit (a NaN weight of the model upstream) leaves the whole row NaN at every
+         * level, as libm's expf would: never a finite row for the capture to pass on */
+        for (int n = 1; n <= 40; n += 3)
+            for (int at = 0; at < n; at += 5) {
+                float z[40];
+                memcpy(z, src, sizeof z);
+                z[at] = NAN;
+                al__softmax_row(w, z, n);
+                for (int j = 0; j < n; j++)
+                    if (!isnan(w[j]))
+                        fail_msg("softmax %s n %d NaN at %d: w[%d] = %g", al__cpu_name(isa), n, at,
+                                 j, w[j]);
+            }
         for (int off = 0; off < 17; off += 3)
             for (int n = 0; n <= 70; n += 7)
                 for (int width = n; width <= n + 40; width += 13) {

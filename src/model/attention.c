@@ -567,8 +567,13 @@ int al__attention_ws(const al__attn *a, al__attn_ws *ws, al_error *err) {
                 if (lcap)
                     for (int j = 0; j < lo; j++) Li[j] = -INFINITY;
                 for (int j = n; j < kend; j++) Wi[j] = 0.0f;
-                if (wdst) /* the weights, then 0 past kend (unless there from the last pass) */
-                    al__scale_stream(wdst + (size_t)i * T, Wi, kend, rs[i], skip_w ? kend : T);
+                if (wdst) { /* the visible weights [lo, n) scaled, 0 before lo and from n on
+                             * (up to kend, or to T unless there from the last pass): the zeros
+                             * written, not scaled (0 x a NaN 1 / sum would be NaN) */
+                    float *wd = wdst + (size_t)i * T;
+                    for (int j = 0; j < lo; j++) wd[j] = 0.0f;
+                    al__scale_stream(wd + lo, Wi + lo, n - lo, rs[i], (skip_w ? kend : T) - lo);
+                }
                 if (lcap)
                     for (int j = n, end = skip_l ? kend : T; j < end; j++) Li[j] = -INFINITY;
             }

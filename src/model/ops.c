@@ -142,6 +142,7 @@ void al__rmsnorm(float *y, const float *x, const float *g, int M, int C, float e
 /* exp(x) in float to about 2 ulp, written so that the compiler vectorises the loops calling it
  * (Cody-Waite range reduction, degree-6 polynomial, 2^n built in the exponent bits). */
 static inline float vexpf(float x) {
+    if (x != x) return x; /* NaN: itself (the clamp below would make it finite) */
     x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
     const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float t = x * 1.44269504088896341f + shift;
@@ -173,6 +174,7 @@ static inline float vexpf(float x) {
 
 /* vexpf on 8 lanes (the same steps, AVX2 + FMA) */
 static inline AL_TARGET_AVX2 __m256 vexp8(__m256 x) {
+    const __m256 x0 = x; /* a NaN lane is returned as it came (the clamp would make it finite) */
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     const __m256 shift = _mm256_set1_ps(12582912.0f);
     __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shift);
@@ -188,11 +190,13 @@ static inline AL_TARGET_AVX2 __m256 vexp8(__m256 x) {
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(
         _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 23);
-    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+    __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+    return _mm256_blendv_ps(y, x0, _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q));
 }
 
 /* vexpf on 16 lanes (the same steps, AVX-512 F) */
 static inline AL_TARGET_AVX512 __m512 vexp16(__m512 x) {
+    const __m512 x0 = x; /* a NaN lane is returned as it came, as in vexp8 */
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
     const __m512 shift = _mm512_set1_ps(12582912.0f);
     __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift);
@@ -208,7 +212,8 @@ static inline AL_TARGET_AVX512 __m512 vexp16(__m512 x) {
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(
         _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)), 23);
-    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+    __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q), x0);
 }
 
 /* the vector part of each kernel: returns how many leading elements it did */
