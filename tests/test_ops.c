@@ -98,6 +98,15 @@ static void check_sgemm(int m, int n, int K, int transB, int acc) {
     free(A), free(B), free(C), free(C0);
 }
 
+/* fn() at every CPU level this host has; then back to the detected level. */
+static void each_level(void (*fn)(void)) {
+    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
+        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
+        fn();
+    }
+    al__cpu_force((al__cpu_isa)-1);
+}
+
 /* A GEMM check at one shape and variant t (transB, acc, ... as the check decodes it). */
 typedef void (*gemm_check)(int m, int n, int K, int t);
 
@@ -326,11 +335,7 @@ static void check_matmul_shapes(void) {
 /* every CPU level this machine has: our SGEMM at avx512, OpenBLAS below */
 static void test_matmul(void **state) {
     (void)state;
-    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
-        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
-        check_matmul_shapes();
-    }
-    al__cpu_force((al__cpu_isa)-1);
+    each_level(check_matmul_shapes);
     al__set_threads(0);
 }
 
@@ -664,11 +669,7 @@ static void attention_at_level(void) {
 
 static void test_attention(void **state) {
     (void)state;
-    for (int isa = AL__CPU_SCALAR; isa <= (int)al__cpu_detect(); isa++) {
-        assert_int_equal(al__cpu_force((al__cpu_isa)isa), isa);
-        attention_at_level();
-    }
-    al__cpu_force((al__cpu_isa)-1);
+    each_level(attention_at_level);
 }
 
 /* al__softmax_exp times its return is al__softmax_row, bit for bit; al__scale_stream writes
