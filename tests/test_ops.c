@@ -375,7 +375,7 @@ static void test_layernorm_rmsnorm(void **state) {
     free(x), free(g), free(b), free(y), free(ref);
 }
 
-/* al__add_layernorm (and al__layernorm, its d = NULL case) at every CPU level, row lengths
+/* al__add_layernorm (and al__layernorm, the same row code) at every CPU level, row lengths
  * around the vector widths: x + d exactly as float adds, y against the double loop; the same as
  * al__add then al__layernorm, bit for bit, in place too */
 static void test_add_layernorm(void **state) {

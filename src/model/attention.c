@@ -67,20 +67,19 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz, const char *what,
         c##r##1 = _mm256_fmadd_ps(b_, x1, c##r##1);                                                \
     } while (0)
 /* the accumulators into tile[6][16], row r times s[r] (__m256 s[6]) */
+#define ACC_STORE_ROW(tile, s, r)                                                                  \
+    do {                                                                                           \
+        _mm256_storeu_ps(tile[r], _mm256_mul_ps(c##r##0, s[r]));                                   \
+        _mm256_storeu_ps(tile[r] + 8, _mm256_mul_ps(c##r##1, s[r]));                               \
+    } while (0)
 #define ACC_STORE(tile, s)                                                                         \
     do {                                                                                           \
-        _mm256_storeu_ps(tile[0], _mm256_mul_ps(c00, s[0]));                                       \
-        _mm256_storeu_ps(tile[0] + 8, _mm256_mul_ps(c01, s[0]));                                   \
-        _mm256_storeu_ps(tile[1], _mm256_mul_ps(c10, s[1]));                                       \
-        _mm256_storeu_ps(tile[1] + 8, _mm256_mul_ps(c11, s[1]));                                   \
-        _mm256_storeu_ps(tile[2], _mm256_mul_ps(c20, s[2]));                                       \
-        _mm256_storeu_ps(tile[2] + 8, _mm256_mul_ps(c21, s[2]));                                   \
-        _mm256_storeu_ps(tile[3], _mm256_mul_ps(c30, s[3]));                                       \
-        _mm256_storeu_ps(tile[3] + 8, _mm256_mul_ps(c31, s[3]));                                   \
-        _mm256_storeu_ps(tile[4], _mm256_mul_ps(c40, s[4]));                                       \
-        _mm256_storeu_ps(tile[4] + 8, _mm256_mul_ps(c41, s[4]));                                   \
-        _mm256_storeu_ps(tile[5], _mm256_mul_ps(c50, s[5]));                                       \
-        _mm256_storeu_ps(tile[5] + 8, _mm256_mul_ps(c51, s[5]));                                   \
+        ACC_STORE_ROW(tile, s, 0);                                                                 \
+        ACC_STORE_ROW(tile, s, 1);                                                                 \
+        ACC_STORE_ROW(tile, s, 2);                                                                 \
+        ACC_STORE_ROW(tile, s, 3);                                                                 \
+        ACC_STORE_ROW(tile, s, 4);                                                                 \
+        ACC_STORE_ROW(tile, s, 5);                                                                 \
     } while (0)
 
 /* the six row pointers of a tile of mr rows at base (ld ld): rows past mr repeat the last */

@@ -362,12 +362,9 @@ static AL_TARGET_AVX512 int scale_stream_avx512(float *dst, const float *src, in
 #define AL_CPU_IS(level) 0
 #endif
 
-/* one row of al__add_layernorm: x [C] += d [C] (d not NULL), then y [C] = its layer norm; the
- * sums in double, in lanes (omp simd: vectorised, any order) */
-static void add_ln_row(float *y, float *x, const float *d, const float *g, const float *b, int C,
-                       float eps) {
-    if (d)
-        for (int c = 0; c < C; c++) x[c] += d[c];
+/* one row's layer norm: y [C] = (x - mean) / sqrt(var + eps) * g + b (b NULL: 0); the sums in
+ * double, in lanes (omp simd: vectorised, any order) */
+static void ln_row(float *y, const float *x, const float *g, const float *b, int C, float eps) {
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (int c = 0; c < C; c++) s += x[c];
@@ -384,14 +381,18 @@ static void add_ln_row(float *y, float *x, const float *d, const float *g, const
 void al__add_layernorm(float *x, const float *d, float *y, const float *g, const float *b, int M,
                        int C, float eps) {
 #pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
-    for (int i = 0; i < M; i++)
-        add_ln_row(y + (size_t)i * C, x + (size_t)i * C, d ? d + (size_t)i * C : NULL, g, b, C,
-                   eps);
+    for (int i = 0; i < M; i++) {
+        float *xi = x + (size_t)i * C; /* [C] */
+        const float *di = d + (size_t)i * C;
+        for (int c = 0; c < C; c++) xi[c] += di[c];
+        ln_row(y + (size_t)i * C, xi, g, b, C, eps);
+    }
 }
 
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
                    float eps) {
-    al__add_layernorm((float *)x, NULL, y, g, b, M, C, eps); /* x only read (d NULL) */
+#pragma omp parallel for schedule(dynamic, 16) if (M >= 64 && !omp_in_parallel())
+    for (int i = 0; i < M; i++) ln_row(y + (size_t)i * C, x + (size_t)i * C, g, b, C, eps);
 }
 
 float al__expf(float x) {

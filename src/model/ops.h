@@ -14,7 +14,7 @@ void al__matmul_nt(float *y, const float *x, const float *W, const float *bias, 
 /* y[M, C] = (x - mean) / sqrt(var + eps) * g + b, per row. y may equal x. */
 void al__layernorm(float *y, const float *x, const float *g, const float *b, int M, int C,
                    float eps);
-/* x[M, C] += d[M, C] (d not NULL), then y[M, C] = al__layernorm(x): a residual add and the next
+/* x[M, C] += d[M, C], then y[M, C] = al__layernorm(x): a residual add and the next
  * layer norm in one pass (the same bits as al__add then al__layernorm). y may equal x. */
 void al__add_layernorm(float *x, const float *d, float *y, const float *g, const float *b, int M,
                        int C, float eps);
