@@ -119,6 +119,7 @@ typedef struct scratch {
     void *kvs;      /* [32 L bytes] its sort scratch */
     int r_layer, r_head, r_L, r_have_nm; /* whose w rank holds (r_layer -1: none) */
     al_norm r_nm;                        /* ... and its normalizer (when r_have_nm) */
+    double vsec[64][4]; /* --readings: this thread's CPU seconds of each reading's heads (jobs.c) */
 } scratch;
 
 void al__ex_to_double(const float *src, double *dst, size_t n);

@@ -422,7 +422,10 @@ static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, do
     for (int v = 0; v < c->n_var && !bad; v++) {
         if (al__cancelled()) /* a signal stops a head between its readings, on any thread */
             return al__err(err, AL_E_CANCELLED, "interrupted");
-        if (c->var[v].j) bad = head_work(&c->var[v], c, cap, i, sc, tsec, err);
+        if (!c->var[v].j) continue;
+        double vt[4] = {0, 0, 0, 0};
+        bad = head_work(&c->var[v], c, cap, i, sc, vt, err);
+        for (int k = 0; k < 4; k++) tsec[k] += vt[k], sc->vsec[v][k] += vt[k];
     }
     return bad;
 }
@@ -472,6 +475,15 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
     c->j->t_sep += tsec[1];
     c->j->t_sens += tsec[2];
     c->j->t_van += tsec[3];
+    /* each reading's results.json counts its own heads' CPU time (the run's counts all of it) */
+    for (int v = 0; v < c->n_var; v++)
+        for (int t = 0; t < c->n_threads; t++) {
+            double *s = c->sc[t].vsec[v];
+            if (c->var[v].j)
+                c->var[v].j->t_dist += s[0], c->var[v].j->t_sep += s[1],
+                    c->var[v].j->t_sens += s[2], c->var[v].j->t_van += s[3];
+            s[0] = s[1] = s[2] = s[3] = 0;
+        }
     if (rc) return rc;
     c->layers_done++;
     snprintf(c->status, sizeof c->status, "window %d, L = %d: layer %d/%d", c->j->window, c->L,
@@ -636,7 +648,7 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
     if (!rc) rc = merge_job(p, j, c.done, err);
     for (int v = 0; v < nv && !rc; v++) {
         if (!vj[v]) continue;
-        vj[v]->t_wall = j->t_wall; /* the shared forward; the heads' CPU time is the main job's */
+        vj[v]->t_wall = j->t_wall; /* the shared forward (the run's CPU time includes theirs) */
         rc = merge_job(vp[v], vj[v], c.done, err);
     }
     free(c.done);

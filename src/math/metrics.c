@@ -666,7 +666,9 @@ static inline void two_sum(double a, double b, double *s, double *e) {
 
 /* (hi, lo)[d] += a * fl(x[k] * sc) in double-double (sc = 1 adds a x exactly; sc = 1/|x| the
  * unit vector as fl(x_k / |x|)). */
-static void dd_axpy(double a, const double *x, double sc, int64_t d, double *hi, double *lo) {
+static void dd_axpy(double a, const double *restrict x, double sc, int64_t d, double *restrict hi,
+                    double *restrict lo) {
+#pragma omp simd
     for (int64_t k = 0; k < d; k++) {
         double p, pe, s, se;
         two_prod(a, x[k] * sc, &p, &pe);
