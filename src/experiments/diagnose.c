@@ -87,10 +87,10 @@ static int diag_head(diag_ctx *c, const al_capture *cap, int i, scratch *sc, al_
                                   cap->heads[i], &so, NULL, &c->spec[h], err);
 }
 
-static int diag_one(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
-                    al_error *err) {
+static int diag_one(void *ctx, const al_capture *cap, const al__ex_unit *u, scratch *sc,
+                    double tsec[4], al_error *err) {
     (void)tsec;
-    return diag_head(ctx, cap, i, sc, err);
+    return diag_head(ctx, cap, u->i, sc, err);
 }
 
 static int diag_observe(void *user, const al_capture *cap, al_error *err) {
@@ -103,7 +103,11 @@ static int diag_observe(void *user, const al_capture *cap, al_error *err) {
                        .sc = c->sc,
                        .done = c->done};
     double tsec[4] = {0, 0, 0, 0};
-    return al__ex_each_head(&hs, diag_one, c, tsec, err);
+    al__ex_unit *u = NULL;
+    int n = al__ex_head_units(&hs, &u, err);
+    int rc = n < 0 ? AL_E_NOMEM : al__ex_each_unit(&hs, u, n, diag_one, c, tsec, err);
+    free(u);
+    return rc;
 }
 
 /* Rank 0: the diagnosis and, with --out, the explorer's window (the first W tokens of the window

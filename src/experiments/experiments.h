@@ -112,13 +112,17 @@ typedef struct scratch {
     double *x;            /* [L, dx] */
     double *q, *k;        /* [L, d_head] */
     al_topn_stats *st;    /* [max(nd, ns)] */
-    al_reading_stats *rd; /* [max(nd, ns)] */
+    al_reading_stats *rd; /* [2 (max(nd, ns) + 1)] (jobs.c: a pair of readings) */
     double *G;            /* [L, L] X X^T of x, shared by the metrics calls on these vectors */
     int g_layer, g_head, g_vec; /* whose G it holds (g_layer -1: none) */
     uint16_t *rank; /* [L, L] the rows' ranking of w (al__head_rank), shared by the calls on w */
     void *kvs;      /* [32 L bytes] its sort scratch */
     int r_layer, r_head, r_L, r_have_nm; /* whose w rank holds (r_layer -1: none) */
     al_norm r_nm;                        /* ... and its normalizer (when r_have_nm) */
+    int w_layer, w_head, w_have_nm;      /* whose w it holds (w_layer -1: none; jobs.c) */
+    al_norm w_nm;
+    int z_layer, z_head;        /* whose z it holds (-1: none) */
+    int x_layer, x_head, x_vec; /* whose x it holds (-1: none) */
     double vsec[64][4]; /* --readings: this thread's CPU seconds of each reading's heads (jobs.c) */
 } scratch;
 
@@ -147,14 +151,25 @@ typedef struct al__ex_heads {
     scratch *sc;   /* [n_threads] */
     uint8_t *done; /* [H] */
 } al__ex_heads;
-/* Head i of cap with a thread's scratch; adds the CPU seconds it spends to tsec[4]. */
-typedef int (*al__ex_head_fn)(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
-                              al_error *err);
-/* fn over every head of hs in parallel; tsec[4] receives the sum of the threads' seconds. The
- * first error stops the other heads and is returned. Before each head, thread 0 (the caller's)
- * asks the caller's progress callback (al_set_progress): a stop is AL_E_CANCELLED. */
-int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
-                     al_error *err);
+/* A unit of work on one capture: head i of cap, context k (-1: the run's own; else reading k),
+ * part (0: the metrics on the weights; 1: Algorithm 5 on the logits; jobs.c). */
+typedef struct al__ex_unit {
+    int i, k, part;
+} al__ex_unit;
+/* One unit with a thread's scratch; adds the CPU seconds it spends to tsec[4]. */
+typedef int (*al__ex_unit_fn)(void *ctx, const al_capture *cap, const al__ex_unit *u, scratch *sc,
+                              double tsec[4], al_error *err);
+/* fn over units[n_units] in parallel, those of one head consecutive: each thread takes the next
+ * of its own contiguous share, then the last ones left in the largest share (so the threads keep
+ * to their own heads, whose scratch they hold, until the end of the layer); tsec[4] receives the
+ * sum of the threads' seconds and done[h] counts each head once. The first error stops the other
+ * units and is returned. Before each unit, thread 0 (the caller's) asks the caller's progress
+ * callback (al_set_progress): a stop is AL_E_CANCELLED. */
+int al__ex_each_unit(const al__ex_heads *hs, const al__ex_unit *units, int n_units,
+                     al__ex_unit_fn fn, void *ctx, double tsec[4], al_error *err);
+/* *out: one unit {i, -1, 0} per head of hs->cap this rank computes; returns their count (-1: no
+ * memory). */
+int al__ex_head_units(const al__ex_heads *hs, al__ex_unit **out, al_error *err);
 
 /* ---- partial results (partial.c) */
 

@@ -37,23 +37,34 @@ typedef struct obs_ctx {
  * instead of once per head and per call. The head-wide ones (value, key) share theirs between
  * the calls of one head (scratch.G). */
 typedef struct layer_gram {
-    double *G[5]; /* [L, L] per al_vectors kind (NULL: not used by this job) */
-    int layer[5]; /* the layer each holds (-1: none; the embedding: 0 once built) */
-    double *xd;   /* [L, d_model] the vectors in double */
+    double *G[5];  /* [L, L] per al_vectors kind (NULL: not used by this job) */
+    int layer[5];  /* the layer each holds (-1: none; the embedding: 0 once built) */
+    double *xd[5]; /* [L, d_model] per kind: the vectors in double */
 } layer_gram;
 
 void al__ex_to_double(const float *src, double *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i];
 }
 
-/* Prepares head i of the capture in scratch sc: z (logits, masked entries 0), w (weights),
- * x (vectors). A row sees keys lo..t (a sliding window's lo, else 0): the rest is 0. */
-static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int need_z,
-                        al_error *err) {
+static int wide_vectors(al_vectors v);
+
+static int same_norm(const al_norm *a, const al_norm *b) {
+    return a->kind == b->kind && a->temperature == b->temperature && a->alpha == b->alpha &&
+           a->ssmax_s == b->ssmax_s;
+}
+
+/* Prepares head i of the capture in scratch sc: z (logits, masked entries 0) when need_z, and
+ * when need_w the weights w and the vectors x. A row sees keys lo..t (a sliding window's lo, else
+ * 0): the rest is 0. Each array is kept for the next call on the same thread that wants the same
+ * one (another part or reading of the head: the same bits), keyed within the job (one window, one
+ * L) by layer, head, normalizer and kind of vectors (the d_model-wide ones: any head). */
+static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int need_w,
+                        int need_z, al_error *err) {
     const plan *p = c->p;
     int64_t L = cap->T;
     size_t LL = (size_t)L * L;
-    if (need_z) {
+    need_z |= need_w && p->have_nm; /* the re-normalised weights come from the logits */
+    if (need_z && (sc->z_layer != cap->layer || sc->z_head != i)) {
         const float *z = cap->logits + (size_t)i * LL;
         for (int64_t t = 0; t < L; t++) {
             int64_t lo = al__row_lo(t, cap->causal, cap->window);
@@ -61,39 +72,39 @@ static int prepare_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, i
             double *zr = sc->z + (size_t)t * L;
             for (int64_t u = 0; u < L; u++) zr[u] = u >= lo && u < hi ? z[(size_t)t * L + u] : 0;
         }
+        sc->z_layer = cap->layer, sc->z_head = i;
     }
-    if (p->have_nm) {
-        for (int64_t t = 0; t < L; t++) {
-            int64_t lo = al__row_lo(t, cap->causal, cap->window);
-            int64_t n = al__row_n(t, L, cap->causal, cap->window);
-            double *wr = sc->w + (size_t)t * L;
-            for (int64_t u = 0; u < lo; u++) wr[u] = 0;
-            int rc = al_norm_forward(&p->nm, sc->z + (size_t)t * L + lo, n, wr + lo, err);
-            if (rc)
-                return al__err_prefix(err, rc, "layer %d head %d row %lld", cap->layer,
-                                      cap->heads[i], (long long)t);
-            for (int64_t u = lo + n; u < L; u++) wr[u] = 0;
+    if (!need_w) return 0;
+    if (sc->w_layer != cap->layer || sc->w_head != i || sc->w_have_nm != p->have_nm ||
+        (p->have_nm && !same_norm(&sc->w_nm, &p->nm))) {
+        sc->w_layer = -1; /* until complete */
+        if (p->have_nm) {
+            for (int64_t t = 0; t < L; t++) {
+                int64_t lo = al__row_lo(t, cap->causal, cap->window);
+                int64_t n = al__row_n(t, L, cap->causal, cap->window);
+                double *wr = sc->w + (size_t)t * L;
+                for (int64_t u = 0; u < lo; u++) wr[u] = 0;
+                int rc = al_norm_forward(&p->nm, sc->z + (size_t)t * L + lo, n, wr + lo, err);
+                if (rc)
+                    return al__err_prefix(err, rc, "layer %d head %d row %lld", cap->layer,
+                                          cap->heads[i], (long long)t);
+                for (int64_t u = lo + n; u < L; u++) wr[u] = 0;
+            }
+        } else {
+            al__ex_to_double(cap->weights + (size_t)i * LL, sc->w, LL);
         }
-    } else {
-        al__ex_to_double(cap->weights + (size_t)i * LL, sc->w, LL);
+        sc->w_layer = cap->layer, sc->w_head = i, sc->w_have_nm = p->have_nm, sc->w_nm = p->nm;
     }
-    switch (p->o.vectors) {
-    case AL_VEC_VALUE:
-        al__ex_to_double(cap->v + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
-        break;
-    case AL_VEC_KEY:
-        al__ex_to_double(cap->k + (size_t)i * L * cap->d_head, sc->x, (size_t)L * cap->d_head);
-        break;
-    case AL_VEC_HIDDEN:
-        al__ex_to_double(cap->hidden, sc->x, (size_t)L * cap->d_model);
-        break;
-    case AL_VEC_EMBED:
-        al__ex_to_double(cap->embed ? cap->embed : c->embed, sc->x, (size_t)L * cap->d_model);
-        break;
-    case AL_VEC_RESIDUAL:
-        al__ex_to_double(cap->residual, sc->x, (size_t)L * cap->d_model);
-        break;
-    }
+    al_vectors v = p->o.vectors;
+    int wide = wide_vectors(v), xl = v == AL_VEC_EMBED ? 0 : cap->layer, xh = wide ? -2 : i;
+    if (sc->x_layer == xl && sc->x_head == xh && sc->x_vec == (int)v) return 0;
+    const float *src = v == AL_VEC_VALUE    ? cap->v + (size_t)i * L * cap->d_head
+                       : v == AL_VEC_KEY    ? cap->k + (size_t)i * L * cap->d_head
+                       : v == AL_VEC_HIDDEN ? cap->hidden
+                       : v == AL_VEC_EMBED  ? (cap->embed ? cap->embed : c->embed)
+                                            : cap->residual;
+    al__ex_to_double(src, sc->x, (size_t)L * (wide ? cap->d_model : cap->d_head));
+    sc->x_layer = xl, sc->x_head = xh, sc->x_vec = (int)v;
     return 0;
 }
 
@@ -112,25 +123,36 @@ static int uses_gram(const obs_ctx *c) {
 static int build_layer_grams(obs_ctx *c, const al_capture *cap, al_error *err) {
     layer_gram *lg = c->lg;
     int64_t L = cap->T;
+    al_vectors todo[5];
+    const float *from[5];
+    int nk = 0;
     for (int v = -1; v < c->n_var; v++) {
         const obs_ctx *x = v < 0 ? c : &c->var[v];
         al_vectors k = x->p->o.vectors;
         if (!wide_vectors(k) || !uses_gram(x)) continue;
-        int want = k == AL_VEC_EMBED ? 0 : cap->layer;
-        if (lg->G[k] && lg->layer[k] == want) continue;
+        int want = k == AL_VEC_EMBED ? 0 : cap->layer, dup = 0;
+        for (int q = 0; q < nk; q++) dup |= todo[q] == k;
+        if (dup || (lg->G[k] && lg->layer[k] == want)) continue;
         if (!lg->G[k] && !(lg->G[k] = al__malloc_huge((size_t)L * L * sizeof(double),
                                                       "layer Gram matrix [L, L]", err)))
             return AL_E_NOMEM;
-        if (!lg->xd && !(lg->xd = al__malloc_huge((size_t)L * cap->d_model * sizeof(double),
-                                                  "layer vectors", err)))
+        if (!lg->xd[k] && !(lg->xd[k] = al__malloc_huge((size_t)L * cap->d_model * sizeof(double),
+                                                        "layer vectors", err)))
             return AL_E_NOMEM;
-        const float *src = k == AL_VEC_HIDDEN     ? cap->hidden
-                           : k == AL_VEC_RESIDUAL ? cap->residual
-                           : cap->embed           ? cap->embed
-                                                  : x->embed;
-        al__ex_to_double(src, lg->xd, (size_t)L * cap->d_model);
-        al__head_gram(lg->xd, L, cap->d_model, lg->G[k]);
+        from[nk] = k == AL_VEC_HIDDEN     ? cap->hidden
+                   : k == AL_VEC_RESIDUAL ? cap->residual
+                   : cap->embed           ? cap->embed
+                                          : x->embed;
         lg->layer[k] = want;
+        todo[nk++] = k;
+    }
+    if (nk == 0) return 0;
+        /* one kind a thread (each GEMM single-threaded, as al__head_gram is everywhere) */
+#pragma omp parallel for num_threads(nk < c->n_threads ? nk : c->n_threads) schedule(dynamic, 1)
+    for (int q = 0; q < nk; q++) {
+        al_vectors k = todo[q];
+        al__ex_to_double(from[q], lg->xd[k], (size_t)L * cap->d_model);
+        al__head_gram(lg->xd[k], L, cap->d_model, lg->G[k]);
     }
     return 0;
 }
@@ -146,11 +168,6 @@ static const double *head_gram(const obs_ctx *c, const al_capture *cap, int i, s
         sc->g_layer = cap->layer, sc->g_head = i, sc->g_vec = (int)v;
     }
     return sc->G;
-}
-
-static int same_norm(const al_norm *a, const al_norm *b) {
-    return a->kind == b->kind && a->temperature == b->temperature && a->alpha == b->alpha &&
-           a->ssmax_s == b->ssmax_s;
 }
 
 /* The ranking of every row of the weights prepare_head put in sc->w for head i (al__head_rank),
@@ -196,13 +213,59 @@ double al__ex_process_cpu(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* Two contexts whose distances are the two vector readings (norm-of-sum, sum-vector) of the same
+ * vectors, grid, expectation and seed: one al__head_reading_pair computes both. */
+static int same_dist_point(const obs_ctx *a, const obs_ctx *b) {
+    const plan *p = a->p, *q = b->p;
+    const job *x = a->j, *y = b->j;
+    return x && y && x->nd > 0 && x->nd == y->nd &&
+           !memcmp(x->Nd, y->Nd, (size_t)x->nd * sizeof(int)) && p->o.vectors == q->o.vectors &&
+           p->o.distance != AL_DIST_SUM_OF_NORMS && q->o.distance != AL_DIST_SUM_OF_NORMS &&
+           p->o.distance != q->o.distance && p->o.expectation == q->o.expectation &&
+           p->o.mc_samples == q->o.mc_samples && p->o.exact_max == q->o.exact_max &&
+           p->o.seed == q->o.seed && p->have_nm == q->have_nm &&
+           (!p->have_nm || same_norm(&p->nm, &q->nm));
+}
+
+/* c's partner among the contexts of the run root (same_dist_point; NULL: none) and whether c
+ * leads (comes first: its call computes both; the time is counted as the leader's). */
+static const obs_ctx *dist_partner(const obs_ctx *root, const obs_ctx *c, int *lead) {
+    int me = c == root ? -1 : (int)(c - root->var);
+    for (int v = -1; v < root->n_var; v++) {
+        const obs_ctx *x = v < 0 ? root : &root->var[v];
+        if (x != c && same_dist_point(c, x)) {
+            *lead = me < v;
+            return x;
+        }
+    }
+    return NULL;
+}
+
+/* The reading's per-N stats rd[nd] of head hidx into job j (sum_norms: E alone; dtilde, dmax and
+ * E_mc come from al_head_metrics). */
+static void store_reading(const plan *p, job *j, int hidx, const al_reading_stats *rd,
+                          int sum_norms) {
+    for (int k = 0; k < j->nd; k++) {
+        size_t o = (size_t)hidx * j->nd + k;
+        const al_reading_stats *r = &rd[k];
+        j->E[o] = p->o.expectation == AL_EXPECT_EXACT ? r->exact
+                  : p->o.expectation == AL_EXPECT_MC  ? r->mc
+                                                      : r->analytic;
+        if (sum_norms) continue;
+        j->dtilde[o] = r->dist;
+        j->dmax[o] = NAN;
+        j->E_mc[o] = r->mc;
+        j->E_mc_se[o] = r->mc_se;
+    }
+}
+
 /* Algorithms 1-3 for head i (index hidx) under the readings --distance and --expectation:
  * dtilde[nd] the true distance, E[nd] its random-selection counterpart (the analytic main term,
  * the Monte-Carlo mean or the exact mean), E_mc/E_mc_se the Monte-Carlo estimate (with --mc),
  * dmax the bound of sum-of-norms (NaN under the other distances, which it does not bound). The
  * default readings take al_head_metrics alone (as before); the others al_head_reading. */
-static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, int hidx,
-                         al_error *err) {
+static int distance_head(obs_ctx *c, const obs_ctx *root, const al_capture *cap, int i, scratch *sc,
+                         int hidx, al_error *err) {
     const plan *p = c->p;
     job *j = c->j;
     int L = cap->T, rc;
@@ -249,22 +312,17 @@ static int distance_head(obs_ctx *c, const al_capture *cap, int i, scratch *sc, 
                           .exact_max = p->o.exact_max,
                           .causal = cap->causal,
                           .window = cap->window};
-    rc = al__head_reading_rank(sc->w, sc->x, L, c->dx, &ro, head_rank(c, cap, i, sc), sc->rd, err);
+    int lead = 0;
+    const obs_ctx *pt = sum_norms ? NULL : dist_partner(root, c, &lead);
+    if (pt && !lead) return 0; /* the partner's call computed this context's too */
+    size_t nst = (size_t)j->nd + 1;
+    rc = al__head_reading_pair(sc->w, sc->x, L, c->dx, &ro, head_rank(c, cap, i, sc), sc->rd,
+                               pt ? pt->p->o.distance : p->o.distance, pt ? sc->rd + nst : NULL,
+                               err);
     if (rc)
         return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i], L);
-    for (int k = 0; k < j->nd; k++) {
-        size_t o = (size_t)hidx * j->nd + k;
-        const al_reading_stats *r = &sc->rd[k];
-        double cp = p->o.expectation == AL_EXPECT_EXACT ? r->exact
-                    : p->o.expectation == AL_EXPECT_MC  ? r->mc
-                                                        : r->analytic;
-        j->E[o] = cp;
-        if (sum_norms) continue; /* dtilde, dmax, E_mc from al_head_metrics */
-        j->dtilde[o] = r->dist;
-        j->dmax[o] = NAN;
-        j->E_mc[o] = r->mc;
-        j->E_mc_se[o] = r->mc_se;
-    }
+    store_reading(p, j, hidx, sc->rd, sum_norms);
+    if (pt) store_reading(pt->p, pt->j, hidx, sc->rd + nst, 0);
     return 0;
 }
 
@@ -318,17 +376,25 @@ static int sens_head(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
     return 0;
 }
 
-/* Head i of c's job; base: the run's context when c is a reading's (NULL for the run's own). */
-static int head_work(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int i, scratch *sc,
-                     double tsec[4], al_error *err) {
+/* Part `part` of head i of c's job (0: the metrics on the weights: Algorithms 1-4 and the
+ * vanishing study; 1: Algorithm 5 on the logits); base: the run's context when c is a reading's
+ * (NULL for the run's own). Adds its CPU seconds to tsec[4] (distance, separability, Algorithm 5,
+ * vanishing). */
+static int head_part(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int i, int part,
+                     scratch *sc, double tsec[4], al_error *err) {
     const plan *p = c->p;
     job *j = c->j;
     int L = cap->T, hidx = cap->layer * p->n_head + cap->heads[i];
-    int need_z = p->have_nm || j->want_sens;
-    int rc = prepare_head(c, cap, i, sc, need_z, err);
+    int rc = prepare_head(c, cap, i, sc, part == 0, part == 1, err);
     if (rc) return rc;
+    if (part == 1) {
+        double t0 = thread_cpu();
+        rc = sens_head(c, base, cap, i, sc, hidx, err);
+        tsec[2] += thread_cpu() - t0;
+        return rc;
+    }
     double t0 = thread_cpu();
-    if (j->nd > 0 && (rc = distance_head(c, cap, i, sc, hidx, err))) return rc;
+    if (j->nd > 0 && (rc = distance_head(c, base ? base : c, cap, i, sc, hidx, err))) return rc;
     double t1 = thread_cpu();
     if (j->ns > 0) {
         al_metrics_opts mo = {.top_n = j->Ns,
@@ -350,8 +416,6 @@ static int head_work(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
         }
     }
     double t2 = thread_cpu();
-    if (j->want_sens && (rc = sens_head(c, base, cap, i, sc, hidx, err))) return rc;
-    double t3 = thread_cpu();
     if (j->want_van) {
         rc = al__ex_row_stats(sc->w, L, cap->causal, cap->window, j->vmax + (size_t)hidx * L,
                               j->vent + (size_t)hidx * L, err);
@@ -366,68 +430,127 @@ static int head_work(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
             return al__err_prefix(err, rc, "layer %d head %d (L = %d)", cap->layer, cap->heads[i],
                                   L);
     }
-    double t4 = thread_cpu();
+    double t3 = thread_cpu();
     tsec[0] += t1 - t0;
     tsec[1] += t2 - t1;
-    tsec[2] += t3 - t2;
-    tsec[3] += t4 - t3;
+    tsec[3] += t3 - t2;
     return 0;
 }
 
-int al__ex_each_head(const al__ex_heads *hs, al__ex_head_fn fn, void *ctx, double tsec[4],
-                     al_error *err) {
+/* The next unit for thread tid: the front of its own segment seg[2 tid .. 2 tid + 1), else the
+ * back of the segment with the most left (-1: none left). */
+static int take_unit(int *seg, int nt, int tid) {
+    int u = -1;
+#pragma omp critical(al_ex_take)
+    {
+        if (seg[2 * tid] < seg[2 * tid + 1]) {
+            u = seg[2 * tid]++;
+        } else {
+            int best = -1, left = 0;
+            for (int s = 0; s < nt; s++)
+                if (seg[2 * s + 1] - seg[2 * s] > left)
+                    best = s, left = seg[2 * s + 1] - seg[2 * s];
+            if (best >= 0) u = --seg[2 * best + 1];
+        }
+    }
+    return u;
+}
+
+int al__ex_each_unit(const al__ex_heads *hs, const al__ex_unit *units, int n_units,
+                     al__ex_unit_fn fn, void *ctx, double tsec[4], al_error *err) {
     const al_capture *cap = hs->cap;
-    int failed = 0;
+    int nt = hs->n_threads > 0 ? hs->n_threads : 1, failed = 0;
     al_error first = {0};
-#pragma omp parallel num_threads(hs->n_threads)
+    int *seg = al__malloc(2 * (size_t)nt * sizeof(int), "work units", err);
+    if (!seg) return AL_E_NOMEM;
+    for (int t = 0; t < nt; t++) /* contiguous shares: a thread's units mostly of its own heads */
+        seg[2 * t] = (int)((int64_t)n_units * t / nt),
+                seg[2 * t + 1] = (int)((int64_t)n_units * (t + 1) / nt);
+#pragma omp parallel num_threads(nt)
     {
         int tid = omp_get_thread_num();
         double mysec[4] = {0, 0, 0, 0};
         al_error e = {0};
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < cap->n_sel; i++) {
+        for (int u; (u = take_unit(seg, nt, tid)) >= 0;) {
             int stop;
 #pragma omp atomic read
             stop = failed;
-            if (stop) continue;
-            int h = cap->layer * hs->n_head + cap->heads[i];
-            if (al__dist_owner(hs->dist, h) != hs->rank) continue; /* another rank's head */
-            /* a head is a unit of work: the caller's thread (0) asks its progress callback */
-            if ((tid == 0 && al__poll("heads", h, (int64_t)hs->n_head * (cap->layer + 1), &e)) ||
-                fn(ctx, cap, i, &hs->sc[tid], mysec, &e)) {
+            if (stop) break;
+            int h = cap->layer * hs->n_head + cap->heads[units[u].i], bad;
+            /* the caller's thread (0) asks its progress callback before each unit; a signal
+             * stops the work between two units, on any thread */
+            if (tid == 0 && al__poll("heads", h, (int64_t)hs->n_head * (cap->layer + 1), &e))
+                bad = 1;
+            else if (al__cancelled())
+                bad = al__err(&e, AL_E_CANCELLED, "interrupted");
+            else
+                bad = fn(ctx, cap, &units[u], &hs->sc[tid], mysec, &e);
+            if (bad) {
 #pragma omp critical(al_ex_head_err)
                 {
                     if (!failed) first = e;
                     failed = 1;
                 }
-            } else {
-                hs->done[h]++; /* distinct i: distinct h, no two threads write one byte */
             }
         }
 #pragma omp critical(al_ex_head_time)
         for (int k = 0; k < 4; k++) tsec[k] += mysec[k];
     }
+    free(seg);
     if (failed) {
         if (err) *err = first;
         return first.code ? (int)first.code : AL_E_INVALID;
     }
+    for (int u = 0; u < n_units; u++) /* each head once (its units are consecutive) */
+        if (u == 0 || units[u].i != units[u - 1].i)
+            hs->done[cap->layer * hs->n_head + cap->heads[units[u].i]]++;
     return 0;
 }
 
-/* Head i for the run and, on the same capture and scratch, for every reading's job. */
-static int observe_head(void *ctx, const al_capture *cap, int i, scratch *sc, double tsec[4],
-                        al_error *err) {
+/* Does this rank compute head i of the capture (dist.h)? */
+static int owned(const al__ex_heads *hs, int i) {
+    const al_capture *cap = hs->cap;
+    return al__dist_owner(hs->dist, cap->layer * hs->n_head + cap->heads[i]) == hs->rank;
+}
+
+int al__ex_head_units(const al__ex_heads *hs, al__ex_unit **out, al_error *err) {
+    *out = al__malloc(((size_t)hs->cap->n_sel + 1) * sizeof(al__ex_unit), "work units", err);
+    if (!*out) return -1;
+    int n = 0;
+    for (int i = 0; i < hs->cap->n_sel; i++)
+        if (owned(hs, i)) (*out)[n++] = (al__ex_unit){i, -1, 0};
+    return n;
+}
+
+/* A unit of the run's or a reading's work (part of head_part) */
+static int observe_unit(void *ctx, const al_capture *cap, const al__ex_unit *u, scratch *sc,
+                        double tsec[4], al_error *err) {
     obs_ctx *c = ctx;
-    int bad = head_work(c, NULL, cap, i, sc, tsec, err);
-    for (int v = 0; v < c->n_var && !bad; v++) {
-        if (al__cancelled()) /* a signal stops a head between its readings, on any thread */
-            return al__err(err, AL_E_CANCELLED, "interrupted");
-        if (!c->var[v].j) continue;
-        double vt[4] = {0, 0, 0, 0};
-        bad = head_work(&c->var[v], c, cap, i, sc, vt, err);
-        for (int k = 0; k < 4; k++) tsec[k] += vt[k], sc->vsec[v][k] += vt[k];
-    }
-    return bad;
+    if (u->k < 0) return head_part(c, NULL, cap, u->i, u->part, sc, tsec, err);
+    double vt[4] = {0, 0, 0, 0};
+    int rc = head_part(&c->var[u->k], c, cap, u->i, u->part, sc, vt, err);
+    for (int k = 0; k < 4; k++) tsec[k] += vt[k], sc->vsec[u->k][k] += vt[k];
+    return rc;
+}
+
+/* The units of this layer (heads of this rank, head by head): the run's and each reading's
+ * metrics (part 0) and Algorithm 5 (part 1, unless the run computes the reading's alongside its
+ * own: sens_partner). Returns their count, -1 out of memory. */
+static int observe_units(obs_ctx *c, const al__ex_heads *hs, al__ex_unit **out, al_error *err) {
+    size_t most = (size_t)hs->cap->n_sel * 2 * ((size_t)c->n_var + 1) + 1;
+    al__ex_unit *u = *out = al__malloc(most * sizeof(al__ex_unit), "work units", err);
+    if (!u) return -1;
+    const obs_ctx *partner = sens_partner(c);
+    int n = 0;
+    for (int i = 0; i < hs->cap->n_sel; i++)
+        for (int k = -1; k < c->n_var && owned(hs, i); k++) {
+            const obs_ctx *x = k < 0 ? c : &c->var[k];
+            const job *j = x->j;
+            if (!j) continue;
+            if (j->nd > 0 || j->ns > 0 || j->want_van) u[n++] = (al__ex_unit){i, k, 0};
+            if (j->want_sens && x != partner) u[n++] = (al__ex_unit){i, k, 1};
+        }
+    return n;
 }
 
 /* The checks of the vectors a context reads (the embedding copied once, at layer 0). */
@@ -470,7 +593,10 @@ static int observe(void *user, const al_capture *cap, al_error *err) {
                        .n_threads = c->n_threads,
                        .sc = c->sc,
                        .done = c->done};
-    int rc = al__ex_each_head(&hs, observe_head, c, tsec, err);
+    al__ex_unit *units = NULL;
+    int nu = observe_units(c, &hs, &units, err);
+    int rc = nu < 0 ? AL_E_NOMEM : al__ex_each_unit(&hs, units, nu, observe_unit, c, tsec, err);
+    free(units);
     c->j->t_dist += tsec[0];
     c->j->t_sep += tsec[1];
     c->j->t_sens += tsec[2];
@@ -601,13 +727,13 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
             !(s->q = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head q", err)) ||
             !(s->k = al__malloc((size_t)j->L * mi->d_head * sizeof(double), "head k", err)) ||
             !(s->st = al__malloc(nst * sizeof(al_topn_stats), "stats", err)) ||
-            !(s->rd = al__malloc(nst * sizeof(al_reading_stats), "stats", err)) ||
+            !(s->rd = al__malloc(2 * nst * sizeof(al_reading_stats), "stats", err)) ||
             !(s->G = al__malloc_huge(LL * sizeof(double), "head Gram matrix", err)) ||
             !(s->rank = al__malloc_huge(LL * sizeof(uint16_t), "head ranking", err)) ||
             !(s->kvs = al__malloc(32 * (size_t)j->L, "head ranking scratch", err)))
             rc = AL_E_NOMEM;
         else
-            s->g_layer = s->r_layer = -1;
+            s->g_layer = s->r_layer = s->w_layer = s->z_layer = s->x_layer = -1;
     }
     layer_gram lg = {.layer = {-1, -1, -1, -1, -1}};
     c.lg = &lg;
@@ -640,8 +766,7 @@ int al__ex_run_job(const plan *p, al_model *m, const int32_t *tokens, job *j, co
                      p->n_sel_layers);
     free(c.embed);
     for (int v = 0; v < nv; v++) free(var[v].embed);
-    for (int k = 0; k < 5; k++) free(lg.G[k]);
-    free(lg.xd);
+    for (int k = 0; k < 5; k++) free(lg.G[k]), free(lg.xd[k]);
     al__ex_free_scratch(c.sc, c.n_threads);
     if (rc) al__err_prefix(err, rc, "window %d, L = %d", j->window, j->L);
     rc = al__dist_agree(p->dist, rc, err); /* an error on any rank stops every rank here */

@@ -36,6 +36,12 @@ int al__head_metrics_gram(const double *w, const double *x, const double *G, con
 int al__head_reading_rank(const double *w, const double *x, int64_t L, int64_t d,
                           const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
                           al_error *err);
+/* al__head_reading_rank under o (a vector reading: norm-of-sum or sum-vector) and under the other
+ * vector reading kind2 into out2, in one pass (their S and s are the same): the bits of two calls.
+ */
+int al__head_reading_pair(const double *w, const double *x, int64_t L, int64_t d,
+                          const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
+                          al_distance_kind kind2, al_reading_stats *out2, al_error *err);
 
 /* s[d] += sum_{q in [k0, k1)} a[j] x[j] (x rows of d) with j = idx[q] (idx NULL: j = q), four
  * keys a pass: one load and store of s per four keys instead of a chain of store-to-load

@@ -38,7 +38,10 @@
                            const al_reading_opts *, al_reading_stats *, al_error *);               \
     int f(al__head_reading_rank)(const double *, const double *, int64_t, int64_t,                 \
                                  const al_reading_opts *, const uint16_t *, al_reading_stats *,    \
-                                 al_error *);
+                                 al_error *);                                                      \
+    int f(al__head_reading_pair)(const double *, const double *, int64_t, int64_t,                 \
+                                 const al_reading_opts *, const uint16_t *, al_reading_stats *,    \
+                                 al_distance_kind, al_reading_stats *, al_error *);
 #pragma GCC visibility push(hidden) /* the copies: internal, never exported */
 AL_MV_FOR_EACH(AL_READINGS_PROTOS)
 #pragma GCC visibility pop
@@ -297,9 +300,11 @@ static double exact_row(al_distance_kind kind, const double *a, const double *x,
 }
 
 /* One row of the vector readings (and the exact term of every reading) into acc[n_top]; rk[n]
- * the row's ranking (al__head_rank) or NULL. */
+ * the row's ranking (al__head_rank) or NULL. ac2 (NULL: none): the same into ac2[n_top] under the
+ * other vector reading kind2, from the same S and s (each the bits of its own call). */
 static void vec_row(const al_reading_opts *o, const double *a, const double *x, int64_t n,
-                    int64_t d, int64_t row, const uint16_t *rk, rws *w, acc *ac, int vec) {
+                    int64_t d, int64_t row, const uint16_t *rk, rws *w, acc *ac, int vec,
+                    al_distance_kind kind2, acc *ac2) {
     memset(w->S, 0, (size_t)d * sizeof(double));
     al__axpy_keys(a, x, d, NULL, 0, n, w->S);
     double nS = 0;
@@ -315,28 +320,35 @@ static void vec_row(const al_reading_opts *o, const double *a, const double *x, 
         al__top_k(a, n, K, w->sel, w->kvs, w->tmp);
     int64_t have = 0;
     memset(w->v, 0, (size_t)d * sizeof(double)); /* s of the first `have` selected */
+    al_distance_kind kinds[2] = {o->distance, kind2};
+    acc *acs[2] = {ac, ac2};
     for (int g = 0; g < o->n_top; g++) {
         int k = w->ord[g];
         int64_t N = o->top_n[k];
         if (N >= n) continue;
-        acc *t = &ac[k];
-        t->rows++;
         if (vec) {
             al__axpy_keys(a, x, d, w->sel, have, N, w->v);
             have = have > N ? have : N;
-            t->dist += norm_diff(w->S, vec_factor(o->distance, n, N), w->v, d);
-            double f = o->distance == AL_DIST_NORM_OF_SUM
-                           ? fabs((double)(n - 2 * N)) / (double)n
-                           : (double)(n - N) * (double)(N - 1) / (double)n;
-            t->an += f * nS;
-            if (o->mc_samples > 0) {
-                double m, var;
-                mc_row(o->distance, a, x, n, d, N, o->mc_samples, o->mc_seed, row, w, &m, &var);
-                t->mc += m;
-                t->mc_var += var / (double)o->mc_samples;
-            }
         }
-        if (o->exact) t->ex += exact_row(o->distance, a, x, n, d, N, w);
+        for (int r = 0; r < 2 && acs[r]; r++) {
+            acc *t = &acs[r][k];
+            al_distance_kind kind = kinds[r];
+            t->rows++;
+            if (vec) {
+                t->dist += norm_diff(w->S, vec_factor(kind, n, N), w->v, d);
+                double f = kind == AL_DIST_NORM_OF_SUM
+                               ? fabs((double)(n - 2 * N)) / (double)n
+                               : (double)(n - N) * (double)(N - 1) / (double)n;
+                t->an += f * nS;
+                if (o->mc_samples > 0) {
+                    double m, var;
+                    mc_row(kind, a, x, n, d, N, o->mc_samples, o->mc_seed, row, w, &m, &var);
+                    t->mc += m;
+                    t->mc_var += var / (double)o->mc_samples;
+                }
+            }
+            if (o->exact) t->ex += exact_row(kind, a, x, n, d, N, w);
+        }
     }
 }
 
@@ -401,7 +413,7 @@ static void finish(const al_reading_opts *o, const acc *ac, const al_topn_stats 
 /* Both entry points: rows of w (row t at w + t ldw, n_t keys; ranked rank + t ldw, or NULL). */
 static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t d, int causal,
                const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
-               al_error *err) {
+               al_distance_kind kind2, al_reading_stats *out2, al_error *err) {
     int win = ldw == 0 ? 0 : o->window;
     int vec = o->distance != AL_DIST_SUM_OF_NORMS;
     al_topn_stats *sn = NULL;
@@ -426,7 +438,9 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
     int nmax = 0;
     for (int k = 0; k < o->n_top; k++) nmax = o->top_n[k] > nmax ? o->top_n[k] : nmax;
     rws ws;
-    acc *ac = al__calloc((size_t)(o->n_top > 0 ? o->n_top : 1), sizeof *ac, "readings", err);
+    size_t na = (size_t)(o->n_top > 0 ? o->n_top : 1);
+    acc *ac = al__calloc(out2 ? 2 * na : na, sizeof *ac, "readings", err),
+        *ac2 = out2 ? ac + na : NULL;
     if (!ac || rws_build(&ws, L, d, nmax, o, err)) {
         free(ac);
         free(sn);
@@ -436,9 +450,10 @@ static int run(const double *w, int64_t ldw, const double *x, int64_t L, int64_t
     for (int64_t t = 0; t < rows && (vec || o->exact); t++) {
         int64_t lo = al__row_lo(t, causal, win), n = ldw == 0 ? L : al__row_n(t, L, causal, win);
         vec_row(o, w + t * ldw + lo, x + lo * d, n, d, t, rank ? rank + t * ldw : NULL, &ws, ac,
-                vec);
+                vec, kind2, ac2);
     }
     finish(o, ac, sn, out);
+    if (out2) finish(o, ac2, NULL, out2);
     rws_free(&ws);
     free(ac);
     free(sn);
@@ -455,21 +470,32 @@ int AL_MV(al_row_reading)(const double *alpha, const double *x, int64_t n, int64
         return al__err(err, AL_E_INVALID, "readings: NULL argument");
     if ((rc = check_finite(alpha, 1, n, n, 0, 0, "weights", err))) return rc;
     if ((rc = check_finite(x, n, d, d, 0, 0, "vectors", err))) return rc;
-    return run(alpha, 0, x, n, d, 0, o, NULL, out, err);
+    return run(alpha, 0, x, n, d, 0, o, NULL, out, o->distance, NULL, err);
+}
+
+/* al__head_reading_rank under o and, when out2, under the other vector reading kind2 (o's
+ * distance a vector reading too) into out2, in one pass: the same bits as two calls. */
+int AL_MV(al__head_reading_pair)(const double *w, const double *x, int64_t L, int64_t d,
+                                 const al_reading_opts *o, const uint16_t *rank,
+                                 al_reading_stats *out, al_distance_kind kind2,
+                                 al_reading_stats *out2, al_error *err) {
+    int rc = check_opts(o, L, d, err);
+    if (rc) return rc;
+    if (L < 1 || L > ((int64_t)1 << 16))
+        return al__err(err, AL_E_INVALID, "readings: bad head length L = %lld", (long long)L);
+    if (!w || !x ||
+        (o->n_top > 0 && (!out || (out2 && (o->distance == AL_DIST_SUM_OF_NORMS ||
+                                            kind2 == AL_DIST_SUM_OF_NORMS)))))
+        return al__err(err, AL_E_INVALID, "readings: NULL argument or no pair");
+    if ((rc = check_finite(w, L, L, L, o->causal != 0, o->window, "weights", err))) return rc;
+    if ((rc = check_finite(x, L, d, d, 0, 0, "vectors", err))) return rc;
+    return run(w, L, x, L, d, o->causal != 0, o, rank, out, kind2, out2, err);
 }
 
 int AL_MV(al__head_reading_rank)(const double *w, const double *x, int64_t L, int64_t d,
                                  const al_reading_opts *o, const uint16_t *rank,
                                  al_reading_stats *out, al_error *err) {
-    int rc = check_opts(o, L, d, err);
-    if (rc) return rc;
-    if (L < 1 || L > ((int64_t)1 << 16))
-        return al__err(err, AL_E_INVALID, "readings: bad head length L = %lld", (long long)L);
-    if (!w || !x || (o->n_top > 0 && !out))
-        return al__err(err, AL_E_INVALID, "readings: NULL argument");
-    if ((rc = check_finite(w, L, L, L, o->causal != 0, o->window, "weights", err))) return rc;
-    if ((rc = check_finite(x, L, d, d, 0, 0, "vectors", err))) return rc;
-    return run(w, L, x, L, d, o->causal != 0, o, rank, out, err);
+    return AL_MV(al__head_reading_pair)(w, x, L, d, o, rank, out, o->distance, NULL, err);
 }
 
 int AL_MV(al_head_reading)(const double *w, const double *x, int64_t L, int64_t d,
@@ -494,5 +520,10 @@ int al__head_reading_rank(const double *w, const double *x, int64_t L, int64_t d
                           const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
                           al_error *err) {
     return AL_MV_PICK(al__head_reading_rank)(w, x, L, d, o, rank, out, err);
+}
+int al__head_reading_pair(const double *w, const double *x, int64_t L, int64_t d,
+                          const al_reading_opts *o, const uint16_t *rank, al_reading_stats *out,
+                          al_distance_kind kind2, al_reading_stats *out2, al_error *err) {
+    return AL_MV_PICK(al__head_reading_pair)(w, x, L, d, o, rank, out, kind2, out2, err);
 }
 #endif

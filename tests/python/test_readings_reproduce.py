@@ -184,6 +184,8 @@ VARIANTS = {  # the reading's directory -> (the separate run's options, its expe
     "vectors-embedding": (["--vectors", "embedding"], "alg1,alg2,alg3,alg4"),
     "vectors-residual": (["--vectors", "residual"], "alg1,alg2,alg3,alg4"),
     "distance-norm-of-sum": (["--distance", "norm-of-sum"], "alg1,alg2,alg3"),
+    # computed in one pass with norm-of-sum (jobs.c, dist_partner): its own bits all the same
+    "distance-sum-vector": (["--distance", "sum-vector"], "alg1,alg2,alg3"),
     "expectation-mc": (["--expectation", "mc"], "alg1,alg2,alg3"),
     "temperature-scale-raw": (["--temperature-scale", "raw"], "alg5"),
     "directions-fresh": (["--directions", "fresh"], "alg5"),
