@@ -32,18 +32,18 @@ static int apply_item(const char *item, al_repro_opts *o, unsigned *exp, al_erro
     memcpy(axis, item, (size_t)(eq - item));
     axis[eq - item] = 0;
     const char *v = eq + 1;
+    int rc = -1;
     if (!strcmp(axis, "vectors")) {
         *exp |= EXP_VEC;
-        return al_vectors_parse(v, &o->vectors, err);
-    }
-    if (!strcmp(axis, "distance")) {
+        rc = al_vectors_parse(v, &o->vectors, err);
+    } else if (!strcmp(axis, "distance")) {
         *exp |= EXP_DIST;
-        return al_distance_parse(v, &o->distance, err);
-    }
-    if (!strcmp(axis, "expectation")) {
+        rc = al_distance_parse(v, &o->distance, err);
+    } else if (!strcmp(axis, "expectation")) {
         *exp |= EXP_DIST;
-        return al_expect_parse(v, &o->expectation, err);
+        rc = al_expect_parse(v, &o->expectation, err);
     }
+    if (rc >= 0) return rc ? al__err_prefix(err, rc, "--readings '%s'", item) : 0;
     if (!strcmp(axis, "temperature-scale") || !strcmp(axis, "directions")) {
         int raw = !strcmp(axis, "temperature-scale");
         const char *a = raw ? "scaled" : "shared", *b = raw ? "raw" : "fresh";
