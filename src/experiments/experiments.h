@@ -162,9 +162,9 @@ typedef int (*al__ex_unit_fn)(void *ctx, const al_capture *cap, const al__ex_uni
 /* fn over units[n_units] in parallel, those of one head consecutive: each thread takes the next
  * of its own contiguous share, then the last ones left in the largest share (so the threads keep
  * to their own heads, whose scratch they hold, until the end of the layer); tsec[4] receives the
- * sum of the threads' seconds and done[h] counts each head once. The first error stops the other
- * units and is returned. Before each unit, thread 0 (the caller's) asks the caller's progress
- * callback (al_set_progress): a stop is AL_E_CANCELLED. */
+ * sum of the threads' seconds and done[h] counts each head of this rank once. The first error stops
+ * the other units and is returned. Before each unit, thread 0 (the caller's) asks the caller's
+ * progress callback (al_set_progress): a stop is AL_E_CANCELLED. */
 int al__ex_each_unit(const al__ex_heads *hs, const al__ex_unit *units, int n_units,
                      al__ex_unit_fn fn, void *ctx, double tsec[4], al_error *err);
 /* *out: one unit {i, -1, 0} per head of hs->cap this rank computes; returns their count (-1: no

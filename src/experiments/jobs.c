@@ -437,6 +437,12 @@ static int head_part(obs_ctx *c, const obs_ctx *base, const al_capture *cap, int
     return 0;
 }
 
+/* Does this rank compute head i of the capture (dist.h)? */
+static int owned(const al__ex_heads *hs, int i) {
+    const al_capture *cap = hs->cap;
+    return al__dist_owner(hs->dist, cap->layer * hs->n_head + cap->heads[i]) == hs->rank;
+}
+
 /* The next unit for thread tid: the front of its own segment seg[2 tid .. 2 tid + 1), else the
  * back of the segment with the most left (-1: none left). */
 static int take_unit(int *seg, int nt, int tid) {
@@ -501,16 +507,9 @@ int al__ex_each_unit(const al__ex_heads *hs, const al__ex_unit *units, int n_uni
         if (err) *err = first;
         return first.code ? (int)first.code : AL_E_INVALID;
     }
-    for (int u = 0; u < n_units; u++) /* each head once (its units are consecutive) */
-        if (u == 0 || units[u].i != units[u - 1].i)
-            hs->done[cap->layer * hs->n_head + cap->heads[units[u].i]]++;
+    for (int i = 0; i < cap->n_sel; i++) /* every head of this rank, whatever its units */
+        if (owned(hs, i)) hs->done[cap->layer * hs->n_head + cap->heads[i]]++;
     return 0;
-}
-
-/* Does this rank compute head i of the capture (dist.h)? */
-static int owned(const al__ex_heads *hs, int i) {
-    const al_capture *cap = hs->cap;
-    return al__dist_owner(hs->dist, cap->layer * hs->n_head + cap->heads[i]) == hs->rank;
 }
 
 int al__ex_head_units(const al__ex_heads *hs, al__ex_unit **out, al_error *err) {
