@@ -982,16 +982,18 @@ static uint64_t ref_fresh_hash(uint64_t seed, int layer, int head, int64_t row, 
 
 /* The fresh directions drawn in vector lanes (al__fresh_direction, the copy of each CPU level)
  * and the public al_sensitivity_direction_fresh are the definition's bits, for n = 1 .. 17
- * (the lanes' and the sums' edges), 511, 512, 513 and 1023 (blocks of 256 pairs), several
- * seeds. */
+ * (the lanes' and the sums' edges), 63 .. 66 and 127 .. 129 (chunks of 32 pairs: the last one
+ * whole or not, with or without the odd n's cosine), 511, 512, 513 and 1023, several seeds. */
 static void test_directions_lanes_bit_equal(void **state) {
     (void)state;
     enum { NMAX = 1023 };
+    static const int64_t edges[] = {63, 64, 65, 66, 127, 128, 129, 511, 512, 513, 1023};
     double *v = malloc(sizeof(double) * NMAX), *ref = malloc(sizeof(double) * NMAX);
     for (int isa = 0; isa <= (int)al__cpu_detect(); isa++) {
         al__cpu_force((al__cpu_isa)isa);
-        for (int64_t n = 1; n <= NMAX; n += n < 17 ? 1 : n == 17 ? 494 : n < 513 ? 1 : 510)
+        for (int k = 0; k < 17 + (int)(sizeof edges / sizeof *edges); k++)
             for (uint64_t seed = 0; seed < 3; seed++) {
+                int64_t n = k < 17 ? k + 1 : edges[k - 17];
                 uint64_t h = ref_fresh_hash(seed, 1, 2, n, (int)seed, 3);
                 ref_direction(h, n, ref);
                 assert_int_equal(al__fresh_direction(h, n, v), 0);

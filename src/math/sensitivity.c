@@ -176,10 +176,14 @@ static void unit_direction(uint64_t h, int64_t n, double *v) {
 #else
 #define DIR_W 2
 #endif
-enum { DIR_G = AL__DIR_LANES / DIR_W, DIR_PB = 256 /* pairs a block */ };
+/* a chunk: DIR_CH pairs, DIR_D draws of every lane (two float vectors on AVX-512: measured
+ * faster than one or four, docs/benchmarks.md) */
+enum { DIR_G = AL__DIR_LANES / DIR_W, DIR_CH = 32, DIR_D = DIR_CH / AL__DIR_LANES };
 typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
 typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
-typedef int32_t dir_i32 __attribute__((vector_size(4 * DIR_W)));
+typedef uint32_t dir_u32 __attribute__((vector_size(8 * DIR_W))); /* 2 DIR_W lanes */
+_Static_assert(DIR_CH % (2 * AL__DIR_LANES) == 0, "a chunk is an even number of draws");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "fresh_ints: dword 2 l is the low half");
 
 /* Each lane's next 64 bits: xoshiro256** on the state s[4] (al__rng_next_inline, lane by lane;
  * x 5 and x 9 as shifts and adds). */
@@ -193,7 +197,7 @@ static inline __attribute__((always_inline)) dir_u64 dir_next(dir_u64 *s) {
  * (the SplitMix64 finaliser of al__hash64, lane by lane); an all-zero state (as al__rng_seed)
  * gets s0 = 1 */
 static void dir_seed(uint64_t h, dir_u64 (*st)[4]) {
-    for (int g = 0; g < DIR_G; g++)
+    for (int g = 0; g < DIR_G; g++) {
         for (int c = 0; c < 4; c++) {
             dir_u64 x;
             for (int l = 0; l < DIR_W; l++)
@@ -202,9 +206,9 @@ static void dir_seed(uint64_t h, dir_u64 (*st)[4]) {
             x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
             st[g][c] = x ^ (x >> 31);
         }
-    for (int g = 0; g < DIR_G; g++)
-        for (int l = 0; l < DIR_W; l++)
-            if (!(st[g][0][l] | st[g][1][l] | st[g][2][l] | st[g][3][l])) st[g][0][l] = 1;
+        dir_u64 zero = {0}; /* (x == zero) is -1 in the all-zero lanes */
+        st[g][0] |= (dir_u64)((st[g][0] | st[g][1] | st[g][2] | st[g][3]) == zero) & 1u;
+    }
 }
 
 static inline void fresh_pair(int32_t k1, int32_t k2, double *c, double *s) {
@@ -214,42 +218,43 @@ static inline void fresh_pair(int32_t k1, int32_t k2, double *c, double *s) {
     *s = (double)rad * (double)sn;
 }
 
-/* c[m], s[m] = fresh_pair(k1[m], k2[m]): 16 float lanes on AVX-512 */
-static void fresh_pairs(const int32_t *restrict k1, const int32_t *restrict k2, int64_t m,
-                        double *restrict c, double *restrict s) {
-#pragma omp simd
-    for (int64_t j = 0; j < m; j++) fresh_pair(k1[j], k2[j], &c[j], &s[j]);
+/* k1[DIR_CH], k2[DIR_CH] of the next DIR_D draws of every lane (pair j of the chunk from lane
+ * j mod 8, draw j div 8), in registers: of each two vectors of draws b (their lanes in pair
+ * order), the high halves' bits 1..31 | 1 (= (b >> 33) | 1) and the low halves' bits 8..31
+ * (= (b >> 8) & 0xFFFFFF), 2 DIR_W lanes at once (one float vector of the kernels) */
+static inline __attribute__((always_inline)) void fresh_ints(dir_u64 (*st)[4], int32_t *k1,
+                                                             int32_t *k2) {
+    dir_u64 b[DIR_D * DIR_G];
+    for (int d = 0; d < DIR_D; d++)
+        for (int g = 0; g < DIR_G; g++) b[d * DIR_G + g] = dir_next(st[g]);
+    dir_u32 lo, hi; /* element i: dword 2 i (+ 1) of the two vectors, in order */
+    for (int l = 0; l < 2 * DIR_W; l++) lo[l] = 2 * (uint32_t)l, hi[l] = 2 * (uint32_t)l + 1;
+    for (int i = 0; i < DIR_D * DIR_G / 2; i++) {
+        dir_u32 u = (dir_u32)b[2 * i], v = (dir_u32)b[2 * i + 1];
+        dir_u32 x = (__builtin_shuffle(u, v, hi) >> 1) | 1u, y = __builtin_shuffle(u, v, lo) >> 8;
+        memcpy(k1 + i * 2 * DIR_W, &x, sizeof x);
+        memcpy(k2 + i * 2 * DIR_W, &y, sizeof y);
+    }
 }
 
-/* k1[m], k2[m] (m a multiple of AL__DIR_LANES) of the next m / AL__DIR_LANES draws of every lane
- * (pair p from lane p mod 8) */
-static void fresh_ints(dir_u64 (*st)[4], int64_t m, int32_t *restrict k1, int32_t *restrict k2) {
-    for (int64_t p = 0; p < m; p += AL__DIR_LANES)
-        for (int g = 0; g < DIR_G; g++) {
-            dir_u64 b = dir_next(st[g]);
-            dir_i32 x = __builtin_convertvector((b >> 33) | 1u, dir_i32);
-            dir_i32 y = __builtin_convertvector((b >> 8) & 0xFFFFFFu, dir_i32);
-            memcpy(k1 + p + g * DIR_W, &x, sizeof x);
-            memcpy(k2 + p + g * DIR_W, &y, sizeof y);
-        }
-}
-
-/* x[n]: the normals of seed h, a block of DIR_PB pairs at a time (the last sine of an odd n
- * through sl) */
+/* x[n]: the normals of seed h, DIR_CH pairs at a time, every pair of a chunk computed (full float
+ * vectors, no scalar tail): a whole chunk straight into x, the last (pairs past np, or sines
+ * past ns: the last sine of an odd n) through c, s, of which only x's part is copied */
 static void fresh_normals(uint64_t h, int64_t n, double *x) {
-    int32_t k1[DIR_PB], k2[DIR_PB];
+    int32_t k1[DIR_CH] __attribute__((aligned(64))), k2[DIR_CH] __attribute__((aligned(64)));
+    double c[DIR_CH], s[DIR_CH];
     dir_u64 st[DIR_G][4];
     dir_seed(h, st);
-    int64_t np = (n + 1) / 2, ns = n - np; /* ns sines */
-    for (int64_t p0 = 0; p0 < np; p0 += DIR_PB) {
-        int64_t pb = np - p0 < DIR_PB ? np - p0 : DIR_PB;
-        fresh_ints(st, (pb + AL__DIR_LANES - 1) / AL__DIR_LANES * AL__DIR_LANES, k1, k2);
-        int64_t full = p0 + pb <= ns ? pb : ns - p0; /* the pairs keeping their sine */
-        fresh_pairs(k1, k2, full, x + p0, x + np + p0);
-        for (int64_t p = full; p < pb; p++) { /* odd n: the last pair's cosine alone */
-            double sl;
-            fresh_pair(k1[p], k2[p], x + p0 + p, &sl);
-        }
+    int64_t np = (n + 1) / 2, ns = n - np, p = 0; /* ns sines */
+    for (; p < np; p += DIR_CH) {
+        fresh_ints(st, k1, k2);
+        int whole = p + DIR_CH <= ns;
+        double *xc = whole ? x + p : c, *xs = whole ? x + np + p : s;
+#pragma omp simd
+        for (int j = 0; j < DIR_CH; j++) fresh_pair(k1[j], k2[j], &xc[j], &xs[j]);
+        if (whole) continue;
+        for (int j = 0; j < DIR_CH && p + j < np; j++) x[p + j] = c[j];
+        for (int j = 0; j < DIR_CH && p + j < ns; j++) x[np + p + j] = s[j];
     }
 }
 
