@@ -147,9 +147,8 @@ static int build_layer_grams(obs_ctx *c, const al_capture *cap, al_error *err) {
         todo[nk++] = k;
     }
     if (nk == 0) return 0;
-        /* one kind a thread (each GEMM single-threaded, as al__head_gram is everywhere) */
 #pragma omp parallel for num_threads(nk < c->n_threads ? nk : c->n_threads) schedule(dynamic, 1)
-    for (int q = 0; q < nk; q++) {
+    for (int q = 0; q < nk; q++) { /* one kind a thread, each GEMM single-threaded */
         al_vectors k = todo[q];
         al__ex_to_double(from[q], lg->xd[k], (size_t)L * cap->d_model);
         al__head_gram(lg->xd[k], L, cap->d_model, lg->G[k]);
@@ -469,9 +468,11 @@ int al__ex_each_unit(const al__ex_heads *hs, const al__ex_unit *units, int n_uni
     al_error first = {0};
     int *seg = al__malloc(2 * (size_t)nt * sizeof(int), "work units", err);
     if (!seg) return AL_E_NOMEM;
-    for (int t = 0; t < nt; t++) /* contiguous shares: a thread's units mostly of its own heads */
-        seg[2 * t] = (int)((int64_t)n_units * t / nt),
-                seg[2 * t + 1] = (int)((int64_t)n_units * (t + 1) / nt);
+    for (int t = 0; t <= nt; t++) { /* contiguous shares: a thread's units mostly its own heads' */
+        int b = (int)((int64_t)n_units * t / nt);
+        if (t < nt) seg[2 * t] = b;
+        if (t > 0) seg[2 * t - 1] = b;
+    }
 #pragma omp parallel num_threads(nt)
     {
         int tid = omp_get_thread_num();
