@@ -40,8 +40,9 @@ static int count(const char *hay, const char *needle) {
     return n;
 }
 
-/* PNG: 8-byte signature, IHDR width/height, and cairo reads it back at that size. */
-static void check_png(const char *path) {
+/* PNG: 8-byte signature, IHDR width/height, and cairo reads it back at 1230 x height; returns
+ * how many sampled pixels below row `below` are dark (text, lines). */
+static int check_png_h(const char *path, int height, int below) {
     size_t len;
     char *b = slurp(path, &len);
     assert_non_null(b);
@@ -51,18 +52,25 @@ static void check_png(const char *path) {
     cairo_surface_t *s = cairo_image_surface_create_from_png(path);
     assert_int_equal(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
     assert_int_equal(cairo_image_surface_get_width(s), 1230);
-    assert_int_equal(cairo_image_surface_get_height(s), 810);
+    assert_int_equal(cairo_image_surface_get_height(s), height);
     /* not blank: some pixels are dark (axes, text) */
     cairo_surface_flush(s);
     const unsigned char *px = cairo_image_surface_get_data(s);
-    int stride = cairo_image_surface_get_stride(s), dark = 0;
-    for (int y = 0; y < 810; y += 3)
+    int stride = cairo_image_surface_get_stride(s), dark = 0, dark_below = 0;
+    for (int y = 0; y < height; y += 3)
         for (int x = 0; x < 1230; x += 3) {
             const unsigned char *q = px + (size_t)y * stride + 4 * x;
-            if (q[0] < 80 && q[1] < 80 && q[2] < 80) dark++;
+            int d = q[0] < 80 && q[1] < 80 && q[2] < 80;
+            dark += d;
+            dark_below += d && y >= below;
         }
     assert_true(dark > 200);
     cairo_surface_destroy(s);
+    return dark_below;
+}
+
+static void check_png(const char *path) {
+    check_png_h(path, 810, 810);
 }
 
 static void test_ticks_linear(void **state) {
@@ -144,6 +152,53 @@ static void test_lines(void **state) {
     unlink(path);
     snprintf(path, sizeof path, "%s.png", base);
     check_png(path);
+    unlink(path);
+}
+
+/* Past 8 legend entries (they would cover the data) the legend goes below the plot, in columns,
+ * and the figure grows by its rows of 17 px + 8 + 8 below the 540 px. */
+static void test_legend_below(void **state) {
+    (void)state;
+    double x[3] = {1, 2, 3}, y[12][3];
+    char labels[12][48];
+    al__series se[12];
+    for (int s = 0; s < 12; s++) {
+        for (int i = 0; i < 3; i++) y[s][i] = s + 0.1 * i;
+        snprintf(labels[s], sizeof labels[s], "series %02d: a label of forty characters", s);
+        se[s] = (al__series){.label = labels[s],
+                             .n = 3,
+                             .x = x,
+                             .y = y[s],
+                             .style = AL__S_LINE | AL__S_MARKERS,
+                             .color = s};
+    }
+    al__plot p = {.title = "many series",
+                  .xlabel = "x",
+                  .ylabel = "y",
+                  .xmin = NAN,
+                  .xmax = NAN,
+                  .ymin = NAN,
+                  .ymax = NAN,
+                  .n_series = 12,
+                  .series = se};
+    char base[256], path[300];
+    tmpbase(base, sizeof base, "legend");
+    al_error err = {0};
+    assert_int_equal(al__plot_write(&p, base, &err), 0);
+    snprintf(path, sizeof path, "%s.png", base);
+    /* the legend's rows (the columns depend on the font's widths): 540 + rows 17 + 16, x 1.5 */
+    cairo_surface_t *im = cairo_image_surface_create_from_png(path);
+    int h = cairo_image_surface_get_height(im), rows = (int)lround((h / 1.5 - 556) / 17);
+    cairo_surface_destroy(im);
+    assert_true(rows >= 2 && rows <= 6); /* 12 entries in 2 to 6 columns */
+    assert_int_equal(h, (int)((556.0 + rows * 17.0) * 1.5));
+    assert_true(check_png_h(path, h, 810) > 50); /* the legend's text below the plot */
+    unlink(path);
+    snprintf(path, sizeof path, "%s.svg", base);
+    char *svg = slurp(path, NULL);
+    assert_non_null(svg);
+    assert_int_equal(count(svg, "<al:series "), 12);
+    free(svg);
     unlink(path);
 }
 
@@ -235,7 +290,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ticks_linear), cmocka_unit_test(test_ticks_log),
         cmocka_unit_test(test_lines),        cmocka_unit_test(test_boxes_and_heatmap),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_legend_below),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

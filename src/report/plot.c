@@ -521,8 +521,8 @@ static void legend_place(const frame *f, const al__plot *p, double w, double h, 
     *ly = cy[best];
 }
 
-static void draw_legend(cairo_t *cr, const frame *f, const al__plot *p) {
-    legend_item items[32];
+/* The legend's entries of p into items[32]; returns their count. */
+static int legend_items(const al__plot *p, legend_item *items) {
     int n = 0;
     if (p->n_boxes > 0 && p->box_label && n < 32)
         items[n++] = (legend_item){p->box_label, 0, -1, 0, 0};
@@ -531,22 +531,62 @@ static void draw_legend(cairo_t *cr, const frame *f, const al__plot *p) {
         if (p->series[s].label)
             items[n++] = (legend_item){p->series[s].label, p->series[s].color, s,
                                        p->series[s].style, p->series[s].lo != NULL};
-    if (n == 0) return;
-    double size = 11, row = 17, maxw = 0;
-    for (int i = 0; i < n; i++) {
-        double w = text_width(cr, items[i].label, size);
+    return n;
+}
+
+/* Where the legend goes: a box inside the plot area (legend_place), or, past LEGEND_INSIDE
+ * entries (which would cover the data), in columns below the figure, which grows by h. */
+#define LEGEND_INSIDE 8
+#define LEGEND_ROW    17.0
+typedef struct legend_layout {
+    int n, below, cols;
+    double colw, w, h; /* one column's width; the whole legend's */
+} legend_layout;
+
+static legend_layout legend_measure(cairo_t *cr, const al__plot *p) {
+    legend_item items[32];
+    legend_layout l = {.n = p->hm ? 0 : legend_items(p, items)};
+    double maxw = 0;
+    for (int i = 0; i < l.n; i++) {
+        double w = text_width(cr, items[i].label, 11);
         if (w > maxw) maxw = w;
     }
-    double w = maxw + 48, h = n * row + 8, lx, ly;
-    legend_place(f, p, w, h, &lx, &ly);
+    l.colw = maxw + 48;
+    l.below = l.n > LEGEND_INSIDE;
+    l.cols = l.below ? (int)((FIG_W - 40) / l.colw) : 1;
+    if (l.cols < 1) l.cols = 1;
+    int rows = (l.n + l.cols - 1) / l.cols;
+    l.w = l.cols * l.colw;
+    l.h = rows * LEGEND_ROW + 8;
+    return l;
+}
+
+/* The figure's height: FIG_H, and a legend below it. */
+static double fig_height(const legend_layout *l) {
+    return FIG_H + (l->below ? l->h + 8 : 0);
+}
+
+static void draw_legend(cairo_t *cr, const frame *f, const al__plot *p, const legend_layout *l) {
+    legend_item items[32];
+    int n = legend_items(p, items);
+    if (n == 0) return;
+    double size = 11, row = LEGEND_ROW, w = l->w, h = l->h, lx, ly;
+    if (l->below) {
+        lx = (FIG_W - w) / 2;
+        ly = FIG_H;
+    } else {
+        legend_place(f, p, w, h, &lx, &ly);
+    }
     cairo_rectangle(cr, lx, ly, w, h);
     cairo_set_source_rgba(cr, 1, 1, 1, 0.88);
     cairo_fill_preserve(cr);
     cairo_set_source_rgb(cr, 0.7, 0.7, 0.7);
     cairo_set_line_width(cr, 0.8);
     cairo_stroke(cr);
-    for (int i = 0; i < n; i++) {
-        double y = ly + 4 + row * i + row / 2, x0 = lx + 8, x1 = lx + 34;
+    int rows = (n + l->cols - 1) / l->cols;
+    for (int i = 0; i < n; i++) { /* column by column */
+        double y = ly + 4 + row * (i % rows) + row / 2, x0 = lx + 8 + l->colw * (i / rows),
+               x1 = x0 + 26;
         legend_item *it = &items[i];
         if (it->kind == -1) {
             cairo_rectangle(cr, x0 + 4, y - 5, x1 - x0 - 8, 10);
@@ -695,7 +735,7 @@ static void draw_heatmap(cairo_t *cr, const al__plot *p) {
 /* ---- one figure ---------------------------------------------------------------------------------
  */
 
-static void draw(cairo_t *cr, const al__plot *p) {
+static void draw(cairo_t *cr, const al__plot *p, const legend_layout *l) {
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     title_block(cr, p);
@@ -717,7 +757,7 @@ static void draw(cairo_t *cr, const al__plot *p) {
     draw_boxes(cr, &f, p);
     for (int s = 0; s < p->n_series; s++) draw_series(cr, &f, &p->series[s], s);
     cairo_restore(cr);
-    draw_legend(cr, &f, p);
+    draw_legend(cr, &f, p, l);
 }
 
 /* ---- output: memory streams, metadata, atomic files ---------------------------------------------
@@ -883,10 +923,17 @@ int al__plot_write(const al__plot *p, const char *base, al_error *err) {
     if (rc) return rc;
     char path[4096];
     membuf svg = {0}, png = {0};
-    /* SVG */
-    cairo_surface_t *s = cairo_svg_surface_create_for_stream(mb_write, &svg, FIG_W, FIG_H);
+    /* the legend's size first (text widths: a scratch surface) */
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
     cairo_t *cr = cairo_create(s);
-    draw(cr, p);
+    legend_layout lay = legend_measure(cr, p);
+    cairo_destroy(cr);
+    cairo_surface_destroy(s);
+    double H = fig_height(&lay);
+    /* SVG */
+    s = cairo_svg_surface_create_for_stream(mb_write, &svg, FIG_W, H);
+    cr = cairo_create(s);
+    draw(cr, p, &lay);
     cairo_destroy(cr);
     cairo_surface_finish(s);
     cairo_status_t st = cairo_surface_status(s);
@@ -919,10 +966,10 @@ int al__plot_write(const al__plot *p, const char *base, al_error *err) {
     }
     /* PNG */
     s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)(FIG_W * PNG_SCALE),
-                                   (int)(FIG_H * PNG_SCALE));
+                                   (int)(H * PNG_SCALE));
     cr = cairo_create(s);
     cairo_scale(cr, PNG_SCALE, PNG_SCALE);
-    draw(cr, p);
+    draw(cr, p, &lay);
     cairo_destroy(cr);
     cairo_surface_flush(s);
     st = cairo_surface_write_to_png_stream(s, mb_write, &png);

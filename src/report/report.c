@@ -541,12 +541,15 @@ static int fig_readings(const al__summary *s, al_error *err) {
         const al__reading_col *c = &s->readings[k];
         if (!c->crit) continue;
         for (int i = 0; i < n; i++) y[k][i] = c->crit[i] > 0 ? (double)c->crit[i] / x[i] : NAN;
-        se[ns++] = (al__series){.label = c->name,
-                                .n = n,
-                                .x = x,
-                                .y = y[k],
-                                .style = AL__S_LINE | AL__S_MARKERS | (k ? AL__S_THIN : 0),
-                                .color = k};
+        /* series s: colour s mod 10, marker s mod 4 (20 distinct), dashed from the 11th */
+        se[ns] = (al__series){.label = c->name,
+                              .n = n,
+                              .x = x,
+                              .y = y[k],
+                              .style = AL__S_LINE | AL__S_MARKERS | (k ? AL__S_THIN : 0) |
+                                       (ns >= 10 ? AL__S_DASHED : 0),
+                              .color = ns};
+        ns++;
     }
     if (!ns) return 0;
     se[ns++] = (al__series){.label = "paper: N_crit / L = 0.06",
@@ -573,12 +576,14 @@ static int fig_readings(const al__summary *s, al_error *err) {
     for (int k = 0; k < nr && !rc; k++) {
         const al__reading_col *c = &s->readings[k];
         if (!c->n_ratio) continue;
-        se[ns++] = (al__series){.label = c->name,
-                                .n = c->n_ratio,
-                                .x = c->ratio_x,
-                                .y = c->ratio_med,
-                                .style = AL__S_LINE | (k ? AL__S_THIN : AL__S_MARKERS),
-                                .color = k};
+        se[ns] = (al__series){.label = c->name,
+                              .n = c->n_ratio,
+                              .x = c->ratio_x,
+                              .y = c->ratio_med,
+                              .style = AL__S_LINE | (k ? AL__S_THIN : AL__S_MARKERS) |
+                                       (ns >= 10 ? AL__S_DASHED : 0),
+                              .color = ns};
+        ns++;
     }
     if (rc || !ns) return rc;
     char sub[160];
