@@ -100,6 +100,27 @@ static void test_ticks_log(void **state) {
     assert_int_equal(al__plot_ticks(0, 10, 1, t, 64), 0); /* log of 0 */
 }
 
+/* A line figure of se[n] with its ranges from the data. */
+static al__plot lines_plot(const char *title, const char *xl, const char *yl, const al__series *se,
+                           int n) {
+    return (al__plot){.title = title,
+                      .xlabel = xl,
+                      .ylabel = yl,
+                      .xmin = NAN,
+                      .xmax = NAN,
+                      .ymin = NAN,
+                      .ymax = NAN,
+                      .n_series = n,
+                      .series = se};
+}
+
+/* Writes p as base = tmpbase(name): it must succeed. */
+static void write_ok(const al__plot *p, const char *name, char *base, size_t size) {
+    tmpbase(base, size, name);
+    al_error err = {0};
+    assert_int_equal(al__plot_write(p, base, &err), 0);
+}
+
 static void test_lines(void **state) {
     (void)state;
     double x[6] = {32, 64, 128, 256, 512, 1024}, y[6], lo[6], hi[6], y2[6];
@@ -120,22 +141,11 @@ static void test_lines(void **state) {
          .color = 0},
         {.label = "E & <bound>", .n = 6, .x = x, .y = y2, .style = AL__S_DASHED, .color = 1},
     };
-    al__plot p = {.title = "Distance vs L",
-                  .subtitle = "N = 5",
-                  .xlabel = "L",
-                  .ylabel = "distance",
-                  .xlog = 1,
-                  .ylog = 1,
-                  .xmin = NAN,
-                  .xmax = NAN,
-                  .ymin = NAN,
-                  .ymax = NAN,
-                  .n_series = 2,
-                  .series = se};
+    al__plot p = lines_plot("Distance vs L", "L", "distance", se, 2);
+    p.subtitle = "N = 5";
+    p.xlog = p.ylog = 1;
     char base[256], path[300];
-    tmpbase(base, sizeof base, "lines");
-    al_error err = {0};
-    assert_int_equal(al__plot_write(&p, base, &err), 0);
+    write_ok(&p, "lines", base, sizeof base);
     snprintf(path, sizeof path, "%s.svg", base);
     char *svg = slurp(path, NULL);
     assert_non_null(svg);
@@ -172,19 +182,9 @@ static void test_legend_below(void **state) {
                              .style = AL__S_LINE | AL__S_MARKERS,
                              .color = s};
     }
-    al__plot p = {.title = "many series",
-                  .xlabel = "x",
-                  .ylabel = "y",
-                  .xmin = NAN,
-                  .xmax = NAN,
-                  .ymin = NAN,
-                  .ymax = NAN,
-                  .n_series = 12,
-                  .series = se};
+    al__plot p = lines_plot("many series", "x", "y", se, 12);
     char base[256], path[300];
-    tmpbase(base, sizeof base, "legend");
-    al_error err = {0};
-    assert_int_equal(al__plot_write(&p, base, &err), 0);
+    write_ok(&p, "legend", base, sizeof base);
     snprintf(path, sizeof path, "%s.png", base);
     /* the legend's rows (the columns depend on the font's widths): 540 + rows 17 + 16, x 1.5 */
     cairo_surface_t *im = cairo_image_surface_create_from_png(path);
