@@ -182,6 +182,17 @@ enum { DIR_G = AL__DIR_LANES / DIR_W, DIR_CH = 32, DIR_D = DIR_CH / AL__DIR_LANE
 typedef uint64_t dir_u64 __attribute__((vector_size(8 * DIR_W)));
 typedef double dir_f64 __attribute__((vector_size(8 * DIR_W)));
 typedef uint32_t dir_u32 __attribute__((vector_size(8 * DIR_W))); /* 2 DIR_W lanes */
+/* the odd and the even dwords of two dir_u32 (__builtin_shufflevector: gcc >= 12 and clang) */
+#if DIR_W == 8
+#define DIR_ODD  1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define DIR_EVEN 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#elif DIR_W == 4
+#define DIR_ODD  1, 3, 5, 7, 9, 11, 13, 15
+#define DIR_EVEN 0, 2, 4, 6, 8, 10, 12, 14
+#else
+#define DIR_ODD  1, 3, 5, 7
+#define DIR_EVEN 0, 2, 4, 6
+#endif
 _Static_assert(DIR_CH % (2 * AL__DIR_LANES) == 0, "a chunk is an even number of draws");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "fresh_ints: dword 2 l is the low half");
 
@@ -227,11 +238,11 @@ static inline __attribute__((always_inline)) void fresh_ints(dir_u64 (*st)[4], i
     dir_u64 b[DIR_D * DIR_G];
     for (int d = 0; d < DIR_D; d++)
         for (int g = 0; g < DIR_G; g++) b[d * DIR_G + g] = dir_next(st[g]);
-    dir_u32 lo, hi; /* element i: dword 2 i (+ 1) of the two vectors, in order */
-    for (int l = 0; l < 2 * DIR_W; l++) lo[l] = 2 * (uint32_t)l, hi[l] = 2 * (uint32_t)l + 1;
     for (int i = 0; i < DIR_D * DIR_G / 2; i++) {
         dir_u32 u = (dir_u32)b[2 * i], v = (dir_u32)b[2 * i + 1];
-        dir_u32 x = (__builtin_shuffle(u, v, hi) >> 1) | 1u, y = __builtin_shuffle(u, v, lo) >> 8;
+        /* element i: dword 2 i + 1 (DIR_ODD) or 2 i (DIR_EVEN) of the two vectors, in order */
+        dir_u32 x = (__builtin_shufflevector(u, v, DIR_ODD) >> 1) | 1u,
+                y = __builtin_shufflevector(u, v, DIR_EVEN) >> 8;
         memcpy(k1 + i * 2 * DIR_W, &x, sizeof x);
         memcpy(k2 + i * 2 * DIR_W, &y, sizeof y);
     }
