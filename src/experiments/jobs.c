@@ -542,14 +542,16 @@ static int observe_units(obs_ctx *c, const al__ex_heads *hs, al__ex_unit **out, 
     if (!u) return -1;
     const obs_ctx *partner = sens_partner(c);
     int n = 0;
-    for (int i = 0; i < hs->cap->n_sel; i++)
-        for (int k = -1; k < c->n_var && owned(hs, i); k++) {
+    for (int i = 0; i < hs->cap->n_sel; i++) {
+        if (!owned(hs, i)) continue; /* another rank's head */
+        for (int k = -1; k < c->n_var; k++) {
             const obs_ctx *x = k < 0 ? c : &c->var[k];
             const job *j = x->j;
             if (!j) continue;
             if (j->nd > 0 || j->ns > 0 || j->want_van) u[n++] = (al__ex_unit){i, k, 0};
             if (j->want_sens && x != partner) u[n++] = (al__ex_unit){i, k, 1};
         }
+    }
     return n;
 }
 
